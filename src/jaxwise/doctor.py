@@ -1,0 +1,203 @@
+"""``jaxwise doctor``: the installed JAX, its devices, and live checks of known pitfalls.
+
+Each check *runs* the pitfall on the installed JAX instead of trusting a
+version table, and reports ``PASS`` (the pitfall does not bite here) or
+``WARN`` (it does, with what to do about it).
+
+Example:
+    >>> [c.name for c in run_checks(isolated=False)]  # doctest: +SKIP
+    ['debug_nans after vmap', 'np.asarray and donation', 'captured constant']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import platform
+import subprocess
+import sys
+import textwrap
+import warnings
+from typing import Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Check", "check_captured_constant", "check_debug_nans_after_vmap", "check_numpy_view_donation",
+           "environment", "run_checks"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """The outcome of one pitfall check."""
+
+    name: str
+    status: Literal["PASS", "WARN"]
+    detail: str
+
+
+def environment() -> dict[str, str]:
+    """Python, JAX, jaxlib versions, backend and devices.
+
+    Example:
+        >>> sorted(environment())[:3]
+        ['backend', 'devices', 'jax']
+    """
+    import jaxlib
+
+    devices = jax.devices()
+    kinds = sorted({d.device_kind for d in devices})
+    return {
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": jaxlib.__version__,
+        "numpy": np.__version__,
+        "backend": jax.default_backend(),
+        "devices": f"{len(devices)} × {', '.join(kinds)}",
+        "platform": f"{platform.system()} {platform.machine()}",
+    }
+
+
+_DEBUG_NANS_PROBE = textwrap.dedent(
+    """
+    import jax, jax.numpy as jnp
+    f = jax.jit(lambda x: jnp.log(x))
+    f(jnp.ones(3)).block_until_ready()          # compiled before the flag is set
+    jax.vmap(lambda x: 2 * x)(jnp.ones(3))      # any vmap anywhere in the process
+    jax.config.update("jax_debug_nans", True)
+    try:
+        f(-jnp.ones(3)).block_until_ready()
+        print("MISSED")
+    except FloatingPointError:
+        print("CAUGHT")
+    """
+)
+
+
+def check_debug_nans_after_vmap(isolated: bool = True) -> Check:
+    """Does ``jax_debug_nans`` catch a NaN in an already-compiled function after a ``vmap``?
+
+    Runs in a fresh interpreter (``isolated=True``) because the pitfall depends
+    on what already ran in the process.
+    """
+    name = "debug_nans after vmap"
+    if isolated:
+        proc = subprocess.run(
+            [sys.executable, "-c", _DEBUG_NANS_PROBE], capture_output=True, text=True, timeout=120
+        )
+        outcome = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"ERROR {proc.stderr[-200:]}"
+    else:
+        namespace: dict[str, object] = {}
+        from contextlib import redirect_stdout
+        from io import StringIO
+
+        buffer = StringIO()
+        before = jax.config.jax_debug_nans
+        try:
+            with redirect_stdout(buffer):
+                exec(_DEBUG_NANS_PROBE, namespace)
+        finally:
+            jax.config.update("jax_debug_nans", before)
+        outcome = buffer.getvalue().strip()
+    if outcome == "CAUGHT":
+        return Check(name, "PASS", "jax_debug_nans still checks compiled functions after a vmap")
+    return Check(
+        name,
+        "WARN",
+        "jax_debug_nans silently stops checking already-compiled jit functions once vmap ran in "
+        "the process; call jax.clear_caches() after enabling it (jaxwise.debug.locate_nan does)",
+    )
+
+
+def check_numpy_view_donation() -> Check:
+    """Does a live ``np.asarray`` view of a CPU array silently disable its donation?"""
+    name = "np.asarray and donation"
+    if jax.default_backend() != "cpu":
+        return Check(name, "PASS", f"not applicable on {jax.default_backend()} (no zero-copy host views)")
+    step = jax.jit(lambda x: x + 1.0, donate_argnums=0)
+    x = jnp.arange(1024.0)
+    view = np.asarray(x)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step(x).block_until_ready()
+    donated = x.is_deleted()
+    del view
+    if donated:
+        return Check(name, "PASS", "donation happens even while a NumPy view of the buffer is alive")
+    warned = any("donated" in str(w.message) for w in caught)
+    how = "with a warning" if warned else "without any warning"
+    return Check(
+        name,
+        "WARN",
+        f"a live np.asarray view keeps the buffer: donation was skipped {how} (peak memory "
+        "doubles); keep host copies with np.array(x, copy=True) / jaxwise.tree.host_copy",
+    )
+
+
+def check_captured_constant(n: int = 256) -> Check:
+    """Does a matrix captured in a jitted closure give the argument version's result?
+
+    Both are compared with a NumPy float64 reference; the closure embeds the
+    matrix in the program, which this check also reports.
+    """
+    name = "captured constant"
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(n, n)).astype(np.float32) / np.sqrt(n)
+    x = rng.normal(size=(n,)).astype(np.float32)
+    a_dev, x_dev = jnp.asarray(a), jnp.asarray(x)
+    closure = jax.jit(lambda v: jnp.tanh(a_dev @ v))
+    argument = jax.jit(lambda m, v: jnp.tanh(m @ v))
+    got_closure = np.asarray(closure(x_dev), np.float64)
+    got_argument = np.asarray(argument(a_dev, x_dev), np.float64)
+    reference = np.tanh(a.astype(np.float64) @ x.astype(np.float64))
+    err_closure = float(np.max(np.abs(got_closure - reference)))
+    err_argument = float(np.max(np.abs(got_argument - reference)))
+    size_closure = len(closure.lower(x_dev).as_text())
+    size_argument = len(argument.lower(a_dev, x_dev).as_text())
+    sizes = f"program text {size_closure / 1024:.0f} KiB vs {size_argument / 1024:.0f} KiB as argument"
+    if np.array_equal(got_closure, got_argument):
+        return Check(
+            name,
+            "PASS",
+            f"same result as passing it as an argument (max error vs float64 {err_argument:.1e}); "
+            f"still, the constant is embedded: {sizes}",
+        )
+    return Check(
+        name,
+        "WARN",
+        f"captured constant changes the result: max error vs float64 {err_closure:.1e} (closure) vs "
+        f"{err_argument:.1e} (argument); {sizes}; pass arrays as arguments",
+    )
+
+
+def run_checks(isolated: bool = True) -> list[Check]:
+    """Run every pitfall check and return the outcomes."""
+    return [check_debug_nans_after_vmap(isolated), check_numpy_view_donation(), check_captured_constant()]
+
+
+def report(as_json: bool = False) -> str:
+    """The doctor's output: environment and checks as a table (or JSON)."""
+    env = environment()
+    checks = run_checks()
+    if as_json:
+        return json.dumps({"environment": env, "checks": [dataclasses.asdict(c) for c in checks]})
+    from io import StringIO
+
+    from rich.console import Console
+    from rich.table import Table
+
+    buffer = StringIO()
+    console = Console(file=buffer, width=120, force_terminal=False)
+    env_table = Table(title="jaxwise doctor", show_header=False)
+    for key, value in env.items():
+        env_table.add_row(key, value)
+    console.print(env_table)
+    table = Table(show_header=True)
+    table.add_column("check")
+    table.add_column("status")
+    table.add_column("explanation")
+    for c in checks:
+        table.add_row(c.name, c.status, c.detail)
+    console.print(table)
+    return buffer.getvalue()
