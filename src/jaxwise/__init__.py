@@ -1,6 +1,7 @@
 """jaxwise: tested building blocks for JAX training code.
 
-Modules (one per concept, see DESIGN.md): ``compilation``, ``buckets``.
+One module per concept (see DESIGN.md): ``compilation``, ``buckets``,
+``numerics``, ``debug``, ``tree``.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -12,5 +13,8 @@ except PackageNotFoundError:  # running from a source tree without installation
 
 from jaxwise import buckets as buckets
 from jaxwise import compilation as compilation
+from jaxwise import debug as debug
+from jaxwise import numerics as numerics
+from jaxwise import tree as tree
 
-__all__ = ["__version__", "buckets", "compilation"]
+__all__ = ["__version__", "buckets", "compilation", "debug", "numerics", "tree"]

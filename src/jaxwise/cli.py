@@ -5,8 +5,8 @@ Subcommands: ``doctor`` (environment and live pitfall checks), ``bench``
 print one line ``jaxwise: error: …`` on stderr and exit with code 2.
 
 Example:
-    >>> main(["--version"])  # doctest: +SKIP
-    jaxwise 0.1.0
+    >>> build_parser().parse_args(["doctor", "--json"]).json
+    True
 """
 
 from __future__ import annotations

@@ -1,0 +1,182 @@
+"""Pytree utilities for parameters: names by key path, tables, masks, comparisons, host copies.
+
+Names come from JAX key paths (``jax.tree_util.tree_flatten_with_path``),
+never from zipping dict keys with leaves (dict leaves are flattened in
+sorted-key order, which silently mismatches insertion order).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> params = {"dense_0": {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}}
+    >>> path_names(params)
+    ['dense_0.b', 'dense_0.w']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+__all__ = ["ParamRow", "ParamTable", "host_copy", "mask_by_path", "param_table", "path_names", "tree_allclose"]
+
+
+def _key_name(key: Any) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _join(path: tuple[Any, ...]) -> str:
+    return ".".join(_key_name(k) for k in path)
+
+
+def path_names(tree: Any) -> list[str]:
+    """Dotted names of every leaf, in ``jax.tree.leaves`` order.
+
+    Dict keys, attribute names (dataclasses, NamedTuples) and sequence
+    indices are joined with dots: ``"dense_0.w"``, ``"opt_state.0.mu.dense_0.w"``.
+
+    Example:
+        >>> path_names({"b": 1, "a": [2, 3]})
+        ['a.0', 'a.1', 'b']
+    """
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [_join(path) for path, _ in flat]
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamRow:
+    """One parameter leaf."""
+
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    count: int
+    bytes: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamTable:
+    """Rows per leaf with totals; ``str()`` renders an aligned text table."""
+
+    rows: tuple[ParamRow, ...]
+    total_count: int
+    total_bytes: int
+
+    @property
+    def text(self) -> str:
+        header = ("path", "shape", "dtype", "count", "bytes")
+        body = [(r.path, str(r.shape), r.dtype, f"{r.count:,}", _human_bytes(r.bytes)) for r in self.rows]
+        footer = ("total", "", "", f"{self.total_count:,}", _human_bytes(self.total_bytes))
+        widths = [max(len(row[i]) for row in [header, *body, footer]) for i in range(5)]
+
+        def line(cells: tuple[str, ...]) -> str:
+            return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+        rule = "  ".join("-" * w for w in widths)
+        return "\n".join([line(header), rule, *map(line, body), rule, line(footer)])
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _human_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+def param_table(params: Any) -> ParamTable:
+    """A table of every array leaf: path, shape, dtype, count, bytes, with totals.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> t = param_table({"w": jnp.ones((3, 4)), "b": jnp.zeros(4)})
+        >>> t.total_count, [r.path for r in t.rows]
+        (16, ['b', 'w'])
+    """
+    rows = []
+    flat, _ = jax.tree_util.tree_flatten_with_path(params)
+    for path, leaf in flat:
+        shape = tuple(getattr(leaf, "shape", ()))
+        dtype = np.dtype(getattr(leaf, "dtype", np.asarray(leaf).dtype))
+        count = int(np.prod(shape, dtype=np.int64))
+        rows.append(ParamRow(_join(path), shape, str(dtype), count, count * dtype.itemsize))
+    return ParamTable(tuple(rows), sum(r.count for r in rows), sum(r.bytes for r in rows))
+
+
+def mask_by_path(tree: Any, predicate_or_regex: str | re.Pattern[str] | Callable[[str], bool]) -> Any:
+    """A bool tree: ``True`` where the leaf's dotted path matches.
+
+    Args:
+      tree: any pytree (e.g. parameters).
+      predicate_or_regex: a regular expression searched in each path
+        (``re.search``), or a function ``path -> bool``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> mask_by_path({"dense_0": {"w": jnp.ones(2), "b": jnp.ones(2)}}, r"\\.w$")
+        {'dense_0': {'b': False, 'w': True}}
+    """
+    if isinstance(predicate_or_regex, (str, re.Pattern)):
+        pattern = re.compile(predicate_or_regex)
+
+        def predicate(path: str) -> bool:
+            return pattern.search(path) is not None
+    elif callable(predicate_or_regex):
+        predicate = predicate_or_regex
+    else:
+        raise TypeError(
+            f"`predicate_or_regex` must be a regex string or a function path -> bool, got "
+            f"{type(predicate_or_regex).__name__}"
+        )
+    return jax.tree_util.tree_map_with_path(lambda path, _: bool(predicate(_join(path))), tree)
+
+
+def tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+    """Whether two pytrees have the same structure, shapes and ``allclose`` leaves.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> tree_allclose({"w": jnp.ones(2)}, {"w": jnp.ones(2) + 1e-9}), tree_allclose([1.0], [1.0, 2.0])
+        (True, False)
+    """
+    la, ta = jax.tree.flatten(a)
+    lb, tb = jax.tree.flatten(b)
+    if ta != tb:
+        return False
+    for x, y in zip(la, lb):
+        x, y = np.asarray(x), np.asarray(y)
+        if x.shape != y.shape or not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan):
+            return False
+    return True
+
+
+def host_copy(tree: Any) -> Any:
+    """A real NumPy copy of every array leaf (``np.array(x, copy=True)``).
+
+    Safe to keep across donation: unlike ``np.asarray`` on CPU, it does not
+    alias the device buffer (which would silently block donating it). Typed
+    PRNG keys are copied as their raw ``key_data``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> type(host_copy({"w": jnp.ones(2)})["w"]).__name__
+        'ndarray'
+    """
+
+    def copy(leaf: Any) -> Any:
+        if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
+            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+                return np.array(jax.random.key_data(leaf), copy=True)  # typed keys: their raw data
+            return np.array(leaf, copy=True)
+        return leaf
+
+    return jax.tree.map(copy, tree)
