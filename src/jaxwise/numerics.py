@@ -331,28 +331,42 @@ def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
     return _squeeze(_cosine(a, b, axes), axes, len(shape))
 
 
-def _cosine_parts(a: Array, b: Array, axes: tuple[int, ...]) -> tuple[Array, ...]:
-    na, nb = _norm_keepdims(a, axes), _norm_keepdims(b, axes)
-    ua = double_where(lambda n: a / n, na, na > 0, 1.0, 0.0)
-    ub = double_where(lambda n: b / n, nb, nb > 0, 1.0, 0.0)
-    cos = jnp.clip(jnp.sum(ua * ub, axis=axes, keepdims=True), -1.0, 1.0)
-    return cos, na, nb, ua, ub
+def _inverse(n: Array) -> Array:
+    """1/n, and 0 (with zero derivative) where n = 0."""
+    return double_where(lambda m: 1.0 / m, n, n > 0, 1.0, 0.0)
+
+
+def _cosine_value(a: Array, b: Array, axes: tuple[int, ...]) -> tuple[Array, Array, Array]:
+    """(cos, 1/‖a‖, 1/‖b‖), keepdims; exact for tiny and huge vectors."""
+    sa = jnp.sum(a * a, axis=axes, keepdims=True)
+    sb = jnp.sum(b * b, axis=axes, keepdims=True)
+    unsafe = _unsafe_sumsq(sa) | _unsafe_sumsq(sb)
+
+    def plain() -> tuple[Array, Array, Array]:  # one pass: <a, b> / (‖a‖ ‖b‖)
+        inv_a, inv_b = _inverse(_sqrt0(sa)), _inverse(_sqrt0(sb))
+        return jnp.sum(a * b, axis=axes, keepdims=True) * inv_a * inv_b, inv_a, inv_b
+
+    def scaled() -> tuple[Array, Array, Array]:  # normalise first (rare: zero, tiny or huge rows)
+        inv_a, inv_b = _inverse(_scaled_norm(a, axes)), _inverse(_scaled_norm(b, axes))
+        return jnp.sum((a * inv_a) * (b * inv_b), axis=axes, keepdims=True), inv_a, inv_b
+
+    cos, inv_a, inv_b = jax.lax.cond(unsafe, scaled, plain)
+    return jnp.clip(cos, -1.0, 1.0), inv_a, inv_b
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _cosine(a: Array, b: Array, axes: tuple[int, ...]) -> Array:
-    return _cosine_parts(a, b, axes)[0]
+    return _cosine_value(a, b, axes)[0]
 
 
 @_cosine.defjvp
 def _cosine_jvp(axes: tuple[int, ...], primals: tuple, tangents: tuple) -> tuple[Array, Array]:
-    # d cos = <u_b − cos u_a, da> / ‖a‖ + <u_a − cos u_b, db> / ‖b‖, and 0 for a zero vector.
+    # d cos = <b/‖b‖ − cos a/‖a‖, da>/‖a‖ + <a/‖a‖ − cos b/‖b‖, db>/‖b‖; 0 for a zero vector.
     (a, b), (ta, tb) = primals, tangents
-    cos, na, nb, ua, ub = _cosine_parts(a, b, axes)
-    da = jnp.sum((ub - cos * ua) * ta, axis=axes, keepdims=True)
-    db = jnp.sum((ua - cos * ub) * tb, axis=axes, keepdims=True)
-    dcos = double_where(lambda n: da / n, na, na > 0, 1.0, 0.0) + double_where(lambda n: db / n, nb, nb > 0, 1.0, 0.0)
-    return cos, dcos
+    cos, inv_a, inv_b = _cosine_value(a, b, axes)
+    da = jnp.sum((b * inv_b - cos * (a * inv_a)) * ta, axis=axes, keepdims=True) * inv_a
+    db = jnp.sum((a * inv_a - cos * (b * inv_b)) * tb, axis=axes, keepdims=True) * inv_b
+    return cos, da + db
 
 
 # --------------------------------------------------------------------------
