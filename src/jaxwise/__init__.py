@@ -15,6 +15,7 @@ from jaxwise import buckets as buckets
 from jaxwise import compilation as compilation
 from jaxwise import debug as debug
 from jaxwise import numerics as numerics
+from jaxwise import optim as optim
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "buckets", "compilation", "debug", "numerics", "tree"]
+__all__ = ["__version__", "buckets", "compilation", "debug", "numerics", "optim", "tree"]

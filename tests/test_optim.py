@@ -1,0 +1,445 @@
+"""Tests for jaxwise.optim: step-by-step against NumPy float64 references and Optax."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from jaxwise import optim
+from jaxwise.compilation import CompileBudget
+from jaxwise.tree import mask_by_path
+
+# ---------------------------------------------------------------------------
+# A quadratic over a pytree: loss = ½ Σ c (p − target)², grad = c (p − target)
+# ---------------------------------------------------------------------------
+
+P0 = {"w": np.array([[1.0, -2.0, 0.5], [0.3, 0.0, -1.2]]), "b": np.array([0.5, -0.25])}
+TARGET = {"w": np.array([[0.2, 0.1, -0.3], [1.0, -0.5, 0.0]]), "b": np.array([-1.0, 2.0])}
+CURV = {"w": np.array([[1.0, 3.0, 0.5], [2.0, 10.0, 0.2]]), "b": np.array([4.0, 0.1])}
+MASK = {"w": True, "b": False}
+STEPS = 6
+
+
+def grad_np(p):
+    return {k: CURV[k] * (p[k] - TARGET[k]) for k in p}
+
+
+def grad_jax(p):
+    return {k: jnp.asarray(CURV[k], p[k].dtype) * (p[k] - jnp.asarray(TARGET[k], p[k].dtype)) for k in p}
+
+
+# --------------------------- NumPy float64 references -----------------------
+
+
+def ref_run(step_fn, init_state, steps=STEPS):
+    p = {k: v.copy() for k, v in P0.items()}
+    state, history = init_state, []
+    for t in range(steps):
+        u, state = step_fn(grad_np(p), state, p, t)
+        p = {k: p[k] + u[k] for k in p}
+        history.append({k: v.copy() for k, v in p.items()})
+    return history
+
+
+def zeros():
+    return {k: np.zeros_like(v) for k, v in P0.items()}
+
+
+def ref_sgd(lr, momentum=None, nesterov=False):
+    def step(g, trace, p, t):
+        if momentum is None:
+            return {k: -lr * g[k] for k in g}, trace
+        trace = {k: g[k] + momentum * trace[k] for k in g}
+        d = {k: g[k] + momentum * trace[k] for k in g} if nesterov else trace
+        return {k: -lr * d[k] for k in g}, trace
+
+    return step, zeros()
+
+
+def ref_adam(lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, mask=None, clip=None):
+    lr_fn = lr if callable(lr) else (lambda t: lr)
+
+    def step(g, state, p, t):
+        m, v = state
+        if clip is not None:
+            norm = np.sqrt(sum((x**2).sum() for x in g.values()))
+            if norm >= clip:
+                g = {k: x / norm * clip for k, x in g.items()}
+        m = {k: b1 * m[k] + (1 - b1) * g[k] for k in g}
+        v = {k: b2 * v[k] + (1 - b2) * g[k] ** 2 for k in g}
+        u = {k: (m[k] / (1 - b1 ** (t + 1))) / (np.sqrt(v[k] / (1 - b2 ** (t + 1))) + eps) for k in g}
+        u = {k: u[k] + (wd * p[k] if (mask is None or mask[k]) else 0.0) for k in g}
+        return {k: -lr_fn(t) * u[k] for k in g}, (m, v)
+
+    return step, (zeros(), zeros())
+
+
+def ref_lion(lr, b1=0.9, b2=0.99, wd=0.0, mask=None):
+    lr_fn = lr if callable(lr) else (lambda t: lr)
+
+    def step(g, m, p, t):
+        d = {k: np.sign((1 - b1) * g[k] + b1 * m[k]) for k in g}
+        m = {k: (1 - b2) * g[k] + b2 * m[k] for k in g}
+        u = {k: d[k] + (wd * p[k] if (mask is None or mask[k]) else 0.0) for k in g}
+        return {k: -lr_fn(t) * u[k] for k in g}, m
+
+    return step, zeros()
+
+
+def np_warmup_cosine(init, peak, warmup, decay, end):
+    def f(t):
+        if t < warmup:
+            return init + (peak - init) * t / warmup
+        frac = min(t - warmup, decay - warmup) / (decay - warmup)
+        return end + (peak - end) * 0.5 * (1 + np.cos(np.pi * frac))
+
+    return f
+
+
+# --------------------------- the comparison table ---------------------------
+
+WC = dict(init_value=0.0, peak_value=0.1, warmup_steps=2, decay_steps=5, end_value=0.001)
+
+CASES = {
+    "sgd": (lambda m: m.sgd(0.05), ref_sgd(0.05)),
+    "momentum": (lambda m: m.sgd(0.05, momentum=0.9), ref_sgd(0.05, 0.9)),
+    "nesterov": (lambda m: m.sgd(0.05, momentum=0.9, nesterov=True), ref_sgd(0.05, 0.9, True)),
+    "adam": (lambda m: m.adam(0.05), ref_adam(0.05)),
+    "adamw": (lambda m: m.adamw(0.05, weight_decay=0.1), ref_adam(0.05, wd=0.1)),
+    "adamw masked": (lambda m: m.adamw(0.05, weight_decay=0.1, mask=MASK), ref_adam(0.05, wd=0.1, mask=MASK)),
+    "lion": (lambda m: m.lion(0.01, weight_decay=0.1), ref_lion(0.01, wd=0.1)),
+    "lion schedule lr": (
+        lambda m: m.lion(m.linear_schedule(0.02, 0.005, 4), weight_decay=0.0),
+        ref_lion(lambda t: 0.02 + (0.005 - 0.02) * min(t, 4) / 4),
+    ),
+    "lion masked decay (mask fn)": (
+        lambda m: m.lion(0.01, weight_decay=0.3, mask=lambda p: {"w": True, "b": False}),
+        ref_lion(0.01, wd=0.3, mask=MASK),
+    ),
+    "clip + adam + warmup-cosine": (
+        lambda m: m.chain(
+            m.clip_by_global_norm(1.0), m.scale_by_adam(), m.scale_by_learning_rate(m.warmup_cosine_decay_schedule(**WC))
+        ),
+        ref_adam(np_warmup_cosine(*WC.values()), clip=1.0),
+    ),
+}
+
+
+def standard_promotion(fn):
+    """Optax relies on implicit promotion; run peer code under JAX's standard rules."""
+
+    @functools.wraps(fn)
+    def wrapped(*args, **kwargs):
+        with jax.numpy_dtype_promotion("standard"):
+            return fn(*args, **kwargs)
+
+    return wrapped
+
+
+@standard_promotion
+def run_optax(tx, dtype):
+    return run_tx(tx, dtype)
+
+
+def run_tx(tx, dtype):
+    p = {k: jnp.asarray(v, dtype) for k, v in P0.items()}
+    state = tx.init(p)
+
+    @jax.jit
+    def step(p, state):
+        u, state = tx.update(grad_jax(p), state, p)
+        return optax.apply_updates(p, u), state
+
+    history = []
+    for _ in range(STEPS):
+        p, state = step(p, state)
+        history.append({k: np.asarray(v, np.float64) for k, v in p.items()})
+    return history
+
+
+def assert_histories_close(a, b, atol, what):
+    for t, (x, y) in enumerate(zip(a, b)):
+        for k in x:
+            np.testing.assert_allclose(x[k], y[k], rtol=0, atol=atol, err_msg=f"{what}: step {t}, leaf {k}")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_every_step_matches_float64_reference_and_optax(name):
+    make, (ref_step, ref_state) = CASES[name]
+    reference = ref_run(ref_step, ref_state)
+    with jax.enable_x64(True):
+        ours64 = run_tx(make(optim), jnp.float64)
+        optax64 = run_optax(make(optax), jnp.float64)
+    assert_histories_close(ours64, reference, 1e-12, f"{name} vs NumPy float64")
+    assert_histories_close(ours64, optax64, 1e-8, f"{name} vs Optax (float64)")
+    ours32, optax32 = run_tx(make(optim), jnp.float32), run_optax(make(optax), jnp.float32)
+    assert_histories_close(ours32, optax32, 1e-6, f"{name} vs Optax (float32)")
+    assert_histories_close(ours32, reference, 1e-5, f"{name} float32 vs NumPy float64")
+
+
+# ---------------------------------------------------------------------------
+# Mixing with Optax, both ways
+# ---------------------------------------------------------------------------
+
+
+def test_mixing_with_optax_inside_both_chains():
+    mixed_optax_chain = optax.chain(optim.scale_by_adam(), optax.add_decayed_weights(0.1), optim.scale_by_learning_rate(0.05))
+    mixed_our_chain = optim.chain(optax.scale_by_adam(), optim.add_decayed_weights(0.1), optax.scale_by_learning_rate(0.05))
+    reference = run_optax(optax.adamw(0.05, weight_decay=0.1), jnp.float32)
+    assert_histories_close(run_optax(mixed_optax_chain, jnp.float32), reference, 1e-7, "optax.chain(ours…)")
+    assert_histories_close(run_optax(mixed_our_chain, jnp.float32), reference, 1e-7, "optim.chain(optax…)")
+
+
+@standard_promotion
+def test_our_chain_forwards_extra_args_to_optax_transforms():
+    tx = optim.chain(optim.scale(1.0), optax.scale_by_polyak(f_min=0.0))
+    p = jnp.asarray([1.0, 2.0])
+    updates, _ = tx.update(jnp.asarray([1.0, 0.0]), tx.init(p), p, value=jnp.asarray(2.0))
+    assert np.isfinite(np.asarray(updates)).all()
+
+
+@standard_promotion
+def test_drop_in_for_optax_training_loop():
+    params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+    for tx in (optim.adamw(1e-2), optim.lion(1e-3), optim.sgd(0.1, 0.9)):
+        state = tx.init(params)
+        grads = jax.tree.map(jnp.ones_like, params)
+        updates, state = tx.update(grads, state, params)
+        new = optax.apply_updates(params, updates)
+        assert jax.tree.structure(new) == jax.tree.structure(params)
+
+
+# ---------------------------------------------------------------------------
+# The two classic mistakes
+# ---------------------------------------------------------------------------
+
+
+def test_bias_correction_first_step():
+    g = jnp.asarray([0.3, -2.0, 50.0])
+    b1, b2 = 0.9, 0.999
+    m, v = (1 - b1) * g, (1 - b2) * g**2
+    no_correction = m / (jnp.sqrt(v) + 1e-8)
+    np.testing.assert_allclose(no_correction, np.sign(g) * (1 - b1) / np.sqrt(1 - b2), rtol=1e-4)
+    assert float(jnp.abs(no_correction)[0]) == pytest.approx(3.162, abs=1e-3)
+    tx = optim.scale_by_adam()
+    ours, _ = tx.update(g, tx.init(g))
+    np.testing.assert_allclose(ours, np.sign(g), rtol=1e-4)
+
+
+def test_adamw_is_decoupled_unlike_l2_plus_adam():
+    lr, wd, steps = 0.01, 0.1, 50
+    with jax.enable_x64(True):
+        p0 = jnp.asarray([2.0, -3.0, 0.5, 20.0])
+        # L2 + Adam: the decay goes into the gradient and is normalised away by sqrt(v̂):
+        # every weight moves by ≈ lr per step whatever its size.
+        l2 = optim.adam(lr)
+        p, s = p0, l2.init(p0)
+        for _ in range(steps):
+            u, s = l2.update(wd * p, s)
+            u_first = u if _ == 0 else u_first
+            p = optim.apply_updates(p, u)
+        np.testing.assert_allclose(np.asarray(u_first), -np.sign(p0) * lr, rtol=1e-6)
+        moved = np.abs(np.asarray(p0 - p))
+        np.testing.assert_allclose(moved, lr * steps, rtol=0.2)  # ≈ 0.5 for 0.5 and for 20.0 alike
+        # AdamW with a zero task gradient shrinks geometrically by (1 − lr·wd) per step.
+        aw = optim.adamw(lr, weight_decay=wd)
+        p, s = p0, aw.init(p0)
+        for _ in range(steps):
+            u, s = aw.update(jnp.zeros(4), s, p)
+            p = optim.apply_updates(p, u)
+        np.testing.assert_allclose(np.asarray(p), np.asarray(p0) * (1 - lr * wd) ** steps, rtol=1e-12)
+
+
+def test_lion_first_step_moves_exactly_lr():
+    lr = 0.01
+    tx = optim.lion(lr, weight_decay=0.0)
+    p = jnp.asarray([0.5, -0.5, 2.0, -3.0])
+    g = jnp.asarray([1e-8, -4.0, 3.0, -1e3])
+    u, state = tx.update(g, tx.init(p), p)
+    np.testing.assert_array_equal(np.asarray(u), -np.float32(lr) * np.sign(np.asarray(g)))
+    assert state[0]._fields == ("count", "mu")
+
+
+# ---------------------------------------------------------------------------
+# Masks, freezing, dtypes, counts
+# ---------------------------------------------------------------------------
+
+
+def test_decay_weights_only_by_path_and_freeze_is_bit_identical():
+    params = {"dense_0": {"w": jnp.ones((2, 2)), "b": jnp.ones(2)}, "dense_1": {"w": jnp.asarray([[-0.0, 1.0]]), "b": jnp.ones(1)}}
+    frozen = mask_by_path(params, r"^dense_1\.")
+    tx = optim.chain(optim.adamw(0.1, weight_decay=0.5, mask=lambda p: mask_by_path(p, r"\.w$")), optim.freeze(frozen))
+    state = tx.init(params)
+    grads = jax.tree.map(jnp.zeros_like, params)
+    step = jax.jit(lambda p, s: (lambda u_s: (optim.apply_updates(p, u_s[0]), u_s[1]))(tx.update(grads, s, p)))
+    p = params
+    for _ in range(3):
+        p, state = step(p, state)
+    assert float(p["dense_0"]["w"][0, 0]) < 1.0  # decayed
+    np.testing.assert_array_equal(np.asarray(p["dense_0"]["b"]), np.ones(2))  # bias: no decay
+    for leaf, before in zip(jax.tree.leaves(p["dense_1"]), jax.tree.leaves(params["dense_1"])):
+        assert np.asarray(leaf).tobytes() == np.asarray(before).tobytes()  # frozen: bit-identical, -0.0 kept
+
+
+def test_apply_updates_keeps_dtype_and_global_norm():
+    p = {"a": jnp.ones(3, jnp.bfloat16), "b": jnp.ones(2)}
+    out = optim.apply_updates(p, {"a": jnp.full(3, 0.5), "b": jnp.full(2, 0.5)})
+    assert out["a"].dtype == jnp.bfloat16 and out["b"].dtype == jnp.float32
+    g = {"a": jnp.asarray([3.0]), "b": jnp.asarray([[4.0]])}
+    with jax.numpy_dtype_promotion("standard"):
+        peer = float(optax.tree.norm(g))
+    assert float(optim.global_norm(g)) == pytest.approx(5.0) == peer
+
+
+def test_count_saturates():
+    top = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
+    assert int(optim.safe_increment(top)) == np.iinfo(np.int32).max
+    assert int(optim.safe_increment(jnp.asarray(3, jnp.int32))) == 4
+
+
+# ---------------------------------------------------------------------------
+# Schedules
+# ---------------------------------------------------------------------------
+
+SCHEDULES = {
+    "constant": lambda m: m.constant_schedule(0.3),
+    "linear": lambda m: m.linear_schedule(1.0, 0.1, 40, transition_begin=10),
+    "cosine": lambda m: m.cosine_decay_schedule(0.5, 50, alpha=0.1, exponent=2.0),
+    "warmup_cosine": lambda m: m.warmup_cosine_decay_schedule(0.0, 1e-2, 10, 50, end_value=1e-4),
+    "piecewise": lambda m: m.piecewise_constant_schedule(1.0, {10: 0.5, 30: 0.1, 45: 2.0}),
+    "join": lambda m: m.join_schedules([m.constant_schedule(1.0), m.linear_schedule(1.0, 0.0, 20)], [25]),
+}
+
+
+@pytest.mark.parametrize("name", SCHEDULES)
+def test_schedules_match_optax_pointwise(name):
+    ours, peer = SCHEDULES[name](optim), standard_promotion(SCHEDULES[name](optax))
+    counts = jnp.arange(0, 101, dtype=jnp.int32)  # 0 … 2 × decay_steps, boundaries included
+    np.testing.assert_allclose(jax.vmap(ours)(counts), jax.vmap(peer)(counts), rtol=1e-6, atol=1e-9)
+    for c in (0, 10, 25, 50, 100):
+        np.testing.assert_allclose(float(ours(c)), float(peer(c)), rtol=1e-6, atol=1e-9)
+
+
+def test_warmup_cosine_boundaries():
+    s = optim.warmup_cosine_decay_schedule(0.0, 1.0, 100, 1000, 0.01)
+    assert float(s(0)) == 0.0 and float(s(100)) == pytest.approx(1.0) and float(s(1000)) == pytest.approx(0.01)
+    assert float(s(5000)) == pytest.approx(0.01)
+
+
+# ---------------------------------------------------------------------------
+# Compile once; scan; donation
+# ---------------------------------------------------------------------------
+
+
+def test_100_step_jitted_loop_with_schedule_compiles_once():
+    tx = optim.adamw(optim.warmup_cosine_decay_schedule(0.0, 1e-2, 10, 100, 1e-4), weight_decay=1e-3)
+    params = {k: jnp.asarray(v, jnp.float32) for k, v in P0.items()}
+    state = tx.init(params)
+
+    @functools.partial(jax.jit, donate_argnames=("params", "state"))
+    def train_step(params, state):
+        updates, state = tx.update(grad_jax(params), state, params)
+        return optim.apply_updates(params, updates), state
+
+    with CompileBudget(1, name="train_step"):
+        for _ in range(100):
+            params, state = train_step(params, state)
+    assert int(state[0].count) == 100 and int(state[2].count) == 100
+
+
+def test_state_through_scan_equals_python_loop():
+    tx = optim.chain(optim.clip_by_global_norm(1.0), optim.adam(optim.cosine_decay_schedule(0.05, 20)))
+    p0 = {k: jnp.asarray(v, jnp.float32) for k, v in P0.items()}
+
+    def body(carry, _):
+        p, s = carry
+        u, s = tx.update(grad_jax(p), s, p)
+        return (optim.apply_updates(p, u), s), None
+
+    (p_scan, s_scan), _ = jax.jit(lambda c: jax.lax.scan(body, c, length=20))((p0, tx.init(p0)))
+    carry = (p0, tx.init(p0))
+    step = jax.jit(lambda c: body(c, None)[0])
+    for _ in range(20):
+        carry = step(carry)
+    for a, b in zip(jax.tree.leaves((p_scan, s_scan)), jax.tree.leaves(carry)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------
+# Rosenbrock
+# ---------------------------------------------------------------------------
+
+
+def rosenbrock(p):
+    x, y = p[0], p[1]
+    return (1 - x) ** 2 + 100 * (y - x**2) ** 2
+
+
+def minimise(tx, steps=3000):
+    p0 = jnp.asarray([-1.5, 2.0])
+
+    def body(carry, _):
+        p, s = carry
+        loss, g = jax.value_and_grad(rosenbrock)(p)
+        u, s = tx.update(g, s, p)
+        return (optim.apply_updates(p, u), s), loss
+
+    (p, _), losses = jax.jit(lambda: jax.lax.scan(body, (p0, tx.init(p0)), length=steps))()
+    return float(rosenbrock(p)), np.asarray(losses)
+
+
+def test_rosenbrock_convergence():
+    nesterov, _ = minimise(optim.sgd(1e-3, momentum=0.9, nesterov=True))
+    adam_wc, _ = minimise(optim.adam(optim.warmup_cosine_decay_schedule(0.0, 0.05, 100, 3000, 1e-4)))
+    plain, _ = minimise(optim.sgd(1e-3))
+    momentum, _ = minimise(optim.sgd(1e-3, momentum=0.9))
+    assert nesterov < 1e-3 and adam_wc < 1e-3
+    assert momentum < plain and nesterov < plain
+
+
+# ---------------------------------------------------------------------------
+# Bad input
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: optim.adam(-1e-3), ValueError, "learning_rate"),
+        (lambda: optim.sgd(None), ValueError, "learning_rate"),
+        (lambda: optim.adamw(1e-3, weight_decay=-0.1), ValueError, "weight_decay"),
+        (lambda: optim.adam(1e-3, b1=1.0), ValueError, "b1"),
+        (lambda: optim.adam(1e-3, b2=-0.1), ValueError, "b2"),
+        (lambda: optim.lion(1e-3, b1=1.5), ValueError, "b1"),
+        (lambda: optim.sgd(0.1, momentum=1.0), ValueError, "decay"),
+        (lambda: optim.clip_by_global_norm(0.0), ValueError, "max_norm"),
+        (lambda: optim.clip_by_global_norm(-1.0), ValueError, "max_norm"),
+        (lambda: optim.adam(float("nan")), ValueError, "learning_rate"),
+        (lambda: optim.warmup_cosine_decay_schedule(0.0, 1.0, 200, 100), ValueError, "warmup_steps"),
+        (lambda: optim.cosine_decay_schedule(1.0, 0), ValueError, "decay_steps"),
+        (lambda: optim.linear_schedule(1.0, 0.0, 1.5), TypeError, "transition_steps"),
+        (lambda: optim.join_schedules([optim.constant_schedule(1.0)], [3]), ValueError, "len"),
+        (lambda: optim.scale_by_schedule(0.1), TypeError, "schedule"),
+        (lambda: optim.chain(optim.scale(1.0), 3), TypeError, "chain argument 1"),
+        (lambda: optim.freeze(None), ValueError, "mask"),
+    ],
+)
+def test_bad_hyperparameters(make, error, match):
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_mask_mismatch_names_first_path():
+    params = {"dense_0": {"w": jnp.ones(2), "b": jnp.ones(2)}, "dense_1": {"w": jnp.ones(2)}}
+    bad = {"dense_0": {"w": True, "bias": False}, "dense_1": {"w": True}}
+    with pytest.raises(ValueError, match="mask has `dense_0.bias`, params have `dense_0.b`"):
+        optim.adamw(1e-3, mask=bad).init(params)
+    with pytest.raises(ValueError, match="does not match"):
+        optim.freeze({"dense_0": True}).init(params)
+    optim.adamw(1e-3, mask={"dense_0": True, "dense_1": False}).init(params)  # a prefix is fine
+    with pytest.raises(ValueError, match="needs `params`"):
+        tx = optim.adamw(1e-3)
+        tx.update(params, tx.init(params))
