@@ -1,7 +1,9 @@
-"""Test configuration: strict JAX numerics, 8 fake CPU devices, a key fixture.
+"""Test configuration: strict dtype promotion, 8 fake CPU devices, key fixtures.
 
-Equinox-style: strict dtype promotion and rank promotion errors so that our
-library never relies on implicit promotion; warnings are errors (pyproject).
+Equinox-style strict dtype promotion, so that our library never relies on
+implicit promotion (peer libraries that do — Optax — are called under
+``jax.numpy_dtype_promotion("standard")`` in the tests); warnings are errors
+(pyproject). Rank promotion (``x @ w + b``) is allowed: it is idiomatic.
 """
 
 import os
@@ -14,7 +16,6 @@ import pytest  # noqa: E402
 
 jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
-jax.config.update("jax_numpy_rank_promotion", "raise")
 
 pytest_plugins = ["pytester"]
 

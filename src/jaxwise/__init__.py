@@ -16,6 +16,7 @@ from jaxwise import compilation as compilation
 from jaxwise import debug as debug
 from jaxwise import numerics as numerics
 from jaxwise import optim as optim
+from jaxwise import train as train
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "buckets", "compilation", "debug", "numerics", "optim", "tree"]
+__all__ = ["__version__", "buckets", "compilation", "debug", "numerics", "optim", "train", "tree"]

@@ -1,0 +1,48 @@
+"""Training: a frozen-dataclass state, donation-safe jitted steps and epochs, checkpoints, data parallelism.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> from jaxwise import optim
+    >>> from jaxwise.train import TrainState, make_train_epoch
+    >>> def loss(params, batch):
+    ...     x, y = batch
+    ...     return jnp.mean((x @ params["w"] - y) ** 2)
+    >>> x = jax.random.normal(jax.random.key(1), (64, 3)); y = x @ jnp.asarray([1.0, -2.0, 0.5])
+    >>> tx = optim.adam(0.1)
+    >>> state = TrainState.create({"w": jnp.zeros(3)}, tx, jax.random.key(0))
+    >>> epoch = make_train_epoch(loss, tx, batch_size=16)
+    >>> for _ in range(30):
+    ...     state, metrics = epoch(state, (x, y))
+    >>> bool(metrics["loss"][-1] < 1e-2)
+    True
+"""
+
+from jaxwise.train._checkpoint import CheckpointError, latest_step, load_metadata, restore, save
+from jaxwise.train._state import TrainState, as_key, type_signature
+from jaxwise.train._step import (
+    DonationError,
+    TrainEpoch,
+    TrainStep,
+    check_donatable,
+    data_mesh,
+    make_train_epoch,
+    make_train_step,
+)
+
+__all__ = [
+    "CheckpointError",
+    "DonationError",
+    "TrainEpoch",
+    "TrainState",
+    "TrainStep",
+    "as_key",
+    "check_donatable",
+    "data_mesh",
+    "latest_step",
+    "load_metadata",
+    "make_train_epoch",
+    "make_train_step",
+    "restore",
+    "save",
+    "type_signature",
+]

@@ -1,0 +1,123 @@
+"""``TrainState``: one small frozen dataclass whose type signature never changes."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise.tree import path_names
+
+
+def _fresh(x: Any) -> Any:
+    """An independent, strongly typed copy of an array leaf (never aliases the caller's buffer)."""
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(jnp.array(jax.random.key_data(x), copy=True), impl=jax.random.key_impl(x))
+    if isinstance(x, (jax.Array, np.ndarray, np.generic, float, int, bool, complex)):
+        arr = jnp.asarray(x)
+        return jnp.array(arr, dtype=arr.dtype, copy=True)  # dtype given: weak_type dropped
+    return x
+
+
+def as_key(key: Any) -> jax.Array:
+    """A typed PRNG key from a typed key, a raw uint32 key (``PRNGKey``) or an int seed."""
+    if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+        return jax.random.key(int(key))
+    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+        if key.shape != ():
+            raise ValueError(f"`key` must be a single key (shape ()), got shape {key.shape}")
+        return key
+    if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.shape == (2,):
+        return jax.random.wrap_key_data(jnp.asarray(key))
+    raise TypeError(f"`key` must be a typed key (jax.random.key), a raw uint32[2] key or an int seed, got {key!r}")
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class TrainState:
+    """Everything a training step reads and writes, as one pytree.
+
+    Leaves: ``step`` (int32 scalar), ``params``, ``opt_state``, ``key`` (a
+    typed PRNG key). ``config`` is a *static* field (part of the tree
+    structure, not a leaf): hashable configuration as sorted
+    ``(name, value)`` pairs, read with ``state.config_dict``. Changing it
+    recompiles once; nothing else about the state ever does, because
+    :meth:`create` builds every array independently with a fixed, strong dtype.
+    Subclass it (with ``@jax.tree_util.register_dataclass`` and
+    ``@dataclasses.dataclass(frozen=True)``) to add named static fields
+    (``dataclasses.field(metadata=dict(static=True))``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> state = TrainState.create({"w": jnp.ones(3)}, optim.adam(1e-3), jax.random.key(0), depth=2)
+        >>> int(state.step), state.config_dict
+        (0, {'depth': 2})
+    """
+
+    step: jax.Array
+    params: Any
+    opt_state: Any
+    key: jax.Array
+    config: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata=dict(static=True))
+
+    @classmethod
+    def create(cls, params: Any, optimizer: Any, key: Any, **static: Any) -> TrainState:
+        """A fresh state: copies of ``params``, ``optimizer.init`` state, step 0, a typed key.
+
+        Args:
+          params: the parameter pytree (copied: donating the state never
+            deletes the caller's arrays).
+          optimizer: anything with ``init(params)`` (jaxwise or Optax).
+          key: typed key, raw ``PRNGKey`` or int seed.
+          **static: hashable configuration; names of static fields of a
+            subclass go to those fields, the rest to ``config``.
+        """
+        if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+            raise TypeError(f"`optimizer` must have `init` and `update` (a GradientTransformation), got {optimizer!r}")
+        if not jax.tree.leaves(params):
+            raise ValueError("`params` has no array leaves")
+        for name, leaf in zip(path_names(params), jax.tree.leaves(params)):
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
+                raise TypeError(f"`params` leaf `{name}` must be an array, got {type(leaf).__name__}")
+        params = jax.tree.map(_fresh, params)
+        opt_state = jax.tree.map(_fresh, optimizer.init(params))
+        own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"config"}
+        fields = {k: v for k, v in static.items() if k in own}
+        config = tuple(sorted((k, v) for k, v in static.items() if k not in own))
+        for name, value in [*fields.items(), *config]:
+            try:
+                hash(value)
+            except TypeError as err:
+                raise TypeError(f"static `{name}` must be hashable (it is part of the jit cache key), got {value!r}") from err
+        return cls(
+            step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state, key=_fresh(as_key(key)),
+            config=config, **fields,
+        )
+
+    @property
+    def config_dict(self) -> dict[str, Any]:
+        """The static configuration as a dict."""
+        return dict(self.config)
+
+    def replace(self, **changes: Any) -> TrainState:
+        """``dataclasses.replace(self, **changes)``."""
+        return dataclasses.replace(self, **changes)
+
+
+def type_signature(tree: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
+    """``(path, shape, dtype, weak_type)`` of every leaf: what ``jit`` keys its cache on.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> type_signature({"a": jnp.ones(2), "n": 3})
+        [('a', (2,), 'float32', False), ('n', (), 'int32', True)]
+    """
+    out = []
+    for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
+        aval = jax.typeof(leaf)
+        out.append((name, tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False))))
+    return out

@@ -1,0 +1,441 @@
+"""Tests for jaxwise.train: state, donation, NaN guard, epochs, checkpoints, data parallelism."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from jaxwise import optim
+from jaxwise.compilation import CompileBudget
+from jaxwise.train import (
+    CheckpointError,
+    DonationError,
+    TrainState,
+    check_donatable,
+    data_mesh,
+    latest_step,
+    load_metadata,
+    make_train_epoch,
+    make_train_step,
+    restore,
+    save,
+    type_signature,
+)
+from jaxwise.tree import host_copy
+
+
+def init_params(key, sizes=(4, 16, 3)):
+    params = {}
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        key, sub = jax.random.split(key)
+        params[f"dense_{i}"] = {"w": jax.random.normal(sub, (a, b)) / np.sqrt(a), "b": jnp.zeros(b)}
+    return params
+
+
+def apply(params, x):
+    n = len(params)
+    for i in range(n):
+        x = x @ params[f"dense_{i}"]["w"] + params[f"dense_{i}"]["b"]
+        if i < n - 1:
+            x = jnp.tanh(x)
+    return x
+
+
+def loss_fn(params, batch):
+    x, y = batch
+    logits = apply(params, x)
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, y))
+
+
+def make_data(key, n=96):
+    kx, ky = jax.random.split(key)
+    x = jax.random.normal(kx, (n, 4))
+    y = (x[:, 0] > 0).astype(jnp.int32) + (x[:, 1] > 0).astype(jnp.int32)
+    return x, y
+
+
+@pytest.fixture
+def setup(key):
+    tx = optim.adamw(1e-2, weight_decay=1e-3)
+    state = TrainState.create(init_params(key), tx, jax.random.key(1))
+    return tx, state, make_data(jax.random.key(2))
+
+
+# ---------------------------------------------------------------------------
+# TrainState
+# ---------------------------------------------------------------------------
+
+
+def test_state_signature_is_stable_and_fields_frozen(setup):
+    tx, state, (x, y) = setup
+    before = type_signature(state)
+    assert before[-1][0] == "step" or any(name == "step" for name, *_ in before)
+    step = make_train_step(loss_fn, tx)
+    new, _ = step(state, (x[:32], y[:32]))
+    assert type_signature(new) == before
+    assert all(not weak for *_, weak in before)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        new.step = 3
+    replaced = dataclasses.replace(new, step=jnp.asarray(7, jnp.int32))
+    assert int(replaced.step) == 7 and int(new.step) == 1
+    assert jax.dtypes.issubdtype(new.key.dtype, jax.dtypes.prng_key)
+
+
+def test_create_copies_params_so_donation_never_deletes_the_callers_arrays(key):
+    params = init_params(key)
+    tx = optim.sgd(0.1)
+    state = TrainState.create(params, tx, 0)
+    make_train_step(loss_fn, tx)(state, make_data(key, 8))
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(params))
+
+
+def test_create_validation(key):
+    with pytest.raises(TypeError, match="optimizer"):
+        TrainState.create(init_params(key), object(), 0)
+    with pytest.raises(TypeError, match="key"):
+        TrainState.create(init_params(key), optim.sgd(0.1), "seed")
+    with pytest.raises(TypeError, match="hashable"):
+        TrainState.create(init_params(key), optim.sgd(0.1), 0, layers=[1, 2])
+    with pytest.raises(ValueError, match="no array leaves"):
+        TrainState.create({}, optim.sgd(0.1), 0)
+    raw = TrainState.create(init_params(key), optim.sgd(0.1), jax.random.PRNGKey(3))
+    assert jax.dtypes.issubdtype(raw.key.dtype, jax.dtypes.prng_key)
+
+
+def test_static_field_change_recompiles_exactly_once_more(setup):
+    tx, state, (x, y) = setup
+    batch = (x[:32], y[:32])
+    step = make_train_step(loss_fn, tx)
+    with CompileBudget(2, name="train_step") as budget:
+        state, _ = step(state, batch)
+        state, _ = step(state, batch)
+        state = dataclasses.replace(state, config=(("dropout", 0.1),))
+        state, _ = step(state, batch)
+        state, _ = step(state, batch)
+    assert budget.count == 2
+    assert budget.records[1].explanation.kind in ("unexplained", "pytree")
+
+
+# ---------------------------------------------------------------------------
+# Donation
+# ---------------------------------------------------------------------------
+
+
+def test_donation_deletes_old_state_not_batch(setup):
+    tx, state, (x, y) = setup
+    batch = (x[:32], y[:32])
+    old_leaves = jax.tree.leaves(state)
+    new, metrics = make_train_step(loss_fn, tx)(state, batch)
+    assert all(leaf.is_deleted() for leaf in old_leaves)
+    assert not any(leaf.is_deleted() for leaf in batch)
+    assert set(metrics) == {"loss", "grad_norm", "skipped"}
+
+
+def test_check_donatable_catches_shared_zeros(key):
+    params = init_params(key)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    shared = optim.ScaleByAdamState(count=jnp.zeros((), jnp.int32), mu=zeros, nu=zeros)  # the classic bug
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=(shared,), key=jax.random.key(0))
+    with pytest.raises(DonationError, match=r"`opt_state.0.mu.dense_0.b` and `opt_state.0.nu.dense_0.b`"):
+        check_donatable(state)
+    step = make_train_step(loss_fn, optim.adam(1e-3))
+    with pytest.raises(DonationError, match="same buffer"):
+        step(state, make_data(key, 8))
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(state))  # the user's state survives
+
+
+def test_reusing_a_donated_state_is_a_clear_error(setup):
+    tx, state, (x, y) = setup
+    step = make_train_step(loss_fn, tx)
+    step(state, (x[:8], y[:8]))
+    fresh = make_train_step(loss_fn, tx)
+    with pytest.raises(DonationError, match="already deleted"):
+        fresh(state, (x[:8], y[:8]))
+
+
+def test_host_copy_survives_donation_device_reference_does_not(setup):
+    tx, state, (x, y) = setup
+    kept = state.params["dense_0"]["w"]
+    snapshot = host_copy(state.params)
+    make_train_step(loss_fn, tx)(state, (x[:8], y[:8]))
+    assert kept.is_deleted()
+    assert isinstance(snapshot["dense_0"]["w"], np.ndarray) and np.isfinite(snapshot["dense_0"]["w"]).all()
+
+
+def test_weak_typed_leaf_is_caught_by_the_audit(key):
+    params = {"dense_0": {"w": jnp.ones((4, 3)), "b": jnp.asarray(0.0)}}  # jnp.asarray(0.0) is weakly typed
+
+    def loss(p, batch):
+        return jnp.mean((batch[0] @ p["dense_0"]["w"] + p["dense_0"]["b"]) ** 2)
+
+    tx = optim.sgd(0.1)
+    state = TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params), key=jax.random.key(0))
+    with pytest.raises(DonationError, match=r"`params.dense_0.b`: float32\[\]~weak → float32\[\]"):
+        make_train_step(loss, tx)(state, (jnp.ones((2, 4)), None))
+    fixed = TrainState.create(params, tx, 0)  # create() gives strong types
+    make_train_step(loss, tx)(fixed, (jnp.ones((2, 4)), None))
+
+
+def test_24_steps_over_8_batches_compile_once(setup):
+    tx, state, (x, y) = setup
+    batches = [(x[i * 12:(i + 1) * 12], y[i * 12:(i + 1) * 12]) for i in range(8)]
+    step = make_train_step(loss_fn, tx)
+    with CompileBudget(1):
+        for i in range(24):
+            state, metrics = step(state, batches[i % 8])
+    assert int(state.step) == 24
+
+
+# ---------------------------------------------------------------------------
+# NaN guard
+# ---------------------------------------------------------------------------
+
+
+def test_poisoned_batch_leaves_state_bit_identical(setup):
+    tx, state, (x, y) = setup
+    step = make_train_step(loss_fn, tx)
+    state, _ = step(state, (x[:16], y[:16]))
+    before = host_copy(state)
+    poisoned = (x[:16].at[3, 1].set(jnp.nan), y[:16])
+    after, metrics = step(state, poisoned)
+    assert int(metrics["skipped"]) == 1 and not np.isfinite(float(metrics["loss"]))
+    for a, b in zip(jax.tree.leaves(host_copy(after)), jax.tree.leaves(before)):
+        assert a.tobytes() == b.tobytes()
+    after, metrics = step(after, (x[16:32], y[16:32]))
+    assert int(metrics["skipped"]) == 0 and int(after.step) == 2
+
+
+def test_without_guard_nan_wipes_the_weights(setup):
+    tx, state, (x, y) = setup
+    step = make_train_step(loss_fn, tx, skip_nonfinite=False)
+    state, _ = step(state, (x[:16].at[0, 0].set(jnp.nan), y[:16]))
+    assert np.isnan(np.asarray(state.params["dense_0"]["w"])).all()
+
+
+# ---------------------------------------------------------------------------
+# Epochs
+# ---------------------------------------------------------------------------
+
+
+def test_epoch_compiles_once_and_drops_remainder(setup):
+    tx, state, data = setup
+    epoch = make_train_epoch(loss_fn, tx, batch_size=20)  # 96 = 4 × 20 + 16 dropped
+    with CompileBudget(1, name="train_epoch"):
+        for _ in range(5):
+            state, metrics = epoch(state, data)
+    assert metrics["loss"].shape == (4,) and int(state.step) == 20
+    assert float(metrics["loss"][-1]) < 1.0
+
+
+def test_epoch_equals_steps_over_the_same_permutation(setup):
+    tx, state, data = setup
+    twin = jax.tree.map(lambda a: jnp.array(a, copy=True), state)
+    epoch_state, metrics = make_train_epoch(loss_fn, tx, batch_size=32)(state, data)
+    key, shuffle_key = jax.random.split(twin.key)
+    order = np.asarray(jax.random.permutation(shuffle_key, 96)).reshape(3, 32)
+    step = make_train_step(loss_fn, tx)
+    twin = dataclasses.replace(twin, key=key)
+    losses = []
+    for idx in order:
+        twin, m = step(twin, (data[0][idx], data[1][idx]))
+        losses.append(float(m["loss"]))
+    np.testing.assert_allclose(np.asarray(metrics["loss"]), losses, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(epoch_state.params), jax.tree.leaves(twin.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_epoch_bad_input(setup):
+    tx, state, (x, y) = setup
+    with pytest.raises(ValueError, match="larger than the dataset"):
+        make_train_epoch(loss_fn, tx, batch_size=200)(state, (x, y))
+    with pytest.raises(ValueError, match=r"share their leading .* `0`: 96, `1`: 95"):
+        make_train_epoch(loss_fn, tx, batch_size=8)(state, (x, y[:95]))
+    with pytest.raises(ValueError, match="batch_size"):
+        make_train_epoch(loss_fn, tx, batch_size=0)
+    with pytest.raises(TypeError, match="loss_fn"):
+        make_train_step("loss", tx)
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(state))
+
+
+def test_has_aux_and_with_key(setup):
+    tx, state, (x, y) = setup
+
+    def loss_aux(params, batch, key):
+        noise = 0.01 * jax.random.normal(key, batch[0].shape)
+        logits = apply(params, batch[0] + noise)
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch[1])), {"acc": jnp.mean(
+            (logits.argmax(-1) == batch[1]).astype(jnp.float32))}
+
+    step = make_train_step(loss_aux, tx, has_aux=True, with_key=True)
+    key_before = jax.random.key_data(state.key).copy()
+    state, metrics = step(state, (x[:16], y[:16]))
+    assert 0.0 <= float(metrics["aux"]["acc"]) <= 1.0
+    assert not np.array_equal(np.asarray(jax.random.key_data(state.key)), np.asarray(key_before))
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+# ---------------------------------------------------------------------------
+
+
+def test_checkpoint_roundtrip_with_typed_key_and_static(tmp_path, key):
+    tx = optim.adam(1e-3)
+    state = TrainState.create(init_params(key), tx, jax.random.key(5), hidden=(16,))
+    save(tmp_path / "ck", state, {"epoch": 3, "note": "hello"})
+    restored = restore(tmp_path / "ck", like=state)
+    for a, b in zip(jax.tree.leaves(host_copy(restored)), jax.tree.leaves(host_copy(state))):
+        assert a.tobytes() == b.tobytes()
+    assert jax.dtypes.issubdtype(restored.key.dtype, jax.dtypes.prng_key)
+    assert restored.config == state.config and type_signature(restored) == type_signature(state)
+    assert load_metadata(tmp_path / "ck") == {"epoch": 3, "note": "hello"}
+    assert latest_step(tmp_path / "ck") == 0
+    with pytest.raises(CheckpointError, match="already exists"):
+        save(tmp_path / "ck", state)
+
+
+def test_restore_errors_name_the_problem(tmp_path, key):
+    tx = optim.adam(1e-3)
+    state = TrainState.create(init_params(key), tx, 0, hidden=(16,))
+    save(tmp_path / "ck", state)
+    other = TrainState.create(init_params(key, sizes=(4, 8, 3)), tx, 0, hidden=(16,))
+    with pytest.raises(CheckpointError, match=r"at `params.dense_0.b`: checkpoint float32\[16\], `like` float32\[8\]"):
+        restore(tmp_path / "ck", like=other)
+    renamed = TrainState.create({"layer": init_params(key)["dense_0"]}, tx, 0, hidden=(16,))
+    with pytest.raises(CheckpointError, match="first differing path"):
+        restore(tmp_path / "ck", like=renamed)
+    with pytest.raises(CheckpointError, match="static `config`"):
+        restore(tmp_path / "ck", like=TrainState.create(init_params(key), tx, 0, hidden=(32,)))
+    with pytest.raises(CheckpointError, match="no checkpoint directory"):
+        restore(tmp_path / "missing", like=state)
+    with pytest.raises(CheckpointError, match="no checkpoint for step 9"):
+        restore(tmp_path / "ck", like=state, step=9)
+
+
+def test_corrupted_checkpoint_is_detected(tmp_path, key):
+    state = TrainState.create(init_params(key), optim.sgd(0.1), 0)
+    directory = save(tmp_path / "ck", state)
+    data_files = sorted((p for p in directory.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)
+    target = data_files[0]
+    blob = bytearray(target.read_bytes())
+    blob[len(blob) // 2] ^= 0xFF
+    target.write_bytes(bytes(blob))
+    with pytest.raises(CheckpointError, match="corrupted"):
+        restore(tmp_path / "ck", like=state)
+
+
+def test_interrupted_write_keeps_previous_checkpoint(tmp_path, key):
+    tx = optim.sgd(0.1)
+    state = TrainState.create(init_params(key), tx, 0)
+    save(tmp_path / "ck", state)
+    # A write that died half-way leaves only an uncommitted temporary directory.
+    partial = tmp_path / "ck" / "5.orbax-checkpoint-tmp-1234"
+    partial.mkdir()
+    (partial / "garbage").write_bytes(b"\0" * 100)
+    assert latest_step(tmp_path / "ck") == 0
+    restored = restore(tmp_path / "ck", like=state)
+    assert int(restored.step) == 0
+
+
+RESUME_SCRIPT = textwrap.dedent(
+    """
+    import sys, numpy as np, jax, jax.numpy as jnp
+    sys.path.insert(0, {tests!r})
+    from test_train import init_params, loss_fn, make_data
+    from jaxwise import optim
+    from jaxwise.train import TrainState, make_train_epoch, save, restore
+    mode, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
+    tx = optim.adamw(1e-2, weight_decay=1e-3)
+    data = make_data(jax.random.key(2))
+    epoch = make_train_epoch(loss_fn, tx, batch_size=16)
+    state = TrainState.create(init_params(jax.random.key(0)), tx, jax.random.key(1))
+    if mode == "straight":
+        for _ in range(6):
+            state, _ = epoch(state, data)
+    elif mode == "first":
+        for _ in range(2):
+            state, _ = epoch(state, data)
+        save(path, state)
+    else:
+        state = restore(path, like=state)
+        for _ in range(4):
+            state, _ = epoch(state, data)
+    leaves = [np.asarray(jax.random.key_data(l) if jax.dtypes.issubdtype(l.dtype, jax.dtypes.prng_key) else l)
+              for l in jax.tree.leaves(state)]
+    np.savez(out, *leaves)
+    """
+)
+
+
+def test_resume_is_bit_identical_across_processes(tmp_path):
+    script = tmp_path / "resume.py"
+    script.write_text(RESUME_SCRIPT.format(tests=str(Path(__file__).parent)))
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+
+    def run(mode, out):
+        proc = subprocess.run([sys.executable, str(script), mode, str(tmp_path / "ck"), str(out)],
+                              capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        return np.load(out)
+
+    straight = run("straight", tmp_path / "a.npz")
+    run("first", tmp_path / "b.npz")
+    resumed = run("resume", tmp_path / "c.npz")
+    assert len(straight.files) == len(resumed.files)
+    for name in straight.files:
+        assert straight[name].tobytes() == resumed[name].tobytes(), name
+
+
+# ---------------------------------------------------------------------------
+# Data parallelism on 4 fake CPU devices
+# ---------------------------------------------------------------------------
+
+
+def test_data_parallel_equals_single_device(key):
+    assert len(jax.devices()) >= 4
+    mesh = data_mesh(jax.devices()[:4])
+    tx = optim.adam(1e-2)
+    params = init_params(key)
+    data = make_data(jax.random.key(2), n=128)
+    single = make_train_step(loss_fn, tx)
+    parallel = make_train_step(loss_fn, tx, mesh=mesh)
+    s1, s4 = TrainState.create(params, tx, 0), TrainState.create(params, tx, 0)
+    for i in range(4):
+        batch = (data[0][i * 32:(i + 1) * 32], data[1][i * 32:(i + 1) * 32])
+        s1, m1 = single(s1, batch)
+        s4, m4 = parallel(s4, batch)
+        np.testing.assert_allclose(float(m4["loss"]), float(m1["loss"]), rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(s4.params), jax.tree.leaves(s1.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    placed = jax.device_put(batch, parallel.batch_sharding)
+    assert placed[0].addressable_shards[0].data.shape == (8, 4)
+    compiled = parallel.jitted.lower(s4, placed).compile()
+    batch_sharding = jax.tree.leaves(compiled.input_shardings[0][1])[0]
+    assert batch_sharding.spec == P("data") and len(batch_sharding.device_set) == 4
+    assert s4.params["dense_0"]["w"].sharding.is_fully_replicated
+
+
+def test_data_parallel_epoch_and_bad_batch(key):
+    mesh = data_mesh(jax.devices()[:4])
+    tx = optim.sgd(0.1)
+    data = make_data(jax.random.key(2), n=128)
+    e1 = make_train_epoch(loss_fn, tx, batch_size=32)
+    e4 = make_train_epoch(loss_fn, tx, batch_size=32, mesh=mesh)
+    s1, m1 = e1(TrainState.create(init_params(key), tx, 0), data)
+    s4, m4 = e4(TrainState.create(init_params(key), tx, 0), data)
+    np.testing.assert_allclose(np.asarray(m4["loss"]), np.asarray(m1["loss"]), rtol=1e-5)
+    with pytest.raises(ValueError, match="not divisible by the 4 devices"):
+        make_train_epoch(loss_fn, tx, batch_size=30, mesh=mesh)
+    step = make_train_step(loss_fn, tx, mesh=mesh)
+    with pytest.raises(ValueError, match="global batch size 30 is not divisible"):
+        step(TrainState.create(init_params(key), tx, 0), (data[0][:30], data[1][:30]))
+    with pytest.raises(ValueError, match="'data'"):
+        make_train_step(loss_fn, tx, mesh=jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("batch",)))
