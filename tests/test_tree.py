@@ -74,3 +74,4 @@ def test_host_copy_is_a_real_copy():
     assert not np.shares_memory(copy["x"], view)
     assert copy["x"].flags.writeable and copy["n"] == 7
     assert copy["k"].dtype == np.uint32 and copy["k"].shape == (2,)
+    assert param_table({"key": jax.random.key(0)}).rows[0].bytes == 8

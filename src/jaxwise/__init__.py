@@ -13,10 +13,12 @@ except PackageNotFoundError:  # running from a source tree without installation
 
 from jaxwise import buckets as buckets
 from jaxwise import compilation as compilation
+from jaxwise import data as data
 from jaxwise import debug as debug
+from jaxwise import models as models
 from jaxwise import numerics as numerics
 from jaxwise import optim as optim
 from jaxwise import train as train
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "buckets", "compilation", "debug", "numerics", "optim", "train", "tree"]
+__all__ = ["__version__", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "train", "tree"]

@@ -105,10 +105,15 @@ def param_table(params: Any) -> ParamTable:
     rows = []
     flat, _ = jax.tree_util.tree_flatten_with_path(params)
     for path, leaf in flat:
-        shape = tuple(getattr(leaf, "shape", ()))
-        dtype = np.dtype(getattr(leaf, "dtype", np.asarray(leaf).dtype))
+        if not hasattr(leaf, "dtype"):
+            leaf = np.asarray(leaf)
+        shape = tuple(leaf.shape)
         count = int(np.prod(shape, dtype=np.int64))
-        rows.append(ParamRow(_join(path), shape, str(dtype), count, count * dtype.itemsize))
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):  # typed keys: their raw key data
+            nbytes = int(jax.random.key_data(leaf).nbytes)
+        else:
+            nbytes = count * np.dtype(leaf.dtype).itemsize
+        rows.append(ParamRow(_join(path), shape, str(leaf.dtype), count, nbytes))
     return ParamTable(tuple(rows), sum(r.count for r in rows), sum(r.bytes for r in rows))
 
 

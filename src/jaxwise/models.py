@@ -1,0 +1,77 @@
+"""A small MLP as plain functions: parameters are a nested dict ``dense_i/{w, b}``.
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> params = init_mlp(jax.random.key(0), (2, 64, 64, 3))
+    >>> mlp_apply(params, jnp.ones((5, 2))).shape
+    (5, 3)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["init_mlp", "mlp_apply", "mlp_layers"]
+
+Params = dict[str, dict[str, jax.Array]]
+
+
+def init_mlp(key: Any, sizes: Sequence[int] = (2, 64, 64, 3), dtype: Any = jnp.float32) -> Params:
+    """He-initialised ReLU MLP: ``w ~ N(0, 2 / fan_in)``, ``b = 0``.
+
+    Args:
+      key: a PRNG key (typed or raw) or an int seed.
+      sizes: layer widths, input first: ``(2, 64, 64, 3)`` is 2 → 64 → 64 → 3.
+      dtype: parameter dtype.
+
+    Returns:
+      ``{"dense_0": {"w": (sizes[0], sizes[1]), "b": (sizes[1],)}, …}``.
+
+    References:
+      He et al., Delving Deep into Rectifiers, ICCV 2015, https://arxiv.org/abs/1502.01852
+
+    Example:
+        >>> p = init_mlp(0, (3, 8, 2))
+        >>> sorted(p), p["dense_1"]["w"].shape
+        (['dense_0', 'dense_1'], (8, 2))
+    """
+    sizes = tuple(sizes)
+    if len(sizes) < 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+        raise ValueError(f"`sizes` must be at least two positive ints (input, …, output), got {sizes}")
+    if isinstance(key, int):
+        key = jax.random.key(key)
+    keys = jax.random.split(key, len(sizes) - 1)
+    params = {}
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        w = jax.random.normal(keys[i], (fan_in, fan_out), dtype) * jnp.sqrt(2.0 / fan_in).astype(dtype)
+        params[f"dense_{i}"] = {"w": w, "b": jnp.zeros((fan_out,), dtype)}
+    return params
+
+
+def mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
+    """The layers ``dense_0, dense_1, …`` in order (checks the naming)."""
+    n = len(params)
+    try:
+        return [params[f"dense_{i}"] for i in range(n)]
+    except KeyError as err:
+        raise ValueError(f"MLP params must be named dense_0 … dense_{n - 1}, got {sorted(params)}") from err
+
+
+def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
+    """Logits of the ReLU MLP for one example ``(d,)`` or a batch ``(B, d)``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> mlp_apply(init_mlp(0, (2, 4, 3)), jnp.zeros(2)).tolist()
+        [0.0, 0.0, 0.0]
+    """
+    layers = mlp_layers(params)
+    if x.shape[-1] != layers[0]["w"].shape[0]:
+        raise ValueError(f"`x` has {x.shape[-1]} features, the MLP expects {layers[0]['w'].shape[0]}")
+    for layer in layers[:-1]:
+        x = jax.nn.relu(x @ layer["w"] + layer["b"])
+    return x @ layers[-1]["w"] + layers[-1]["b"]
