@@ -18,7 +18,9 @@ from jaxwise import debug as debug
 from jaxwise import models as models
 from jaxwise import numerics as numerics
 from jaxwise import optim as optim
+from jaxwise import per_example as per_example
+from jaxwise import privacy as privacy
 from jaxwise import train as train
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "train", "tree"]
+__all__ = ["__version__", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "per_example", "privacy", "train", "tree"]

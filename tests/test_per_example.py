@@ -1,0 +1,205 @@
+"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, ghost norms, label errors."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise import data, numerics, optim
+from jaxwise.compilation import CompileBudget
+from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.per_example import (
+    auto_chunk_size,
+    clip_and_sum,
+    find_label_errors,
+    hardest_examples,
+    mlp_loss,
+    per_example_grad_norms,
+    per_example_grads,
+)
+
+
+def xent_single(logits, y):
+    return -numerics.log_softmax(logits)[y]
+
+
+MLP_LOSS = mlp_loss(xent_single)
+
+
+def mlp_single(params, x, y):
+    return xent_single(mlp_apply(params, x), y)
+
+
+@pytest.fixture
+def problem():
+    params = init_mlp(jax.random.key(0), (5, 16, 16, 3))
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(23, 5)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 3, 23), jnp.int32)
+    return params, x, y
+
+
+def _flat(tree):
+    return np.concatenate([np.asarray(leaf, np.float64).reshape(leaf.shape[0], -1) for leaf in jax.tree.leaves(tree)],
+                          axis=1)
+
+
+def test_vmap_grads_equal_python_loop_and_mean_equals_batch_gradient(problem):
+    params, x, y = problem
+    grads = per_example_grads(mlp_single, params, x, y)
+    for i in (0, 7, 22):
+        single = jax.grad(mlp_single)(params, x[i], y[i])
+        for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(single)):
+            np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-7)
+    batch_grad = jax.grad(lambda p: jnp.mean(jax.vmap(mlp_single, in_axes=(None, 0, 0))(p, x, y)))(params)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(batch_grad)):
+        np.testing.assert_allclose(np.asarray(a).mean(0), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def test_default_in_axes_mistake_is_silent_and_ours_cannot_make_it():
+    # params whose leading dimension equals the batch size: default in_axes=0 maps them too.
+    w = jnp.asarray(np.random.default_rng(1).normal(size=(4, 4)), jnp.float32)
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(4, 4)), jnp.float32)
+
+    def loss(w, x):
+        return jnp.sum(jnp.tanh(x @ w))
+
+    wrong = jax.vmap(jax.grad(loss))(w, x)  # no error, same shape as the right answer
+    right = per_example_grads(loss, w, x)
+    loop = jnp.stack([jax.grad(loss)(w, x[i]) for i in range(4)])
+    assert wrong.shape == right.shape == (4, 4, 4) or wrong.shape != right.shape
+    np.testing.assert_allclose(np.asarray(right), np.asarray(loop), rtol=1e-6)
+    assert not np.allclose(np.asarray(wrong).reshape(-1)[:16], np.asarray(loop).reshape(-1)[:16])
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 5, 23, 64])
+def test_chunked_norms_and_clipped_sums_equal_whole_batch(problem, chunk):
+    params, x, y = problem
+    whole_norms = per_example_grad_norms(mlp_single, params, x, y)
+    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, x, y, chunk_size=chunk), whole_norms,
+                               rtol=1e-5)
+    whole_sum, n1 = clip_and_sum(mlp_single, params, x, y, clip_norm=0.5)
+    chunk_sum, n2 = clip_and_sum(mlp_single, params, x, y, clip_norm=0.5, chunk_size=chunk)
+    np.testing.assert_allclose(n2, n1, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(chunk_sum), jax.tree.leaves(whole_sum)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_norms_match_float64_reference(problem):
+    params, x, y = problem
+    grads = _flat(per_example_grads(mlp_single, params, x, y))
+    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, x, y), np.linalg.norm(grads, axis=1),
+                               rtol=1e-5)
+    clip = 0.3
+    summed, norms = clip_and_sum(mlp_single, params, x, y, clip_norm=clip)
+    factor = np.minimum(1.0, clip / np.linalg.norm(grads, axis=1))
+    np.testing.assert_allclose(_flat(jax.tree.map(lambda a: a[None], summed))[0], (grads * factor[:, None]).sum(0),
+                               rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("sizes", [(5, 3), (5, 16, 3), (5, 16, 16, 3), (5, 8, 32, 8, 3)])
+def test_ghost_norms_equal_vmap_norms(sizes):
+    params = init_mlp(jax.random.key(3), sizes)
+    rng = np.random.default_rng(3)
+    x = jnp.asarray(rng.normal(size=(17, 5)), jnp.float32)
+    y = jnp.asarray(rng.integers(0, 3, 17), jnp.int32)
+    vmap_norms = per_example_grad_norms(MLP_LOSS, params, x, y)
+    ghost_norms = per_example_grad_norms(MLP_LOSS, params, x, y, method="ghost")
+    np.testing.assert_allclose(ghost_norms, vmap_norms, rtol=1e-4)
+    g_sum, g_norms = clip_and_sum(MLP_LOSS, params, x, y, clip_norm=0.4, method="ghost")
+    v_sum, _ = clip_and_sum(MLP_LOSS, params, x, y, clip_norm=0.4)
+    for a, b in zip(jax.tree.leaves(g_sum), jax.tree.leaves(v_sum)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_ghost_needs_a_dense_loss(problem):
+    params, x, y = problem
+    with pytest.raises(ValueError, match="mlp_loss"):
+        per_example_grad_norms(mlp_single, params, x, y, method="ghost")
+
+
+def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
+    params = init_mlp(jax.random.key(0), (64, 256, 256, 10))
+    n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
+    x = jax.ShapeDtypeStruct((512, 64), jnp.float32)
+    y = jax.ShapeDtypeStruct((512,), jnp.int32)
+    spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
+
+    def temp(chunk):
+        fn = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y, chunk_size=chunk))
+        return fn.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes
+
+    full, chunk16 = temp(None), temp(16)
+    assert full >= 0.5 * 512 * n_params * 4  # of the order of B × P floats (XLA fuses some of it)
+    assert chunk16 <= 2 * 16 * n_params * 4 + 4 * 2**20  # ≈ chunk × P floats (+ activations)
+    assert chunk16 * 8 < full
+    ghost = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y, method="ghost"))
+    assert ghost.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes * 20 < full
+
+
+def test_auto_chunk_size_fits_budget(problem):
+    params = init_mlp(jax.random.key(0), (64, 256, 10))
+    x = jnp.ones((64, 64))
+    y = jnp.zeros(64, jnp.int32)
+    n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
+    budget = 8 * n_params * 4 + 2**20
+    chunk = auto_chunk_size(MLP_LOSS, params, x, y, memory_budget=budget)
+    assert 1 <= chunk < 64
+    norms = per_example_grad_norms(MLP_LOSS, params, x, y, chunk_size="auto", memory_budget=budget)
+    np.testing.assert_allclose(norms, per_example_grad_norms(MLP_LOSS, params, x, y), rtol=1e-5)
+    assert auto_chunk_size(MLP_LOSS, params, x, y, memory_budget=2**40) == 64
+
+
+def test_jitted_norms_compile_once(problem):
+    params, x, y = problem
+    fn = jax.jit(lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=8))
+    batches = [(x + i, y) for i in range(3)]
+    with CompileBudget(1, name="<lambda>"):
+        for bx, by in batches:
+            fn(params, bx, by)
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=0.0), ValueError, "clip_norm"),
+        (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=-1.0), ValueError, "clip_norm"),
+        (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=0), ValueError, "chunk_size"),
+        (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y[:5]), ValueError, "leading"),
+        (lambda p, x, y: per_example_grads("loss", p, x, y), TypeError, "loss_single"),
+        (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, method="fast"), ValueError, "method"),
+        (lambda p, x, y: hardest_examples(mlp_single, p, x, y, k=0), ValueError, "`k`"),
+        (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=1.0, weights=jnp.ones(3)), ValueError,
+         "weights"),
+    ],
+)
+def test_bad_input(problem, call, error, match):
+    with pytest.raises(error, match=match):
+        call(*problem)
+
+
+def test_hardest_examples_and_label_error_recall():
+    x, y = data.make_blobs(2000, 20, 10, seed=0)
+    noisy, flipped = data.flip_labels(y, 20, 10, seed=1)
+    params = init_mlp(jax.random.key(0), (20, 10))  # multinomial logistic regression
+    tx = optim.adam(1e-2)
+    state = tx.init(params)
+    xj, yj = jnp.asarray(x), jnp.asarray(noisy)
+
+    def loss(p):
+        return numerics.cross_entropy(mlp_apply(p, xj), yj)
+
+    @jax.jit
+    def step(p, s):
+        g = jax.grad(loss)(p)
+        u, s = tx.update(g, s, p)
+        return optim.apply_updates(p, u), s
+
+    for _ in range(150):
+        params, state = step(params, state)
+    found = find_label_errors(MLP_LOSS, params, xj, yj, k=40, chunk_size=512)
+    recall = len(set(found.indices.tolist()) & set(flipped.tolist())) / len(flipped)
+    assert recall >= 0.9, recall
+    assert np.all(np.diff(found.grad_norms) <= 0) and found.losses.shape == (40,)
+    idx, norms = hardest_examples(MLP_LOSS, params, xj, yj, k=5, method="ghost")
+    np.testing.assert_array_equal(np.asarray(idx), found.indices[:5])

@@ -1,0 +1,213 @@
+"""Tests for jaxwise.privacy: DP-SGD self-checks, accounting against dp-accounting, training."""
+
+import dp_accounting
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise import data, numerics, optim
+from jaxwise.compilation import CompileBudget
+from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.per_example import clip_and_sum, mlp_loss, per_example_grad_norms
+from jaxwise.privacy import (
+    add_dp_noise,
+    dp_gradient,
+    dp_gradient_accumulated,
+    epsilon,
+    make_dp_train_epoch,
+    noise_multiplier_for,
+    poisson_batch,
+    shuffled_batches,
+)
+from jaxwise.train import TrainState
+
+LOSS = mlp_loss(lambda logits, y: -numerics.log_softmax(logits)[y])
+
+
+@pytest.fixture
+def problem():
+    params = init_mlp(jax.random.key(0), (6, 12, 4))
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(32, 6)) * 3, jnp.float32)
+    y = jnp.asarray(rng.integers(0, 4, 32), jnp.int32)
+    return params, x, y
+
+
+def test_infinite_clip_and_zero_noise_is_the_mean_gradient(problem):
+    params, x, y = problem
+    g, _ = dp_gradient(LOSS, params, (x, y), jax.random.key(0), clip_norm=float("inf"), noise_multiplier=0.0)
+    mean = jax.grad(lambda p: jnp.mean(jax.vmap(LOSS, in_axes=(None, 0, 0))(p, x, y)))(params)
+    for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(mean)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+def test_clipping_bounds_every_example_and_really_clips(problem):
+    params, x, y = problem
+    clip = 0.5
+    norms = np.asarray(per_example_grad_norms(LOSS, params, x, y))
+    assert (norms > clip).sum() >= 5 and (norms < clip).sum() >= 1
+    for i in range(len(norms)):
+        summed, _ = clip_and_sum(LOSS, params, x[i:i + 1], y[i:i + 1], clip_norm=clip)
+        clipped = np.sqrt(sum(float(jnp.sum(leaf**2)) for leaf in jax.tree.leaves(summed)))
+        assert clipped <= clip * (1 + 1e-5)
+        if norms[i] > clip:
+            assert clipped == pytest.approx(clip, rel=1e-5)
+        else:
+            assert clipped == pytest.approx(norms[i], rel=1e-5)
+
+
+def test_noise_is_standard_normal_after_standardising():
+    sigma, clip = 1.3, 0.7
+    zeros = {"a": jnp.zeros(60_000), "b": jnp.zeros((200, 300))}
+    noisy = add_dp_noise(zeros, jax.random.key(42), clip, sigma, batch_size=1)
+    z = np.concatenate([np.asarray(leaf).ravel() for leaf in jax.tree.leaves(noisy)]) / (sigma * clip)
+    assert z.size >= 100_000
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1.0) < 0.01
+    a, b = np.asarray(noisy["a"][:1000]), np.asarray(noisy["b"]).ravel()[:1000]
+    assert abs(np.corrcoef(a, b)[0, 1]) < 0.1  # independent keys per leaf
+    halved = add_dp_noise(zeros, jax.random.key(42), clip, sigma, batch_size=2)
+    np.testing.assert_allclose(np.asarray(halved["a"]), np.asarray(noisy["a"]) / 2, rtol=1e-6)
+
+
+def test_same_key_same_result_different_key_different(problem):
+    params, x, y = problem
+    run = lambda k: dp_gradient(LOSS, params, (x, y), jax.random.key(k), clip_norm=1.0, noise_multiplier=1.0)[0]  # noqa: E731
+    a, b, c = run(1), run(1), run(2)
+    for la, lb, lc in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(c)):
+        np.testing.assert_array_equal(np.asarray(la), np.asarray(lb))
+        assert not np.allclose(np.asarray(la), np.asarray(lc))
+
+
+def test_ghost_and_chunked_dp_gradients_agree(problem):
+    params, x, y = problem
+    key = jax.random.key(3)
+    ref, ref_norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8)
+    for kwargs in ({"method": "ghost"}, {"chunk_size": 5}):
+        g, norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8, **kwargs)
+        np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
+        for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref)):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+
+
+def test_accumulation_adds_noise_once(problem):
+    params, x, y = problem
+    micro = (x.reshape(4, 8, 6), y.reshape(4, 8))
+    clean_acc, norms = dp_gradient_accumulated(LOSS, params, micro, jax.random.key(0), 1.0, 0.0, expected_batch_size=32)
+    clean, _ = dp_gradient(LOSS, params, (x, y), jax.random.key(0), 1.0, 0.0)
+    for a, b in zip(jax.tree.leaves(clean_acc), jax.tree.leaves(clean)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+    assert norms.shape == (4, 8)
+    sigma = 2.0
+    samples = []
+    for k in range(40):
+        noisy, _ = dp_gradient_accumulated(LOSS, params, micro, jax.random.key(k), 1.0, sigma, expected_batch_size=32)
+        samples.append(np.concatenate([(np.asarray(a) - np.asarray(b)).ravel()
+                                       for a, b in zip(jax.tree.leaves(noisy), jax.tree.leaves(clean))]))
+    std = np.std(np.concatenate(samples)) * 32 / sigma
+    assert 0.9 < std < 1.1  # once: σC/B; per micro-batch it would be √4 = 2 times larger
+    masked, _ = dp_gradient_accumulated(LOSS, params, micro, jax.random.key(0), 1.0, 0.0, expected_batch_size=32,
+                                        mask=jnp.ones((4, 8), bool).at[3].set(False))
+    first_three, _ = dp_gradient(LOSS, params, (x[:24], y[:24]), jax.random.key(0), 1.0, 0.0, expected_batch_size=32)
+    for a, b in zip(jax.tree.leaves(masked), jax.tree.leaves(first_three)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "pld"])
+def test_epsilon_equals_dp_accounting(accountant):
+    sigma, q, steps, delta = 1.1, 0.01, 500, 1e-5
+    direct = dp_accounting.rdp.RdpAccountant() if accountant == "rdp" else dp_accounting.pld.PLDAccountant()
+    direct.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    assert epsilon(sigma, q, steps, delta, accountant=accountant) == pytest.approx(direct.get_epsilon(delta), rel=1e-9)
+    assert epsilon(0.0, q, steps, delta) == float("inf")
+
+
+def test_noise_multiplier_for_round_trips():
+    q, steps, delta = 0.02, 1000, 1e-5
+    for target in (0.5, 2.0, 8.0):
+        sigma = noise_multiplier_for(target, delta, q, steps)
+        assert epsilon(sigma, q, steps, delta) <= target * (1 + 1e-3)
+        assert epsilon(sigma * 0.97, q, steps, delta) > target
+
+
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: epsilon(1.0, 0.0, 10, 1e-5), ValueError, "sample_rate"),
+        (lambda: epsilon(1.0, 1.5, 10, 1e-5), ValueError, "sample_rate"),
+        (lambda: epsilon(1.0, 0.1, 10, 0.0), ValueError, "delta"),
+        (lambda: epsilon(1.0, 0.1, 10, 1.0), ValueError, "delta"),
+        (lambda: epsilon(-1.0, 0.1, 10, 1e-5), ValueError, "noise_multiplier"),
+        (lambda: epsilon(1.0, 0.1, 0, 1e-5), ValueError, "steps"),
+        (lambda: epsilon(1.0, 0.1, 10, 1e-5, accountant="moments"), ValueError, "accountant"),
+        (lambda: noise_multiplier_for(1e-9, 1e-5, 1.0, 10**6), ValueError, "unreachable"),
+        (lambda: noise_multiplier_for(0.0, 1e-5, 0.1, 10), ValueError, "target_epsilon"),
+        (lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 0.0, 1.0, 1), ValueError, "clip_norm"),
+        (lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 1.0, -0.5, 1), ValueError, "noise_multiplier"),
+        (lambda: poisson_batch(jax.random.key(0), 10, 0.0, 5), ValueError, "sample_rate"),
+        (lambda: shuffled_batches(jax.random.key(0), 10, 11), ValueError, "batch_size"),
+    ],
+)
+def test_bad_input(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+
+
+def test_dp_gradient_bad_batch(problem):
+    params, x, y = problem
+    with pytest.raises(TypeError, match="tuple"):
+        dp_gradient(LOSS, params, [x, y], jax.random.key(0), 1.0, 1.0)
+    with pytest.raises(ValueError, match="leading"):
+        dp_gradient(LOSS, params, (x, y[:3]), jax.random.key(0), 1.0, 1.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        dp_gradient(LOSS, params, (x, y), jax.random.key(0), 1.0, 1.0, chunk_size=-2)
+
+
+def test_poisson_batch_statistics():
+    counts = [int(poisson_batch(jax.random.key(k), 2000, 0.05, 200)[1].sum()) for k in range(50)]
+    assert abs(np.mean(counts) - 100) < 5 and np.std(counts) > 3
+    idx, mask, over = poisson_batch(jax.random.key(0), 100, 0.9, 10)
+    assert bool(over) and int(mask.sum()) == 10
+
+
+def _train(epoch, state, data, epochs):
+    for _ in range(epochs):
+        state, metrics = epoch(state, data)
+    return state, metrics
+
+
+@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
+def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampling):
+    x, y = data.make_blobs(2000, 20, 10, seed=0)
+    xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.25, seed=1)
+    train = (jnp.asarray(xtr), jnp.asarray(ytr))
+    tx = optim.sgd(0.5, momentum=0.9)
+    dp_epoch = make_dp_train_epoch(LOSS, tx, batch_size=100, clip_norm=1.0, noise_multiplier=1.1, sampling=sampling)
+    state = TrainState.create(init_mlp(jax.random.key(0), (20, 10)), tx, jax.random.key(1))
+    with CompileBudget(1, name="epoch"):
+        state, metrics = _train(dp_epoch, state, train, 8)
+    acc = float(jnp.mean(mlp_apply(state.params, jnp.asarray(xte)).argmax(-1) == jnp.asarray(yte)))
+    assert acc > 0.9, acc
+    assert not bool(metrics["overflow"].any())
+    steps = 8 * dp_epoch.steps_per_epoch(len(xtr))
+    eps = epsilon(1.1, dp_epoch.sample_rate(len(xtr)), steps, 1e-5)
+    assert 0 < eps < 10
+
+    plain = TrainState.create(init_mlp(jax.random.key(0), (20, 10)), tx, 1)
+    loss = lambda p, b: numerics.cross_entropy(mlp_apply(p, b[0]), b[1])  # noqa: E731
+    from jaxwise.train import make_train_epoch
+
+    plain, _ = _train(make_train_epoch(loss, tx, 100), plain, train, 8)
+    assert float(jnp.mean(mlp_apply(plain.params, jnp.asarray(xte)).argmax(-1) == jnp.asarray(yte))) > 0.9
+
+
+def test_dp_epoch_input_checks():
+    tx = optim.sgd(0.1)
+    epoch = make_dp_train_epoch(LOSS, tx, batch_size=64, clip_norm=1.0, noise_multiplier=1.0)
+    state = TrainState.create(init_mlp(0, (3, 2)), tx, 0)
+    with pytest.raises(ValueError, match="larger than the dataset"):
+        epoch(state, (jnp.ones((10, 3)), jnp.zeros(10, jnp.int32)))
+    with pytest.raises(TypeError, match="tuple"):
+        epoch(state, [jnp.ones((100, 3)), jnp.zeros(100, jnp.int32)])
+    with pytest.raises(ValueError, match="sampling"):
+        make_dp_train_epoch(LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, sampling="uniform")
