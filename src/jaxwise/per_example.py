@@ -139,12 +139,19 @@ def _clip_factor(norms: jax.Array, clip_norm: float) -> jax.Array:
 
 def _clipped_sum_chunk(loss_single: LossSingle, params: Any, batch: tuple, weights: jax.Array,
                        clip_norm: float) -> tuple[Any, jax.Array]:
-    grads = per_example_grads(loss_single, params, *batch)
-    norms = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype(jnp.float32)).reshape(g.shape[0], -1), axis=1)
-                         for g in jax.tree.leaves(grads)))
-    factor = _clip_factor(norms, clip_norm) * weights
-    summed = jax.tree.map(lambda g: jnp.tensordot(factor.astype(g.dtype), g, axes=1), grads)
-    return summed, norms
+    """Clipped sum of one chunk: norms by ``vmap`` (fused, nothing kept), then ONE weighted backward pass.
+
+    ``Σ_i f_i ∇L_i = ∇(Σ_i f_i L_i)`` with the factors ``f_i`` held constant,
+    so the per-example gradients are never stored for the sum.
+    """
+    axes = (None, *([0] * len(batch)))
+    norms = jax.vmap(_norm_single(loss_single), in_axes=axes)(params, *batch)
+    factor = jax.lax.stop_gradient(_clip_factor(norms, clip_norm) * weights)
+
+    def weighted(p: Any) -> jax.Array:
+        return jnp.sum(jax.vmap(loss_single, in_axes=axes)(p, *batch) * factor)
+
+    return jax.grad(weighted)(params), norms
 
 
 # --------------------------------------------------------------------------
@@ -356,26 +363,29 @@ class DenseLoss:
         grads, (inputs, losses) = jax.grad(total, has_aux=True)(eps)
         return grads, inputs, losses
 
-    def norms(self, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-        """Per-example gradient norms without per-example gradients: ``(B,)``."""
-        grads, inputs, _ = self._output_grads(params, x, y)
-        sq = sum(
+    @staticmethod
+    def _sq_norms(inputs: list[jax.Array], grads: list[jax.Array]) -> jax.Array:
+        return sum(
             jnp.sum(jnp.square(a), axis=1) * jnp.sum(jnp.square(g), axis=1) + jnp.sum(jnp.square(g), axis=1)
             for a, g in zip(inputs, grads)
         )
-        return jnp.sqrt(sq)
+
+    def norms(self, params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        """Per-example gradient norms without per-example gradients: ``(B,)``."""
+        grads, inputs, _ = self._output_grads(params, x, y)
+        return jnp.sqrt(self._sq_norms(inputs, grads))
 
     def clip_and_sum(self, params: Any, x: jax.Array, y: jax.Array, *, clip_norm: float,
                      weights: jax.Array) -> tuple[Any, jax.Array]:
-        """Clipped gradient sum by a second backward pass with per-example weights."""
-        norms = self.norms(params, x, y)
-        factor = jax.lax.stop_gradient(_clip_factor(norms, clip_norm) * weights)
-
-        def weighted(p: Any) -> jax.Array:
-            logits, _ = self._forward(p, x)
-            return jnp.sum(jax.vmap(self.loss_from_logits)(logits, y) * factor)
-
-        return jax.grad(weighted)(params), norms
+        """Clipped gradient sum from the same pass: ``∇W = Aᵀ diag(f) G``, ``∇b = Gᵀ f`` per layer."""
+        grads, inputs, _ = self._output_grads(params, x, y)
+        norms = jnp.sqrt(self._sq_norms(inputs, grads))
+        factor = _clip_factor(norms, clip_norm) * weights
+        summed = {}
+        for i, (a, g) in enumerate(zip(inputs, grads)):
+            scaled = g * factor[:, None].astype(g.dtype)
+            summed[f"dense_{i}"] = {"w": a.T @ scaled, "b": jnp.sum(scaled, axis=0)}
+        return summed, norms
 
 
 def mlp_loss(loss_from_logits: Callable[[jax.Array, jax.Array], jax.Array]) -> DenseLoss:
