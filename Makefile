@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(BIN)/jaxwise doctor
+	$(BIN)/jaxwise spiral
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2

@@ -1,4 +1,4 @@
-"""Data generated in code (spiral, blobs, label noise) and user CSVs.
+"""Data generated in code (spiral, blobs, label noise) and users' CSV files.
 
 Generators use NumPy's seeded ``Generator`` (no JAX compilation, identical
 on every machine for a given seed).
@@ -11,9 +11,14 @@ Example:
 
 from __future__ import annotations
 
+import csv
+import dataclasses
+import os
+from pathlib import Path
+
 import numpy as np
 
-__all__ = ["flip_labels", "make_blobs", "make_spiral", "train_test_split"]
+__all__ = ["DataError", "Table", "flip_labels", "load_csv", "make_blobs", "make_spiral", "train_test_split"]
 
 
 def _check_positive_int(value: object, name: str) -> int:
@@ -121,3 +126,153 @@ def train_test_split(
         a = np.asarray(a)
         out += [a[train], a[test]]
     return tuple(out)
+
+
+# --------------------------------------------------------------------------
+# CSV files
+# --------------------------------------------------------------------------
+
+
+class DataError(ValueError):
+    """A problem with a user's data file, described in one line."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A numeric feature table with class labels, as read by :func:`load_csv`.
+
+    Attributes:
+      x: float32 ``(N, D)`` features.
+      y: int32 ``(N,)`` class indices into ``classes``.
+      classes: class names (sorted label values, as strings).
+      feature_names: the ``D`` feature column names.
+      rows: int64 ``(N,)`` 0-based data-row index of each example in the file
+        (header excluded; differs from ``arange(N)`` when rows were dropped).
+      dropped: number of rows dropped for missing values (``drop_na``).
+    """
+
+    x: np.ndarray
+    y: np.ndarray
+    classes: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    rows: np.ndarray
+    dropped: int = 0
+
+
+_MISSING = {"", "na", "nan", "null", "none"}
+
+
+def load_csv(path: str | os.PathLike[str], label: str, *, drop_na: bool = False) -> Table:
+    """Read a CSV with a header row: numeric feature columns and one label column.
+
+    Labels may be integers or strings; classes are their sorted distinct
+    values. Every problem raises :class:`DataError` with one line naming the
+    file, and the row / column where it applies: missing file, empty file,
+    no header, unknown label column (the available ones are listed),
+    non-numeric features, missing cells (unless ``drop_na``), a single class.
+
+    Rows are 0-based data rows (the header is not counted).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.csv"
+        >>> _ = p.write_text("a,b,kind\\n1,2,cat\\n3,4,dog\\n5,6,cat\\n")
+        >>> t = load_csv(p, "kind")
+        >>> t.x.shape, t.y.tolist(), t.classes
+        ((3, 2), [0, 1, 0], ('cat', 'dog'))
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file")
+    if path.is_dir():
+        raise DataError(f"{path}: is a directory, expected a CSV file")
+    try:
+        with path.open(newline="", encoding="utf-8-sig") as f:
+            records = list(csv.reader(f))
+    except UnicodeDecodeError as err:
+        raise DataError(f"{path}: not a UTF-8 text file ({err.reason} at byte {err.start})") from err
+    except csv.Error as err:
+        raise DataError(f"{path}: malformed CSV: {err}") from err
+    records = [r for r in records if any(cell.strip() for cell in r)]
+    if not records:
+        raise DataError(f"{path}: the file is empty")
+    header = [h.strip() for h in records[0]]
+    body = records[1:]
+    if _looks_numeric(header):
+        raise DataError(f"{path}: no header row (the first row is all numbers: {','.join(header[:5])}…)")
+    if len(set(header)) != len(header):
+        raise DataError(f"{path}: duplicate column names in the header: {header}")
+    if label not in header:
+        raise DataError(f"{path}: no label column {label!r}; available columns: {', '.join(header)}")
+    if not body:
+        raise DataError(f"{path}: the file has a header but no data rows")
+    for i, record in enumerate(body):
+        if len(record) != len(header):
+            raise DataError(f"{path}: data row {i} has {len(record)} cells, the header has {len(header)}")
+    feature_names = tuple(h for h in header if h != label)
+    if not feature_names:
+        raise DataError(f"{path}: no feature columns besides the label {label!r}")
+    label_at = header.index(label)
+    cells = np.asarray(body, dtype=object)
+    labels = np.char.strip(cells[:, label_at].astype(str))
+    features = np.char.strip(np.delete(cells, label_at, axis=1).astype(str))
+    missing = np.isin(np.char.lower(features), list(_MISSING)) | np.isin(np.char.lower(labels), list(_MISSING))[:, None]
+    rows = np.arange(len(body))
+    dropped = 0
+    if missing.any():
+        bad = np.argwhere(missing)
+        if not drop_na:
+            r, c = bad[0]
+            raise DataError(
+                f"{path}: missing value in data row {r}, column {feature_names[c] if c < len(feature_names) else label!r}"
+                f" ({missing.any(axis=1).sum()} rows have missing values; pass --drop-na to drop them)"
+            )
+        keep = ~missing.any(axis=1)
+        dropped = int((~keep).sum())
+        features, labels, rows = features[keep], labels[keep], rows[keep]
+        if not len(rows):
+            raise DataError(f"{path}: every row has a missing value")
+    x = _parse_features(features, feature_names, rows, path)
+    classes = tuple(sorted(set(labels.tolist()), key=_label_sort_key))
+    if len(classes) < 2:
+        raise DataError(f"{path}: the label column {label!r} has a single class ({classes[0]!r}); need at least two")
+    index = {c: i for i, c in enumerate(classes)}
+    y = np.asarray([index[v] for v in labels.tolist()], np.int32)
+    return Table(x, y, classes, feature_names, rows.astype(np.int64), dropped)
+
+
+def _looks_numeric(cells: list[str]) -> bool:
+    try:
+        [float(c) for c in cells]
+    except ValueError:
+        return False
+    return True
+
+
+def _label_sort_key(value: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(value), value)
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def _parse_features(cells: np.ndarray, names: tuple[str, ...], rows: np.ndarray, path: Path) -> np.ndarray:
+    out = np.empty(cells.shape, np.float32)
+    for j, name in enumerate(names):
+        column = cells[:, j]
+        try:
+            values = column.astype(np.float64)
+        except ValueError:
+            for i, cell in enumerate(column.tolist()):
+                try:
+                    float(cell)
+                except ValueError:
+                    raise DataError(
+                        f"{path}: non-numeric value {cell!r} in data row {int(rows[i])}, column {name!r}"
+                    ) from None
+            raise
+        if not np.isfinite(values).all():
+            i = int(np.argmin(np.isfinite(values)))
+            raise DataError(f"{path}: non-finite value {column[i]!r} in data row {int(rows[i])}, column {name!r}")
+        out[:, j] = values
+    return out
