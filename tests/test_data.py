@@ -1,0 +1,104 @@
+"""Tests for jaxwise.data and jaxwise.models: generators, CSV loading and its errors, the MLP."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise.data import DataError, flip_labels, load_csv, make_blobs, make_spiral, train_test_split
+from jaxwise.models import init_mlp, mlp_apply
+
+
+def test_spiral_geometry():
+    x, y = make_spiral(600, 3, 0.15, seed=0)
+    assert x.shape == (1800, 2) and x.dtype == np.float32 and y.dtype == np.int32
+    assert np.bincount(y).tolist() == [600, 600, 600]
+    r = np.linalg.norm(x, axis=1)
+    assert r.min() >= 0 and r.max() <= 1 + 1e-6
+    # Noise-free arms follow angle 4j + 4r exactly.
+    x0, y0 = make_spiral(50, 3, 0.0, seed=0)
+    r0 = np.linalg.norm(x0, axis=1)
+    theta = np.arctan2(x0[:, 0], x0[:, 1])
+    expected = np.mod(4 * y0 + 4 * r0 + np.pi, 2 * np.pi) - np.pi
+    ok = r0 > 1e-6
+    np.testing.assert_allclose(np.cos(theta[ok] - expected[ok]), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(make_spiral(seed=3)[0], make_spiral(seed=3)[0])
+
+
+def test_split_sizes_match_the_demo():
+    x, y = make_spiral(600, 3, seed=0)
+    xtr, xte, ytr, yte = train_test_split(x, y, test_fraction=0.2, seed=0)
+    assert len(xtr) == 1440 and len(xte) == 360
+    with pytest.raises(ValueError, match="same length"):
+        train_test_split(x, y[:5])
+
+
+def test_blobs_and_flips():
+    x, y = make_blobs(2000, 20, 10, seed=0)
+    assert x.shape == (2000, 20) and np.bincount(y).tolist() == [200] * 10
+    noisy, idx = flip_labels(y, 20, 10, seed=1)
+    assert len(idx) == 20 and (noisy[idx] != y[idx]).all() and (noisy != y).sum() == 20
+    with pytest.raises(ValueError, match="n_flip"):
+        flip_labels(y, 3000, 10)
+
+
+def test_mlp_he_init_and_shapes():
+    params = init_mlp(jax.random.key(0), (100, 400, 3))
+    w = np.asarray(params["dense_0"]["w"])
+    assert w.shape == (100, 400) and abs(w.std() - np.sqrt(2 / 100)) < 0.01
+    assert not np.asarray(params["dense_0"]["b"]).any()
+    assert mlp_apply(params, jnp.ones((7, 100))).shape == (7, 3)
+    assert mlp_apply(params, jnp.ones(100)).shape == (3,)
+    with pytest.raises(ValueError, match="features"):
+        mlp_apply(params, jnp.ones(5))
+    with pytest.raises(ValueError, match="sizes"):
+        init_mlp(0, (3,))
+
+
+def write(tmp_path, text, name="d.csv"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_load_csv_string_and_integer_labels(tmp_path):
+    table = load_csv(write(tmp_path, "f1,f2,colour\n1,2,red\n3, 4 ,blue\n5,6,red\n"), "colour")
+    assert table.classes == ("blue", "red") and table.y.tolist() == [1, 0, 1]
+    assert table.feature_names == ("f1", "f2") and table.x.dtype == np.float32
+    np.testing.assert_array_equal(table.x, [[1, 2], [3, 4], [5, 6]])
+    ints = load_csv(write(tmp_path, "label,a\n10,0.5\n2,1.5\n10,2\n", "i.csv"), "label")
+    assert ints.classes == ("2", "10") and ints.y.tolist() == [1, 0, 1]
+
+
+@pytest.mark.parametrize(
+    "text, label, match",
+    [
+        ("", "y", "empty"),
+        ("1,2,3\n4,5,6\n", "y", "no header"),
+        ("a,b,y\n1,2,0\n", "target", "no label column 'target'; available columns: a, b, y"),
+        ("a,b,y\n1,2,0\n3,x7,1\n", "y", r"non-numeric value 'x7' in data row 1, column 'b'"),
+        ("a,b,y\n1,2,0\n3,,1\n", "y", r"missing value in data row 1, column 'b'"),
+        ("a,b,y\n1,2,0\n3,NaN,1\n", "y", "missing value in data row 1"),
+        ("a,b,y\n1,2,0\n3,4,0\n", "y", "single class"),
+        ("a,b,y\n", "y", "no data rows"),
+        ("a,b,y\n1,2\n", "y", "data row 0 has 2 cells"),
+        ("a,a,y\n1,2,0\n", "y", "duplicate column"),
+        ("a,b,y\n1,inf,0\n2,3,1\n", "y", "non-finite"),
+    ],
+)
+def test_load_csv_errors(tmp_path, text, label, match):
+    with pytest.raises(DataError, match=match):
+        load_csv(write(tmp_path, text), label)
+
+
+def test_load_csv_missing_file_and_drop_na(tmp_path):
+    with pytest.raises(DataError, match="no such file"):
+        load_csv(tmp_path / "nope.csv", "y")
+    with pytest.raises(DataError, match="is a directory"):
+        load_csv(tmp_path, "y")
+    table = load_csv(write(tmp_path, "a,y\n1,0\n,1\n3,1\n4,na\n5,0\n"), "y", drop_na=True)
+    assert table.dropped == 2 and table.rows.tolist() == [0, 2, 4] and table.x[:, 0].tolist() == [1, 3, 5]
+    binary = tmp_path / "b.csv"
+    binary.write_bytes(b"a,y\n\xff\xfe,1\n")
+    with pytest.raises(DataError, match="UTF-8"):
+        load_csv(binary, "y")
