@@ -11,6 +11,7 @@ try:
 except PackageNotFoundError:  # running from a source tree without installation
     __version__ = "0.0.0+unknown"
 
+from jaxwise import autodiff as autodiff
 from jaxwise import buckets as buckets
 from jaxwise import compilation as compilation
 from jaxwise import data as data
@@ -23,4 +24,4 @@ from jaxwise import privacy as privacy
 from jaxwise import train as train
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "per_example", "privacy", "train", "tree"]
+__all__ = ["__version__", "autodiff", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "per_example", "privacy", "train", "tree"]
