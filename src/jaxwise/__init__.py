@@ -21,7 +21,8 @@ from jaxwise import numerics as numerics
 from jaxwise import optim as optim
 from jaxwise import per_example as per_example
 from jaxwise import privacy as privacy
+from jaxwise import sequence as sequence
 from jaxwise import train as train
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "autodiff", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "per_example", "privacy", "train", "tree"]
+__all__ = ["__version__", "autodiff", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "per_example", "privacy", "sequence", "train", "tree"]
