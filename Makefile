@@ -21,6 +21,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2
 
 bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/jaxwise bench
 
 clean:
