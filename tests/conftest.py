@@ -18,6 +18,7 @@ jax.config.update("jax_num_cpu_devices", 8)
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 
 pytest_plugins = ["pytester"]
+collect_ignore_glob = ["lint_cases/*"]  # source snippets for the linter, never imported
 
 
 @pytest.fixture

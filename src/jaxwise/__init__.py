@@ -16,6 +16,7 @@ from jaxwise import buckets as buckets
 from jaxwise import compilation as compilation
 from jaxwise import data as data
 from jaxwise import debug as debug
+from jaxwise import diagnose as diagnose
 from jaxwise import models as models
 from jaxwise import numerics as numerics
 from jaxwise import optim as optim
@@ -25,4 +26,4 @@ from jaxwise import sequence as sequence
 from jaxwise import train as train
 from jaxwise import tree as tree
 
-__all__ = ["__version__", "autodiff", "buckets", "compilation", "data", "debug", "models", "numerics", "optim", "per_example", "privacy", "sequence", "train", "tree"]
+__all__ = ["__version__", "autodiff", "buckets", "compilation", "data", "debug", "diagnose", "models", "numerics", "optim", "per_example", "privacy", "sequence", "train", "tree"]

@@ -1,7 +1,8 @@
 """The ``jaxwise`` command line.
 
 Subcommands: ``spiral`` (the main job), ``train CSV --label COL``,
-``label-errors CSV --label COL --top K --out FILE``, ``doctor``, ``bench``.
+``label-errors CSV --label COL --top K --out FILE``, ``lint PATH...``,
+``doctor``, ``bench``.
 ``--json`` prints one JSON object on stdout (progress bars go to stderr).
 User errors print one line ``jaxwise: error: …`` on stderr and exit with
 code 2; a run whose built-in checks fail exits with code 1.
@@ -177,6 +178,37 @@ def _cmd_doctor(args: argparse.Namespace) -> int:
     return 0
 
 
+def _codes(text: str) -> list[str]:
+    from jaxwise.lint import RULES
+
+    codes = [c.strip().upper() for c in text.split(",") if c.strip()]
+    unknown = [c for c in codes if c not in RULES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown rule code(s) {', '.join(unknown)}; known: {', '.join(RULES)}")
+    return codes
+
+
+def _cmd_lint(args: argparse.Namespace) -> int:
+    from jaxwise.jobs import UserError
+    from jaxwise.lint import lint_paths
+
+    try:
+        findings, errors, count = lint_paths(args.paths, select=args.select, ignore=args.ignore)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from err
+    for error in errors:
+        print(error.format(), file=sys.stderr)
+    if args.format == "json":
+        print(json.dumps({"files": count, "findings": [f.to_dict() for f in findings],
+                          "errors": [{"path": e.path, "message": e.message} for e in errors]}))
+    else:
+        for finding in findings:
+            print(finding.format())
+        summary = f"{len(findings)} finding(s) in {count} file(s)" + (f", {len(errors)} unreadable" if errors else "")
+        print(summary, file=sys.stderr)
+    return 1 if findings or errors else 0
+
+
 def _benchmarks_dir() -> Path:
     from jaxwise.jobs import UserError
 
@@ -244,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
     errors.add_argument("--run-dir", default="runs/label-errors",
                         help="directory for the checkpoint and plots (default runs/label-errors)")
     errors.set_defaults(run=_cmd_label_errors)
+
+    lint = sub.add_parser("lint", help="find JAX pitfalls in source code (static analysis, nothing is run)")
+    lint.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (recursing into *.py)")
+    lint.add_argument("--format", choices=("text", "json"), default="text", help="output format (default text)")
+    lint.add_argument("--select", type=_codes, default=None, help="only these rules, e.g. JW001,JW003")
+    lint.add_argument("--ignore", type=_codes, default=None, help="skip these rules, e.g. JW004")
+    lint.set_defaults(run=_cmd_lint)
 
     doctor = sub.add_parser("doctor", help="print versions and devices; check known JAX pitfalls live")
     doctor.add_argument("--json", action="store_true", help="print one JSON object")

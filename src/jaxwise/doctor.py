@@ -12,6 +12,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import platform
 import subprocess
@@ -110,17 +111,26 @@ def check_debug_nans_after_vmap(isolated: bool = True) -> Check:
     )
 
 
+@functools.partial(jax.jit, donate_argnums=0)
+def _donating_increment(x: jax.Array) -> jax.Array:
+    return x + 1.0
+
+
+@jax.jit
+def _tanh_matvec(m: jax.Array, v: jax.Array) -> jax.Array:
+    return jnp.tanh(m @ v)
+
+
 def check_numpy_view_donation() -> Check:
     """Does a live ``np.asarray`` view of a CPU array silently disable its donation?"""
     name = "np.asarray and donation"
     if jax.default_backend() != "cpu":
         return Check(name, "PASS", f"not applicable on {jax.default_backend()} (no zero-copy host views)")
-    step = jax.jit(lambda x: x + 1.0, donate_argnums=0)
     x = jnp.arange(1024.0)
     view = np.asarray(x)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        step(x).block_until_ready()
+        _donating_increment(x).block_until_ready()
     donated = x.is_deleted()
     del view
     if donated:
@@ -146,15 +156,14 @@ def check_captured_constant(n: int = 256) -> Check:
     a = rng.normal(size=(n, n)).astype(np.float32) / np.sqrt(n)
     x = rng.normal(size=(n,)).astype(np.float32)
     a_dev, x_dev = jnp.asarray(a), jnp.asarray(x)
-    closure = jax.jit(lambda v: jnp.tanh(a_dev @ v))
-    argument = jax.jit(lambda m, v: jnp.tanh(m @ v))
-    got_closure = np.asarray(closure(x_dev), np.float64)
-    got_argument = np.asarray(argument(a_dev, x_dev), np.float64)
+    closure = jax.jit(lambda v: jnp.tanh(a_dev @ v))  # the pitfall under test: `a_dev` is captured
+    got_closure = np.asarray(closure(x_dev), np.float64)  # noqa: JW001 - a fresh closure is the point here
+    got_argument = np.asarray(_tanh_matvec(a_dev, x_dev), np.float64)
     reference = np.tanh(a.astype(np.float64) @ x.astype(np.float64))
     err_closure = float(np.max(np.abs(got_closure - reference)))
     err_argument = float(np.max(np.abs(got_argument - reference)))
     size_closure = len(closure.lower(x_dev).as_text())
-    size_argument = len(argument.lower(a_dev, x_dev).as_text())
+    size_argument = len(_tanh_matvec.lower(a_dev, x_dev).as_text())
     sizes = f"program text {size_closure / 1024:.0f} KiB vs {size_argument / 1024:.0f} KiB as argument"
     if np.array_equal(got_closure, got_argument):
         return Check(

@@ -1,0 +1,9 @@
+# expect: JW001
+import jax
+
+class Model:
+    def apply(self, x):
+        return x + 1
+
+    def __call__(self, x):
+        return jax.jit(self.apply)(x)

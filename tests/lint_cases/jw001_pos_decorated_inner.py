@@ -1,0 +1,8 @@
+# expect: JW001
+import jax
+
+def outer(x, scale):
+    @jax.jit
+    def inner(v):
+        return v * scale
+    return inner(x)

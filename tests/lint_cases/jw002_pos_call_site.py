@@ -1,0 +1,13 @@
+# expect: JW002
+import jax
+
+class Settings:
+    pass
+
+def f(x, settings):
+    return x
+
+f_jit = jax.jit(f, static_argnums=1)
+
+def run(x):
+    return f(x, Settings())

@@ -1,0 +1,10 @@
+# expect: JW002
+import jax
+
+class Opts:
+    scale = 2.0
+
+def g(x, opts: Opts):
+    return x * opts.scale
+
+g_jit = jax.jit(g, static_argnums=(1,))

@@ -1,0 +1,9 @@
+# expect: -
+import jax
+
+def init(key):
+    key, sub = jax.random.split(key)
+    w = jax.random.normal(sub, (3, 3))
+    key, sub = jax.random.split(key)
+    b = jax.random.normal(sub, (3,))
+    return w, b

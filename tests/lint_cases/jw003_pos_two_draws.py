@@ -1,0 +1,7 @@
+# expect: JW003
+import jax
+
+def init(key):
+    w = jax.random.normal(key, (3, 3))
+    b = jax.random.normal(key, (3,))
+    return w, b

@@ -1,0 +1,4 @@
+# expect: -
+import jax
+
+key = jax.random.key(0)

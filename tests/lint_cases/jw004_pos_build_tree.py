@@ -1,0 +1,5 @@
+# expect: JW004
+import jax
+
+def rebuild(treedef, leaves):
+    return jax.tree_util.build_tree(treedef, leaves)

@@ -1,0 +1,4 @@
+# expect: JW004
+import jax
+
+key = jax.random.PRNGKey(0)

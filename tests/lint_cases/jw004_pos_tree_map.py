@@ -1,0 +1,5 @@
+# expect: JW004
+import jax
+
+def scale(tree):
+    return jax.tree_map(lambda x: 2 * x, tree)

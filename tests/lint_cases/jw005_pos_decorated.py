@@ -1,0 +1,8 @@
+# expect: JW005
+import jax
+
+@jax.jit
+def f(x):
+    for i in range(1000):
+        x = x * 0.99
+    return x

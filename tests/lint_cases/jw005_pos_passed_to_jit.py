@@ -1,0 +1,9 @@
+# expect: JW005
+import jax
+
+def g(x):
+    for i in range(0, 500, 2):
+        x = x + i
+    return x
+
+g_fast = jax.jit(g)

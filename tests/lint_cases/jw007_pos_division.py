@@ -1,0 +1,5 @@
+# expect: JW007
+import jax.numpy as jnp
+
+def inverse(x):
+    return jnp.where(x != 0, 1.0 / x, 0.0)

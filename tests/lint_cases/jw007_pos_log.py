@@ -1,0 +1,5 @@
+# expect: JW007
+import jax.numpy as jnp
+
+def safe_log(x):
+    return jnp.where(x > 0, jnp.log(x), 0.0)
