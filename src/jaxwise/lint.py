@@ -86,9 +86,9 @@ class LintError:
 class _Aliases:
     """Maps local names to fully qualified names from the module's imports."""
 
-    def __init__(self, tree: ast.Module) -> None:
+    def __init__(self, nodes: list[ast.AST]) -> None:
         self.names: dict[str, str] = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.asname:
@@ -170,9 +170,14 @@ class _Analyzer:
     def __init__(self, tree: ast.Module, path: str) -> None:
         self.tree = tree
         self.path = path
-        self.aliases = _Aliases(tree)
+        self.nodes = _walk_with_parents(tree)  # one pass over the AST; every rule reuses it
+        self.aliases = _Aliases(self.nodes)
         self.findings: list[Finding] = []
         self.module_functions = {n.name: n for n in tree.body if isinstance(n, _FUNCS)}
+        self.calls_by_name: dict[str, list[ast.Call]] = {}
+        for node in self.nodes:
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                self.calls_by_name.setdefault(node.func.id, []).append(node)
         self.jitted = self._jitted_functions()
 
     def add(self, node: ast.AST, code: str, message: str, fix: str) -> None:
@@ -192,11 +197,11 @@ class _Analyzer:
     def _jitted_functions(self) -> dict[str, tuple[ast.AST, ast.AST]]:
         """name -> (function node, the jit decorator/call)."""
         defs: dict[str, ast.AST] = {}
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, _FUNCS):
                 defs.setdefault(node.name, node)
         out: dict[str, tuple[ast.AST, ast.AST]] = {}
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, _FUNCS):
                 for dec in node.decorator_list:
                     if _is_jit(dec, self.aliases) or (isinstance(dec, ast.Call) and _is_jit(dec.func, self.aliases)):
@@ -208,12 +213,24 @@ class _Analyzer:
 
     # -- JW001 ------------------------------------------------------------------
     def check_jit_in_bodies(self) -> None:
-        for fn in ast.walk(self.tree):
-            if isinstance(fn, _FUNCS):
-                self._jit_in_scope(fn, fn.body, f"`{fn.name}`")
-        for loop in self.tree.body:
-            if isinstance(loop, (ast.For, ast.While)):
-                self._jit_in_scope(loop, loop.body, "a loop")
+        # Only scopes that contain a jit (call or decorator) can hold a JW001: find them via the parents.
+        scopes: dict[int, ast.AST] = {}
+        for node in self.nodes:
+            site = isinstance(node, ast.Call) and (_is_jit(node.func, self.aliases) or _is_jit(node, self.aliases))
+            site = site or (isinstance(node, _FUNCS) and any(
+                _is_jit(d, self.aliases) or (isinstance(d, ast.Call) and _is_jit(d.func, self.aliases))
+                for d in node.decorator_list))
+            if not site:
+                continue
+            parent = getattr(node, "_parent", None)
+            while parent is not None:
+                if isinstance(parent, _FUNCS) or (isinstance(parent, (ast.For, ast.While))
+                                                  and isinstance(getattr(parent, "_parent", None), ast.Module)):
+                    scopes[id(parent)] = parent
+                parent = getattr(parent, "_parent", None)
+        for scope in scopes.values():
+            where = f"`{scope.name}`" if isinstance(scope, _FUNCS) else "a loop"
+            self._jit_in_scope(scope, scope.body, where)  # type: ignore[attr-defined]
 
     def _jit_in_scope(self, scope: ast.AST, body: list[ast.stmt], where: str) -> None:
         local_defs = {n.name for n in _walk_scope(body) if isinstance(n, _FUNCS)}
@@ -266,7 +283,7 @@ class _Analyzer:
                              "plain class hashed by identity: every new (even equal) instance recompiles",
                              "make it @dataclass(frozen=True) (value equality and hash) or register it with "
                              "jax.tree_util.register_static")
-            for call in ast.walk(self.tree):
+            for call in self.calls_by_name.get(name, []):
                 if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == name):
                     continue
                 passed = list(zip(params, call.args)) + [(k.arg, k.value) for k in call.keywords if k.arg]
@@ -301,7 +318,7 @@ class _Analyzer:
     _KEY_MAKERS = {"split", "fold_in", "key", "PRNGKey", "key_data", "wrap_key_data", "clone", "key_impl"}
 
     def check_key_reuse(self) -> None:
-        for fn in ast.walk(self.tree):
+        for fn in self.nodes:
             if isinstance(fn, _FUNCS):
                 self._key_flow(fn.body, set())
 
@@ -340,11 +357,15 @@ class _Analyzer:
         return used
 
     def _key_uses(self, node: ast.AST, used: set[str]) -> None:
-        calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+        inner = list(ast.walk(node))
+        calls = [n for n in inner if isinstance(n, ast.Call)]
+        # Names bound by a comprehension (`for k in split(key, n)`) are fresh on every iteration.
+        fresh = {n.id for c in inner if isinstance(c, ast.comprehension) for n in ast.walk(c.target)
+                 if isinstance(n, ast.Name)}
         for call in sorted(calls, key=lambda c: (c.lineno, c.col_offset)):
             fn = self._random_fn(call)
             key_arg = call.args[0] if call.args else next((k.value for k in call.keywords if k.arg == "key"), None)
-            if fn is None or not isinstance(key_arg, ast.Name):
+            if fn is None or not isinstance(key_arg, ast.Name) or key_arg.id in fresh:
                 continue
             if fn in ("fold_in", "key_data", "key_impl", "clone", "wrap_key_data", "key", "PRNGKey"):
                 continue
@@ -377,7 +398,7 @@ class _Analyzer:
     }
 
     def check_old_apis(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if isinstance(node, ast.Attribute) and not isinstance(getattr(node, "_parent", None), ast.Attribute):
                 name = self.aliases.qualify(node)
                 if name in self._OLD:
@@ -436,7 +457,7 @@ class _Analyzer:
                  "jax.numpy.arcsin", "jax.numpy.reciprocal", "jax.numpy.power", "jax.numpy.arctanh"}
 
     def check_where_singular(self) -> None:
-        for node in ast.walk(self.tree):
+        for node in self.nodes:
             if not (isinstance(node, ast.Call) and self.aliases.qualify(node.func) == "jax.numpy.where"
                     and len(node.args) >= 2):
                 continue
@@ -517,10 +538,17 @@ def _literal_size(call: ast.Call, name: str) -> int | None:
     return None
 
 
-def _mark_parents(tree: ast.AST) -> None:
-    for node in ast.walk(tree):
+def _walk_with_parents(tree: ast.AST) -> list[ast.AST]:
+    """Every node (breadth first), each child annotated with ``_parent``."""
+    nodes: list[ast.AST] = [tree]
+    i = 0
+    while i < len(nodes):
+        node = nodes[i]
         for child in ast.iter_child_nodes(node):
             child._parent = node  # type: ignore[attr-defined]
+            nodes.append(child)
+        i += 1
+    return nodes
 
 
 _NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:\s*,\s*[A-Z]+[0-9]+)*))?", re.IGNORECASE)
@@ -549,7 +577,6 @@ def lint_source(text: str, filename: str = "<string>", select: Iterable[str] | N
         'm.py:3:12: JW001 jax.jit of a lambda created and called inside `f`: a new function object every time, so it is traced and compiled on every call'
     """
     tree = ast.parse(text, filename=filename)
-    _mark_parents(tree)
     findings = _Analyzer(tree, filename).run()
     lines = text.splitlines()
     selected = {c.upper() for c in select} if select else set(RULES)
