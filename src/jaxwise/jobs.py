@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import os
 import time
@@ -63,11 +64,9 @@ def _xent_single(logits: jax.Array, label: jax.Array) -> jax.Array:
 PER_EXAMPLE_LOSS = mlp_loss(_xent_single)
 
 
-def _loss_and_accuracy(params: Any, batch: tuple[jax.Array, jax.Array]) -> tuple[jax.Array, dict[str, jax.Array]]:
-    x, y = batch
-    logits = mlp_apply(params, x)
-    accuracy = jnp.mean((jnp.argmax(logits, -1) == y).astype(jnp.float32))
-    return numerics.cross_entropy(logits, y), {"accuracy": accuracy}
+def _loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
+    """Mean cross-entropy of the MLP on a mini-batch ``(x, y)``."""
+    return numerics.cross_entropy(mlp_apply(params, batch[0]), batch[1])
 
 
 def make_optimizer(total_steps: int, peak_lr: float, weight_decay: float, warmup: int, end_lr: float) -> Any:
@@ -119,7 +118,7 @@ def _float64_check(params: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     shifted = ref - ref.max(1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
     ce64 = float(-logp[np.arange(len(y)), y].mean())
-    ce32 = float(numerics.cross_entropy(jnp.asarray(ours, jnp.float32), jnp.asarray(y)))
+    ce32 = float(_evaluate(params, jnp.asarray(x), jnp.asarray(y))[0])
     return {
         "max_logit_error": float(np.max(np.abs(ours - ref))),
         "cross_entropy_float64": ce64,
@@ -132,8 +131,8 @@ def _float64_check(params: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
 @jax.jit
 def _evaluate(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(mean cross-entropy, accuracy) of the MLP on ``(x, y)``."""
-    loss, aux = _loss_and_accuracy(params, (x, y))
-    return loss, aux["accuracy"]
+    logits = mlp_apply(params, x)
+    return numerics.cross_entropy(logits, y), jnp.mean((jnp.argmax(logits, -1) == y).astype(jnp.float32))
 
 
 def _accuracy(params: Any, x: np.ndarray, y: np.ndarray) -> float:
@@ -247,7 +246,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
                                     noise_multiplier=cfg.noise_multiplier, sampling="poisson", method="ghost")
         budget_name = "epoch"
     else:
-        epoch = make_train_epoch(_loss_and_accuracy, tx, cfg.batch_size, has_aux=True)
+        epoch = make_train_epoch(_loss, tx, cfg.batch_size)
         budget_name = "train_epoch"
 
     step_losses = []
@@ -256,13 +255,11 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
         with _progress(cfg.progress, cfg.epochs, "spiral") as advance:
             for _ in range(cfg.epochs):
                 state, metrics = epoch(state, train_data)
-                if cfg.dp:  # DP steps report no loss: evaluate the model on the training set
-                    loss, acc = (float(v) for v in _evaluate(state.params, *train_data))
+                loss, acc = (float(v) for v in _evaluate(state.params, *train_data))  # whole training set
+                if cfg.dp:  # DP steps report no per-step loss
                     step_losses.append(np.full(steps_per_epoch, loss))
                 else:
-                    losses = np.asarray(metrics["loss"])
-                    step_losses.append(losses)
-                    loss, acc = float(losses.mean()), float(np.asarray(metrics["aux"]["accuracy"]).mean())
+                    step_losses.append(np.asarray(metrics["loss"]))
                 advance(loss=loss, acc=acc)
     jax.block_until_ready(state)
     train_seconds = time.perf_counter() - t_train
@@ -273,7 +270,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     donated = all(leaf.is_deleted() for leaf in initial_buffers)
     data_kept = not any(leaf.is_deleted() for leaf in train_data)
 
-    idx, norms = hardest_examples(PER_EXAMPLE_LOSS, state.params, train_data[0], train_data[1], k=5, chunk_size=256)
+    idx, norms = _hardest(state.params, *train_data)
     hard = _describe_examples(state.params, xtr, ytr, np.asarray(idx), np.asarray(norms))
 
     checks = {
@@ -295,7 +292,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     if out is not None:
         from jaxwise.plotting import plot_decision_boundary, plot_training
 
-        lrs = np.asarray(jax.vmap(schedule)(jnp.arange(total_steps)))
+        lrs = np.asarray(_schedule_values(schedule, total_steps))
         outputs["loss_plot"] = str(plot_training(out / "loss.png", step_losses, steps_per_epoch, lrs,
                                                  title="spiral: training loss"))
         outputs["boundary_plot"] = str(plot_decision_boundary(
@@ -327,6 +324,18 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
                          else float("inf"), "delta": DELTA, "noise_multiplier": cfg.noise_multiplier,
                          "clip_norm": cfg.clip_norm, "sample_rate": q, "steps": total_steps, "sampling": "poisson"}
     return _jsonable(summary)
+
+
+@jax.jit
+def _hardest(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The 5 training examples with the largest gradient norms (chunked per-example gradients)."""
+    return hardest_examples(PER_EXAMPLE_LOSS, params, x, y, k=5, chunk_size=256)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> jax.Array:
+    """The learning rate at every step, for the plot (one compiled program, not one per op)."""
+    return jax.vmap(schedule)(jnp.arange(steps))
 
 
 def _describe_examples(params: Any, x: np.ndarray, y: np.ndarray, idx: np.ndarray, norms: np.ndarray
@@ -456,7 +465,7 @@ def _train_tabular(cfg: TabularConfig) -> tuple[dict[str, Any], Any, _Prepared]:
                                     noise_multiplier=cfg.noise_multiplier, sampling="poisson", method="ghost")
         budget_name = "epoch"
     else:
-        epoch = make_train_epoch(_loss_and_accuracy, tx, cfg.batch_size, has_aux=True)
+        epoch = make_train_epoch(_loss, tx, cfg.batch_size)
         budget_name = "train_epoch"
     train_data = (jnp.asarray(xtr), jnp.asarray(ytr))
     last_epoch = cfg.stop_after if cfg.stop_after is not None else cfg.epochs
@@ -467,11 +476,7 @@ def _train_tabular(cfg: TabularConfig) -> tuple[dict[str, Any], Any, _Prepared]:
         with _progress(cfg.progress, cfg.epochs, Path(cfg.path).name, completed=start_epoch) as advance:
             for _ in range(start_epoch, last_epoch):
                 state, metrics = epoch(state, train_data)
-                if cfg.dp:
-                    loss, acc = (float(v) for v in _evaluate(state.params, *train_data))
-                else:
-                    loss = float(np.asarray(metrics["loss"]).mean())
-                    acc = float(np.asarray(metrics["aux"]["accuracy"]).mean())
+                loss, acc = (float(v) for v in _evaluate(state.params, *train_data))
                 epoch_losses.append(loss)
                 advance(loss=loss, acc=acc)
     jax.block_until_ready(state)
@@ -491,7 +496,7 @@ def _train_tabular(cfg: TabularConfig) -> tuple[dict[str, Any], Any, _Prepared]:
 
         outputs["confusion_plot"] = str(plot_confusion(out / "confusion.png", confusion, table.classes))
         if epoch_losses:
-            lrs = np.asarray(jax.vmap(schedule)(jnp.arange(total_steps)))
+            lrs = np.asarray(_schedule_values(schedule, total_steps))
             per_step = np.repeat(np.asarray(epoch_losses), steps_per_epoch)
             outputs["loss_plot"] = str(plot_training(out / "loss.png", per_step, steps_per_epoch,
                                                      lrs[start_epoch * steps_per_epoch:], title="training loss"))

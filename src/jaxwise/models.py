@@ -9,11 +9,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 __all__ = ["init_mlp", "mlp_apply", "mlp_layers"]
 
@@ -44,10 +46,16 @@ def init_mlp(key: Any, sizes: Sequence[int] = (2, 64, 64, 3), dtype: Any = jnp.f
         raise ValueError(f"`sizes` must be at least two positive ints (input, …, output), got {sizes}")
     if isinstance(key, int):
         key = jax.random.key(key)
+    return _init_mlp(key, sizes, jnp.dtype(dtype))
+
+
+@functools.partial(jax.jit, static_argnames=("sizes", "dtype"))
+def _init_mlp(key: jax.Array, sizes: tuple[int, ...], dtype: Any) -> Params:
+    # One compiled program for all layers (eagerly, each op would compile on its own).
     keys = jax.random.split(key, len(sizes) - 1)
     params = {}
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        w = jax.random.normal(keys[i], (fan_in, fan_out), dtype) * jnp.sqrt(2.0 / fan_in).astype(dtype)
+        w = jax.random.normal(keys[i], (fan_in, fan_out), dtype) * jnp.asarray(np.sqrt(2.0 / fan_in), dtype)
         params[f"dense_{i}"] = {"w": w, "b": jnp.zeros((fan_out,), dtype)}
     return params
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -19,6 +20,40 @@ def _fresh(x: Any) -> Any:
     if isinstance(x, (jax.Array, np.ndarray, np.generic, float, int, bool, complex)):
         arr = jnp.asarray(x)
         return jnp.array(arr, dtype=arr.dtype, copy=True)  # dtype given: weak_type dropped
+    return x
+
+
+def _build(params: Any, optimizer: Any) -> tuple[Any, Any]:
+    """Independent copies of ``params`` and ``optimizer.init(params)``, built by ONE compiled program.
+
+    Building them eagerly would compile a small program per distinct leaf
+    shape (dozens of compilations before training starts). ``jnp.copy``
+    inside ``jit`` guarantees fresh output buffers (no aliasing of the
+    caller's arrays, which donation would otherwise delete).
+    """
+    arrays, rest = [], []
+    leaves, treedef = jax.tree.flatten(params)
+    for leaf in leaves:
+        (arrays if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else rest).append(leaf)
+    if rest:  # Python scalars in params: keep the simple eager path
+        params = jax.tree.map(_fresh, params)
+        return params, jax.tree.map(_fresh, optimizer.init(params))
+
+    built = _build_jit(params, optimizer)
+    return jax.tree.map(_strong, built[0]), jax.tree.map(_strong, built[1])
+
+
+@functools.partial(jax.jit, static_argnums=1)
+def _build_jit(params: Any, optimizer: Any) -> tuple[Any, Any]:
+    # The optimizer (a NamedTuple of functions) is static: one compile per optimizer and params shape.
+    params = jax.tree.map(jnp.copy, params)
+    return params, optimizer.init(params)
+
+
+def _strong(x: Any) -> Any:
+    """Drop weak types (a weakly typed leaf would change type after the first step)."""
+    if isinstance(x, jax.Array) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) and jax.typeof(x).weak_type:
+        return jnp.array(x, dtype=x.dtype, copy=True)
     return x
 
 
@@ -83,8 +118,7 @@ class TrainState:
         for name, leaf in zip(path_names(params), jax.tree.leaves(params)):
             if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
                 raise TypeError(f"`params` leaf `{name}` must be an array, got {type(leaf).__name__}")
-        params = jax.tree.map(_fresh, params)
-        opt_state = jax.tree.map(_fresh, optimizer.init(params))
+        params, opt_state = _build(params, optimizer)
         own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"config"}
         fields = {k: v for k, v in static.items() if k in own}
         config = tuple(sorted((k, v) for k, v in static.items() if k not in own))
