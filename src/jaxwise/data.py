@@ -213,32 +213,59 @@ def load_csv(path: str | os.PathLike[str], label: str, *, drop_na: bool = False)
     if not feature_names:
         raise DataError(f"{path}: no feature columns besides the label {label!r}")
     label_at = header.index(label)
-    cells = np.asarray(body, dtype=object)
-    labels = np.char.strip(cells[:, label_at].astype(str))
-    features = np.char.strip(np.delete(cells, label_at, axis=1).astype(str))
-    missing = np.isin(np.char.lower(features), list(_MISSING)) | np.isin(np.char.lower(labels), list(_MISSING))[:, None]
+    columns = list(zip(*body))  # column-major: each column parsed by NumPy in one call
+    labels = [cell.strip() for cell in columns[label_at]]
+    feature_columns = [col for j, col in enumerate(columns) if j != label_at]
+    x = np.empty((len(body), len(feature_names)), np.float32)
+    missing = np.zeros((len(body), len(feature_names) + 1), bool)
+    missing[:, -1] = [cell.lower() in _MISSING for cell in labels]
+    for j, (name, column) in enumerate(zip(feature_names, feature_columns)):
+        values = _parse_column(column, name, path)
+        missing[:, j] = np.isnan(values)
+        if np.isinf(values).any():
+            i = int(np.argmax(np.isinf(values)))
+            raise DataError(f"{path}: non-finite value {column[i].strip()!r} in data row {i}, column {name!r}")
+        x[:, j] = values
     rows = np.arange(len(body))
     dropped = 0
     if missing.any():
-        bad = np.argwhere(missing)
+        bad_rows = missing.any(axis=1)
         if not drop_na:
-            r, c = bad[0]
-            raise DataError(
-                f"{path}: missing value in data row {r}, column {feature_names[c] if c < len(feature_names) else label!r}"
-                f" ({missing.any(axis=1).sum()} rows have missing values; pass --drop-na to drop them)"
-            )
-        keep = ~missing.any(axis=1)
-        dropped = int((~keep).sum())
-        features, labels, rows = features[keep], labels[keep], rows[keep]
+            r, c = (int(v) for v in np.argwhere(missing)[0])
+            column = feature_names[c] if c < len(feature_names) else label
+            raise DataError(f"{path}: missing value in data row {r}, column {column!r} ({int(bad_rows.sum())} rows "
+                            "have missing values; pass --drop-na to drop them)")
+        keep = ~bad_rows
+        dropped = int(bad_rows.sum())
+        x, rows = x[keep], rows[keep]
+        labels = [v for v, k in zip(labels, keep.tolist()) if k]
         if not len(rows):
             raise DataError(f"{path}: every row has a missing value")
-    x = _parse_features(features, feature_names, rows, path)
-    classes = tuple(sorted(set(labels.tolist()), key=_label_sort_key))
+    classes = tuple(sorted(set(labels), key=_label_sort_key))
     if len(classes) < 2:
         raise DataError(f"{path}: the label column {label!r} has a single class ({classes[0]!r}); need at least two")
     index = {c: i for i, c in enumerate(classes)}
-    y = np.asarray([index[v] for v in labels.tolist()], np.int32)
+    y = np.asarray([index[v] for v in labels], np.int32)
     return Table(x, y, classes, feature_names, rows.astype(np.int64), dropped)
+
+
+def _parse_column(column: tuple[str, ...], name: str, path: Path) -> np.ndarray:
+    """Float64 values of one column; missing cells (empty, NA, NaN, null) become NaN."""
+    try:
+        return np.asarray(column, dtype=np.float64)  # fast path: NumPy parses the strings
+    except ValueError:
+        pass
+    out = np.empty(len(column), np.float64)
+    for i, cell in enumerate(column):
+        text = cell.strip()
+        if text.lower() in _MISSING:
+            out[i] = np.nan
+            continue
+        try:
+            out[i] = float(text)
+        except ValueError:
+            raise DataError(f"{path}: non-numeric value {text!r} in data row {i}, column {name!r}") from None
+    return out
 
 
 def _looks_numeric(cells: list[str]) -> bool:
@@ -254,25 +281,3 @@ def _label_sort_key(value: str) -> tuple[int, float, str]:
         return (0, float(value), value)
     except ValueError:
         return (1, 0.0, value)
-
-
-def _parse_features(cells: np.ndarray, names: tuple[str, ...], rows: np.ndarray, path: Path) -> np.ndarray:
-    out = np.empty(cells.shape, np.float32)
-    for j, name in enumerate(names):
-        column = cells[:, j]
-        try:
-            values = column.astype(np.float64)
-        except ValueError:
-            for i, cell in enumerate(column.tolist()):
-                try:
-                    float(cell)
-                except ValueError:
-                    raise DataError(
-                        f"{path}: non-numeric value {cell!r} in data row {int(rows[i])}, column {name!r}"
-                    ) from None
-            raise
-        if not np.isfinite(values).all():
-            i = int(np.argmin(np.isfinite(values)))
-            raise DataError(f"{path}: non-finite value {column[i]!r} in data row {int(rows[i])}, column {name!r}")
-        out[:, j] = values
-    return out
