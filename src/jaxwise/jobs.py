@@ -155,6 +155,32 @@ def _progress(enabled: bool, total: int, description: str, completed: int = 0) -
         yield lambda **fields: bar.update(task, advance=1, **fields)
 
 
+def _check_training_options(cfg: Any) -> None:
+    """Checks shared by every training job's configuration."""
+    if cfg.epochs < 1:
+        raise UserError(f"--epochs must be >= 1, got {cfg.epochs}")
+    if cfg.batch_size < 1:
+        raise UserError(f"--batch-size must be >= 1, got {cfg.batch_size}")
+    if cfg.dp and (cfg.clip_norm <= 0 or cfg.noise_multiplier < 0):
+        raise UserError("--clip-norm must be > 0 and --noise-multiplier >= 0")
+
+
+def _make_epoch(tx: Any, cfg: Any) -> tuple[Callable[..., Any], str]:
+    """The compiled epoch (plain, or DP-SGD with Poisson sampling and ghost clipping) and its jit name."""
+    if cfg.dp:
+        return make_dp_train_epoch(PER_EXAMPLE_LOSS, tx, batch_size=cfg.batch_size, clip_norm=cfg.clip_norm,
+                                   noise_multiplier=cfg.noise_multiplier, sampling="poisson", method="ghost"), "epoch"
+    return make_train_epoch(_loss, tx, cfg.batch_size), "train_epoch"
+
+
+def _dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
+    """ε at δ = 1e-5 from dp-accounting for the Poisson-sampled run, with its parameters."""
+    q = cfg.batch_size / n_train
+    eps = epsilon(cfg.noise_multiplier, q, steps, DELTA) if cfg.noise_multiplier and steps else float("inf")
+    return {"epsilon": eps, "delta": DELTA, "noise_multiplier": cfg.noise_multiplier, "clip_norm": cfg.clip_norm,
+            "sample_rate": q, "steps": steps, "sampling": "poisson"}
+
+
 def _params_digest(params: Any) -> str:
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(params):
@@ -204,14 +230,9 @@ class SpiralConfig:
     progress: bool = True
 
     def validate(self) -> None:
-        if self.epochs < 1:
-            raise UserError(f"--epochs must be >= 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
+        _check_training_options(self)
         if not 0 <= self.noise < 10:
             raise UserError(f"--noise must be in [0, 10), got {self.noise}")
-        if self.dp and (self.clip_norm <= 0 or self.noise_multiplier < 0):
-            raise UserError("--clip-norm must be > 0 and --noise-multiplier >= 0")
 
 
 def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
@@ -241,14 +262,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     initial_buffers = jax.tree.leaves(state.params)
     train_data = (jnp.asarray(xtr), jnp.asarray(ytr))
 
-    if cfg.dp:
-        epoch = make_dp_train_epoch(PER_EXAMPLE_LOSS, tx, batch_size=cfg.batch_size, clip_norm=cfg.clip_norm,
-                                    noise_multiplier=cfg.noise_multiplier, sampling="poisson", method="ghost")
-        budget_name = "epoch"
-    else:
-        epoch = make_train_epoch(_loss, tx, cfg.batch_size)
-        budget_name = "train_epoch"
-
+    epoch, budget_name = _make_epoch(tx, cfg)
     step_losses = []
     t_train = time.perf_counter()
     with CompileCounter() as everything, CompileBudget(1, name=budget_name, on_exceed="warn") as budget:
@@ -319,10 +333,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
         "params_sha256": _params_digest(state.params),
     }
     if cfg.dp:
-        q = cfg.batch_size / len(xtr)
-        summary["dp"] = {"epsilon": epsilon(cfg.noise_multiplier, q, total_steps, DELTA) if cfg.noise_multiplier
-                         else float("inf"), "delta": DELTA, "noise_multiplier": cfg.noise_multiplier,
-                         "clip_norm": cfg.clip_norm, "sample_rate": q, "steps": total_steps, "sampling": "poisson"}
+        summary["dp"] = _dp_report(cfg, len(xtr), total_steps)
     return _jsonable(summary)
 
 
@@ -383,10 +394,7 @@ class TabularConfig:
     progress: bool = True
 
     def validate(self) -> None:
-        if self.epochs < 1:
-            raise UserError(f"--epochs must be >= 1, got {self.epochs}")
-        if self.batch_size < 1:
-            raise UserError(f"--batch-size must be >= 1, got {self.batch_size}")
+        _check_training_options(self)
         if not self.hidden or any(h < 1 for h in self.hidden):
             raise UserError(f"--hidden must be positive layer widths like 64,64, got {self.hidden}")
         if not 0.0 < self.val_fraction < 0.9:
@@ -395,8 +403,6 @@ class TabularConfig:
             raise UserError(f"--lr must be > 0, got {self.lr}")
         if self.stop_after is not None and not 1 <= self.stop_after <= self.epochs:
             raise UserError(f"--stop-after must be in [1, --epochs], got {self.stop_after}")
-        if self.dp and (self.clip_norm <= 0 or self.noise_multiplier < 0):
-            raise UserError("--clip-norm must be > 0 and --noise-multiplier >= 0")
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a resumed run must share with the checkpoint."""
@@ -460,13 +466,7 @@ def _train_tabular(cfg: TabularConfig) -> tuple[dict[str, Any], Any, _Prepared]:
     if cfg.resume:
         state, start_epoch = _resume(cfg, ckpt, state, table)
 
-    if cfg.dp:
-        epoch = make_dp_train_epoch(PER_EXAMPLE_LOSS, tx, batch_size=cfg.batch_size, clip_norm=cfg.clip_norm,
-                                    noise_multiplier=cfg.noise_multiplier, sampling="poisson", method="ghost")
-        budget_name = "epoch"
-    else:
-        epoch = make_train_epoch(_loss, tx, cfg.batch_size)
-        budget_name = "train_epoch"
+    epoch, budget_name = _make_epoch(tx, cfg)
     train_data = (jnp.asarray(xtr), jnp.asarray(ytr))
     last_epoch = cfg.stop_after if cfg.stop_after is not None else cfg.epochs
     last_epoch = max(last_epoch, start_epoch)
@@ -522,11 +522,7 @@ def _train_tabular(cfg: TabularConfig) -> tuple[dict[str, Any], Any, _Prepared]:
         "params_sha256": _params_digest(state.params),
     }
     if cfg.dp:
-        q = cfg.batch_size / len(xtr)
-        steps = int(state.step)
-        summary["dp"] = {"epsilon": epsilon(cfg.noise_multiplier, q, steps, DELTA) if cfg.noise_multiplier
-                         else float("inf"), "delta": DELTA, "noise_multiplier": cfg.noise_multiplier,
-                         "clip_norm": cfg.clip_norm, "sample_rate": q, "steps": steps}
+        summary["dp"] = _dp_report(cfg, len(xtr), int(state.step))
     return summary, state.params, prep
 
 
