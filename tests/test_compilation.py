@@ -168,7 +168,7 @@ def test_flags_and_logger_restored_even_on_error():
     with pytest.raises(ZeroDivisionError):
         with CompileBudget(0), explain_recompiles():
             assert jax.config.jax_explain_cache_misses is True
-            1 / 0
+            raise ZeroDivisionError("the block fails")
     assert jax.config.jax_explain_cache_misses is False
     assert logger.filters == filters_before
 

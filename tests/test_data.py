@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from jaxwise.data import DataError, flip_labels, load_csv, make_blobs, make_spiral, train_test_split
-from jaxwise.models import init_mlp, mlp_apply
 
 
 def test_spiral_geometry():
@@ -40,19 +39,6 @@ def test_blobs_and_flips():
     assert len(idx) == 20 and (noisy[idx] != y[idx]).all() and (noisy != y).sum() == 20
     with pytest.raises(ValueError, match="n_flip"):
         flip_labels(y, 3000, 10)
-
-
-def test_mlp_he_init_and_shapes():
-    params = init_mlp(jax.random.key(0), (100, 400, 3))
-    w = np.asarray(params["dense_0"]["w"])
-    assert w.shape == (100, 400) and abs(w.std() - np.sqrt(2 / 100)) < 0.01
-    assert not np.asarray(params["dense_0"]["b"]).any()
-    assert mlp_apply(params, jnp.ones((7, 100))).shape == (7, 3)
-    assert mlp_apply(params, jnp.ones(100)).shape == (3,)
-    with pytest.raises(ValueError, match="features"):
-        mlp_apply(params, jnp.ones(5))
-    with pytest.raises(ValueError, match="sizes"):
-        init_mlp(0, (3,))
 
 
 def write(tmp_path, text, name="d.csv"):

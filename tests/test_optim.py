@@ -237,11 +237,12 @@ def test_adamw_is_decoupled_unlike_l2_plus_adam():
         # every weight moves by ≈ lr per step whatever its size.
         l2 = optim.adam(lr)
         p, s = p0, l2.init(p0)
+        first_update = None
         for _ in range(steps):
             u, s = l2.update(wd * p, s)
-            u_first = u if _ == 0 else u_first
+            first_update = u if first_update is None else first_update
             p = optim.apply_updates(p, u)
-        np.testing.assert_allclose(np.asarray(u_first), -np.sign(p0) * lr, rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(first_update), -np.sign(p0) * lr, rtol=1e-6)
         moved = np.abs(np.asarray(p0 - p))
         np.testing.assert_allclose(moved, lr * steps, rtol=0.2)  # ≈ 0.5 for 0.5 and for 20.0 alike
         # AdamW with a zero task gradient shrinks geometrically by (1 − lr·wd) per step.

@@ -414,7 +414,7 @@ class BucketedFunction:
         padded = []
         for arr, spec in zip(arrays, self.arg_specs):
             if isinstance(spec, Padded):
-                arr, mask = pad_to_bucket(arr, (size,), axis=spec.axis, fill=spec.fill)
+                arr, _ = pad_to_bucket(arr, (size,), axis=spec.axis, fill=spec.fill)
             padded.append(arr)
         if self.pass_mask:
             padded.append(np.arange(size) < length)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
+import jax.extend.core
 
 __all__ = [
     "CacheMiss",
@@ -401,7 +402,6 @@ class CompileCounter:
         self._explain = bool(explain)
         self.records: list[CompileEvent] = []
         self._active = False
-        self._started = 0.0
 
     @property
     def count(self) -> int:
@@ -435,7 +435,6 @@ class CompileCounter:
             raise RuntimeError("this CompileCounter is already active; create a new one per block")
         self.records = []
         self._active = True
-        self._started = time.perf_counter()
         _HUB.add_sink(self, self._explain)
         return self
 
@@ -669,18 +668,6 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _sub_jaxprs(params: dict[str, Any]) -> list[Any]:
-    """The jaxprs nested in an equation's params (scan/cond/while/pjit bodies)."""
-    found = []
-    for value in params.values():
-        for item in value if isinstance(value, (tuple, list)) else (value,):
-            if hasattr(item, "eqns"):
-                found.append(item)
-            elif hasattr(getattr(item, "jaxpr", None), "eqns"):
-                found.append(item.jaxpr)
-    return found
-
-
 def count_eqns(jaxpr: Any) -> int:
     """Number of equations in a jaxpr, counting nested bodies recursively.
 
@@ -690,7 +677,7 @@ def count_eqns(jaxpr: Any) -> int:
         2
     """
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
-    return sum(1 + sum(count_eqns(sub) for sub in _sub_jaxprs(eqn.params)) for eqn in jaxpr.eqns)
+    return sum(1 + sum(count_eqns(sub) for sub in jax.extend.core.jaxprs_in_params(eqn.params)) for eqn in jaxpr.eqns)
 
 
 def stage_report(jitted: Callable, *args: Any, **kwargs: Any) -> StageReport:

@@ -21,7 +21,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
-import jax.extend.core
 import numpy as np
 
 from jaxwise.compilation import CompileCounter, explain_recompiles
@@ -66,15 +65,13 @@ class ConstantReport:
 
 
 def _collect_consts(closed: Any, out: list[Any]) -> None:
+    """Constants of a closed jaxpr and of every closed jaxpr nested in its equations' params."""
     out.extend(getattr(closed, "consts", []))
-    jaxpr = getattr(closed, "jaxpr", closed)
-    for eqn in getattr(jaxpr, "eqns", []):
-        for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            _collect_consts(sub, out)
-        for value in eqn.params.values():  # closed jaxprs (with consts) inside params
+    for eqn in getattr(getattr(closed, "jaxpr", closed), "eqns", []):
+        for value in eqn.params.values():
             for item in value if isinstance(value, (tuple, list)) else (value,):
-                if hasattr(item, "consts") and hasattr(item, "jaxpr"):
-                    out.extend(item.consts)
+                if hasattr(item, "eqns") or hasattr(getattr(item, "jaxpr", None), "eqns"):
+                    _collect_consts(item, out)
 
 
 def captured_constants(fn: Callable[..., Any], *args: Any, threshold_bytes: int = 64 * 1024,

@@ -173,7 +173,6 @@ class _Analyzer:
         self.nodes = _walk_with_parents(tree)  # one pass over the AST; every rule reuses it
         self.aliases = _Aliases(self.nodes)
         self.findings: list[Finding] = []
-        self.module_functions = {n.name: n for n in tree.body if isinstance(n, _FUNCS)}
         self.calls_by_name: dict[str, list[ast.Call]] = {}
         for node in self.nodes:
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):

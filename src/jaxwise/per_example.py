@@ -37,6 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise.models import mlp_layers
+from jaxwise.optim import global_norm
 from jaxwise.tree import path_names
 
 __all__ = [
@@ -120,13 +121,9 @@ def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
     return jax.vmap(jax.grad(loss_single), in_axes=(None, *([0] * len(batch))))(params, *batch)
 
 
-def _tree_sq_norm(tree: Any) -> jax.Array:
-    return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in jax.tree.leaves(tree))
-
-
 def _norm_single(loss_single: LossSingle) -> Callable[..., jax.Array]:
     def norm(params: Any, *example: Any) -> jax.Array:
-        return jnp.sqrt(_tree_sq_norm(jax.grad(loss_single)(params, *example)))
+        return global_norm(jax.grad(loss_single)(params, *example))
 
     return norm
 

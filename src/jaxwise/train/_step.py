@@ -13,6 +13,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwise.optim import global_norm
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.tree import path_names
 
@@ -96,11 +97,6 @@ def _leading_size(data: Any, what: str) -> int:
     return next(iter(sizes.values()))
 
 
-def _global_norm(tree: Any) -> jax.Array:
-    leaves = jax.tree.leaves(tree)
-    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves))
-
-
 def _make_update(loss_fn: LossFn, optimizer: Any, *, has_aux: bool, skip_nonfinite: bool, with_key: bool,
                  batch_sharding: Any = None) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]]:
     """The pure step ``(state, batch) -> (state, metrics)`` shared by steps and epochs."""
@@ -117,7 +113,7 @@ def _make_update(loss_fn: LossFn, optimizer: Any, *, has_aux: bool, skip_nonfini
             lambda p, u: (p + u.astype(p.dtype)).astype(p.dtype), state.params, updates
         )
         new = dataclasses.replace(state, step=state.step + 1, params=params, opt_state=opt_state, key=key)
-        grad_norm = _global_norm(grads)
+        grad_norm = global_norm(grads)
         if skip_nonfinite:
             # One NaN/inf anywhere makes the global norm non-finite (as does an overflowing norm):
             # a single scalar test instead of one per leaf.
@@ -155,7 +151,6 @@ class _Compiled:
 
     def __init__(self, fn: Callable[..., Any], *, donate: bool, mesh: Mesh | None, audit: bool) -> None:
         self.mesh = mesh
-        self.donate = donate
         self.audit = audit
         self._audited = False
         self.replicated = NamedSharding(mesh, P()) if mesh is not None else None

@@ -1,0 +1,30 @@
+"""Tests for jaxwise.plotting: valid PNGs, written atomically, without touching pyplot's state."""
+
+import matplotlib
+import matplotlib.image
+import numpy as np
+
+from jaxwise.plotting import plot_confusion, plot_decision_boundary, plot_training
+
+
+def _is_png(path):
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    image = matplotlib.image.imread(path)
+    return image.ndim == 3 and min(image.shape[:2]) > 100
+
+
+def test_three_plots_are_valid_pngs_and_leave_no_temporaries(tmp_path):
+    backend = matplotlib.get_backend()
+    losses = np.exp(-np.linspace(0, 5, 110)) + 0.01
+    assert _is_png(plot_training(tmp_path / "loss.png", losses, 11, np.linspace(0, 1e-2, 110)))
+    x = np.random.default_rng(0).normal(size=(60, 2)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32)
+
+    def proba(points):
+        p = 1 / (1 + np.exp(-5 * points[:, 0]))
+        return np.stack([1 - p, p], axis=1)
+
+    assert _is_png(plot_decision_boundary(tmp_path / "b.png", proba, x, y, highlight=[0, 1]))
+    assert _is_png(plot_confusion(tmp_path / "c.png", np.asarray([[5, 1], [2, 7]]), ("a", "b")))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.png", "c.png", "loss.png"]
+    assert matplotlib.get_backend() == backend
