@@ -1,7 +1,5 @@
 """Tests for jaxwise.data and jaxwise.models: generators, CSV loading and its errors, the MLP."""
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
