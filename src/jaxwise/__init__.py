@@ -1,15 +1,9 @@
 """jaxwise: tested building blocks for JAX training code.
 
-One module per concept (see DESIGN.md): ``compilation``, ``buckets``,
-``numerics``, ``debug``, ``tree``.
+One module or sub-package per concept; ``docs/design.md`` describes the layers.
 """
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    __version__ = version("jaxwise")
-except PackageNotFoundError:  # running from a source tree without installation
-    __version__ = "0.0.0+unknown"
+from jaxwise._version import __version__ as __version__
 
 from jaxwise import autodiff as autodiff
 from jaxwise import buckets as buckets

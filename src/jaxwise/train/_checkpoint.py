@@ -11,7 +11,7 @@ from typing import Any
 import jax
 import numpy as np
 
-import jaxwise
+from jaxwise._version import __version__
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.tree import path_names
 
@@ -90,7 +90,7 @@ def save(path: str | Path, state: TrainState, metadata: dict[str, Any] | None = 
     static = _static_fields(state)
     info = {
         "format": "jaxwise-trainstate-1",
-        "jaxwise_version": jaxwise.__version__,
+        "jaxwise_version": __version__,
         "step": step,
         "paths": list(leaves),
         "signature": [[n, list(s), d] for n, s, d, _ in type_signature(state)],
