@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench install clean
+.PHONY: run test quick check docs bench install clean
 
 install: $(STAMP)
 
@@ -17,12 +17,24 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/jaxwise spiral
 
-test: $(STAMP)
+# Everything CI runs: lint, types, the documentation site, then every test (slow ones too).
+test: check docs
 	$(BIN)/python -m pytest -n 2
+
+# Local inner loop: skips tests marked `slow` (subprocesses, multi-process, long training).
+quick: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -m "not slow"
+
+check: $(STAMP)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/pyright
+
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/jaxwise bench
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) runs build .pytest_cache
