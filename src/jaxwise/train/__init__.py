@@ -18,13 +18,13 @@ Example:
 """
 
 from jaxwise.train._checkpoint import CheckpointError, latest_step, load_metadata, restore, save
+from jaxwise.train._sharding import data_mesh
 from jaxwise.train._state import TrainState, as_key, type_signature
 from jaxwise.train._step import (
     DonationError,
     TrainEpoch,
     TrainStep,
     check_donatable,
-    data_mesh,
     make_train_epoch,
     make_train_step,
 )

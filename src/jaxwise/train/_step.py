@@ -9,11 +9,12 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.sharding import Mesh
 
 from jaxwise.optim import global_norm
+from jaxwise.train._sharding import batch_sharding as _batch_sharding
+from jaxwise.train._sharding import data_size as _data_size
+from jaxwise.train._sharding import place_batch, place_state, replicated
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.tree import path_names
 
@@ -142,10 +143,6 @@ def _validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
             raise ValueError(f"`mesh` needs an axis named 'data' to shard the batch over, got {mesh.axis_names}")
 
 
-def _data_size(mesh: Mesh | None) -> int:
-    return 1 if mesh is None else int(mesh.shape["data"])
-
-
 class _Compiled:
     """Common machinery: the jitted function plus first-call audits and mesh placement."""
 
@@ -153,16 +150,16 @@ class _Compiled:
         self.mesh = mesh
         self.audit = audit
         self._audited = False
-        self.replicated = NamedSharding(mesh, P()) if mesh is not None else None
-        self.batch_sharding = NamedSharding(mesh, P("data")) if mesh is not None else None
+        self.replicated = replicated(mesh) if mesh is not None else None
+        self.batch_sharding = _batch_sharding(mesh) if mesh is not None else None
         self.jitted = jax.jit(fn, donate_argnames=("state",)) if donate else jax.jit(fn)
 
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
             return state, data
         if getattr(state.step, "sharding", None) != self.replicated:
-            state = jax.device_put(state, self.replicated)
-        return state, jax.device_put(data, data_sharding)
+            state = place_state(state, self.replicated)
+        return state, place_batch(data, data_sharding)
 
     def _first_call(self, state: TrainState, data: Any) -> tuple[TrainState, Any]:
         check_donatable(state)
@@ -188,7 +185,7 @@ class TrainStep(_Compiled):
 
     def __init__(self, loss_fn: LossFn, optimizer: Any, *, donate: bool, skip_nonfinite: bool, has_aux: bool,
                  mesh: Mesh | None, with_key: bool, audit: bool) -> None:
-        batch_sharding = NamedSharding(mesh, P("data")) if mesh is not None else None
+        batch_sharding = _batch_sharding(mesh) if mesh is not None else None
         update = _make_update(loss_fn, optimizer, has_aux=has_aux, skip_nonfinite=skip_nonfinite, with_key=with_key,
                               batch_sharding=batch_sharding)
 
@@ -265,7 +262,7 @@ class TrainEpoch(_Compiled):
     def __init__(self, loss_fn: LossFn, optimizer: Any, batch_size: int, *, donate: bool, skip_nonfinite: bool,
                  has_aux: bool, mesh: Mesh | None, with_key: bool, audit: bool) -> None:
         self.batch_size = batch_size
-        batch_sharding = NamedSharding(mesh, P("data")) if mesh is not None else None
+        batch_sharding = _batch_sharding(mesh) if mesh is not None else None
         update = _make_update(loss_fn, optimizer, has_aux=has_aux, skip_nonfinite=skip_nonfinite,
                               with_key=with_key, batch_sharding=batch_sharding)
 
@@ -340,13 +337,3 @@ def make_train_epoch(
     return TrainEpoch(loss_fn, optimizer, batch_size, donate=donate, skip_nonfinite=skip_nonfinite,
                       has_aux=has_aux, mesh=mesh, with_key=with_key, audit=audit)
 
-
-def data_mesh(devices: Any = None) -> Mesh:
-    """A 1-D mesh with axis ``"data"`` over ``devices`` (default: all local devices).
-
-    Example:
-        >>> data_mesh().axis_names
-        ('data',)
-    """
-    devices = jax.local_devices() if devices is None else list(devices)
-    return Mesh(np.asarray(devices), ("data",))
