@@ -1,4 +1,4 @@
-"""Tests for jaxwise.debug: locate_nan (forward/backward, after vmap), checked, assert_finite."""
+"""Tests for jaxwise.debug: locate_nan (provenance, phase, user flags), checked, assert_finite."""
 
 import functools
 
@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise.compilation import CompileBudget
+from jaxwise.compilation import CompileBudget, CompileCounter
 from jaxwise.debug import _user_frames, assert_finite, checked, locate_nan
 
 
@@ -19,6 +19,15 @@ def forward_log(x):
 def loss_with_hidden_sqrt(x):
     safe = jnp.where(x > 0, jnp.sqrt(x), 0.0)  # LINE: hidden_sqrt
     return jnp.sum(safe)
+
+
+def discarded_log_then_sqrt(x, y):
+    return jnp.where(x > 0, jnp.log(x), 0.0) + jnp.sqrt(y - 5.0)  # LINE: discarded_log
+
+
+def guarded_cosine(a, b):
+    n = jnp.linalg.norm(a) * jnp.linalg.norm(b)
+    return jnp.where(n > 0, jnp.dot(a, b) / n, 0.0)  # LINE: guarded_cosine
 
 
 def _line_of(marker):
@@ -46,7 +55,7 @@ def test_forward_nan_after_vmap_in_compiled_function():
     assert report.frame.function == "forward_log"
     assert report.frame.file == __file__
     assert "jnp.log(y)" in report.frame.source
-    assert "invalid value (nan)" in report.message
+    assert report.message == "invalid value (nan) produced by `log` in the forward pass"
     assert "forward pass" in str(report)
 
 
@@ -79,7 +88,11 @@ def test_inf_only_with_check_inf():
 
     assert locate_nan(divide, jnp.zeros(2)) is None
     report = locate_nan(divide, jnp.zeros(2), check_inf=True)
-    assert report.kind == "inf" and report.primitive == "div" and report.frame.function.endswith("divide")
+    assert (
+        report.kind == "inf"
+        and report.primitive == "div"
+        and report.frame.function.endswith("divide")
+    )
 
 
 def test_nested_jit_and_kwargs():
@@ -103,7 +116,11 @@ def test_user_frames_from_source_info():
     jaxpr = jax.make_jaxpr(forward_log)(jnp.ones(2))
     eqn = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "log")
     frames = _user_frames(eqn.source_info)
-    assert frames and frames[-1].function == "forward_log" and frames[-1].line == _line_of("forward_log")
+    assert (
+        frames
+        and frames[-1].function == "forward_log"
+        and frames[-1].line == _line_of("forward_log")
+    )
 
 
 def test_locate_nan_rejects_non_callable():
@@ -135,8 +152,13 @@ def test_checked_error_sets():
 
 
 def test_assert_finite_names_the_leaf():
-    params = {"dense_0": {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}, "dense_1": {"w": jnp.asarray([1.0, jnp.inf])}}
-    with pytest.raises(FloatingPointError, match=r"params: non-finite values in `dense_1.w`: 0 NaN, 1 inf of 2"):
+    params = {
+        "dense_0": {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)},
+        "dense_1": {"w": jnp.asarray([1.0, jnp.inf])},
+    }
+    with pytest.raises(
+        FloatingPointError, match=r"params: non-finite values in `dense_1.w`: 0 NaN, 1 inf of 2"
+    ):
         assert_finite(params, "params")
     assert_finite({"step": jnp.asarray(3), "w": np.ones(2)})  # ints are skipped
 
@@ -153,3 +175,94 @@ def test_locate_nan_inside_scan_body():
     assert report is not None
     # The walk enters scan bodies iteration by iteration.
     assert report.primitive == "log" and report.frame.function.endswith("body")
+
+
+@pytest.fixture
+def user_debug_flags():
+    """The user keeps jax_debug_nans and jax_debug_infs on; restored after the test."""
+    saved = (jax.config.jax_debug_nans, jax.config.jax_debug_infs)
+    jax.config.update("jax_debug_nans", True)
+    jax.config.update("jax_debug_infs", True)
+    yield
+    jax.config.update("jax_debug_nans", saved[0])
+    jax.config.update("jax_debug_infs", saved[1])
+
+
+def test_user_debug_nans_on_gives_a_report_not_a_crash(user_debug_flags):
+    x = -jnp.ones(3)
+    report = locate_nan(forward_log, x)
+    assert (report.primitive, report.phase, report.frame.line) == (
+        "log",
+        "forward",
+        _line_of("forward_log"),
+    )
+    assert jax.config.jax_debug_nans is True and jax.config.jax_debug_infs is True  # restored
+
+
+def test_user_flags_restored_when_function_raises(user_debug_flags):
+    def broken(x):
+        raise KeyError("user bug")
+
+    with pytest.raises(KeyError):
+        locate_nan(broken, jnp.ones(2))
+    assert jax.config.jax_debug_nans is True and jax.config.jax_debug_infs is True
+
+
+def test_nan_discarded_by_where_is_not_the_culprit():
+    # log(0) = -inf and log(-1) = NaN are discarded by the where; the sqrt's NaN reaches the output.
+    report = locate_nan(discarded_log_then_sqrt, jnp.asarray([0.0, -1.0]), jnp.asarray([9.0, 1.0]))
+    assert report.primitive == "sqrt" and report.kind == "nan" and report.phase == "forward"
+    assert report.frame.file == __file__ and report.frame.line == _line_of("discarded_log")
+    assert report.frame.function == "discarded_log_then_sqrt"
+
+
+def test_discarded_nan_alone_is_no_report():
+    assert (
+        locate_nan(discarded_log_then_sqrt, jnp.asarray([-1.0, 2.0]), jnp.asarray([9.0, 6.0]))
+        is None
+    )
+
+
+def test_guarded_cosine_gradient_nan_is_created_in_the_backward_pass(user_debug_flags):
+    a, b = jnp.zeros(3), jnp.ones(3)
+    with jax.debug_nans(False), jax.debug_infs(False):
+        assert float(guarded_cosine(a, b)) == 0.0  # the forward value is finite
+    report = locate_nan(jax.grad(guarded_cosine), a, b)
+    assert report.primitive == "mul" and report.kind == "nan" and report.phase == "backward"
+    assert report.frame.line == _line_of("guarded_cosine") and report.frame.file == __file__
+    assert "transpose" in report.name_stack
+
+
+def test_guarded_cosine_with_check_inf_blames_the_forward_division():
+    report = locate_nan(
+        jax.jit(jax.grad(guarded_cosine)), jnp.zeros(3), jnp.ones(3), check_inf=True
+    )
+    assert report.primitive == "div" and report.kind == "inf" and report.phase == "forward"
+    assert report.frame.function == "guarded_cosine"
+
+
+def test_nan_in_an_argument_is_reported_as_such():
+    report = locate_nan(
+        lambda p, *, scale: p["w"] * scale, {"w": np.asarray([1.0, np.nan], np.float32)}, scale=2.0
+    )
+    assert report.primitive == "argument" and report.frame is None
+    assert report.message == "invalid value (nan) in the argument args[0]['w']"
+    assert "already present in the input" in str(report)
+
+
+def test_cond_branch_is_followed():
+    def branchy(x):
+        return jax.lax.cond(
+            x[0] > 0, lambda v: v + 1.0, lambda v: jnp.log(v), x
+        )  # LINE: cond_branch
+
+    report = locate_nan(jax.jit(branchy), jnp.asarray([-1.0, 2.0]))
+    assert report.primitive == "log" and report.frame.line == _line_of("cond_branch")
+
+
+def test_locate_nan_does_not_recompile_the_users_program():
+    jitted = jax.jit(forward_log)
+    jitted(jnp.ones(3))
+    with CompileCounter(forward_log) as counter:
+        assert locate_nan(jitted, jnp.ones(3)) is None
+    assert counter.count == 0

@@ -1,18 +1,20 @@
 """Find where a NaN (or inf) comes from, and check values at run time.
 
-``jax_debug_nans`` has three gaps: it checks only the outputs of compiled
-programs, it ignores ``inf`` unless ``jax_debug_infs`` is set too, and on JAX
-0.12.0.1 it silently stops checking already-compiled functions once ``vmap``
-has run anywhere in the process. :func:`locate_nan` closes them for one call:
-it clears JAX's caches, turns the checks on for that call only (restoring
-every flag afterwards, also on error), and then pinpoints the first
-primitive that produced the NaN by evaluating the function's jaxpr equation
-by equation — in the backward pass too, where ``jax_debug_nans`` alone only
-names an anonymous ``mul``.
+``jax_debug_nans`` has gaps: it checks only the outputs of compiled programs, it ignores
+``inf`` unless ``jax_debug_infs`` is set too, it stops checking already-compiled functions
+once ``vmap`` has run anywhere in the process (JAX 0.12.0.1), and it stops at the *first*
+NaN — even one that a ``jnp.where`` later discards. :func:`locate_nan` does not rely on it:
+it runs the call once (with the user's debug flags temporarily off), and if an output is
+not finite it replays the function's jaxpr equation by equation, following the NaN's
+*provenance* from its creation to the output. A NaN that a ``select_n`` (``jnp.where``)
+discards is not the culprit; the report names the primitive that created the NaN reaching
+the output, whether that happened in the forward or the backward pass, and the user's
+file:line.
 
 Example:
     >>> import jax, jax.numpy as jnp
-    >>> report = locate_nan(jax.grad(lambda x: jnp.sum(jnp.where(x > 0, jnp.sqrt(x), 0.0))), jnp.zeros(2))
+    >>> loss = lambda x: jnp.sum(jnp.where(x > 0, jnp.sqrt(x), 0.0))
+    >>> report = locate_nan(jax.grad(loss), jnp.zeros(2))
     >>> report.primitive, report.phase
     ('mul', 'backward')
 """
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import io
+import linecache
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -31,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
+from jaxwise._checks import check_callable, check_choice
 from jaxwise.tree import path_names
 
 __all__ = ["NanReport", "assert_finite", "checked", "locate_nan"]
@@ -51,11 +54,12 @@ class Frame:
 
 @dataclasses.dataclass(frozen=True)
 class NanReport:
-    """Where a non-finite value first appeared.
+    """Where the non-finite value that reaches the output was created.
 
     Attributes:
-      primitive: the JAX primitive whose output first became non-finite
-        from finite inputs (e.g. ``"log"``, ``"div"``, ``"mul"``).
+      primitive: the JAX primitive that created it from values free of it (e.g. ``"log"``,
+        ``"div"``, ``"mul"``); ``"argument"`` when it was already in an argument of ``fn``,
+        ``"unknown"`` if the replay could not attribute it.
       kind: ``"nan"`` or ``"inf"``.
       phase: ``"forward"`` or ``"backward"`` (inside a transpose, i.e. the
         reverse pass of ``grad``/``vjp``).
@@ -63,7 +67,7 @@ class NanReport:
         backward operation: the forward line it differentiates), or ``None``.
       stack: all user-code frames, outermost first.
       name_stack: JAX's name stack of the operation (e.g. ``transpose(jvp())``).
-      message: JAX's own ``FloatingPointError`` message, if it raised one.
+      message: a one-line summary (e.g. ``invalid value (nan) produced by `log` …``).
     """
 
     primitive: str
@@ -75,6 +79,8 @@ class NanReport:
     message: str
 
     def __str__(self) -> str:
+        if self.primitive == "argument":
+            return f"{self.kind} already present in the input: {self.message}"
         where = str(self.frame) if self.frame else "an unknown location"
         return f"{self.kind} produced by `{self.primitive}` in the {self.phase} pass at {where}"
 
@@ -84,60 +90,94 @@ class NanReport:
 # --------------------------------------------------------------------------
 
 _JAX_DIRS = tuple(
-    os.path.dirname(m.__file__) + os.sep for m in (jax, __import__("jaxlib")) if getattr(m, "__file__", None)
+    os.path.dirname(str(m.__file__)) + os.sep
+    for m in (jax, __import__("jaxlib"))
+    if getattr(m, "__file__", None)
 )
-_THIS_FILE = os.path.abspath(__file__)
-
-
-def _is_user_file(path: str) -> bool:
-    return not path.startswith(_JAX_DIRS) and os.path.abspath(path) != _THIS_FILE
+_JAXWISE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def _user_frames(source_info: Any) -> tuple[Frame, ...]:
     """User frames of an equation's ``source_info`` (outermost first).
 
-    Uses ``eqn.source_info.traceback.frames`` (file_name, function_name,
-    line_num); tests/test_debug.py::test_user_frames_from_source_info fails
-    if JAX changes it.
+    JAX's frames are dropped, and so are jaxwise's own unless no other frame is left (a NaN
+    inside a jaxwise helper is reported at the user's call of it). Uses
+    ``eqn.source_info.traceback.frames`` (file_name, function_name, line_num);
+    tests/test_debug.py::test_user_frames_from_source_info fails if JAX changes it.
     """
     traceback = getattr(source_info, "traceback", None)
     if traceback is None:
         return ()
-    import linecache
-
-    frames = []
-    for f in traceback.frames:
-        if _is_user_file(f.file_name):
-            source = linecache.getline(f.file_name, f.line_num).strip()
-            frames.append(Frame(f.file_name, f.line_num, f.function_name, source))
+    outside_jax = [f for f in traceback.frames if not f.file_name.startswith(_JAX_DIRS)]
+    user = [f for f in outside_jax if not os.path.abspath(f.file_name).startswith(_JAXWISE_DIR)]
+    chosen = user or [
+        f for f in outside_jax if os.path.abspath(f.file_name) != os.path.abspath(__file__)
+    ]
+    frames = [
+        Frame(
+            f.file_name,
+            f.line_num,
+            f.function_name,
+            linecache.getline(f.file_name, f.line_num).strip(),
+        )
+        for f in chosen
+    ]
     return tuple(reversed(frames))
 
 
 # --------------------------------------------------------------------------
-# Equation-by-equation evaluation
+# Equation-by-equation replay with provenance
 # --------------------------------------------------------------------------
 
 _INLINE_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
 _INLINE_PRIMITIVES = frozenset(
-    {"pjit", "jit", "closed_call", "core_call", "remat", "checkpoint", "custom_jvp_call", "custom_vjp_call",
-     "custom_vjp_call_jaxpr", "custom_lin"}
+    {
+        "pjit",
+        "jit",
+        "closed_call",
+        "core_call",
+        "remat",
+        "checkpoint",
+        "custom_jvp_call",
+        "custom_vjp_call",
+        "custom_vjp_call_jaxpr",
+        "custom_lin",
+    }
 )
 
 
-def _nonfinite_kind(values: list[Any], check_inf: bool) -> str | None:
-    for v in values:
-        dtype = getattr(v, "dtype", None)
-        if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
-            continue
-        arr = np.asarray(v)
-        if np.isnan(arr).any():
-            return "nan"
-        if check_inf and np.isinf(arr).any():
-            return "inf"
-    return None
+@dataclasses.dataclass(frozen=True)
+class _Origin:
+    """Where a tracked non-finite value was created: an equation, or an argument of ``fn``."""
+
+    order: int  # replay order: the earliest origin wins when several merge
+    kind: str
+    eqn: Any = None
+    argument: str = ""
 
 
-def _sub_jaxpr(eqn: Any) -> tuple[Any, list[Any]] | None:
+def _bad_mask(value: Any, check_inf: bool) -> np.ndarray | None:
+    """Boolean mask of tracked non-finite entries of ``value`` (None for non-float values)."""
+    dtype = getattr(value, "dtype", None)
+    if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
+        return None
+    arr = np.asarray(value)
+    return ~np.isfinite(arr) if check_inf else np.isnan(arr)
+
+
+def _bad_kind(value: Any, check_inf: bool) -> str | None:
+    mask = _bad_mask(value, check_inf)
+    if mask is None or not mask.any():
+        return None
+    return "nan" if np.isnan(np.asarray(value)).any() else "inf"
+
+
+def _sub_jaxpr(eqn: Any, invals: list[Any]) -> tuple[Any, list[Any], list[Any]] | None:
+    """``(jaxpr, consts, args)`` of a call-like equation (or the taken branch of a ``cond``)."""
+    if eqn.primitive.name == "cond":
+        branches = eqn.params["branches"]
+        index = int(np.clip(np.asarray(invals[0]), 0, len(branches) - 1))
+        return branches[index].jaxpr, list(branches[index].consts), invals[1:]
     if eqn.primitive.name not in _INLINE_PRIMITIVES:
         return None
     for name in _INLINE_PARAMS:
@@ -145,130 +185,200 @@ def _sub_jaxpr(eqn: Any) -> tuple[Any, list[Any]] | None:
         if sub is None:
             continue
         if hasattr(sub, "consts") and hasattr(sub, "jaxpr"):
-            return sub.jaxpr, list(sub.consts)
+            return sub.jaxpr, list(sub.consts), invals
         if hasattr(sub, "eqns"):
-            return sub, []
+            return sub, [], invals
     return None
 
 
-def _walk(jaxpr: Any, consts: list[Any], args: list[Any], check_inf: bool) -> tuple[list[Any], Any]:
-    """Evaluate ``jaxpr``; return (outputs, first offending equation or None)."""
-    from jax.extend.core import Literal
+class _Replay:
+    """Evaluates a jaxpr op by op, tagging each tracked non-finite value with its origin."""
 
-    env: dict[Any, Any] = {}
+    def __init__(self, check_inf: bool) -> None:
+        self.check_inf = check_inf
+        self.counter = 0
 
-    def read(v: Any) -> Any:
-        return v.val if isinstance(v, Literal) else env[v]
+    def new_origin(self, kind: str, eqn: Any = None, argument: str = "") -> _Origin:
+        self.counter += 1
+        return _Origin(self.counter, kind, eqn, argument)
 
-    for var, val in zip(jaxpr.constvars, consts):
-        env[var] = val
-    for var, val in zip(jaxpr.invars, args):
-        env[var] = val
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        sub = _sub_jaxpr(eqn)
-        if sub is not None:
-            outvals, found = _walk(sub[0], sub[1], invals, check_inf)
-            if found is not None:
-                return outvals, found
+    def tag(self, value: Any, origin: _Origin | None) -> _Origin | None:
+        return origin if _bad_kind(value, self.check_inf) is not None else None
+
+    def run(
+        self, jaxpr: Any, consts: list[Any], args: list[Any], origins: list[_Origin | None]
+    ) -> tuple[list[Any], list[_Origin | None]]:
+        from jax.extend.core import Literal
+
+        env: dict[Any, tuple[Any, _Origin | None]] = {}
+
+        def read(v: Any) -> tuple[Any, _Origin | None]:
+            return (v.val, None) if isinstance(v, Literal) else env[v]
+
+        for var, val in zip(jaxpr.constvars, consts):
+            kind = _bad_kind(val, self.check_inf)
+            env[var] = (
+                val,
+                self.new_origin(kind, argument="a captured constant") if kind else None,
+            )
+        for var, val, origin in zip(jaxpr.invars, args, origins):
+            env[var] = (val, origin)
+        for eqn in jaxpr.eqns:
+            invals, in_origins = (
+                map(list, zip(*(read(v) for v in eqn.invars))) if eqn.invars else ([], [])
+            )
+            sub = _sub_jaxpr(eqn, invals)
+            if sub is not None:
+                skip = len(invals) - len(sub[2])
+                outvals, out_origins = self.run(sub[0], sub[1], sub[2], in_origins[skip:])
+            else:
+                out = eqn.primitive.bind(*invals, **eqn.params)
+                outvals = list(out) if eqn.primitive.multiple_results else [out]
+                out_origins = [self.origin_of(eqn, invals, in_origins, o) for o in outvals]
+            for var, val, origin in zip(eqn.outvars, outvals, out_origins):
+                env[var] = (val, origin)
+        results = [read(v) for v in jaxpr.outvars]
+        return [r[0] for r in results], [r[1] for r in results]
+
+    def origin_of(
+        self, eqn: Any, invals: list[Any], in_origins: list[_Origin | None], out: Any
+    ) -> _Origin | None:
+        kind = _bad_kind(out, self.check_inf)
+        if kind is None:
+            return None
+        if eqn.primitive.name == "select_n":  # only the cases actually selected carry over
+            pred = np.asarray(invals[0])
+            candidates = []
+            for i, (case, origin) in enumerate(zip(invals[1:], in_origins[1:])):
+                mask = _bad_mask(case, self.check_inf)
+                if (
+                    origin is not None
+                    and mask is not None
+                    and (mask & (pred.astype(np.int64) == i)).any()
+                ):
+                    candidates.append(origin)
         else:
-            out = eqn.primitive.bind(*invals, **eqn.params)
-            outvals = list(out) if eqn.primitive.multiple_results else [out]
-            kind = _nonfinite_kind(outvals, check_inf)
-            if kind is not None and _nonfinite_kind(invals, check_inf) is None:
-                return outvals, (eqn, kind)
-        for var, val in zip(eqn.outvars, outvals):
-            env[var] = val
-    return [read(v) for v in jaxpr.outvars], None
+            candidates = [o for o in in_origins if o is not None]
+        if candidates:
+            return min(candidates, key=lambda o: o.order)
+        return self.new_origin(kind, eqn)
 
 
 def _trace_unrolled(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """The jaxpr of ``fn`` with ``scan``/``fori_loop`` bodies unrolled (under ``disable_jit``).
 
-    Unrolling lets the walk see inside loop bodies; if a loop cannot be
-    unrolled (e.g. zero-length scans), the ordinary jaxpr is used and a NaN
-    from a loop is attributed to the loop primitive.
+    Unrolling lets the replay see inside loop bodies; if a loop cannot be
+    unrolled, the ordinary jaxpr is used and a NaN from a loop is attributed
+    to the loop primitive.
     """
     try:
         with jax.disable_jit(True):
             return jax.make_jaxpr(fn)(*args, **kwargs)
-    except Exception:  # noqa: BLE001 - any failure: use the ordinary trace
+    except Exception:
         return jax.make_jaxpr(fn)(*args, **kwargs)
 
 
-def _report(eqn: Any, kind: str, message: str) -> NanReport:
+@contextlib.contextmanager
+def _debug_flags_off() -> Iterator[None]:
+    """Turn ``jax_debug_nans``/``jax_debug_infs`` off; restore the user's values (also on error)."""
+    saved = {name: getattr(jax.config, name) for name in ("jax_debug_nans", "jax_debug_infs")}
+    try:
+        for name in saved:
+            jax.config.update(name, False)
+        yield
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+
+
+def _report(origin: _Origin) -> NanReport:
+    kind: Literal["nan", "inf"] = "inf" if origin.kind == "inf" else "nan"
+    if origin.eqn is None:
+        return NanReport(
+            "argument",
+            kind,
+            "forward",
+            None,
+            (),
+            "",
+            f"invalid value ({kind}) in {origin.argument}",
+        )
+    eqn = origin.eqn
     stack = _user_frames(eqn.source_info)
     name_stack = str(getattr(eqn.source_info, "name_stack", ""))
-    phase = "backward" if "transpose" in name_stack else "forward"
-    return NanReport(eqn.primitive.name, kind, phase, stack[-1] if stack else None, stack, name_stack, message)  # type: ignore[arg-type]
+    phase: Literal["forward", "backward"] = "backward" if "transpose" in name_stack else "forward"
+    message = f"invalid value ({kind}) produced by `{eqn.primitive.name}` in the {phase} pass"
+    return NanReport(
+        eqn.primitive.name, kind, phase, stack[-1] if stack else None, stack, name_stack, message
+    )
 
 
-def _flag_state() -> dict[str, Any]:
-    return {name: getattr(jax.config, name) for name in ("jax_debug_nans", "jax_debug_infs", "jax_disable_jit")}
+def locate_nan(
+    fn: Callable[..., Any], *args: Any, check_inf: bool = False, **kwargs: Any
+) -> NanReport | None:
+    """Run ``fn(*args, **kwargs)``; if an output is NaN (or inf), report where it was created.
 
+    Steps: run the call once with ``jax_debug_nans``/``jax_debug_infs`` turned off (the
+    user's settings are restored afterwards, also on error, so a user who keeps them on gets
+    a report, not a ``FloatingPointError``); if every output is finite, return ``None``.
+    Otherwise trace ``fn`` to a jaxpr (loops unrolled, ``cond`` branches followed) and
+    replay it equation by equation, tagging every non-finite value with the equation that
+    created it from non-finite-free inputs. Tags flow through every primitive; through
+    ``select_n`` (``jnp.where``) only from the cases actually selected, so a NaN that a
+    ``where`` discards is never blamed. The report names the creator of the NaN that
+    reaches the output (the earliest one if several do).
 
-def locate_nan(fn: Callable[..., Any], *args: Any, check_inf: bool = False, **kwargs: Any) -> NanReport | None:
-    """Run ``fn(*args, **kwargs)`` with NaN (and optionally inf) checks; report the first culprit.
-
-    Steps: clear JAX's caches (so the checks apply even to programs compiled
-    before, and even after a ``vmap`` ran in the process); run the call with
-    ``jax_debug_nans`` (and ``jax_debug_infs`` if ``check_inf``); if a
-    non-finite value reaches an output, trace ``fn`` to a jaxpr and evaluate
-    it equation by equation to find the first primitive that produced it
-    from finite inputs, in the forward or the backward pass. All config
-    flags are restored afterwards, also on error.
-
-    Cannot catch: a NaN that never reaches an output of ``fn`` (e.g. removed
-    by a ``where``) — by design, since it does no harm there.
-    ``jax.clear_caches()`` means later calls of your jitted functions compile
-    once more.
+    Nothing is recompiled: JAX's caches are left alone.
 
     Args:
       fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
       *args, **kwargs: its arguments.
-      check_inf: also report ``inf``.
+      check_inf: also track ``inf`` (by default a NaN created from an ``inf``, such as
+        ``0 · inf`` in a backward pass, is blamed on the operation making the NaN).
 
     Returns:
       A :class:`NanReport`, or ``None`` if every output is finite.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> def f(x):
-        ...     return jnp.log(x) + 1.0
-        >>> r = locate_nan(f, -jnp.ones(3))
+        >>> def f(x, y):
+        ...     return jnp.where(x > 0, jnp.log(x), 0.0) + jnp.sqrt(y - 5.0)
+        >>> r = locate_nan(f, jnp.zeros(2), jnp.ones(2))
         >>> r.primitive, r.phase, r.frame.function
-        ('log', 'forward', 'f')
+        ('sqrt', 'forward', 'f')
     """
-    if not callable(fn):
-        raise TypeError(f"`fn` must be callable, got {type(fn).__name__}")
-    flags = _flag_state()
-    message = ""
-    out: Any = None
-    try:
-        jax.clear_caches()
-        jax.config.update("jax_debug_nans", True)
-        jax.config.update("jax_debug_infs", bool(check_inf))
-        try:
-            # JAX prints "Invalid nan value encountered ..." before re-running
-            # de-optimized; the report carries that information instead.
-            with contextlib.redirect_stdout(io.StringIO()):
-                out = jax.block_until_ready(fn(*args, **kwargs))
-        except FloatingPointError as err:
-            message = str(err).splitlines()[0]
-    finally:
-        for name, value in flags.items():
-            jax.config.update(name, value)
-    if not message:
-        leaves = jax.tree.leaves(out)
-        if _nonfinite_kind(leaves, check_inf) is None:
+    check_callable(fn, "fn")
+    with _debug_flags_off():
+        out = jax.block_until_ready(fn(*args, **kwargs))
+        if all(_bad_kind(leaf, check_inf) is None for leaf in jax.tree.leaves(out)):
             return None
-    closed = _trace_unrolled(fn, args, kwargs)
-    flat_args = jax.tree.leaves((args, kwargs))
-    _, found = _walk(closed.jaxpr, list(closed.consts), flat_args, check_inf)
-    if found is None:
-        # Not visible op by op (e.g. inside a scan body): fall back to JAX's message.
-        return NanReport("unknown", "nan", "forward", None, (), "", message or "non-finite output")
-    return _report(found[0], found[1], message)
+        closed = _trace_unrolled(fn, args, kwargs)
+        replay = _Replay(bool(check_inf))
+        flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
+        arg_origins = []
+        for path, leaf in flat:
+            kind = _bad_kind(leaf, check_inf)
+            label = "the argument " + _argument_name(path)
+            arg_origins.append(replay.new_origin(kind, argument=label) if kind else None)
+        _, out_origins = replay.run(
+            closed.jaxpr, list(closed.consts), [leaf for _, leaf in flat], arg_origins
+        )
+    found = [o for o in out_origins if o is not None]
+    if not found:  # the op-by-op replay disagrees with the compiled run (rare)
+        return NanReport(
+            "unknown", "nan", "forward", None, (), "", "non-finite output not reproduced op by op"
+        )
+    return _report(min(found, key=lambda o: o.order))
+
+
+def _argument_name(path: tuple) -> str:
+    """``args[0]['w']`` / ``scale`` for a flattened ``(args, kwargs)`` path."""
+    head, rest = path[0], path[1:]
+    if getattr(head, "idx", None) == 0 and rest:
+        return f"args[{rest[0].idx}]" + jax.tree_util.keystr(rest[1:])
+    if rest:
+        return str(getattr(rest[0], "key", rest[0])) + jax.tree_util.keystr(rest[1:])
+    return jax.tree_util.keystr(path)
 
 
 # --------------------------------------------------------------------------
@@ -304,10 +414,8 @@ def checked(fn: Callable[..., Any], errors: str = "float") -> Callable[..., tupl
         >>> "nan generated by primitive: log" in err.get()
         True
     """
-    if not callable(fn):
-        raise TypeError(f"`fn` must be callable, got {type(fn).__name__}")
-    if errors not in _ERROR_SETS:
-        raise ValueError(f"`errors` must be one of {sorted(_ERROR_SETS)}, got {errors!r}")
+    check_callable(fn, "fn")
+    check_choice(errors, "errors", tuple(sorted(_ERROR_SETS)))
     return jax.jit(checkify.checkify(fn, errors=_ERROR_SETS[errors]))
 
 
@@ -337,5 +445,6 @@ def assert_finite(tree: Any, what: str = "values") -> None:
         nans, infs = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
         if nans or infs:
             raise FloatingPointError(
-                f"{what}: non-finite values in `{name or '<root>'}`: {nans} NaN, {infs} inf of {arr.size} entries"
+                f"{what}: non-finite values in `{name or '<root>'}`: "
+                f"{nans} NaN, {infs} inf of {arr.size} entries"
             )
