@@ -1,13 +1,23 @@
-"""Tests for jaxwise.diagnose: captured constants and the classification of every recompile trigger."""
+"""Tests for jaxwise.diagnose: captured constants and scalars, classified recompiles."""
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxwise.compilation import CompileCounter
 from jaxwise.diagnose import FIXES, captured_constants, why_recompiled
+
+WEIGHTS = jnp.asarray(np.random.default_rng(1).normal(size=(256, 256)), jnp.float32)
+SCALE = 2.0
+STEPS = 3
+
+
+def _uses_globals(x):
+    return jnp.tanh(WEIGHTS @ x) * SCALE
 
 
 def test_captured_constants_finds_closure_matrix_not_argument():
@@ -17,18 +27,67 @@ def test_captured_constants_finds_closure_matrix_not_argument():
         report = captured_constants(fn, x)
         assert report.flagged and report.total_bytes == 300 * 300 * 4
         assert report.constants[0].shape == (300, 300) and report.constants[0].dtype == "float32"
+        assert report.constants[0].name == "a"
         assert report.program_chars > 2 * 300 * 300 * 4 > report.program_chars_without
-        assert "pass them as arguments" in report.verdict
+        assert "pass them as arguments" in report.verdict and "`a`" in report.verdict
+        assert report.scalars == ()
     clean = captured_constants(lambda m, v: jnp.tanh(m @ v), a, x)
     assert not clean.flagged and clean.constants == () and clean.total_bytes == 0
-    assert "every array is an argument" in clean.verdict
-    small = captured_constants(lambda v: v * jnp.arange(3.0), jnp.ones(3))
-    assert not small.flagged
-    with pytest.raises(TypeError, match="callable"):
-        captured_constants(3, x)
+    assert clean.verdict == "no captured arrays: every array is an argument"
+    offsets = jnp.arange(3.0)
+    small = captured_constants(lambda v: v * offsets, jnp.ones(3))
+    assert not small.flagged and [c.name for c in small.constants] == ["offsets"]
+    assert (
+        small.verdict
+        == "1 small captured array(s) `offsets`, 12 bytes: below the 65536-byte threshold"
+    )
 
 
-# The trigger table of the foundation issue: (fn, calls, expected categories of every compile).
+def test_captured_globals_named_and_stale_scalar_reported():
+    report = captured_constants(jax.jit(_uses_globals), jnp.ones(256))
+    assert [(c.name, c.shape) for c in report.constants] == [("WEIGHTS", (256, 256))]
+    assert [(s.name, s.value, s.scope) for s in report.scalars] == [("SCALE", "2.0", "global")]
+    assert report.flagged
+    assert "`SCALE` (= 2.0)" in report.verdict and "stale value" in report.verdict
+
+
+def test_stale_scalar_global_really_is_stale():
+    # The pitfall captured_constants reports: the compiled program keeps the old value.
+    global SCALE
+    f = jax.jit(lambda v: v * SCALE)
+    before = float(f(jnp.ones(()))[()])
+    SCALE = 5.0
+    try:
+        assert float(f(jnp.ones(()))[()]) == before == 2.0
+        assert "`SCALE` (= 5.0)" in captured_constants(f, jnp.ones(())).verdict
+    finally:
+        SCALE = 2.0
+
+
+def test_captured_closure_scalar_and_python_loop_bound():
+    factor = 3
+
+    def f(x):
+        for _ in range(STEPS):
+            x = x * factor
+        return x
+
+    report = captured_constants(f, jnp.ones(2))
+    assert [(s.name, s.value, s.scope) for s in report.scalars] == [
+        ("STEPS", "3", "global"),
+        ("factor", "3", "closure"),
+    ]
+    assert report.constants == () and report.flagged
+
+
+def test_captured_constants_bad_arguments():
+    with pytest.raises(TypeError, match="`fn` must be callable"):
+        captured_constants(3, jnp.ones(2))
+    with pytest.raises(ValueError, match="threshold_bytes"):
+        captured_constants(lambda v: v, jnp.ones(2), threshold_bytes=-1)
+
+
+# The trigger table: (fn, calls, expected (category, kind, argument, old, new) of every compile).
 
 
 class _Plain:
@@ -53,34 +112,107 @@ def _scale(x):
     return 3.0 * x
 
 
+FIRST = ("first compile", "first", "", "", "")
+
+
 def triggers():
     a3, a4, i3 = jnp.ones(3), jnp.ones(4), jnp.ones(3, jnp.int32)
+    z3 = jnp.zeros(3)
     strong = jnp.float32(0.5)
     model = _Model()
+    p1, p2 = _Plain(2.0), _Plain(2.0)
 
     def with_default(x, y=2.0):
         return x * y
 
+    static = functools.partial(jax.jit, static_argnums=1)
     return {
-        "shape": (jax.jit(lambda x: x * 2.0), [(a3,), (a4,)], ["first compile", "shape"]),
-        "dtype": (jax.jit(lambda x: x * 2), [(a3,), (i3,)], ["first compile", "dtype"]),
-        "weak type": (jax.jit(lambda lr: lr * 2.0), [(0.5,), (strong,)], ["first compile", "weak type"]),
-        "static value": (jax.jit(lambda x, n: x * n, static_argnums=1), [(a3, 2), (a3, 3)],
-                         ["first compile", "static value"]),
-        "static identity": (jax.jit(lambda x, c: x * c.k, static_argnums=1), [(a3, _Plain(2.0)), (a3, _Plain(2.0))],
-                            ["first compile", "static identity"]),
-        "pytree (None leaf)": (jax.jit(lambda t: t["a"] if t["b"] is None else t["a"] + t["b"]),
-                               [({"a": a3, "b": None},), ({"a": a3, "b": a3},)], ["first compile", "pytree structure"]),
-        "new closure per call": (lambda x: jax.jit(lambda y: y + 1.0)(x), [(a3,), (a3,)],
-                                 ["first compile", "new function object"]),
-        "jit(self.method)": (model.run, [(a4,), (a4,)], ["first compile", "new function object"]),
-        "calling convention": (jax.jit(with_default), [(a3,), (a3, 2.0), {"args": (a3,), "kwargs": {"y": 2.0}}],
-                               ["first compile", "pytree structure", "pytree structure"]),
-        "values only": (jax.jit(lambda x: x * 5.0), [(a3,), (jnp.zeros(3),)], ["first compile"]),
-        "same module function wrapped": (lambda x: jax.jit(_scale)(x), [(a3,), (a3,), (a3,)], ["first compile"]),
-        "python floats": (jax.jit(lambda x, lr: x - lr * x), [(a3, 0.1), (a3, 0.2), (a3, 0.3)], ["first compile"]),
-        "frozen dataclass static": (jax.jit(lambda x, c: x * c.k, static_argnums=1),
-                                    [(a3, _Frozen(2.0)), (a3, _Frozen(2.0))], ["first compile"]),
+        "shape": (
+            jax.jit(lambda x: x * 2.0),
+            [(a3,), (a4,)],
+            [FIRST, ("shape", "shape", "x", "f32[3]", "f32[4]")],
+        ),
+        "dtype": (
+            jax.jit(lambda x: x * 2),
+            [(a3,), (i3,)],
+            [FIRST, ("dtype", "dtype", "x", "f32[3]", "i32[3]")],
+        ),
+        "weak type": (
+            jax.jit(lambda lr: lr * 2.0),
+            [(0.5,), (strong,)],
+            [
+                FIRST,
+                ("weak type", "weak_type", "lr", "f32[]{weak_type=True}", "f32[]{weak_type=False}"),
+            ],
+        ),
+        "static value": (
+            static(lambda x, n: x * n),
+            [(a3, 2), (a3, 3)],
+            [FIRST, ("static value", "static", "n", "2", "3")],
+        ),
+        "static after shape": (
+            static(lambda x, n: x * n),
+            [(a3, 2), (a4, 2), (a4, 3)],
+            [
+                FIRST,
+                ("shape", "shape", "x", "f32[3]", "f32[4]"),
+                ("static value", "static", "n", "2", "3"),
+            ],
+        ),
+        "static identity": (
+            static(lambda x, c: x * c.k),
+            [(a3, p1), (a3, p2)],
+            [FIRST, ("static identity", "static", "c", repr(p1), repr(p2))],
+        ),
+        "pytree (None leaf)": (
+            jax.jit(lambda t: t["a"] if t["b"] is None else t["a"] + t["b"]),
+            [({"a": a3, "b": None},), ({"a": a3, "b": a3},)],
+            [
+                FIRST,
+                (
+                    "pytree structure",
+                    "structure",
+                    "t['b']",
+                    "PyTreeDef({'a': *, 'b': None})",
+                    "PyTreeDef({'a': *, 'b': *})",
+                ),
+            ],
+        ),
+        "new closure per call": (
+            lambda x: jax.jit(lambda y: y + 1.0)(x),
+            [(a3,), (a3,)],
+            [FIRST, ("new function object", "new_function", "", "", "")],
+        ),
+        "jit(self.method)": (
+            model.run,
+            [(a4,), (a4,)],
+            [FIRST, ("new function object", "new_function", "", "", "")],
+        ),
+        "calling convention": (
+            jax.jit(with_default),
+            [(a3,), (a3, 2.0), {"args": (a3,), "kwargs": {"y": 2.0}}],
+            [
+                FIRST,
+                ("pytree structure", "structure", "y", "not passed", "passed positionally"),
+                ("pytree structure", "structure", "y", "passed positionally", "passed by keyword"),
+            ],
+        ),
+        "values only": (jax.jit(lambda x: x * 5.0), [(a3,), (z3,)], [FIRST]),
+        "same module function wrapped": (
+            lambda x: jax.jit(_scale)(x),
+            [(a3,), (a3,), (a3,)],
+            [FIRST],
+        ),
+        "python floats": (
+            jax.jit(lambda x, lr: x - lr * x),
+            [(a3, 0.1), (a3, 0.2), (a3, 0.3)],
+            [FIRST],
+        ),
+        "frozen dataclass static": (
+            static(lambda x, c: x * c.k),
+            [(a3, _Frozen(2.0)), (a3, _Frozen(2.0))],
+            [FIRST],
+        ),
     }
 
 
@@ -88,7 +220,8 @@ def triggers():
 def test_why_recompiled_classifies_each_trigger(name):
     fn, calls, expected = triggers()[name]
     results = why_recompiled(fn, calls)
-    assert [r.category for r in results] == expected, [(r.category, r.detail) for r in results]
+    got = [(r.category, r.kind, r.argument, r.old, r.new) for r in results]
+    assert got == expected, [(r.category, r.detail) for r in results]
     for r in results:
         assert r.fix == FIXES[r.category] and r.fix
 
@@ -98,6 +231,28 @@ def test_why_recompiled_reports_call_index_and_detail():
     a = jnp.ones(2)
     results = why_recompiled(f, [(a, 2), (a, 2), (a, 5)])
     assert [(r.call, r.category) for r in results] == [(0, "first compile"), (2, "static value")]
-    assert "2 → 5" in results[1].detail
-    with pytest.raises(TypeError, match="callable"):
+    assert results[1].detail == "static argument `n`: 2 → 5"
+
+
+def test_why_recompiled_eager_operation():
+    def host_loop(x):
+        return x + jnp.arange(7.0)  # arange and add run eagerly, outside jit
+
+    results = why_recompiled(host_loop, [(jnp.ones(7),)])
+    assert results and {r.kind for r in results} == {"eager"}
+    assert {r.category for r in results} == {"eager operation"}
+
+
+def test_why_recompiled_counts_match_a_counter():
+    f = jax.jit(lambda x: x * 3.0)
+    calls = [(jnp.ones(2),), (jnp.ones(3),), (jnp.ones(2),)]
+    with CompileCounter(f) as counter:
+        results = why_recompiled(f, calls)
+    assert counter.count == len(results) == 2
+
+
+def test_why_recompiled_bad_arguments():
+    with pytest.raises(TypeError, match="`fn` must be callable"):
         why_recompiled(None, [])
+    with pytest.raises(TypeError, match="`calls`"):
+        why_recompiled(jax.jit(lambda x: x), 3)

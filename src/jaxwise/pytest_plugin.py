@@ -1,9 +1,15 @@
-"""pytest plugin: ``@pytest.mark.compile_budget(n, name=None)``.
+"""pytest plugin: ``@pytest.mark.compile_budget(n, name=None, exact=False)``.
 
 Registered through the ``pytest11`` entry point, so installing jaxwise is
-enough. A marked test fails when its body compiles more than ``n`` XLA
-programs (optionally only those of the function called ``name``); the
-failure lists every compile with JAX's explanation of why it happened.
+enough. A marked test fails when its body compiles more than ``n`` jitted
+programs (optionally only those of ``name``: a function name, a jitted
+function or an object with ``.jitted``); with ``exact=True`` any other count
+fails too. The failure lists every compile with the reason it happened.
+
+Eager operations outside ``jit`` (``jnp.ones(3)``: programs defined inside
+JAX, compiled once per process and shape) are not counted by default, so a
+test gives the same result run alone (``-k``) and in its whole file; pass
+``include_eager=True`` to count them.
 
 Example::
 
@@ -28,8 +34,8 @@ __all__ = ["pytest_configure", "pytest_runtest_call"]
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "compile_budget(max_compiles, name=None): fail the test if it performs more than "
-        "max_compiles XLA compilations (of the function `name`, if given)",
+        "compile_budget(max_compiles, name=None, exact=False): fail the test if it compiles "
+        "more than max_compiles jitted programs (of `name`, if given; exactly, with exact=True)",
     )
 
 
@@ -42,6 +48,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, Any, Any]:
 
     # The budget raises CompileBudgetExceeded on exit; a failing test body
     # propagates its own error and nothing is stacked on top.
-    with CompileBudget(*marker.args, **marker.kwargs):
+    kwargs = {"include_eager": False, **marker.kwargs}
+    with CompileBudget(*marker.args, **kwargs):
         result = yield
     return result

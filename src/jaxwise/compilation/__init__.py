@@ -1,0 +1,58 @@
+"""Count, budget and explain real XLA compilations.
+
+Every backend compilation JAX performs is reported through ``jax.monitoring`` (event
+``/jax/core/compile/backend_compile_duration``). :class:`CompileCounter` listens to those
+events; :class:`CompileBudget` turns a count into an assertion; :func:`compile_budget` does the
+same for one jitted function over its lifetime. Counters take a *target* (a name, a jitted
+function, or any jaxwise object with a ``.jitted`` attribute) and then count exactly that
+program. Each recompile carries a structured :class:`CacheMiss` (``kind``, ``argument``,
+``old``, ``new``) computed from the tracing-cache keys JAX compares, so a budget failure says
+exactly *what* changed::
+
+    compile budget exceeded for `f`: 2 compilations, budget 1
+      #1 jit(f)   14.2 ms  first compile of `f` (defined at model.py:12)
+    ! #2 jit(f)    9.8 ms  static argument `n`: 2 → 3
+
+Modules: ``_explain`` (cache-miss explanations), ``_hub`` (the process-wide listener),
+``_counter`` (counters, budgets, targets), ``_stage`` (stage reports) and ``_jaxkeys`` (the one
+place that reads JAX internals).
+
+Example:
+    >>> import jax, jax.numpy as jnp
+    >>> f = jax.jit(lambda x: 2 * x)
+    >>> a, b = jnp.ones(3), jnp.ones(4)
+    >>> with CompileCounter(f) as counter:
+    ...     _ = f(a); _ = f(a); _ = f(b)
+    >>> counter.count, counter.records[1].explanation.kind
+    (2, 'shape')
+"""
+
+from jaxwise.compilation._counter import CompileBudget as CompileBudget
+from jaxwise.compilation._counter import CompileBudgetExceeded as CompileBudgetExceeded
+from jaxwise.compilation._counter import CompileCounter as CompileCounter
+from jaxwise.compilation._counter import compile_budget as compile_budget
+from jaxwise.compilation._explain import KINDS as KINDS
+from jaxwise.compilation._explain import CacheMiss as CacheMiss
+from jaxwise.compilation._explain import Difference as Difference
+from jaxwise.compilation._explain import parse_cache_miss as parse_cache_miss
+from jaxwise.compilation._hub import CompileEvent as CompileEvent
+from jaxwise.compilation._hub import explain_recompiles as explain_recompiles
+from jaxwise.compilation._stage import StageReport as StageReport
+from jaxwise.compilation._stage import count_eqns as count_eqns
+from jaxwise.compilation._stage import stage_report as stage_report
+
+__all__ = [
+    "KINDS",
+    "CacheMiss",
+    "CompileBudget",
+    "CompileBudgetExceeded",
+    "CompileCounter",
+    "CompileEvent",
+    "Difference",
+    "StageReport",
+    "compile_budget",
+    "count_eqns",
+    "explain_recompiles",
+    "parse_cache_miss",
+    "stage_report",
+]

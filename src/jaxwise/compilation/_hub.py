@@ -1,0 +1,269 @@
+"""One process-wide listener: compile events, cache-miss explanations, and who wants them.
+
+Every backend compilation is reported by ``jax.monitoring``
+(``/jax/core/compile/backend_compile_duration``); every tracing-cache miss is explained by
+JAX on its logger while ``jax_explain_cache_misses`` is on. :class:`_Hub` listens to both,
+turns each miss into a structured :class:`CacheMiss` (from the cache keys, see
+:mod:`._jaxkeys`), pairs it with the compilation it caused and hands the resulting
+:class:`CompileEvent` to every active counter. The explanations are not printed unless the
+user turned ``jax_explain_cache_misses`` on themselves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import weakref
+from typing import Any
+
+import jax
+
+from jaxwise.compilation import _jaxkeys
+from jaxwise.compilation._explain import CacheMiss, from_context, parse_cache_miss, sharding_miss
+
+__all__ = ["HUB", "CompileEvent", "explain_recompiles"]
+
+_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+# JAX logs its tracing-cache-miss explanations from this module's logger
+# (jax/_src/interpreters/partial_eval.py, ``explain``).
+_EXPLAIN_LOGGER = "jax._src.interpreters.partial_eval"
+_MISS_HEADER = "TRACING CACHE MISS"
+_MAX_PENDING = 64
+_MAX_HISTORY = 32  # call signatures remembered per function definition
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileEvent:
+    """One backend compilation.
+
+    Attributes:
+      fun_name: JAX's name of the compiled program, e.g. ``"jit(step)"``.
+      seconds: backend compile time.
+      explanation: the :class:`CacheMiss` that caused it, or ``None`` when none is known
+        (an eager operation outside ``jit``, an AOT ``.lower().compile()`` of an already
+        traced function).
+      function: the Python function's name (``"step"``).
+      defined_at: ``"file.py:LINE"`` of its definition, if known.
+      internal: the program is defined inside JAX itself: an eager operation such as
+        ``jnp.ones(3)`` or ``x * 2`` outside ``jit``.
+    """
+
+    fun_name: str
+    seconds: float
+    explanation: CacheMiss | None
+    function: str = ""
+    defined_at: str | None = None
+    internal: bool = False
+
+    @property
+    def source(self) -> str | None:
+        """``"name at file:line"``, JAX's identity of the function, if known."""
+        return f"{self.function} at {self.defined_at}" if self.defined_at else None
+
+    def describe(self) -> str:
+        """One line: name, milliseconds and the reason."""
+        if self.explanation is not None:
+            reason = self.explanation.summary
+        elif self.internal:
+            reason = "an eager operation outside jit (a program defined inside JAX)"
+        else:
+            reason = "no explanation (an AOT compile of an already traced function)"
+        return f"{self.fun_name:<24} {1e3 * self.seconds:8.1f} ms  {reason}"
+
+
+def _inner_name(fun_name: str) -> str:
+    return fun_name[4:-1] if fun_name.startswith("jit(") and fun_name.endswith(")") else fun_name
+
+
+class _Hub:
+    """Dispatches compile events and cache-miss explanations to active sinks."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._sinks: list[Any] = []
+        self._explain_sinks: list[Any] = []
+        self._listening = False
+        self._explain_users = 0
+        self._flag_before: bool | None = None
+        self._filter = _CaptureFilter(self)
+        self._local = threading.local()
+        self._sources: dict[str, list[_jaxkeys.CallSig]] = {}
+        self._shardings: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    # -- compile events -------------------------------------------------------
+    def add_sink(self, sink: Any, explain: bool) -> None:
+        with self._lock:
+            if not self._listening:
+                jax.monitoring.register_event_duration_secs_listener(self._on_duration)
+                self._listening = True
+            self._sinks.append(sink)
+            if explain:
+                self._acquire_explanations()
+
+    def remove_sink(self, sink: Any, explain: bool) -> None:
+        with self._lock:
+            if sink in self._sinks:
+                self._sinks.remove(sink)
+                if explain:
+                    self._release_explanations()
+
+    def _on_duration(self, event: str, duration_secs: float, **kwargs: Any) -> None:
+        if event != _COMPILE_EVENT or not self._sinks:
+            return
+        record = self._event(str(kwargs.get("fun_name", "?")), float(duration_secs))
+        errors = []
+        for sink in list(self._sinks):
+            try:
+                sink.record(record)
+            except RuntimeError as err:  # raised by lifetime budgets
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+    def _event(self, fun_name: str, seconds: float) -> CompileEvent:
+        ctx = _jaxkeys.compile_context()
+        miss = self._pop_pending(fun_name)
+        if ctx is not None:
+            previous = self._shardings.get(ctx.jaxpr)
+            try:
+                self._shardings[ctx.jaxpr] = ctx.shardings
+            except TypeError:  # not weak-referenceable in this JAX version
+                pass
+            if miss is None and previous is not None:
+                miss = _placement_miss(ctx, previous)
+            return CompileEvent(fun_name, seconds, miss, ctx.name, ctx.defined_at, ctx.internal)
+        if miss is not None:
+            return CompileEvent(fun_name, seconds, miss, miss.function, miss.defined_at)
+        return CompileEvent(fun_name, seconds, None, _inner_name(fun_name))
+
+    # -- explanations ---------------------------------------------------------
+    def add_explain_sink(self, sink: Any) -> None:
+        with self._lock:
+            self._explain_sinks.append(sink)
+            self._acquire_explanations()
+
+    def remove_explain_sink(self, sink: Any) -> None:
+        with self._lock:
+            if sink in self._explain_sinks:
+                self._explain_sinks.remove(sink)
+                self._release_explanations()
+
+    def _acquire_explanations(self) -> None:
+        if self._explain_users == 0:
+            self._flag_before = bool(jax.config.jax_explain_cache_misses)
+            logging.getLogger(_EXPLAIN_LOGGER).addFilter(self._filter)
+            if not self._flag_before:
+                jax.config.update("jax_explain_cache_misses", True)
+        self._explain_users += 1
+
+    def _release_explanations(self) -> None:
+        self._explain_users -= 1
+        if self._explain_users == 0:
+            logging.getLogger(_EXPLAIN_LOGGER).removeFilter(self._filter)
+            if not self._flag_before:
+                jax.config.update("jax_explain_cache_misses", False)
+            self._flag_before = None
+
+    @property
+    def user_wants_explanations(self) -> bool:
+        """True when the user had ``jax_explain_cache_misses`` on before us."""
+        return bool(self._flag_before)
+
+    def _pending(self) -> list[CacheMiss]:
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            pending = self._local.pending = []
+        return pending
+
+    def explain(self, jax_text: str) -> CacheMiss:
+        """Build the structured miss JAX is logging right now and queue it for its compile."""
+        ctx = _jaxkeys.miss_context()
+        if ctx is not None:
+            source = f"{ctx.name} at {ctx.defined_at}"
+            recent = self._sources.setdefault(source, [])
+            miss = from_context(ctx, bool(recent) and not ctx.previous, jax_text, recent)
+            recent.append(ctx.new)
+            del recent[:-_MAX_HISTORY]
+        else:
+            miss = parse_cache_miss(jax_text)
+        pending = self._pending()
+        pending.append(miss)
+        del pending[:-_MAX_PENDING]
+        for sink in list(self._explain_sinks):
+            sink.record(miss)
+        return miss
+
+    def _pop_pending(self, fun_name: str) -> CacheMiss | None:
+        pending = self._pending()
+        inner = _inner_name(fun_name)
+        for i in range(len(pending) - 1, -1, -1):
+            if pending[i].function == inner:
+                return pending.pop(i)
+        return None
+
+
+def _placement_miss(ctx: _jaxkeys.CompileContext, previous: tuple[str, ...]) -> CacheMiss:
+    """A compile of an already traced program: its input shardings (or placement) changed."""
+    for i, (old, new) in enumerate(zip(previous, ctx.shardings)):
+        if old != new:
+            name = ctx.arg_names[i] if i < len(ctx.arg_names) else f"args[{i}]"
+            return sharding_miss(ctx.name, ctx.defined_at, name, old, new)
+    reason = (
+        "the same traced program compiled again: input placement (committed device), layout "
+        "or donation changed"
+    )
+    return CacheMiss(ctx.name, ctx.defined_at, None, "other", "", "", "", (), (reason,), reason)
+
+
+class _CaptureFilter(logging.Filter):
+    """Captures JAX's cache-miss explanations; hides them unless the user asked for them."""
+
+    def __init__(self, hub: _Hub) -> None:
+        super().__init__()
+        self._hub = hub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not message.startswith(_MISS_HEADER):
+            return True
+        self._hub.explain(message)
+        return self._hub.user_wants_explanations
+
+
+HUB = _Hub()
+
+
+class explain_recompiles:
+    """Context manager collecting structured cache-miss explanations.
+
+    Yields a list that fills with a :class:`CacheMiss` (function, kind, argument, old, new,
+    reasons) for every tracing-cache miss in the block. Nothing is printed;
+    ``jax_explain_cache_misses`` and the logger are restored on exit, also when the block
+    raises.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> def g(x): return x * 2
+        >>> jg = jax.jit(g)
+        >>> with explain_recompiles() as misses:
+        ...     _ = jg(jnp.ones(3)); _ = jg(jnp.ones(5))
+        >>> [(m.kind, m.argument, m.old, m.new) for m in misses]
+        [('first', '', '', ''), ('shape', 'x', 'f32[3]', 'f32[5]')]
+    """
+
+    def __init__(self) -> None:
+        self.records: list[CacheMiss] = []
+
+    def record(self, miss: CacheMiss) -> None:
+        self.records.append(miss)
+
+    def __enter__(self) -> list[CacheMiss]:
+        HUB.add_explain_sink(self)
+        return self.records
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        HUB.remove_explain_sink(self)
+        return False

@@ -1,0 +1,271 @@
+"""The one place that reads JAX internals: tracing-cache keys and the compiling call.
+
+JAX's public surface tells us *that* a program compiled (``jax.monitoring``) and prints a
+prose guess of *why* (``jax_explain_cache_misses``, comparing against the "closest" key by its
+own severity order, which misses static arguments). To say exactly what changed we need the
+keys JAX really compares. They are read here, and only here, from the frames of two JAX
+functions while they run:
+
+- ``jax._src.interpreters.partial_eval.explain`` (called on every tracing-cache miss while
+  ``jax_explain_cache_misses`` is on): locals ``fun``, ``in_avals``, ``debug_info``, ``keys``
+  (the previous keys of the *same* function object) and ``callsite``;
+- ``jax._src.pjit._pjit_call_impl_python`` (the call that compiles a ``jit`` program): locals
+  ``jaxpr`` and ``args`` (the argument shardings).
+
+Everything is converted at once into plain, JAX-version-independent records
+(:class:`CallSig`, :class:`ArgSig`, :class:`LeafType`). If JAX changes these internals the
+functions return ``None`` and the caller falls back to JAX's prose;
+``tests/test_compilation.py::test_private_jax_hooks_still_work`` fails so that we notice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+from typing import Any
+
+import jax
+
+__all__: list[str] = []
+
+_MAX_FRAMES = 40
+_JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafType:
+    """Type of one traced leaf: what ``jit`` specialises on."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    weak_type: bool
+    sharding: str
+    short: str  # e.g. "f32[3]"
+
+
+@dataclasses.dataclass(frozen=True)
+class ArgSig:
+    """One argument of a call as JAX keys it."""
+
+    name: str  # "x", "cfg", "args[2]"
+    passed: str  # "positionally" | "by keyword"
+    static: bool
+    value: Any  # the static value (static arguments only)
+    tree: str  # the pytree structure, as text ("" for static arguments)
+    leaves: tuple[tuple[str, LeafType], ...]  # (path inside the argument, type)
+
+
+@dataclasses.dataclass(frozen=True)
+class CallSig:
+    """Everything a tracing-cache key holds about one call, in plain records."""
+
+    args: tuple[ArgSig, ...]
+    context: tuple[tuple[str, str], ...]  # (config name, value) of the trace context
+
+
+@dataclasses.dataclass(frozen=True)
+class MissContext:
+    """What JAX knew when it missed its tracing cache for one call."""
+
+    fun: Any
+    name: str
+    defined_at: str | None
+    call_site: str | None
+    new: CallSig
+    previous: tuple[CallSig, ...]  # earlier keys of the same function object (JAX cache order)
+    same_source_alive: bool  # another live function object with the same definition is cached
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileContext:
+    """The ``jit`` call that is compiling (absent for AOT ``.lower().compile()``)."""
+
+    name: str
+    defined_at: str | None
+    internal: bool  # the program is defined inside JAX (an eager operation)
+    arg_names: tuple[str, ...]
+    shardings: tuple[str, ...]
+    jaxpr: Any
+
+
+def _find_frame(code_name: str, file_suffix: str) -> Any:
+    frame = sys._getframe(2)
+    for _ in range(_MAX_FRAMES):
+        if frame is None:
+            return None
+        code = frame.f_code
+        if code.co_name == code_name and code.co_filename.endswith(file_suffix):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def _src_info(debug_info: Any) -> tuple[str, str | None]:
+    """(function name, "file:line") from a JAX DebugInfo."""
+    text = str(getattr(debug_info, "func_src_info", "") or "")
+    name, _, where = text.partition(" at ")
+    return (name or "?"), (where or None)
+
+
+def _leaf_type(aval: Any) -> LeafType:
+    shape = tuple(int(d) for d in getattr(aval, "shape", ()))
+    sharding = getattr(aval, "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    axes = tuple(getattr(mesh, "axis_names", ()) or ())
+    sharding_text = ""
+    if axes:
+        sizes = tuple(getattr(mesh, "axis_sizes", ()) or ())
+        where = (
+            ", ".join(f"{a}={s}" for a, s in zip(axes, sizes))
+            if sizes
+            else ", ".join(map(str, axes))
+        )
+        sharding_text = f"{getattr(sharding, 'spec', '?')} on mesh({where})"
+    return LeafType(
+        shape,
+        str(getattr(aval, "dtype", "?")),
+        bool(getattr(aval, "weak_type", False)),
+        sharding_text,
+        aval.str_short(short_dtypes=True),
+    )
+
+
+def _paths(treedef: Any, n: int) -> list[str]:
+    try:
+        flat, _ = jax.tree_util.tree_flatten_with_path(treedef.unflatten(list(range(n))))
+    except Exception:
+        return [f"[{i}]" for i in range(n)]
+    if [leaf for _, leaf in flat] != list(range(n)):
+        return [f"[{i}]" for i in range(n)]
+    return [jax.tree_util.keystr(path) for path, _ in flat]
+
+
+def _param_names(fun: Any, n_positional: int) -> list[str]:
+    try:
+        params = list(inspect.signature(fun).parameters.values())
+    except (TypeError, ValueError):
+        return [f"args[{i}]" for i in range(n_positional)]
+    names: list[str] = []
+    for p in params:
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            names.append(p.name)
+        elif p.kind == p.VAR_POSITIONAL:
+            names.extend(f"{p.name}[{i}]" for i in range(n_positional - len(names)))
+            break
+    names.extend(f"args[{i}]" for i in range(len(names), n_positional))
+    return names[:n_positional]
+
+
+def _arg_sig(name: str, passed: str, ft: Any) -> ArgSig:
+    kind = type(ft).__name__
+    if kind == "FTStatic":
+        return ArgSig(name, passed, True, ft.val, "", ())
+    if kind == "FTPyTree":
+        avals = list(ft.xs)
+        paths = _paths(ft.tree, len(avals))
+        return ArgSig(
+            name,
+            passed,
+            False,
+            None,
+            str(ft.tree),
+            tuple((p, _leaf_type(a)) for p, a in zip(paths, avals)),
+        )
+    raise LookupError(f"unknown FlatTree node {kind}")
+
+
+def _call_sig(fun: Any, in_avals: Any, context: tuple[tuple[str, str], ...]) -> CallSig:
+    args_ft, kwargs_ft = in_avals.elts
+    positional = list(args_ft.elts)
+    names = _param_names(fun, len(positional))
+    sigs = [_arg_sig(n, "positionally", ft) for n, ft in zip(names, positional)]
+    sigs += [_arg_sig(str(k), "by keyword", ft) for k, ft in zip(kwargs_ft.keys, kwargs_ft._vals)]
+    return CallSig(tuple(sigs), context)
+
+
+def _context(values: Any) -> tuple[tuple[str, str], ...]:
+    values = tuple(values)
+    try:
+        from jax._src import config as jax_config
+
+        names = tuple(jax_config.trace_context_names())
+    except Exception:
+        names = ()
+    if len(names) != len(values):
+        names = tuple(f"context[{i}]" for i in range(len(values)))
+    return tuple((n, repr(v)) for n, v in zip(names, values))
+
+
+def _same_source_alive(fun: Any, src_info: str) -> bool:
+    try:
+        from jax._src.interpreters import partial_eval
+
+        keys = partial_eval.trace_to_jaxpr.cache_keys()
+    except Exception:
+        return False
+    for key in keys:
+        try:
+            other = key[0]()
+            dbg = key[2][1]
+        except Exception:
+            continue
+        if (
+            other is not None
+            and other is not fun
+            and getattr(dbg, "func_src_info", None) == src_info
+        ):
+            return True
+    return False
+
+
+def miss_context() -> MissContext | None:
+    """Read the tracing-cache miss JAX is explaining right now (from a logging filter).
+
+    Returns ``None`` outside JAX's ``explain`` or when its internals changed.
+    """
+    frame = _find_frame("explain", os.path.join("interpreters", "partial_eval.py"))
+    if frame is None:
+        return None
+    try:
+        local = frame.f_locals
+        fun, debug_info = local["fun"], local["debug_info"]
+        name, defined_at = _src_info(debug_info)
+        from jax._src import config as jax_config
+
+        new = _call_sig(fun, local["in_avals"], _context(jax_config.trace_context()))
+        previous = tuple(
+            _call_sig(fun, key[1][0], _context(key[0]))
+            for key in local["keys"]
+            if isinstance(key, (list, tuple))
+        )
+        alive = not previous and _same_source_alive(fun, str(debug_info.func_src_info))
+        return MissContext(
+            fun, name, defined_at, str(local.get("callsite") or "") or None, new, previous, alive
+        )
+    except Exception:
+        return None
+    finally:
+        del frame
+
+
+def compile_context() -> CompileContext | None:
+    """Read the ``jit`` call that is compiling right now (from a ``jax.monitoring`` listener)."""
+    frame = _find_frame("_pjit_call_impl_python", "pjit.py")
+    if frame is None:
+        return None
+    try:
+        local = frame.f_locals
+        jaxpr, args = local["jaxpr"], local["args"]
+        debug_info = jaxpr.debug_info
+        name, defined_at = _src_info(debug_info)
+        file = defined_at.rsplit(":", 1)[0] if defined_at else ""
+        internal = os.path.abspath(file).startswith(_JAX_DIR) if file else False
+        arg_names = tuple(str(a) for a in (debug_info.arg_names or ()))
+        shardings = tuple(str(getattr(a, "sharding", "")) for a in args)
+        return CompileContext(name, defined_at, internal, arg_names, shardings, jaxpr)
+    except Exception:
+        return None
+    finally:
+        del frame
