@@ -1,23 +1,31 @@
 """jaxwise: tested building blocks for JAX training code.
 
-One module or sub-package per concept; ``docs/design.md`` describes the layers.
+One module or sub-package per concept; ``docs/design.md`` describes the layers. Sub-packages
+are imported on first use (``jaxwise.train`` imports JAX; ``import jaxwise`` alone does not).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from jaxwise._version import __version__ as __version__
 
-from jaxwise import autodiff as autodiff
-from jaxwise import buckets as buckets
-from jaxwise import compilation as compilation
-from jaxwise import data as data
-from jaxwise import debug as debug
-from jaxwise import diagnose as diagnose
-from jaxwise import models as models
-from jaxwise import numerics as numerics
-from jaxwise import optim as optim
-from jaxwise import per_example as per_example
-from jaxwise import privacy as privacy
-from jaxwise import sequence as sequence
-from jaxwise import train as train
-from jaxwise import tree as tree
+_SUBMODULES = (
+    "autodiff", "buckets", "compilation", "data", "debug", "diagnose", "label_errors", "models",
+    "numerics", "optim", "per_example", "privacy", "sequence", "train", "tree",
+)
 
-__all__ = ["__version__", "autodiff", "buckets", "compilation", "data", "debug", "diagnose", "models", "numerics", "optim", "per_example", "privacy", "sequence", "train", "tree"]
+__all__ = ["__version__", *_SUBMODULES]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"jaxwise.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'jaxwise' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
