@@ -42,7 +42,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jax.sharding import Mesh
+
+from jaxwise._checks import check_choice, check_int
 from jaxwise.per_example import LossSingle, batch_size_of, check_clip_norm, clip_and_sum
+from jaxwise.train import Gradients, ShuffleSampler, TrainEpoch, make_train_epoch
 
 __all__ = [
     "add_dp_noise",
@@ -50,6 +54,7 @@ __all__ = [
     "dp_gradient_accumulated",
     "epsilon",
     "make_dp_train_epoch",
+    "PoissonSampler",
     "noise_multiplier_for",
     "poisson_batch",
     "shuffled_batches",
@@ -308,7 +313,7 @@ def noise_multiplier_for(
 
 
 # --------------------------------------------------------------------------
-# A jitted DP-SGD epoch
+# A jitted DP-SGD epoch: a configuration of jaxwise.train.make_train_epoch
 # --------------------------------------------------------------------------
 
 
@@ -324,93 +329,126 @@ class DPConfig:
     method: str
 
 
+@dataclasses.dataclass(frozen=True)
+class PoissonSampler:
+    """Poisson sampling for :func:`jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
+
+    Each step draws its own batch with :func:`poisson_batch`, padded to a fixed width (the
+    expected size plus six standard deviations, rounded up to a multiple of ``multiple``, e.g.
+    the devices of a mesh) with a mask; ``round(n / batch_size)`` steps per epoch.
+
+    Example:
+        >>> PoissonSampler(64).width(60000), PoissonSampler(64).steps(60000)
+        (113, 938)
+    """
+
+    batch_size: int
+    multiple: int = 1
+
+    def check(self, n: int) -> None:
+        if self.batch_size > n:
+            raise ValueError(f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)")
+
+    def steps(self, n: int) -> int:
+        return max(1, int(round(n / self.batch_size)))
+
+    def width(self, n: int) -> int:
+        expected = self.batch_size
+        cap = int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
+        return -(-cap // self.multiple) * self.multiple
+
+    def plan(self, key: jax.Array, n: int) -> jax.Array:
+        return jax.random.split(key, self.steps(n))
+
+    def draw(self, key: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+        idx, mask, overflow = poisson_batch(key, n, self.batch_size / n, self.width(n))
+        return idx, mask, {"overflow": overflow}
+
+
+@dataclasses.dataclass(frozen=True)
+class _DPShuffleSampler(ShuffleSampler):
+    """Fixed-size shuffled batches, reporting ``overflow = False`` like :class:`PoissonSampler`."""
+
+    def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, None, dict[str, Any]]:
+        del n
+        return x, None, {"overflow": jnp.zeros((), bool)}
+
+
+def _dp_gradient_fn(loss_single: LossSingle, config: DPConfig) -> Callable[..., Gradients]:
+    """The plug-in gradient of a DP-SGD epoch: clipped, summed, noised once per batch."""
+
+    def gradient(params: Any, model_state: Any, batch: Any, key: jax.Array, mask: Any) -> Gradients:
+        if not isinstance(batch, tuple):
+            raise TypeError(f"`data` of a DP-SGD epoch must be a tuple of arrays (e.g. (x, y)), got "
+                            f"{type(batch).__name__}")
+        grads, norms = dp_gradient(loss_single, params, batch, key, config.clip_norm, config.noise_multiplier,
+                                   chunk_size=config.chunk_size, method=config.method, mask=mask,
+                                   expected_batch_size=float(config.batch_size))
+        real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+        count = jnp.maximum(real.sum(), 1.0)
+        metrics = {
+            "grad_norm_mean": jnp.sum(norms * real) / count,
+            "clipped_fraction": jnp.sum((norms > config.clip_norm).astype(jnp.float32) * real) / count,
+            "batch_size": jnp.sum(real).astype(jnp.int32),
+        }
+        return Gradients(grads, None, model_state, None, metrics)
+
+    return gradient
+
+
 def make_dp_train_epoch(
     loss_single: LossSingle,
     optimizer: Any,
-    *,
     batch_size: int,
+    *,
     clip_norm: float,
     noise_multiplier: float,
     sampling: str = "poisson",
     chunk_size: int | None = None,
     method: str = "vmap",
-) -> Callable[[Any, tuple[Any, ...]], tuple[Any, dict[str, jax.Array]]]:
+    mesh: Mesh | None = None,
+    skip_nonfinite: bool = True,
+    donate: bool = True,
+) -> TrainEpoch:
     """A jitted DP-SGD epoch ``epoch(state, data) -> (state, metrics)`` over one ``lax.scan``.
 
-    ``state`` is a :class:`jaxwise.train.TrainState` (its key is carried and
-    split every step); ``data`` a tuple of arrays with a leading example
-    axis. ``sampling="poisson"`` (what :func:`epsilon` analyses): each step
-    samples with rate ``q = batch_size / N``, padded to a fixed maximum with
-    a mask, ``round(1 / q)`` steps per epoch; ``"shuffle"``: ``N //
-    batch_size`` fixed-size batches. The noisy gradient goes through any
-    jaxwise/Optax optimizer. Metrics per step: ``"grad_norm_mean"``,
+    A configuration of :func:`jaxwise.train.make_train_epoch` (the one training loop): the
+    DP gradient (:func:`dp_gradient`) and the sampler plug into it, so DP epochs get the NaN
+    guard (a non-finite noisy gradient or update is skipped), the per-call donation audit and
+    ``mesh`` (data parallelism; the padded batch width is rounded up to the devices).
+
+    ``state`` is a :class:`jaxwise.train.TrainState`; ``data`` a tuple of arrays with a
+    leading example axis. ``sampling="poisson"`` (what :func:`epsilon` analyses): each step
+    samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask, ``round(1
+    / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size batches. The noisy
+    gradient goes through any jaxwise/Optax optimizer. Metrics per step: ``"grad_norm"`` (of
+    the noisy gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
     ``"clipped_fraction"``, ``"batch_size"`` (actual) and ``"overflow"``.
 
-    The returned function has ``.steps_per_epoch(n)`` and ``.sample_rate(n)``
-    for the accountant.
+    The returned :class:`jaxwise.train.TrainEpoch` has ``.steps_per_epoch(n)`` and
+    ``.sample_rate(n)`` for the accountant, ``.config`` (a :class:`DPConfig`) and ``.jitted``
+    (compiled under ``<loss_single's name>_train_epoch``).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> from jaxwise.train import TrainState
+        >>> def sq(w, x, y): return (jnp.dot(w, x) - y) ** 2
+        >>> x = jax.random.normal(jax.random.key(0), (64, 3)); y = x @ jnp.asarray([1.0, -1.0, 0.5])
+        >>> tx = optim.sgd(0.1)
+        >>> epoch = make_dp_train_epoch(sq, tx, 16, clip_norm=10.0, noise_multiplier=0.5)
+        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), tx, 0), (x, y))
+        >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
+        (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """
     check_clip_norm(clip_norm)
     _check_noise(noise_multiplier)
-    if sampling not in ("poisson", "shuffle"):
-        raise ValueError(f"`sampling` must be 'poisson' or 'shuffle', got {sampling!r}")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
-
-    def max_size(n: int) -> int:
-        expected = batch_size
-        return int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
-
-    def steps_per_epoch(n: int) -> int:
-        return max(1, int(round(n / batch_size))) if sampling == "poisson" else n // batch_size
-
-    def epoch(state: Any, data: tuple[Any, ...]) -> tuple[Any, dict[str, jax.Array]]:
-        n = jax.tree.leaves(data)[0].shape[0]
-        q = batch_size / n
-        cap = max_size(n)
-
-        def body(state: Any, step_index: jax.Array) -> tuple[Any, dict[str, jax.Array]]:
-            key, sample_key, noise_key = jax.random.split(state.key, 3)
-            if sampling == "poisson":
-                idx, mask, overflow = poisson_batch(sample_key, n, q, cap)
-            else:
-                idx = step_index * batch_size + jnp.arange(batch_size)  # data was permuted once this epoch
-                mask, overflow = jnp.ones((batch_size,), bool), jnp.asarray(False)
-            batch = tuple(jax.tree.map(lambda a: jnp.take(a, idx, axis=0), arg) for arg in data)
-            grads, norms = dp_gradient(loss_single, state.params, batch, noise_key, clip_norm, noise_multiplier,
-                                       chunk_size=chunk_size, method=method, mask=mask,
-                                       expected_batch_size=float(batch_size))
-            updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-            params = jax.tree.map(lambda p, u: (p + u).astype(p.dtype), state.params, updates)
-            new = dataclasses.replace(state, step=state.step + 1, params=params, opt_state=opt_state, key=key)
-            real = mask.astype(jnp.float32)
-            count = jnp.maximum(real.sum(), 1.0)
-            metrics = {
-                "grad_norm_mean": jnp.sum(norms * real) / count,
-                "clipped_fraction": jnp.sum((norms > clip_norm).astype(jnp.float32) * real) / count,
-                "batch_size": jnp.sum(mask.astype(jnp.int32)),
-                "overflow": overflow,
-            }
-            return new, metrics
-
-        if sampling == "shuffle":  # one permutation per epoch, drawn from the state's key
-            shuffle_key, key = jax.random.split(state.key)
-            state = dataclasses.replace(state, key=key)
-            order = jax.random.permutation(shuffle_key, n)
-            data = tuple(jax.tree.map(lambda a: jnp.take(a, order, axis=0), arg) for arg in data)
-        return jax.lax.scan(body, state, jnp.arange(steps_per_epoch(n)))
-
-    jitted = jax.jit(epoch, donate_argnames=("state",))
-
-    def run(state: Any, data: tuple[Any, ...]) -> tuple[Any, dict[str, jax.Array]]:
-        if not isinstance(data, tuple):
-            raise TypeError(f"`data` must be a tuple of arrays, got {type(data).__name__}")
-        n = batch_size_of(data, "data")
-        if batch_size > n:
-            raise ValueError(f"`batch_size` {batch_size} is larger than the dataset ({n} examples)")
-        return jitted(state, data)
-
-    run.jitted = jitted  # type: ignore[attr-defined]
-    run.steps_per_epoch = steps_per_epoch  # type: ignore[attr-defined]
-    run.sample_rate = lambda n: batch_size / n  # type: ignore[attr-defined]
-    run.config = DPConfig(clip_norm, noise_multiplier, sampling, batch_size, chunk_size, method)  # type: ignore[attr-defined]
-    return run
+    sampling = check_choice(sampling, "sampling", ("poisson", "shuffle"))
+    batch_size = check_int(batch_size, "batch_size", min_value=1)
+    config = DPConfig(float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size, method)
+    multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
+    sampler = PoissonSampler(batch_size, multiple) if sampling == "poisson" else _DPShuffleSampler(batch_size)
+    epoch = make_train_epoch(loss_single, optimizer, batch_size, gradient=_dp_gradient_fn(loss_single, config),
+                             sampler=sampler, mesh=mesh, skip_nonfinite=skip_nonfinite, donate=donate)
+    epoch.config = config
+    return epoch

@@ -17,26 +17,41 @@ Example:
     True
 """
 
-from jaxwise.train._checkpoint import CheckpointError, latest_step, load_metadata, restore, save
-from jaxwise.train._sharding import data_mesh
-from jaxwise.train._state import TrainState, as_key, type_signature
-from jaxwise.train._step import (
-    DonationError,
-    TrainEpoch,
-    TrainStep,
-    check_donatable,
-    make_train_epoch,
-    make_train_step,
+from jaxwise.train._checkpoint import (
+    CheckpointError,
+    Checkpointer,
+    CheckpointWarning,
+    data_fingerprint,
+    latest_step,
+    load_metadata,
+    restore,
+    save,
 )
+from jaxwise.train._sharding import data_mesh
+from jaxwise.train._donation import DonationError, check_donatable, check_optimizer_fits
+from jaxwise.train._epoch import Sampler, ShuffleSampler, TrainEpoch, make_train_epoch
+from jaxwise.train._precision import DynamicLossScale, LossScaleState
+from jaxwise.train._state import TrainState, as_key, type_signature
+from jaxwise.train._step import TrainStep, make_train_step
+from jaxwise.train._update import Gradients
 
 __all__ = [
     "CheckpointError",
+    "CheckpointWarning",
+    "Checkpointer",
     "DonationError",
+    "DynamicLossScale",
+    "Gradients",
+    "LossScaleState",
+    "Sampler",
+    "ShuffleSampler",
     "TrainEpoch",
     "TrainState",
     "TrainStep",
     "as_key",
     "check_donatable",
+    "check_optimizer_fits",
+    "data_fingerprint",
     "data_mesh",
     "latest_step",
     "load_metadata",

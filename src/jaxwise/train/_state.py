@@ -23,31 +23,28 @@ def _fresh(x: Any) -> Any:
     return x
 
 
-def _build(params: Any, optimizer: Any) -> tuple[Any, Any]:
-    """Independent copies of ``params`` and ``optimizer.init(params)``, built by ONE compiled program.
+def _build(params: Any, model_state: Any, optimizer: Any) -> tuple[Any, Any, Any]:
+    """Copies of ``params``, ``model_state`` and ``optimizer.init(params)``, built by ONE compiled program.
 
     Building them eagerly would compile a small program per distinct leaf
     shape (dozens of compilations before training starts). ``jnp.copy``
     inside ``jit`` guarantees fresh output buffers (no aliasing of the
     caller's arrays, which donation would otherwise delete).
     """
-    arrays, rest = [], []
-    leaves, treedef = jax.tree.flatten(params)
-    for leaf in leaves:
-        (arrays if isinstance(leaf, (jax.Array, np.ndarray, np.generic)) else rest).append(leaf)
-    if rest:  # Python scalars in params: keep the simple eager path
-        params = jax.tree.map(_fresh, params)
-        return params, jax.tree.map(_fresh, optimizer.init(params))
-
-    built = _build_jit(params, optimizer)
-    return jax.tree.map(_strong, built[0]), jax.tree.map(_strong, built[1])
+    leaves = jax.tree.leaves((params, model_state))
+    if not all(isinstance(leaf, (jax.Array, np.ndarray, np.generic)) for leaf in leaves):
+        # Python scalars or typed keys among the leaves: keep the simple eager path
+        params, model_state = jax.tree.map(_fresh, params), jax.tree.map(_fresh, model_state)
+        return params, model_state, jax.tree.map(_fresh, optimizer.init(params))
+    built = _build_jit(params, model_state, optimizer)
+    return tuple(jax.tree.map(_strong, part) for part in built)  # type: ignore[return-value]
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _build_jit(params: Any, optimizer: Any) -> tuple[Any, Any]:
+@functools.partial(jax.jit, static_argnums=2)
+def _build_jit(params: Any, model_state: Any, optimizer: Any) -> tuple[Any, Any, Any]:
     # The optimizer (a NamedTuple of functions) is static: one compile per optimizer and params shape.
     params = jax.tree.map(jnp.copy, params)
-    return params, optimizer.init(params)
+    return params, jax.tree.map(jnp.copy, model_state), optimizer.init(params)
 
 
 def _strong(x: Any) -> Any:
@@ -55,6 +52,55 @@ def _strong(x: Any) -> Any:
     if isinstance(x, jax.Array) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) and jax.typeof(x).weak_type:
         return jnp.array(x, dtype=x.dtype, copy=True)
     return x
+
+
+_ADAPTERS = {"flax.nnx": "from_nnx(module)", "flax.linen": "from_linen(module, variables)",
+             "equinox": "from_equinox(module)"}
+
+
+def _model_library(obj: Any) -> str | None:
+    """``"flax.nnx"``, ``"flax.linen"`` or ``"equinox"`` when ``obj`` is a model object of that library."""
+    for cls in type(obj).__mro__:
+        module = cls.__module__ or ""
+        if cls.__name__ == "Module":
+            for library in _ADAPTERS:
+                if module.startswith(library):
+                    return library
+    return None
+
+
+def _check_not_a_model(tree: Any, what: str) -> None:
+    """``TypeError`` for a Flax/Equinox model object where a pytree of arrays is expected.
+
+    A Flax module (NNX or linen) always; an Equinox module only when it holds
+    non-array leaves (an Equinox module of arrays *is* a parameter pytree).
+    """
+    library = _model_library(tree)
+    if library is None:
+        return
+    if library == "equinox" and all(
+            isinstance(leaf, (jax.Array, np.ndarray)) for leaf in jax.tree.leaves(tree)):
+        return
+    raise TypeError(
+        f"`{what}` must be a pytree of arrays, got the {library} model object {type(tree).__name__}; split "
+        f"the model first: `model = jaxwise.models.{_ADAPTERS[library]}`, then pass `model.params` (and "
+        "`model_state=model.model_state`) and call `model.apply(params, model_state, ...)` in the loss"
+    )
+
+
+def check_train_state(state: Any, what: str = "state") -> None:
+    """``TypeError`` unless ``state`` is a jaxwise :class:`TrainState` (e.g. a Flax ``TrainState`` is not)."""
+    if isinstance(state, TrainState):
+        return
+    kind = f"{type(state).__module__}.{type(state).__qualname__}"
+    hint = ""
+    if "flax" in kind:
+        hint = ("; a Flax TrainState keeps `apply_fn` and `tx` inside it: build a jaxwise state with "
+                "`jaxwise.train.TrainState.create(flax_state.params, flax_state.tx, key)`")
+    raise TypeError(
+        f"`{what}` must be a jaxwise.train.TrainState (from `TrainState.create(params, optimizer, key)`), "
+        f"got {kind}{hint}"
+    )
 
 
 def as_key(key: Any) -> jax.Array:
@@ -76,7 +122,10 @@ class TrainState:
     """Everything a training step reads and writes, as one pytree.
 
     Leaves: ``step`` (int32 scalar), ``params``, ``opt_state``, ``key`` (a
-    typed PRNG key). ``config`` is a *static* field (part of the tree
+    typed PRNG key), ``model_state`` (non-trainable state such as BatchNorm
+    running statistics; ``None`` — an empty pytree — when unused) and
+    ``loss_scale`` (the dynamic loss scale of float16 training, see
+    :class:`LossScaleState`; ``None`` otherwise). ``config`` is a *static* field (part of the tree
     structure, not a leaf): hashable configuration as sorted
     ``(name, value)`` pairs, read with ``state.config_dict``. Changing it
     recompiles once; nothing else about the state ever does, because
@@ -97,28 +146,38 @@ class TrainState:
     params: Any
     opt_state: Any
     key: jax.Array
+    model_state: Any = None
+    loss_scale: Any = None
     config: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
     @classmethod
-    def create(cls, params: Any, optimizer: Any, key: Any, **static: Any) -> TrainState:
+    def create(cls, params: Any, optimizer: Any, key: Any, *, model_state: Any = None,
+               **static: Any) -> TrainState:
         """A fresh state: copies of ``params``, ``optimizer.init`` state, step 0, a typed key.
 
         Args:
           params: the parameter pytree (copied: donating the state never
-            deletes the caller's arrays).
+            deletes the caller's arrays). Not a model object: split a Flax or
+            Equinox model first (``jaxwise.models.from_nnx`` / ``from_linen``
+            / ``from_equinox``) and pass its ``params``.
           optimizer: anything with ``init(params)`` (jaxwise or Optax).
           key: typed key, raw ``PRNGKey`` or int seed.
+          model_state: non-trainable state (BatchNorm statistics…), any
+            pytree of arrays (copied too); ``None`` when unused.
           **static: hashable configuration; names of static fields of a
             subclass go to those fields, the rest to ``config``.
         """
         if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
             raise TypeError(f"`optimizer` must have `init` and `update` (a GradientTransformation), got {optimizer!r}")
+        _check_not_a_model(params, "params")
+        _check_not_a_model(model_state, "model_state")
         if not jax.tree.leaves(params):
             raise ValueError("`params` has no array leaves")
-        for name, leaf in zip(path_names(params), jax.tree.leaves(params)):
-            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
-                raise TypeError(f"`params` leaf `{name}` must be an array, got {type(leaf).__name__}")
-        params, opt_state = _build(params, optimizer)
+        for what, tree in (("params", params), ("model_state", model_state)):
+            for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
+                if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
+                    raise TypeError(f"`{what}` leaf `{name}` must be an array, got {type(leaf).__name__}")
+        params, model_state, opt_state = _build(params, model_state, optimizer)
         own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"config"}
         fields = {k: v for k, v in static.items() if k in own}
         config = tuple(sorted((k, v) for k, v in static.items() if k not in own))
@@ -129,7 +188,7 @@ class TrainState:
                 raise TypeError(f"static `{name}` must be hashable (it is part of the jit cache key), got {value!r}") from err
         return cls(
             step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state, key=_fresh(as_key(key)),
-            config=config, **fields,
+            model_state=model_state, config=config, **fields,
         )
 
     @property

@@ -1,9 +1,8 @@
-"""Donation-safe, NaN-guarded training steps and whole epochs as one compiled program."""
+"""Donation-safe, NaN-guarded training steps: the jitted program wrapper shared with epochs."""
 
 from __future__ import annotations
 
-import dataclasses
-import warnings
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -11,78 +10,21 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from jaxwise.optim import global_norm
+from jaxwise._checks import check_callable
+from jaxwise.train._donation import Audit, check_optimizer_fits
+from jaxwise.train._precision import DynamicLossScale, check_compute_dtype, check_loss_scale
 from jaxwise.train._sharding import batch_sharding as _batch_sharding
 from jaxwise.train._sharding import data_size as _data_size
 from jaxwise.train._sharding import place_batch, place_state, replicated
-from jaxwise.train._state import TrainState, type_signature
+from jaxwise.train._state import TrainState, check_train_state
+from jaxwise.train._update import UpdateConfig, loss_gradient, make_update
 from jaxwise.tree import path_names
 
 LossFn = Callable[..., Any]
 
 
-class DonationError(ValueError):
-    """A state cannot be donated safely (shared buffers, deleted arrays, or unusable donations)."""
-
-
-def _buffer_ids(x: jax.Array) -> list[int]:
-    try:
-        return [shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards]
-    except Exception:  # noqa: BLE001 - deleted or exotic arrays: fall back to object identity
-        return [id(x)]
-
-
-def check_donatable(tree: Any, what: str = "state") -> None:
-    """Raise :class:`DonationError` if ``tree`` cannot be donated to a jitted call.
-
-    Catches, before XLA does (with a less helpful message), arrays that were
-    already deleted (donated earlier and used again) and the same buffer
-    appearing at two paths (``Attempt to donate the same buffer twice``),
-    e.g. one ``zeros`` array used for both ``mu`` and ``nu``.
-
-    Example:
-        >>> import jax.numpy as jnp
-        >>> z = jnp.zeros(3)
-        >>> check_donatable({"mu": z, "nu": z})
-        Traceback (most recent call last):
-        ...
-        jaxwise.train._step.DonationError: state: the same buffer appears at `mu` and `nu`; donating it would fail ("Attempt to donate the same buffer twice"); copy one of them (jnp.array(x, copy=True))
-    """
-    seen: dict[int, str] = {}
-    for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
-        if not isinstance(leaf, jax.Array):
-            continue
-        if leaf.is_deleted():
-            raise DonationError(
-                f"{what}: the array at `{name}` was already deleted (donated to an earlier call); use the "
-                "state returned by that call instead of the old one"
-            )
-        for buffer in _buffer_ids(leaf):
-            if buffer in seen:
-                raise DonationError(
-                    f"{what}: the same buffer appears at `{seen[buffer]}` and `{name}`; donating it would fail "
-                    '("Attempt to donate the same buffer twice"); copy one of them (jnp.array(x, copy=True))'
-                )
-            seen[buffer] = name
-
-
-def _check_signature_stable(before: Any, after: Any) -> None:
-    """Raise if a step changes the state's types (recompiles every step; donation unusable)."""
-    changed = [
-        f"`{a[0]}`: {a[2]}{list(a[1])}{'~weak' if a[3] else ''} → {b[2]}{list(b[1])}{'~weak' if b[3] else ''}"
-        for a, b in zip(type_signature(before), type_signature(after))
-        if a != b
-    ]
-    if len(type_signature(before)) != len(type_signature(after)):
-        changed.append("the tree structure changes")
-    if changed:
-        raise DonationError(
-            "the training step changes the state's type signature, so every step would recompile and "
-            "the donated buffers could not be reused: " + "; ".join(changed)
-        )
-
-
-def _leading_size(data: Any, what: str) -> int:
+def leading_size(data: Any, what: str) -> int:
+    """The shared leading (example) dimension of every leaf of ``data``; ``ValueError`` otherwise."""
     names, leaves = path_names(data), jax.tree.leaves(data)
     if not leaves:
         raise ValueError(f"`{what}` has no arrays")
@@ -98,44 +40,12 @@ def _leading_size(data: Any, what: str) -> int:
     return next(iter(sizes.values()))
 
 
-def _make_update(loss_fn: LossFn, optimizer: Any, *, has_aux: bool, skip_nonfinite: bool, with_key: bool,
-                 batch_sharding: Any = None) -> Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]]:
-    """The pure step ``(state, batch) -> (state, metrics)`` shared by steps and epochs."""
-
-    def update(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
-        if batch_sharding is not None:
-            batch = jax.lax.with_sharding_constraint(batch, batch_sharding)
-        key, step_key = jax.random.split(state.key) if with_key else (state.key, None)
-        args = (state.params, batch, step_key) if with_key else (state.params, batch)
-        out, grads = jax.value_and_grad(loss_fn, has_aux=has_aux)(*args)
-        loss, aux = out if has_aux else (out, None)
-        updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
-        params = jax.tree.map(
-            lambda p, u: (p + u.astype(p.dtype)).astype(p.dtype), state.params, updates
-        )
-        new = dataclasses.replace(state, step=state.step + 1, params=params, opt_state=opt_state, key=key)
-        grad_norm = global_norm(grads)
-        if skip_nonfinite:
-            # One NaN/inf anywhere makes the global norm non-finite (as does an overflowing norm):
-            # a single scalar test instead of one per leaf.
-            ok = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-            new = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)  # skipped: bit-identical state
-            skipped = (~ok).astype(jnp.int32)
-        else:
-            skipped = jnp.zeros((), jnp.int32)
-        metrics = {"loss": loss, "grad_norm": grad_norm, "skipped": skipped}
-        if has_aux:
-            metrics["aux"] = aux
-        return new, metrics
-
-    return update
-
-
-def _validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
-    if not callable(loss_fn):
-        raise TypeError(f"`loss_fn` must be callable, got {type(loss_fn).__name__}")
+def validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
+    """Checks shared by every program factory (before any tracing)."""
+    check_callable(loss_fn, "loss_fn")
     if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
-        raise TypeError(f"`optimizer` must have `init` and `update`, got {optimizer!r}")
+        raise TypeError(f"`optimizer` must have `init` and `update` (an optax.GradientTransformation), got "
+                        f"{optimizer!r}")
     if mesh is not None:
         if not isinstance(mesh, Mesh):
             raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}")
@@ -143,16 +53,50 @@ def _validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
             raise ValueError(f"`mesh` needs an axis named 'data' to shard the batch over, got {mesh.axis_names}")
 
 
-class _Compiled:
-    """Common machinery: the jitted function plus first-call audits and mesh placement."""
+def update_config(*, skip_nonfinite: bool, has_aux: bool, with_key: bool, mesh: Mesh | None,
+                  compute_dtype: Any, loss_scale: Any) -> tuple[UpdateConfig, Any]:
+    """The validated static configuration of an update, and the compute dtype."""
+    dtype = check_compute_dtype(compute_dtype)
+    scale = check_loss_scale(loss_scale, dtype)
+    config = UpdateConfig(skip_nonfinite=bool(skip_nonfinite), needs_key=bool(with_key), has_aux=bool(has_aux),
+                          loss_scale=scale, batch_sharding=_batch_sharding(mesh) if mesh is not None else None)
+    return config, dtype
 
-    def __init__(self, fn: Callable[..., Any], *, donate: bool, mesh: Mesh | None, audit: bool) -> None:
+
+def program_name(loss_fn: Any, suffix: str) -> str:
+    """``<user's function name>_<suffix>``: the name the program compiles under (``jit(loss_train_step)``)."""
+    fn = loss_fn
+    while hasattr(fn, "func"):  # functools.partial
+        fn = fn.func
+    name = getattr(fn, "__name__", None) or type(fn).__name__
+    name = re.sub(r"\W+", "_", name).strip("_") or "loss"
+    return f"{name}_{suffix}"
+
+
+class Program:
+    """A jitted ``fn(state, data) -> (state, metrics)`` with per-call audits and mesh placement.
+
+    Attributes:
+      jitted: the underlying ``jax.jit`` function (for ``.lower``, ``stage_report``,
+        ``CompileCounter(step)``…); it compiles under the name ``<loss name>_<kind>``.
+      mesh: the mesh, or ``None``.
+      batch_sharding: how each mini-batch is sharded over the mesh (``None`` without one).
+    """
+
+    data_name = "data"
+
+    def __init__(self, fn: Callable[..., Any], *, name: str, optimizer: Any, donate: bool, mesh: Mesh | None,
+                 audit: bool, loss_scale: Any) -> None:
+        fn.__name__ = fn.__qualname__ = name
         self.mesh = mesh
-        self.audit = audit
-        self._audited = False
+        self.optimizer = optimizer
         self.replicated = replicated(mesh) if mesh is not None else None
         self.batch_sharding = _batch_sharding(mesh) if mesh is not None else None
         self.jitted = jax.jit(fn, donate_argnames=("state",)) if donate else jax.jit(fn)
+        self._audit = Audit(donate=donate and audit, data_name=self.data_name)
+        self._checks = audit
+        self._first = True
+        self._dynamic = loss_scale if isinstance(loss_scale, DynamicLossScale) else None
 
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
@@ -161,179 +105,117 @@ class _Compiled:
             state = place_state(state, self.replicated)
         return state, place_batch(data, data_sharding)
 
-    def _first_call(self, state: TrainState, data: Any) -> tuple[TrainState, Any]:
-        check_donatable(state)
-        out_state, _ = jax.eval_shape(self.jitted, state, data)
-        _check_signature_stable(state, out_state)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
+    def _run(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
+        if self._dynamic is not None and state.loss_scale is None:
+            state = state.replace(loss_scale=self._dynamic.init())  # the scale lives in the state from now on
+        leaves = self._audit.before(state, data)
+        if self._first:
+            check_optimizer_fits(self.optimizer, state.params, state.opt_state)
+            result = self._audit.first_call(self.jitted, state, data) if self._checks else self.jitted(state, data)
+            self._first = False
+        else:
             result = self.jitted(state, data)
-        for w in caught:
-            if "donated buffers were not usable" in str(w.message):
-                raise DonationError(f"donation audit: {w.message}")
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-        self._audited = True
+        self._audit.after(state, leaves, result)
         return result
 
 
-class TrainStep(_Compiled):
-    """``step(state, batch) -> (state, metrics)``: one jitted, donating, NaN-guarded update.
+class TrainStep(Program):
+    """``step(state, batch) -> (state, metrics)``: one jitted, donating, NaN-guarded update."""
 
-    Attributes:
-      jitted: the underlying ``jax.jit`` function (for ``.lower``, ``stage_report``…).
-    """
+    data_name = "batch"
 
-    def __init__(self, loss_fn: LossFn, optimizer: Any, *, donate: bool, skip_nonfinite: bool, has_aux: bool,
-                 mesh: Mesh | None, with_key: bool, audit: bool) -> None:
-        batch_sharding = _batch_sharding(mesh) if mesh is not None else None
-        update = _make_update(loss_fn, optimizer, has_aux=has_aux, skip_nonfinite=skip_nonfinite, with_key=with_key,
-                              batch_sharding=batch_sharding)
+    def __init__(self, loss_fn: LossFn, optimizer: Any, config: UpdateConfig, *, model_state: bool,
+                 compute_dtype: Any, donate: bool, mesh: Mesh | None, audit: bool) -> None:
+        gradient = loss_gradient(loss_fn, model_state=model_state, has_aux=config.has_aux,
+                                 with_key=config.needs_key, compute_dtype=compute_dtype)
+        update = make_update(gradient, optimizer, config)
 
-        def train_step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
-            return update(state, batch)
+        def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
+            return update(state, batch, None)
 
-        super().__init__(train_step, donate=donate, mesh=mesh, audit=audit)
+        super().__init__(step, name=program_name(loss_fn, "train_step"), optimizer=optimizer, donate=donate,
+                         mesh=mesh, audit=audit, loss_scale=config.loss_scale)
 
     def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
+        check_train_state(state)
         if self.mesh is not None:
-            n = _leading_size(batch, "batch")
+            n = leading_size(batch, "batch")
             if n % _data_size(self.mesh):
                 raise ValueError(
                     f"the global batch size {n} is not divisible by the {_data_size(self.mesh)} devices of the "
                     "mesh's 'data' axis"
                 )
             state, batch = self._place(state, batch, self.batch_sharding)
-        if self.audit and not self._audited:
-            return self._first_call(state, batch)
-        return self.jitted(state, batch)
+        return self._run(state, batch)
 
 
 def make_train_step(
     loss_fn: LossFn,
     optimizer: Any,
     *,
+    model_state: bool = False,
+    has_aux: bool = False,
     donate: bool = True,
     skip_nonfinite: bool = True,
-    has_aux: bool = False,
     mesh: Mesh | None = None,
+    compute_dtype: Any = None,
+    loss_scale: Any = None,
     with_key: bool = False,
     audit: bool = True,
 ) -> TrainStep:
     """A jitted training step ``step(state, batch) -> (state, metrics)``.
 
-    ``loss_fn(params, batch) -> loss`` (or ``(loss, aux)`` with ``has_aux``;
-    with ``with_key=True`` it is called as ``loss_fn(params, batch, key)``
-    with a fresh key split from ``state.key`` each step). The state is
-    donated (``donate_argnames=("state",)``), the batch never is. ``metrics``
-    has ``"loss"``, ``"grad_norm"`` and ``"skipped"`` (and ``"aux"``).
+    Args:
+      loss_fn: ``loss_fn(params, batch) -> loss`` (a float scalar), or
+        ``loss_fn(params, model_state, batch) -> (loss, new_model_state)`` with
+        ``model_state=True``. With ``has_aux`` the loss is ``(loss, aux)``
+        (``(loss, (new_model_state, aux))`` with model state) and ``aux`` is
+        returned in ``metrics["aux"]``. With ``with_key=True`` a trailing
+        ``key`` argument gets a fresh key split from ``state.key`` every step.
+      optimizer: the optimizer the state was created with (Optax or
+        jaxwise); checked against ``state.opt_state`` on the first call.
+      model_state: thread ``state.model_state`` (BatchNorm statistics…)
+        through the loss.
+      has_aux: see ``loss_fn``.
+      donate: donate the state (its buffers are reused for the new one).
+      skip_nonfinite: a step whose loss, gradient or update is not finite
+        returns the input state unchanged (bit-identical) with ``skipped = 1``.
+      mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis: the batch is
+        sharded over it, the state replicated (data parallelism).
+      compute_dtype: ``jnp.bfloat16`` or ``jnp.float16``: params, model state
+        and floating batch leaves are cast for the forward/backward pass; the
+        master weights and optimizer state keep their dtype (float32).
+      loss_scale: ``"dynamic"`` (required with float16), a
+        :class:`DynamicLossScale`, or a fixed positive scale. Dynamic
+        scaling keeps its scale in ``state.loss_scale`` and reports it in
+        ``metrics["loss_scale"]``; an overflow skips the step.
+      with_key: see ``loss_fn``.
+      audit: check donation on every call (see below).
 
-    With ``skip_nonfinite`` (default), a step whose loss or gradients are not
-    finite (or whose gradient norm overflows) returns the input state unchanged — bit-identical, step counter
-    included — and ``skipped = 1``: one bad batch cannot wipe the model.
+    Returns:
+      A :class:`TrainStep`; ``metrics`` has ``"loss"``, ``"grad_norm"`` and
+      ``"skipped"`` (and ``"aux"``, ``"loss_scale"`` when used).
 
-    The first call audits the state (``audit=True``): shared or deleted
-    buffers raise :class:`DonationError` naming their paths (instead of
-    XLA's "donate the same buffer twice"), a step that would change the
-    state's types (e.g. a weak-typed leaf) raises naming the leaf, and JAX's
-    "Some donated buffers were not usable" warning becomes an error.
-
-    With ``mesh`` (a ``jax.sharding.Mesh`` with a ``"data"`` axis) the batch
-    is sharded over the devices and the state replicated: data parallelism
-    with XLA inserting the gradient all-reduce.
+    Every call audits donation: a deleted state leaf (a state used after it
+    was donated), a batch leaf that is a state leaf, or a donated leaf still
+    alive after the call (a live NumPy view) raises :class:`DonationError`
+    naming the path. The first call also checks shared buffers, that the
+    step keeps the state's type signature, and that ``optimizer`` fits
+    ``state.opt_state`` (``ValueError`` before anything is donated).
 
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
-        >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), jax.random.key(0))
-        >>> step = make_train_step(loss, optim.sgd(0.1))
+        >>> tx = optim.sgd(0.1)
+        >>> state = TrainState.create({"w": jnp.zeros(3)}, tx, jax.random.key(0))
+        >>> step = make_train_step(loss, tx)
         >>> state, metrics = step(state, (jnp.ones((4, 3)), jnp.ones(4)))
-        >>> int(state.step), int(metrics["skipped"])
-        (1, 0)
+        >>> int(state.step), int(metrics["skipped"]), step.jitted.__name__
+        (1, 0, 'lambda_train_step')
     """
-    _validate(loss_fn, optimizer, mesh)
-    return TrainStep(loss_fn, optimizer, donate=donate, skip_nonfinite=skip_nonfinite, has_aux=has_aux,
-                     mesh=mesh, with_key=with_key, audit=audit)
-
-
-class TrainEpoch(_Compiled):
-    """``epoch(state, data) -> (state, metrics)``: a whole shuffled epoch as one ``lax.scan`` program."""
-
-    def __init__(self, loss_fn: LossFn, optimizer: Any, batch_size: int, *, donate: bool, skip_nonfinite: bool,
-                 has_aux: bool, mesh: Mesh | None, with_key: bool, audit: bool) -> None:
-        self.batch_size = batch_size
-        batch_sharding = _batch_sharding(mesh) if mesh is not None else None
-        update = _make_update(loss_fn, optimizer, has_aux=has_aux, skip_nonfinite=skip_nonfinite,
-                              with_key=with_key, batch_sharding=batch_sharding)
-
-        def train_epoch(state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
-            n = jax.tree.leaves(data)[0].shape[0]
-            steps = n // batch_size  # the remainder (n % batch_size examples) is dropped this epoch
-            key, shuffle_key = jax.random.split(state.key)
-            # A uniformly random permutation: argsort of random bits (one sort; cheaper to compile than
-            # jax.random.permutation's multi-round shuffle; ties among 32-bit keys are negligible).
-            order = jnp.argsort(jax.random.bits(shuffle_key, (n,), jnp.uint32))
-            order = order[: steps * batch_size].reshape(steps, batch_size)
-
-            def body(carry: TrainState, idx: jax.Array) -> tuple[TrainState, dict[str, Any]]:
-                batch = jax.tree.map(lambda x: jnp.take(x, idx, axis=0), data)
-                return update(carry, batch)
-
-            return jax.lax.scan(body, dataclasses.replace(state, key=key), order)
-
-        super().__init__(train_epoch, donate=donate, mesh=mesh, audit=audit)
-
-    def __call__(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
-        n = _leading_size(data, "data")
-        if self.batch_size > n:
-            raise ValueError(f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)")
-        if self.mesh is not None:
-            state, data = self._place(state, data, self.replicated)
-        if self.audit and not self._audited:
-            return self._first_call(state, data)
-        return self.jitted(state, data)
-
-
-def make_train_epoch(
-    loss_fn: LossFn,
-    optimizer: Any,
-    batch_size: int,
-    *,
-    donate: bool = True,
-    skip_nonfinite: bool = True,
-    has_aux: bool = False,
-    mesh: Mesh | None = None,
-    with_key: bool = False,
-    audit: bool = True,
-) -> TrainEpoch:
-    """A whole epoch as one jitted program: ``epoch(state, data) -> (state, per-step metrics)``.
-
-    ``data`` is a pytree of arrays sharing the leading (example) dimension,
-    e.g. ``(X, Y)``; it is an argument (never captured, never donated). Inside
-    the program: the state's key is split, the examples are permuted,
-    ``n // batch_size`` fixed-shape mini-batches (of ``data``'s structure)
-    are taken — the remainder is dropped, a different remainder each epoch —
-    and the steps run in one ``lax.scan``. Metrics are stacked per step.
-    Everything else is as in :func:`make_train_step`; with ``mesh`` the data
-    is replicated and each mini-batch sharded over the ``"data"`` axis.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> from jaxwise import optim
-        >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
-        >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0)
-        >>> epoch = make_train_epoch(loss, optim.sgd(0.1), batch_size=4)
-        >>> state, metrics = epoch(state, (jnp.ones((10, 3)), jnp.ones(10)))
-        >>> int(state.step), metrics["loss"].shape
-        (2, (2,))
-    """
-    _validate(loss_fn, optimizer, mesh)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}")
-    if mesh is not None and batch_size % _data_size(mesh):
-        raise ValueError(
-            f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the mesh's 'data' axis"
-        )
-    return TrainEpoch(loss_fn, optimizer, batch_size, donate=donate, skip_nonfinite=skip_nonfinite,
-                      has_aux=has_aux, mesh=mesh, with_key=with_key, audit=audit)
-
+    validate(loss_fn, optimizer, mesh)
+    config, dtype = update_config(skip_nonfinite=skip_nonfinite, has_aux=has_aux, with_key=with_key, mesh=mesh,
+                                  compute_dtype=compute_dtype, loss_scale=loss_scale)
+    return TrainStep(loss_fn, optimizer, config, model_state=bool(model_state), compute_dtype=dtype,
+                     donate=bool(donate), mesh=mesh, audit=bool(audit))

@@ -1,0 +1,218 @@
+"""A whole epoch as one ``lax.scan`` program: the only scanned training loop of jaxwise.
+
+An epoch is a *sampler* (how the epoch's mini-batches are drawn, inside the program) plus the
+one update path of :mod:`jaxwise.train._update` with a *gradient function*. Plain training uses
+:class:`ShuffleSampler` and ``value_and_grad`` of the loss; DP-SGD
+(:func:`jaxwise.privacy.make_dp_train_epoch`) plugs in Poisson sampling and the DP gradient, and
+so gets the NaN guard, the donation audit and ``mesh`` of every other program.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from jaxwise._checks import check_int
+from jaxwise.train._sharding import data_size as _data_size
+from jaxwise.train._state import TrainState, check_train_state
+from jaxwise.train._step import LossFn, Program, leading_size, program_name, update_config, validate
+from jaxwise.train._update import GradientFn, Gradients, UpdateConfig, loss_gradient, make_update
+
+__all__ = ["Sampler", "ShuffleSampler", "TrainEpoch", "make_train_epoch"]
+
+
+class Sampler(Protocol):
+    """How an epoch draws its mini-batches from ``n`` examples, inside the compiled program.
+
+    ``plan(key, n)`` runs once per epoch and returns the scanned-over ``xs`` (leading axis:
+    steps); ``draw(x, n)`` runs in every step and returns ``(indices (width,), mask (width,) or
+    None, metrics)``. ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
+    ``ValueError`` for a dataset the sampler cannot use.
+    """
+
+    def check(self, n: int) -> None: ...
+    def steps(self, n: int) -> int: ...
+    def width(self, n: int) -> int: ...
+    def plan(self, key: jax.Array, n: int) -> Any: ...
+    def draw(self, x: Any, n: int) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ShuffleSampler:
+    """One random permutation per epoch cut into ``n // batch_size`` batches (the remainder dropped).
+
+    The permutation is ``argsort`` of 32-bit random bits: one sort, cheaper to compile than
+    ``jax.random.permutation``'s multi-round shuffle (ties among 2**32 keys are negligible).
+
+    Example:
+        >>> import jax
+        >>> ShuffleSampler(4).plan(jax.random.key(0), 10).shape
+        (2, 4)
+    """
+
+    batch_size: int
+
+    def check(self, n: int) -> None:
+        if self.batch_size > n:
+            raise ValueError(f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)")
+
+    def steps(self, n: int) -> int:
+        return n // self.batch_size
+
+    def width(self, n: int) -> int:
+        del n
+        return self.batch_size
+
+    def plan(self, key: jax.Array, n: int) -> jax.Array:
+        steps = self.steps(n)
+        order = jnp.argsort(jax.random.bits(key, (n,), jnp.uint32))
+        return order[: steps * self.batch_size].reshape(steps, self.batch_size)
+
+    def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, None, dict[str, Any]]:
+        del n
+        return x, None, {}
+
+
+class TrainEpoch(Program):
+    """``epoch(state, data) -> (state, metrics)``: a whole shuffled epoch as one ``lax.scan`` program.
+
+    Attributes:
+      sampler: how the epoch draws its batches.
+      config: the settings of a plugged-in scheme (e.g. :class:`jaxwise.privacy.DPConfig`), or None.
+    """
+
+    config: Any = None
+
+    def __init__(self, name: str, gradient: GradientFn, optimizer: Any, sampler: Sampler, config: UpdateConfig, *,
+                 donate: bool, mesh: Mesh | None, audit: bool) -> None:
+        self.sampler = sampler
+        self.batch_size = getattr(sampler, "batch_size", None)
+        update = make_update(gradient, optimizer, config)
+
+        def epoch(state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
+            n = jax.tree.leaves(data)[0].shape[0]
+            key, plan_key = jax.random.split(state.key)
+            xs = sampler.plan(plan_key, n)
+
+            def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
+                idx, mask, drawn = sampler.draw(x, n)
+                batch = jax.tree.map(lambda a: jnp.take(a, idx, axis=0), data)
+                carry, metrics = update(carry, batch, mask)
+                return carry, {**metrics, **drawn}
+
+            return jax.lax.scan(body, state.replace(key=key), xs)
+
+        super().__init__(epoch, name=name, optimizer=optimizer, donate=donate, mesh=mesh, audit=audit,
+                         loss_scale=config.loss_scale)
+
+    def steps_per_epoch(self, n: int) -> int:
+        """How many steps an epoch over ``n`` examples runs."""
+        return self.sampler.steps(n)
+
+    def sample_rate(self, n: int) -> float:
+        """The (expected) fraction of the ``n`` examples in one batch, for privacy accounting."""
+        return getattr(self.sampler, "batch_size", self.sampler.width(n)) / n
+
+    def __call__(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
+        check_train_state(state)
+        n = leading_size(data, "data")
+        self.sampler.check(n)
+        if self.mesh is not None:
+            width = self.sampler.width(n)
+            if width % _data_size(self.mesh):
+                raise ValueError(f"the batch size {width} is not divisible by the {_data_size(self.mesh)} devices of "
+                                 "the mesh's 'data' axis")
+            state, data = self._place(state, data, self.replicated)
+        return self._run(state, data)
+
+
+def _custom_gradient(gradient: Any) -> GradientFn:
+    """Adapt a plugged-in ``gradient(params, model_state, batch, key, mask) -> Gradients``."""
+
+    def adapted(params: Any, model_state: Any, batch: Any, key: Any, mask: Any, scale: Any) -> Gradients:
+        del scale
+        out = gradient(params, model_state, batch, key, mask)
+        if not isinstance(out, Gradients):
+            raise TypeError(f"`gradient` must return a jaxwise.train.Gradients, got {type(out).__name__}")
+        return out
+
+    return adapted
+
+
+def make_train_epoch(
+    loss_fn: LossFn,
+    optimizer: Any,
+    batch_size: int,
+    *,
+    model_state: bool = False,
+    has_aux: bool = False,
+    donate: bool = True,
+    skip_nonfinite: bool = True,
+    mesh: Mesh | None = None,
+    compute_dtype: Any = None,
+    loss_scale: Any = None,
+    with_key: bool = False,
+    audit: bool = True,
+    gradient: Any = None,
+    sampler: Sampler | None = None,
+) -> TrainEpoch:
+    """A whole epoch as one jitted program: ``epoch(state, data) -> (state, per-step metrics)``.
+
+    ``data`` is a pytree of arrays sharing the leading (example) dimension,
+    e.g. ``(X, Y)``; it is an argument (never captured, never donated). Inside
+    the program: the state's key is split, the examples are permuted,
+    ``n // batch_size`` fixed-shape mini-batches (of ``data``'s structure)
+    are taken — the remainder is dropped, a different remainder each epoch —
+    and the steps run in one ``lax.scan``. Metrics are stacked per step.
+    Everything else (``model_state``, ``has_aux``, the NaN guard, donation
+    audits, ``mesh``, ``compute_dtype``/``loss_scale``) is as in
+    :func:`make_train_step`; with ``mesh`` the data is replicated and each
+    mini-batch sharded over the ``"data"`` axis.
+
+    Two plug-ins make other training schemes configurations of this one loop
+    (DP-SGD: :func:`jaxwise.privacy.make_dp_train_epoch`):
+
+    - ``sampler``: how batches are drawn (a :class:`Sampler`; default
+      ``ShuffleSampler(batch_size)``), e.g. Poisson sampling with a mask.
+    - ``gradient``: replaces ``value_and_grad(loss_fn)``;
+      ``gradient(params, model_state, batch, key, mask) -> Gradients`` with a
+      fresh ``key`` every step and the sampler's ``mask``. ``loss_fn`` then
+      only names the program.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+        >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0)
+        >>> epoch = make_train_epoch(loss, optim.sgd(0.1), batch_size=4)
+        >>> state, metrics = epoch(state, (jnp.ones((10, 3)), jnp.ones(10)))
+        >>> int(state.step), metrics["loss"].shape
+        (2, (2,))
+    """
+    validate(loss_fn, optimizer, mesh)
+    batch_size = check_int(batch_size, "batch_size", min_value=1)
+    if mesh is not None and sampler is None and batch_size % _data_size(mesh):
+        raise ValueError(
+            f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the mesh's 'data' axis"
+        )
+    config, dtype = update_config(skip_nonfinite=skip_nonfinite, has_aux=has_aux, with_key=with_key, mesh=mesh,
+                                  compute_dtype=compute_dtype, loss_scale=loss_scale)
+    if gradient is None:
+        grad_fn = loss_gradient(loss_fn, model_state=bool(model_state), has_aux=config.has_aux,
+                                with_key=config.needs_key, compute_dtype=dtype)
+    else:
+        if not callable(gradient):
+            raise TypeError(f"`gradient` must be callable, got {type(gradient).__name__}")
+        if dtype is not None or config.loss_scale is not None:
+            raise ValueError("`compute_dtype` and `loss_scale` apply to the default gradient only, not to a "
+                             "plugged-in `gradient`")
+        grad_fn = _custom_gradient(gradient)
+        config = dataclasses.replace(config, needs_key=True)
+    if sampler is None:
+        sampler = ShuffleSampler(batch_size)
+    return TrainEpoch(program_name(loss_fn, "train_epoch"), grad_fn, optimizer, sampler, config,
+                      donate=bool(donate), mesh=mesh, audit=bool(audit))
