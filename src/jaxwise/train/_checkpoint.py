@@ -1,67 +1,250 @@
-"""Checkpoints with orbax-checkpoint: atomic, verified, bit-identical to resume."""
+"""Checkpoints as orbax pytrees: nesting kept, integrity-checked, sharding-aware, locked."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
-import zlib
+import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
+from jaxwise._checks import check_int
 from jaxwise._version import __version__
-from jaxwise.train._state import TrainState, type_signature
+from jaxwise.train import _ckpt_format as fmt
+from jaxwise.train._ckpt_format import CheckpointError, Damaged
+from jaxwise.train._ckpt_restore import restore_jaxwise, restore_orbax
+from jaxwise.train._state import TrainState
 from jaxwise.tree import path_names
 
-
-class CheckpointError(ValueError):
-    """A checkpoint is missing, incomplete, corrupted, or does not match the target state."""
-
-
-def _is_key(x: Any) -> bool:
-    return isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key)
-
-
-def _to_storable(state: TrainState) -> tuple[dict[str, Any], dict[str, str]]:
-    """Leaves by dotted path as NumPy arrays; typed keys as raw key data (+ their impl)."""
-    leaves, impls = {}, {}
-    for name, leaf in zip(path_names(state), jax.tree.leaves(state)):
-        if _is_key(leaf):
-            impls[name] = str(jax.random.key_impl(leaf))
-            leaf = jax.random.key_data(leaf)
-        leaves[name] = np.array(leaf, copy=True)
-    return leaves, impls
+__all__ = [
+    "CheckpointError",
+    "CheckpointWarning",
+    "Checkpointer",
+    "data_fingerprint",
+    "latest_step",
+    "load_metadata",
+    "restore",
+    "save",
+]
 
 
-def _crc(arr: np.ndarray) -> int:
-    return zlib.crc32(np.ascontiguousarray(arr).tobytes()) & 0xFFFFFFFF
+class CheckpointWarning(UserWarning):
+    """A damaged or incomplete checkpoint step was skipped in favour of an older intact one."""
+
+
+def _sync(tag: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(tag)
 
 
 def _static_fields(state: TrainState) -> dict[str, Any]:
-    return {f.name: getattr(state, f.name) for f in dataclasses.fields(state) if f.metadata.get("static")}
+    return {
+        f.name: getattr(state, f.name)
+        for f in dataclasses.fields(state)
+        if f.metadata.get("static")
+    }
 
 
-def _manager(path: Path, read_only: bool, keep: int | None = None) -> Any:
-    import orbax.checkpoint as ocp
+def jsonable_static(state: TrainState) -> dict[str, Any]:
+    """The static fields of ``state`` as JSON values (``{"repr": ...}`` for non-JSON ones)."""
+    out = {}
+    for name, value in _static_fields(state).items():
+        try:
+            out[name] = json.loads(json.dumps(value))
+        except (TypeError, ValueError):
+            out[name] = {"repr": repr(value)}
+    return out
 
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, enable_async_checkpointing=False, read_only=read_only, create=not read_only
-    )
-    return ocp.CheckpointManager(path, options=options)
+
+def _describe(state: TrainState, metadata: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(nested tree to store, sealed metadata document)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(state)
+    rows, stored = [], []
+    for (path, leaf), name in zip(flat, path_names(state)):
+        leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
+        impl = str(jax.random.key_impl(leaf)) if fmt.is_key(leaf) else None
+        value = jax.random.key_data(leaf) if impl else leaf
+        stored.append(value)
+        rows.append(
+            {
+                "name": name,
+                "path": list(fmt.stored_parts(path)),
+                "shape": list(leaf.shape),
+                "dtype": str(leaf.dtype),
+                "stored_shape": list(value.shape),
+                "stored_dtype": str(value.dtype),
+                "key_impl": impl,
+            }
+        )
+    for row, checksum in zip(rows, fmt.checksums(stored)):
+        row["checksum"] = checksum
+    tree = fmt.nest([(tuple(row["path"]), value) for row, value in zip(rows, stored)])
+    doc = {
+        "format": fmt.FORMAT,
+        "jaxwise_version": __version__,
+        "step": int(state.step),
+        "leaves": rows,
+        "static": jsonable_static(state),
+        "user": metadata,
+    }
+    return tree, fmt.seal(doc)
 
 
-def save(path: str | Path, state: TrainState, metadata: dict[str, Any] | None = None, *, keep: int = 3) -> Path:
+def read_meta(step_dir: Path) -> dict[str, Any]:
+    """The sealed metadata of a jaxwise step, or :class:`Damaged`."""
+    try:
+        doc = json.loads((step_dir / fmt.META / "metadata").read_text())
+    except (OSError, ValueError) as err:
+        raise Damaged(f"its metadata is unreadable ({type(err).__name__})") from None
+    if not fmt.verify_seal(doc) or doc.get("format") != fmt.FORMAT:
+        raise Damaged("its metadata fails the integrity check (edited or corrupted)")
+    return doc
+
+
+def _intact_meta(step_dir: Path) -> dict[str, Any] | None:
+    found = fmt.layout(step_dir)
+    if found is None or found[0] != "jaxwise":
+        return None
+    try:
+        return read_meta(step_dir)
+    except Damaged:
+        return None
+
+
+class Checkpointer:
+    """The single writer of a checkpoint directory: ``save`` steps, keep the newest ``keep``.
+
+    Holds an exclusive lock on the directory for its lifetime (in process 0 of a
+    ``jax.distributed`` job): a second writer, in this or another process, gets a
+    :class:`CheckpointError` at once. A step that already exists is never overwritten;
+    only steps older than the one just written are deleted (beyond ``keep``), and only
+    after it is complete. With ``async_save=True``, ``save`` returns once the arrays are
+    copied off the devices and the files are written in the background (``wait`` or the
+    next ``save``/``close`` finishes them). Every process of a multi-process job must call
+    ``save`` with the same state.
+
+    Example:
+        >>> import tempfile, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> state = TrainState.create({"w": jnp.ones(2)}, optim.sgd(0.1), 0)
+        >>> with Checkpointer(tempfile.mkdtemp(), keep=2) as ck:
+        ...     _ = ck.save(state, {"epoch": 0})
+        ...     Checkpointer(ck.path)
+        Traceback (most recent call last):
+        ...
+        jaxwise.train._ckpt_format.CheckpointError: checkpoint directory ... is in use by ...
+    """
+
+    def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = False) -> None:
+        import orbax.checkpoint as ocp
+
+        fmt.quiet_orbax()
+        self.path = Path(path).absolute()
+        self.keep = check_int(keep, "keep", min_value=1)
+        self.async_save = bool(async_save)
+        self._lock = fmt.DirLock(self.path) if jax.process_index() == 0 else None
+        _sync("jaxwise-checkpointer-open")
+        handler = ocp.CompositeCheckpointHandler()
+        self._writer = ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
+        self._pending: int | None = None
+
+    def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Path:
+        """Write ``state`` (and JSON ``metadata``) as step ``int(state.step)``; return its dir."""
+        if self._lock is None and jax.process_index() == 0:
+            raise CheckpointError(f"this Checkpointer of {self.path} is closed")
+        if not isinstance(state, TrainState):
+            raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
+        metadata = dict(metadata or {})
+        try:
+            json.dumps(metadata)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"`metadata` must be JSON-serialisable: {err}") from None
+        self.wait()
+        step = int(state.step)
+        target = self.path / str(step)
+        self._clear_slot(step, target)
+        import orbax.checkpoint as ocp
+
+        tree, doc = _describe(state, metadata)
+        args = ocp.args.Composite(
+            **{fmt.STATE: ocp.args.StandardSave(tree), fmt.META: ocp.args.JsonSave(doc)}
+        )
+        self._writer.save(target, args=args)
+        self._pending = step
+        if not self.async_save:
+            self.wait()
+        return target
+
+    def _clear_slot(self, step: int, target: Path) -> None:
+        if target.exists():
+            if _intact_meta(target) is not None:
+                raise CheckpointError(f"a checkpoint for step {step} already exists in {self.path}")
+            if jax.process_index() == 0:  # a stray or damaged directory: keep it, out of the way
+                n = 0
+                while target.with_name(f"{step}.damaged-{n}").exists():
+                    n += 1
+                target.rename(target.with_name(f"{step}.damaged-{n}"))
+        _sync(f"jaxwise-checkpoint-slot-{step}")
+
+    def wait(self) -> None:
+        """Block until a pending (async) save is complete, then delete steps beyond ``keep``."""
+        if self._pending is None:
+            return
+        finish = getattr(self._writer, "wait_until_finished", None)
+        if finish is not None:  # an AsyncCheckpointer
+            finish()
+        step, self._pending = self._pending, None
+        if jax.process_index() == 0:
+            older = sorted(
+                s
+                for s, d in fmt.step_dirs(self.path).items()
+                if s < step and _intact_meta(d) is not None
+            )
+            for old in older[: max(0, len(older) - (self.keep - 1))]:
+                shutil.rmtree(self.path / str(old), ignore_errors=True)
+        _sync(f"jaxwise-checkpoint-done-{step}")
+
+    def close(self) -> None:
+        """Finish pending writes and release the directory lock."""
+        try:
+            self.wait()
+            self._writer.close()
+        finally:
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+
+    def __enter__(self) -> Checkpointer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def save(
+    path: str | Path, state: TrainState, metadata: dict[str, Any] | None = None, *, keep: int = 3
+) -> Path:
     """Save ``state`` (and JSON ``metadata``) as step ``int(state.step)`` under ``path``.
 
-    Uses orbax-checkpoint's ``CheckpointManager``: each step is written to a
-    temporary directory and committed atomically, so an interrupted write
-    never destroys the previous good checkpoint (it is ignored on restore).
-    Typed PRNG keys are stored as raw key data with their implementation;
-    static fields, the tree's paths, shapes, dtypes and a CRC32 per leaf go
-    into the metadata and are checked by :func:`restore`. Only the newest
-    ``keep`` checkpoints are kept.
+    The state is stored as an orbax pytree that keeps its nesting (``path/<step>/state``,
+    readable with plain orbax), typed keys as raw key data; ``path/<step>/meta`` holds the
+    leaf table, a checksum per leaf, static fields and ``metadata``, sealed by a digest.
+    Each step is written to a temporary directory and renamed when complete, so an
+    interrupted write never harms earlier steps. One-shot form of :class:`Checkpointer`
+    (takes the directory's writer lock for the duration).
+
+    Args:
+      path: the checkpoint directory (created if missing).
+      state: a :class:`TrainState` (arrays may be sharded, also across processes).
+      metadata: a JSON-serialisable dict (e.g. epoch, :func:`data_fingerprint`).
+      keep: how many steps to keep (older ones are deleted after this one is written).
 
     Returns:
       The directory of this step's checkpoint.
@@ -69,168 +252,171 @@ def save(path: str | Path, state: TrainState, metadata: dict[str, Any] | None = 
     Example:
         >>> import tempfile, jax, jax.numpy as jnp
         >>> from jaxwise import optim
-        >>> state = TrainState.create({"w": jnp.ones(2)}, optim.sgd(0.1), 0)
+        >>> params = {"enc.w": jnp.ones(2), "enc": {"w": jnp.zeros(2)}}
+        >>> state = TrainState.create(params, optim.sgd(0.1), 0)
         >>> d = tempfile.mkdtemp()
         >>> _ = save(d, state, {"epoch": 0})
-        >>> restore(d, like=state).params["w"].tolist()
-        [1.0, 1.0]
+        >>> restored = restore(d, like=state)
+        >>> restored.params["enc.w"].tolist(), restored.params["enc"]["w"].tolist()
+        ([1.0, 1.0], [0.0, 0.0])
     """
-    import orbax.checkpoint as ocp
-
-    if not isinstance(state, TrainState):
-        raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
-    metadata = dict(metadata or {})
-    try:
-        json.dumps(metadata)
-    except TypeError as err:
-        raise TypeError(f"`metadata` must be JSON-serialisable: {err}") from err
-    path = Path(path).absolute()
-    step = int(state.step)
-    leaves, impls = _to_storable(state)
-    static = _static_fields(state)
-    info = {
-        "format": "jaxwise-trainstate-1",
-        "jaxwise_version": __version__,
-        "step": step,
-        "paths": list(leaves),
-        "signature": [[n, list(s), d] for n, s, d, _ in type_signature(state)],
-        "stored": [[name, list(arr.shape), str(arr.dtype)] for name, arr in leaves.items()],
-        "key_impls": impls,
-        "crc32": {name: _crc(arr) for name, arr in leaves.items()},
-        "static": _jsonable_static(static),
-        "user": metadata,
-    }
-    manager = _manager(path, read_only=False, keep=keep)
-    try:
-        if step in manager.all_steps():
-            raise CheckpointError(f"a checkpoint for step {step} already exists in {path}")
-        manager.save(step, args=ocp.args.Composite(arrays=ocp.args.StandardSave(leaves), info=ocp.args.JsonSave(info)))
-        manager.wait_until_finished()
-    finally:
-        manager.close()
-    return path / str(step)
-
-
-def _jsonable_static(static: dict[str, Any]) -> dict[str, Any]:
-    out = {}
-    for name, value in static.items():
-        try:
-            out[name] = json.loads(json.dumps(value))
-        except TypeError:
-            out[name] = {"repr": repr(value)}
-    return out
+    with Checkpointer(path, keep=keep) as checkpointer:
+        return checkpointer.save(state, metadata)
 
 
 def latest_step(path: str | Path) -> int | None:
-    """The newest complete checkpoint step under ``path``, or ``None``."""
-    path = Path(path).absolute()
-    if not path.is_dir():
-        return None
-    manager = _manager(path, read_only=True)
-    try:
-        return manager.latest_step()
-    finally:
-        manager.close()
+    """The newest step under ``path`` that is complete with intact metadata, or ``None``.
 
-
-def _read_info(manager: Any, path: Path, step: int) -> dict[str, Any]:
-    import orbax.checkpoint as ocp
-
-    try:
-        return manager.restore(step, args=ocp.args.Composite(info=ocp.args.JsonRestore()))["info"]
-    except Exception as err:  # noqa: BLE001 - any orbax failure means an unreadable checkpoint
-        raise CheckpointError(f"checkpoint step {step} in {path} is unreadable (corrupted or partial): {err}") from err
+    A cheap check (the arrays are verified by :func:`restore`); steps written by plain
+    orbax count too.
+    """
+    for step, step_dir in sorted(fmt.step_dirs(Path(path).absolute()).items(), reverse=True):
+        found = fmt.layout(step_dir)
+        if found is not None and (found[0] == "orbax" or _intact_meta(step_dir) is not None):
+            return step
+    return None
 
 
 def load_metadata(path: str | Path, step: int | None = None) -> dict[str, Any]:
-    """The user metadata saved with a checkpoint (the latest one by default)."""
-    path = Path(path).absolute()
-    manager, step = _open(path, step)
-    try:
-        return dict(_read_info(manager, path, step)["user"])
-    finally:
-        manager.close()
-
-
-def _open(path: Path, step: int | None) -> tuple[Any, int]:
-    if not path.is_dir():
-        raise CheckpointError(f"no checkpoint directory at {path}")
-    manager = _manager(path, read_only=True)
-    steps = manager.all_steps()
-    if not steps:
-        manager.close()
-        raise CheckpointError(f"no complete checkpoint in {path} (an interrupted write leaves none)")
-    if step is None:
-        step = max(steps)
-    elif step not in steps:
-        manager.close()
-        raise CheckpointError(f"no checkpoint for step {step} in {path}; available: {sorted(steps)}")
-    return manager, step
-
-
-def restore(path: str | Path, like: TrainState, step: int | None = None) -> TrainState:
-    """Restore the checkpoint at ``path`` (latest step by default) into ``like``'s structure.
-
-    The checkpoint must have exactly ``like``'s paths, shapes and dtypes
-    (else :class:`CheckpointError` names the first differing path); every
-    leaf is verified against its saved CRC32, so a corrupted file is
-    detected rather than silently loaded. Typed keys come back typed; static
-    fields (configuration) must equal ``like``'s.
-
-    Resuming is bit-identical: training N epochs straight equals k epochs,
-    save, restore (in a fresh process) and N − k more.
-    """
-    import orbax.checkpoint as ocp
-
-    if not isinstance(like, TrainState):
-        raise TypeError(f"`like` must be a TrainState, got {type(like).__name__}")
-    path = Path(path).absolute()
-    manager, step = _open(path, step)
-    try:
-        info = _read_info(manager, path, step)
-        _check_structure(info, like, path, step)
-        _check_static(info, like, path, step)
-        target = {name: jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype)) for name, shape, dtype in info["stored"]}
+    """The user metadata saved with a step (by default the newest step with intact metadata)."""
+    root = Path(path).absolute()
+    steps = fmt.step_dirs(root)
+    if step is not None:
+        if step not in steps:
+            raise CheckpointError(
+                f"no checkpoint for step {step} in {root}; available: {sorted(steps)}"
+            )
         try:
-            arrays = manager.restore(step, args=ocp.args.Composite(arrays=ocp.args.StandardRestore(target)))["arrays"]
-        except Exception as err:  # noqa: BLE001
-            raise CheckpointError(f"checkpoint step {step} in {path} is unreadable (corrupted or partial): {err}") from err
-    finally:
-        manager.close()
-    leaves = []
-    for name in info["paths"]:
-        host = np.asarray(arrays[name])
-        if _crc(host) != info["crc32"][name]:
-            raise CheckpointError(f"checkpoint step {step} in {path} is corrupted: `{name}` fails its CRC32 check")
-        value = jax.numpy.asarray(host)
-        if name in info["key_impls"]:
-            value = jax.random.wrap_key_data(value, impl=info["key_impls"][name])
-        leaves.append(value)
-    return jax.tree.unflatten(jax.tree.structure(like), leaves)
+            return dict(read_meta(steps[step])["user"])
+        except Damaged as err:
+            raise CheckpointError(f"checkpoint step {step} in {root} is damaged: {err}") from None
+    for _, step_dir in sorted(steps.items(), reverse=True):
+        doc = _intact_meta(step_dir)
+        if doc is not None:
+            return dict(doc["user"])
+    raise CheckpointError(f"no intact checkpoint in {root}")
 
 
-def _check_structure(info: dict[str, Any], like: TrainState, path: Path, step: int) -> None:
-    saved = [(n, tuple(s), d) for n, s, d in info["signature"]]
-    target = [(n, s, d) for n, s, d, _ in type_signature(like)]
-    for (sn, ss, sd), (tn, ts, td) in zip(saved, target):
-        if sn != tn:
-            raise CheckpointError(f"checkpoint step {step} in {path} does not match `like`: first differing path: "
-                                  f"checkpoint has `{sn}`, `like` has `{tn}`")
-        if ss != ts or sd != td:
-            raise CheckpointError(f"checkpoint step {step} in {path} does not match `like` at `{sn}`: "
-                                  f"checkpoint {sd}{list(ss)}, `like` {td}{list(ts)}")
-    if len(saved) != len(target):
-        longer, which = (saved, "checkpoint") if len(saved) > len(target) else (target, "`like`")
-        raise CheckpointError(f"checkpoint step {step} in {path} does not match `like`: {which} has extra path "
-                              f"`{longer[min(len(saved), len(target))][0]}`")
+def _candidates(root: Path, step: int | None) -> list[tuple[int | None, Path]]:
+    if not root.exists():
+        raise CheckpointError(f"no checkpoint directory at {root}")
+    if fmt.is_pytree_dir(root):
+        return [(None, root)]  # ``path`` is itself a plain orbax pytree checkpoint
+    steps = fmt.step_dirs(root)
+    if step is not None:
+        if step not in steps:
+            raise CheckpointError(
+                f"no checkpoint for step {step} in {root}; available: {sorted(steps)}"
+            )
+        return [(step, steps[step])]
+    if not steps:
+        raise CheckpointError(
+            f"no complete checkpoint in {root} (an interrupted write leaves none)"
+        )
+    return [(number, steps[number]) for number in sorted(steps, reverse=True)]
 
 
-def _check_static(info: dict[str, Any], like: TrainState, path: Path, step: int) -> None:
-    saved = info.get("static", {})
-    current = _jsonable_static(_static_fields(like))
+def _restore_one(step_dir: Path, like: TrainState) -> tuple[TrainState, dict[str, Any]]:
+    found = fmt.layout(step_dir)
+    if found is None:
+        raise Damaged("it is incomplete (an interrupted write or a stray directory)")
+    kind, item_dir = found
+    if kind == "orbax":
+        return restore_orbax(item_dir, like), {}
+    doc = read_meta(step_dir)
+    _check_static(doc, like)
+    return restore_jaxwise(item_dir / fmt.STATE, doc, like), dict(doc["user"])
+
+
+def _check_static(doc: dict[str, Any], like: TrainState) -> None:
+    saved, current = doc.get("static", {}), jsonable_static(like)
     for name in sorted(set(saved) | set(current)):
         if saved.get(name) != current.get(name):
             raise CheckpointError(
-                f"checkpoint step {step} in {path} was saved with static `{name}` = {saved.get(name)!r}, but "
-                f"`like` has {current.get(name)!r}; restore into a state created with the same configuration"
+                f"the checkpoint was saved with static `{name}` = {saved.get(name)!r}, but `like` "
+                f"has "
+                f"{current.get(name)!r}; restore into a state created with the same configuration"
             )
+
+
+def restore(
+    path: str | Path, like: TrainState, step: int | None = None, *, with_metadata: bool = False
+) -> Any:
+    """Restore a checkpoint into ``like``'s structure, placing every array on ``like``'s sharding.
+
+    By default the newest step is restored; a step that is incomplete (a stray or
+    half-written directory) or damaged (unreadable files, a leaf failing its checksum,
+    metadata failing its digest) is skipped with a :class:`CheckpointWarning` naming it and
+    the reason, and the newest intact step is restored. With an explicit ``step`` a damaged
+    step is an error. The checkpoint must have ``like``'s paths, shapes, dtypes and static
+    fields (else :class:`CheckpointError` naming the first difference). Works in every
+    process of a ``jax.distributed`` job (``like`` sharded over a global mesh), and reads
+    plain orbax/Flax checkpoints with the same tree (``path`` a pytree directory or a
+    directory of steps; a missing ``key`` is taken from ``like``).
+
+    Args:
+      path: the checkpoint directory.
+      like: a :class:`TrainState` (arrays or ``jax.ShapeDtypeStruct`` leaves) giving the
+        structure, dtypes and target shardings.
+      step: the step to restore (default: the newest intact one).
+      with_metadata: also return the user metadata of the restored step.
+
+    Returns:
+      The restored state, or ``(state, metadata)`` with ``with_metadata=True``.
+
+    Resuming is bit-identical: training N epochs straight equals k epochs, save, restore
+    (in a fresh process) and N − k more.
+    """
+    if not isinstance(like, TrainState):
+        raise TypeError(f"`like` must be a TrainState, got {type(like).__name__}")
+    if step is not None:
+        step = check_int(step, "step", min_value=0)
+    fmt.quiet_orbax()
+    root = Path(path).absolute()
+    problems = []
+    for number, step_dir in _candidates(root, step):
+        label = "the checkpoint" if number is None else f"checkpoint step {number}"
+        try:
+            state, meta = _restore_one(step_dir, like)
+        except Damaged as err:
+            if step is not None or number is None:
+                raise CheckpointError(f"{label} in {root} is damaged: {err}") from None
+            problems.append(f"step {number} ({err})")
+            continue
+        except CheckpointError as err:
+            raise CheckpointError(f"{label} in {root} does not fit `like`: {err}") from None
+        if problems:
+            warnings.warn(
+                f"skipped damaged checkpoint {'; '.join(problems)} in {root}; "
+                f"restored step {number}",
+                CheckpointWarning,
+                stacklevel=2,
+            )
+        return (state, meta) if with_metadata else state
+    raise CheckpointError(f"no intact checkpoint in {root}: {'; '.join(problems)}")
+
+
+def data_fingerprint(data: Any) -> dict[str, Any]:
+    """Shapes, dtypes and a SHA-256 of host data: store it to refuse resuming on other data.
+
+    Args:
+      data: a pytree of NumPy (or fully addressable JAX) arrays, e.g. ``(x_train, y_train)``.
+
+    Returns:
+      A JSON-serialisable dict ``{"shapes", "dtypes", "sha256"}``; equal dicts mean equal data.
+
+    Example:
+        >>> import numpy as np
+        >>> fp = data_fingerprint((np.zeros((3, 2), np.float32), np.arange(3)))
+        >>> fp["shapes"], fp["dtypes"], len(fp["sha256"])
+        ([[3, 2], [3]], ['float32', 'int64'], 64)
+    """
+    digest = hashlib.sha256()
+    shapes, dtypes = [], []
+    for name, leaf in zip(path_names(data), jax.tree.leaves(data)):
+        arr = np.ascontiguousarray(np.asarray(leaf))
+        shapes.append(list(arr.shape))
+        dtypes.append(str(arr.dtype))
+        digest.update(json.dumps([name, arr.shape, str(arr.dtype)]).encode())
+        digest.update(arr.tobytes())
+    return {"shapes": shapes, "dtypes": dtypes, "sha256": digest.hexdigest()}

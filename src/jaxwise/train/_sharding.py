@@ -80,8 +80,10 @@ def _place_leaf(leaf: Any, sharding: Any) -> Any:
     # Multi-process: every process holds the full value; each builds its addressable shards from it.
     if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
         data = _place_leaf(jax.random.key_data(leaf), sharding)
-        return jax.jit(lambda d: jax.random.wrap_key_data(d, impl=jax.random.key_impl(leaf)),
-                       out_shardings=sharding)(data)
+        return jax.jit(
+            lambda d: jax.random.wrap_key_data(d, impl=jax.random.key_impl(leaf)),
+            out_shardings=sharding,
+        )(data)
     value = _host_value(leaf)
     return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
 

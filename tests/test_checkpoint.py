@@ -1,0 +1,410 @@
+"""Checkpoints: nesting kept, sharded restore, damage table, writer lock, orbax/Flax interop."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import warnings
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import orbax.checkpoint as ocp
+import pytest
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxwise import optim
+from jaxwise.compilation import CompileCounter
+from jaxwise.train import (
+    Checkpointer,
+    CheckpointError,
+    CheckpointWarning,
+    TrainState,
+    data_fingerprint,
+    latest_step,
+    load_metadata,
+    restore,
+    save,
+)
+from jaxwise.train._ckpt_format import checkpoint_checksums
+from jaxwise.tree import host_copy
+
+
+def awkward_params(key):
+    """Keys that collide when flattened to dotted names, plus slashes and percent signs."""
+    k1, k2, k3 = jax.random.split(key, 3)
+    return {
+        "enc.w": jax.random.normal(k1, (3, 4)),
+        "enc": {"w": jax.random.normal(k2, (3, 4)), "b/x": jnp.arange(4, dtype=jnp.float32)},
+        "a%2Eb": jnp.full((2,), 7.0),
+        "layers": [jax.random.normal(k3, (4,)), jnp.ones((2, 2))],
+    }
+
+
+def make_state(key, step=0, **static):
+    model_state = {
+        "bn.mean": jnp.full((4,), 0.5),
+        "bn": {"mean": jnp.zeros(4), "count": jnp.asarray(3)},
+    }
+    state = TrainState.create(
+        awkward_params(key), optim.adam(1e-3), jax.random.key(11), model_state=model_state, **static
+    )
+    return state.replace(step=jnp.asarray(step, jnp.int32))
+
+
+def bits(state):
+    return [np.asarray(leaf).tobytes() for leaf in jax.tree.leaves(host_copy(state))]
+
+
+def assert_same(a, b):
+    assert jax.tree.structure(a) == jax.tree.structure(b)
+    assert bits(a) == bits(b)
+
+
+def test_roundtrip_keeps_nesting_keys_model_state_and_metadata(tmp_path, key):
+    state = make_state(key, step=5, width=8)
+    out = save(tmp_path / "ck", state, {"epoch": 2, "note": "dotted"})
+    assert out == (tmp_path / "ck" / "5").absolute()
+    restored, meta = restore(
+        tmp_path / "ck", like=make_state(jax.random.key(9), width=8), with_metadata=True
+    )
+    assert_same(restored, state)
+    assert jnp.issubdtype(restored.key.dtype, jax.dtypes.prng_key)
+    assert restored.params["enc.w"].tolist() != restored.params["enc"]["w"].tolist()
+    assert meta == {"epoch": 2, "note": "dotted"} == load_metadata(tmp_path / "ck")
+    assert latest_step(tmp_path / "ck") == 5
+    with pytest.raises(CheckpointError, match="static `config`"):
+        restore(tmp_path / "ck", like=make_state(key, width=9))
+
+
+def test_restore_places_arrays_on_a_4_device_sharded_like(tmp_path, key):
+    state = make_state(key, step=1)
+    save(tmp_path / "ck", state)
+    mesh = Mesh(np.asarray(jax.devices()[:4]), ("data",))
+
+    def spec(leaf):
+        sharded = (
+            leaf.ndim >= 1
+            and leaf.shape[0] % 4 == 0
+            and not jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        )
+        return NamedSharding(mesh, P("data") if sharded else P())
+
+    like = make_state(jax.random.key(3))
+    shardings = jax.tree.map(spec, like)
+    like = jax.tree.map(jax.device_put, like, shardings)
+    restored = restore(tmp_path / "ck", like=like)
+    for got, want in zip(jax.tree.leaves(restored), jax.tree.leaves(shardings)):
+        assert got.sharding == want
+    assert restored.params["enc"]["b/x"].sharding.spec == P("data")
+    assert_same(restored, state)
+
+
+def test_restore_accepts_an_abstract_like(tmp_path, key):
+    state = make_state(key, step=4)
+    save(tmp_path / "ck", state)
+    abstract = jax.eval_shape(lambda: make_state(key, step=0))
+    assert_same(restore(tmp_path / "ck", like=abstract), state)
+
+
+def _largest_file(directory):
+    return max((p for p in directory.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+
+
+def _flip(step_dir):
+    target = _largest_file(step_dir / "state")
+    blob = bytearray(target.read_bytes())
+    for i in range(len(blob) // 3, len(blob) // 3 + 16):
+        blob[i] ^= 0x5A
+    target.write_bytes(bytes(blob))
+
+
+def _truncate(step_dir):
+    target = _largest_file(step_dir / "state")
+    target.write_bytes(target.read_bytes()[: target.stat().st_size // 2])
+
+
+def _edit_metadata(step_dir):
+    path = step_dir / "meta" / "metadata"
+    doc = json.loads(path.read_text())
+    doc["user"]["epoch"] = 99
+    path.write_text(json.dumps(doc))
+
+
+def _edit_stored_step(step_dir):
+    path = step_dir / "meta" / "metadata"
+    doc = json.loads(path.read_text())
+    doc["step"] += 100
+    path.write_text(json.dumps(doc))
+
+
+def _drop_state_item(step_dir):
+    for p in sorted((step_dir / "state").rglob("*"), reverse=True):
+        p.unlink() if p.is_file() else p.rmdir()
+    (step_dir / "state").rmdir()
+
+
+DAMAGE = {
+    "bytes flipped": _flip,
+    "truncated": _truncate,
+    "metadata edited": _edit_metadata,
+    "metadata step edited": _edit_stored_step,
+    "state item missing": _drop_state_item,
+}
+
+
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_damaged_newest_step_falls_back_to_the_last_intact_one(tmp_path, key, damage):
+    ck = tmp_path / "ck"
+    with Checkpointer(ck) as writer:
+        writer.save(make_state(key, step=1), {"epoch": 1})
+        writer.save(make_state(jax.random.key(1), step=2), {"epoch": 2})
+    DAMAGE[damage](ck / "2")
+    like = make_state(key)
+    with pytest.warns(
+        CheckpointWarning, match=r"skipped damaged checkpoint step 2 \(.*\) in .*; restored step 1"
+    ):
+        restored, meta = restore(ck, like=like, with_metadata=True)
+    assert int(restored.step) == 1 and meta == {"epoch": 1}
+    assert_same(restored, make_state(key, step=1))
+    with pytest.raises(CheckpointError, match="checkpoint step 2 in .* is damaged") as info:
+        restore(ck, like=like, step=2)
+    assert "\n" not in str(info.value)
+    DAMAGE[damage](ck / "1")
+    with pytest.raises(
+        CheckpointError, match="no intact checkpoint in .*: step 2 .*; step 1"
+    ) as info:
+        restore(ck, like=like)
+    assert "\n" not in str(info.value)
+
+
+def test_stray_empty_step_dir_is_skipped_and_set_aside_by_the_next_save(tmp_path, key):
+    ck = tmp_path / "ck"
+    save(ck, make_state(key, step=1), {"epoch": 1})
+    (ck / "7").mkdir()
+    assert latest_step(ck) == 1
+    assert load_metadata(ck) == {"epoch": 1}
+    with pytest.warns(CheckpointWarning, match=r"step 7 \(it is incomplete"):
+        assert int(restore(ck, like=make_state(key)).step) == 1
+    save(ck, make_state(key, step=7), {"epoch": 7})
+    assert latest_step(ck) == 7 and (ck / "7.damaged-0").is_dir()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert int(restore(ck, like=make_state(key)).step) == 7
+
+
+def test_a_second_writer_fails_at_once_and_nothing_is_lost(tmp_path, key):
+    ck = tmp_path / "ck"
+    with Checkpointer(ck, keep=2) as first:
+        first.save(make_state(key, step=1))
+        with pytest.raises(CheckpointError, match="in use by another writer"):
+            Checkpointer(ck)
+        with pytest.raises(CheckpointError, match="in use by another writer"):
+            save(ck, make_state(key, step=9))
+        first.save(make_state(key, step=2))
+        with pytest.raises(CheckpointError, match="a checkpoint for step 2 already exists"):
+            first.save(make_state(jax.random.key(5), step=2))
+    assert sorted(p.name for p in ck.iterdir() if p.name.isdigit()) == ["1", "2"]
+    assert_same(restore(ck, like=make_state(key)), make_state(key, step=2))
+    save(ck, make_state(key, step=3), keep=2)  # the lock was released by `with`
+    assert sorted(p.name for p in ck.iterdir() if p.name.isdigit()) == ["2", "3"]
+
+
+def test_retention_never_deletes_newer_steps(tmp_path, key):
+    ck = tmp_path / "ck"
+    for step in (10, 20):
+        save(ck, make_state(key, step=step), keep=1)
+    save(ck, make_state(key, step=5), keep=1)  # an older run writing into the same directory
+    assert sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit()) == [5, 20]
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys, jax, jax.numpy as jnp
+    from jaxwise import optim
+    from jaxwise.train import Checkpointer, TrainState
+    with Checkpointer(sys.argv[1]) as ck:
+        ck.save(TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), 0))
+        print("locked", flush=True)
+        sys.stdin.read()
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_writer_in_another_process_blocks_this_one(tmp_path, key):
+    ck = tmp_path / "ck"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(ck)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+        with pytest.raises(CheckpointError, match=r"in use by another writer \(process \d+\)"):
+            save(
+                ck,
+                TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0).replace(
+                    step=jnp.asarray(1)
+                ),
+            )
+    finally:
+        proc.communicate("", timeout=60)
+    assert proc.returncode == 0
+    assert latest_step(ck) == 0
+    save(ck, TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0).replace(step=jnp.asarray(1)))
+    assert latest_step(ck) == 1
+
+
+def test_async_save_keeps_the_newest_and_restores(tmp_path, key):
+    ck = tmp_path / "ck"
+    states = [make_state(jax.random.key(i), step=i) for i in range(1, 5)]
+    with Checkpointer(ck, keep=2, async_save=True) as writer:
+        for state in states:
+            writer.save(state, {"i": int(state.step)})
+    assert sorted(int(p.name) for p in ck.iterdir() if p.name.isdigit()) == [3, 4]
+    assert_same(restore(ck, like=make_state(key)), states[-1])
+    assert load_metadata(ck, step=3) == {"i": 3}
+
+
+def test_plain_orbax_reads_a_jaxwise_checkpoint(tmp_path, key):
+    state = make_state(key, step=3)
+    save(tmp_path / "ck", state)
+    manager = ocp.CheckpointManager(tmp_path / "ck")
+    tree = manager.restore(3, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
+    manager.close()
+    np.testing.assert_array_equal(tree["params"]["enc%2Ew"], state.params["enc.w"])
+    np.testing.assert_array_equal(tree["params"]["enc"]["b%2Fx"], state.params["enc"]["b/x"])
+    np.testing.assert_array_equal(
+        tree["opt_state"]["0"]["mu"]["enc"]["w"], state.opt_state[0].mu["enc"]["w"]
+    )
+    np.testing.assert_array_equal(tree["model_state"]["bn"]["count"], 3)
+    np.testing.assert_array_equal(tree["key"], jax.random.key_data(state.key))
+
+
+def plain_state(key, step=0):
+    params = {
+        "enc": {"w": jax.random.normal(key, (3, 4)), "b": jnp.zeros(4)},
+        "layers": [jnp.ones((2, 2))],
+    }
+    state = TrainState.create(
+        params, optim.adam(1e-3), jax.random.key(11), model_state={"bn": jnp.ones(4)}
+    )
+    return state.replace(step=jnp.asarray(step, jnp.int32))
+
+
+def test_jaxwise_restores_a_plain_orbax_checkpoint(tmp_path, key):
+    state = plain_state(key, step=6)
+    tree = {
+        "step": state.step,
+        "params": state.params,
+        "opt_state": state.opt_state,
+        "key": jax.random.key_data(state.key),
+        "model_state": state.model_state,
+    }
+    with ocp.CheckpointManager(tmp_path / "plain") as manager:
+        manager.save(6, args=ocp.args.StandardSave(tree))
+    assert latest_step(tmp_path / "plain") == 6
+    assert_same(restore(tmp_path / "plain", like=plain_state(jax.random.key(4))), state)
+    wrong = plain_state(key)
+    wrong = wrong.replace(params={**wrong.params, "layers": [jnp.ones((2, 3))]})
+    with pytest.raises(
+        CheckpointError, match=r"at `params.layers.0`: checkpoint shape \[2, 2\], `like` \[2, 3\]"
+    ):
+        restore(tmp_path / "plain", like=wrong)
+    with pytest.raises(CheckpointError, match="the checkpoint has no `params.extra`"):
+        restore(
+            tmp_path / "plain", like=wrong.replace(params={**state.params, "extra": jnp.ones(1)})
+        )
+    # Plain orbax names arrays by dotted paths: "enc.w" and enc/w would have collided on disk.
+    with pytest.raises(
+        CheckpointError, match="plain orbax stores under the same name `params.enc.w`"
+    ):
+        restore(tmp_path / "plain", like=make_state(key))
+
+
+def test_jaxwise_restores_a_flax_train_state(tmp_path, key):
+    from flax.training import train_state
+
+    params = {"dense": {"kernel": jax.random.normal(key, (3, 2)), "bias": jnp.zeros(2)}}
+    flax_state = train_state.TrainState.create(
+        apply_fn=lambda *a: None, params=params, tx=optax.adam(1e-2)
+    )
+    grads = jax.tree.map(jnp.ones_like, params)
+    with jax.numpy_dtype_promotion("standard"):
+        flax_state = flax_state.apply_gradients(grads=grads)
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "flax", flax_state)
+    like = TrainState.create(params, optim.adam(1e-2), jax.random.key(0))
+    restored = restore(tmp_path / "flax", like=like)
+    assert int(restored.step) == 1 and restored.step.dtype == jnp.int32
+    np.testing.assert_array_equal(
+        restored.params["dense"]["kernel"], flax_state.params["dense"]["kernel"]
+    )
+    for got, want in zip(
+        jax.tree.leaves(restored.opt_state), jax.tree.leaves(flax_state.opt_state)
+    ):
+        np.testing.assert_array_equal(got, want)
+    assert_same(restored.key, like.key)  # Flax states carry no key: `like`'s is kept
+
+
+def test_checksum_compiles_once_for_saves_and_restore(tmp_path, key):
+    def unique_state(step):  # shapes no other test uses, so the first compile happens here
+        params = {"w": jax.random.normal(key, (13, 7)), "b": jnp.zeros(7)}
+        return TrainState.create(params, optim.adam(1e-3), step).replace(
+            step=jnp.asarray(step, jnp.int32)
+        )
+
+    with CompileCounter(checkpoint_checksums) as counter:
+        with Checkpointer(tmp_path / "ck") as writer:
+            writer.save(unique_state(1))
+            writer.save(unique_state(2))
+        restore(tmp_path / "ck", like=unique_state(0))
+    assert counter.count == 1
+
+
+def test_orbax_logging_is_silenced(tmp_path, key, capfd):
+    save(tmp_path / "ck", make_state(key))
+    restore(tmp_path / "ck", like=make_state(key))
+    captured = capfd.readouterr()
+    assert "absl" not in captured.err and "WARNING" not in captured.err, captured.err
+
+
+def test_data_fingerprint_tells_data_apart(rng):
+    x, y = rng.normal(size=(20, 3)).astype(np.float32), rng.integers(0, 2, 20)
+    fp = data_fingerprint((x, y))
+    assert fp == data_fingerprint((x.copy(), y.copy())) and json.loads(json.dumps(fp)) == fp
+    x2 = x.copy()
+    x2[7, 1] += 1e-6
+    assert data_fingerprint((x2, y))["sha256"] != fp["sha256"]
+    assert data_fingerprint((x[:19], y[:19]))["shapes"] == [[19, 3], [19]]
+    assert data_fingerprint((x.astype(np.float64), y))["dtypes"][0] == "float64"
+
+
+def test_bad_arguments_are_named(tmp_path, key):
+    state = make_state(key)
+    with pytest.raises(TypeError, match="`state` must be a TrainState"):
+        save(tmp_path / "a", {"w": jnp.ones(2)})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`metadata` must be JSON-serialisable"):
+        save(tmp_path / "b", state, {"x": object()})
+    with pytest.raises(ValueError, match="`keep` must be >= 1"):
+        save(tmp_path / "c", state, keep=0)
+    save(tmp_path / "d", state)
+    with pytest.raises(TypeError, match="`like` must be a TrainState"):
+        restore(tmp_path / "d", like={"w": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`step` must be an int"):
+        restore(tmp_path / "d", like=state, step="0")  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match="no checkpoint directory"):
+        restore(tmp_path / "missing", like=state)
+    with pytest.raises(CheckpointError, match="no checkpoint for step 3 .* available: \\[0\\]"):
+        restore(tmp_path / "d", like=state, step=3)
+
+
+def test_doc_directory_layout_is_what_the_docs_say(tmp_path, key):
+    step_dir = save(tmp_path / "ck", make_state(key))
+    assert sorted(p.name for p in Path(step_dir).iterdir() if p.is_dir()) == ["meta", "state"]
