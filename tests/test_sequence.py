@@ -9,6 +9,7 @@ from jaxwise.compilation import CompileBudget
 from jaxwise.sequence import (
     bounded_while,
     discounted_returns,
+    gae,
     gru_cell,
     init_gru,
     init_lstm,
@@ -40,9 +41,11 @@ def test_lengths_to_mask_and_errors():
         lengths_to_mask(jnp.asarray([-1]), 3)
     with pytest.raises(ValueError, match="max_len=3"):
         lengths_to_mask(jnp.asarray([4]), 3)
-    with pytest.raises(TypeError, match="integers"):
+    with pytest.raises(TypeError, match="`lengths` must have a integer dtype"):
         lengths_to_mask(jnp.asarray([1.0]), 3)
-    assert jax.jit(lengths_to_mask, static_argnums=1)(jnp.asarray([2]), 3).tolist() == [[True, True, False]]
+    assert jax.jit(lengths_to_mask, static_argnums=1)(jnp.asarray([2]), 3).tolist() == [
+        [True, True, False]
+    ]
 
 
 def test_masked_mean_empty_rows_and_gradients():
@@ -74,18 +77,22 @@ def test_segment_softmax_large_scores_matches_numpy(rng):
         e = np.exp(scores[sel].astype(np.float64) - scores[sel].max())
         np.testing.assert_allclose(out[sel], e / e.sum(), rtol=1e-5, atol=1e-30)
         assert out[sel].sum() == pytest.approx(1.0, rel=1e-5)
-    g = jax.grad(lambda s: jnp.sum(segment_softmax(s, jnp.asarray(ids), 7) * jnp.arange(40.0)))(jnp.asarray(scores))
+    g = jax.grad(lambda s: jnp.sum(segment_softmax(s, jnp.asarray(ids), 7) * jnp.arange(40.0)))(
+        jnp.asarray(scores)
+    )
     assert np.isfinite(np.asarray(g)).all()
 
 
 def test_segment_mean_and_id_validation():
-    out = segment_mean(jnp.asarray([[1.0, 2.0], [3.0, 4.0], [10.0, 0.0]]), jnp.asarray([1, 1, 3]), 4)
+    out = segment_mean(
+        jnp.asarray([[1.0, 2.0], [3.0, 4.0], [10.0, 0.0]]), jnp.asarray([1, 1, 3]), 4
+    )
     assert out.tolist() == [[0.0, 0.0], [2.0, 3.0], [0.0, 0.0], [10.0, 0.0]]
     with pytest.raises(ValueError, match=r"in \[0, 2\), got values in \[0, 5\]"):
         segment_softmax(jnp.ones(3), jnp.asarray([0, 1, 5]), 2)
-    with pytest.raises(ValueError, match="static"):
+    with pytest.raises(TypeError, match="`num_segments` must be an int"):
         segment_softmax(jnp.ones(3), jnp.asarray([0, 1, 1]), None)
-    with pytest.raises(ValueError, match="static"):
+    with pytest.raises(TypeError, match="static"):
         jax.jit(lambda n: segment_mean(jnp.ones(3), jnp.asarray([0, 1, 1]), n))(2)
     with pytest.raises(ValueError, match="shape"):
         segment_mean(jnp.ones(3), jnp.asarray([0, 1]), 2)
@@ -131,8 +138,13 @@ def test_truncation_bootstraps_instead_of_terminating(rng):
     cut[12] = 1
     values = rng.normal(size=20)
     with jax.enable_x64(True):
-        ours = discounted_returns(jnp.asarray(r), jnp.asarray(d), 0.95, truncated=jnp.asarray(cut),
-                                  next_values=jnp.asarray(values))
+        ours = discounted_returns(
+            jnp.asarray(r),
+            jnp.asarray(d),
+            0.95,
+            truncated=jnp.asarray(cut),
+            next_values=jnp.asarray(values),
+        )
     np.testing.assert_allclose(np.asarray(ours), returns64(r, d, 0.95, cut, values), rtol=1e-12)
     wrong = returns64(r, np.maximum(d, cut), 0.95)  # treating the time limit as terminal
     assert not np.isclose(ours[12], wrong[12])
@@ -153,7 +165,7 @@ def test_lambda_returns_match_loop_and_rlax_definition(rng):
 
 
 def test_returns_bad_input():
-    with pytest.raises(ValueError, match="same length"):
+    with pytest.raises(ValueError, match="`dones` must have length 4"):
         discounted_returns(jnp.ones(4), jnp.zeros(3), 0.9)
     with pytest.raises(ValueError, match="1-D"):
         discounted_returns(jnp.ones((2, 4)), jnp.zeros((2, 4)), 0.9)
@@ -172,7 +184,11 @@ def test_bounded_while_matches_while_loop_counts_and_gradient():
     for a in (0.5, 2.0, 16.0, 1e4):
         cond, body = newton_sqrt_parts(a)
         ref = jax.lax.while_loop(cond, body, jnp.asarray(a))
-        ref_steps = jax.lax.while_loop(lambda c: cond(c[0]), lambda c: (body(c[0]), c[1] + 1), (jnp.asarray(a), 0))[1]
+        ref_steps = jax.lax.while_loop(
+            lambda c, cond=cond: cond(c[0]),
+            lambda c, body=body: (body(c[0]), c[1] + 1),
+            (jnp.asarray(a), 0),
+        )[1]
         x, steps = bounded_while(cond, body, jnp.asarray(a), 100)
         assert float(x) == float(ref) and int(steps) == int(ref_steps)
         assert jnp.issubdtype(steps.dtype, jnp.integer)
@@ -235,7 +251,7 @@ def gru64(p, xs, h):
         gx = x @ p["w"] + p["b"]
         zr = sigmoid(gx[: 2 * hidden] + h @ p["u_zr"])
         z, r = zr[:hidden], zr[hidden:]
-        cand = np.tanh(gx[2 * hidden:] + (r * h) @ p["u_h"])
+        cand = np.tanh(gx[2 * hidden :] + (r * h) @ p["u_h"])
         h = (1 - z) * h + z * cand
         out.append(h)
     return h, np.asarray(out)
@@ -247,7 +263,12 @@ def lstm64(p, xs, h, c):
     out = []
     for x in xs:
         g = x @ p["w"] + h @ p["u"] + p["b"]
-        i, f, gg, o = sigmoid(g[:n]), sigmoid(g[n:2 * n]), np.tanh(g[2 * n:3 * n]), sigmoid(g[3 * n:])
+        i, f, gg, o = (
+            sigmoid(g[:n]),
+            sigmoid(g[n : 2 * n]),
+            np.tanh(g[2 * n : 3 * n]),
+            sigmoid(g[3 * n :]),
+        )
         c = f * c + i * gg
         h = o * np.tanh(c)
         out.append(h)
@@ -297,16 +318,22 @@ def test_masked_rnn_equals_running_only_real_steps(rng):
     for i, n in enumerate([7, 4, 1]):
         h_real, out_real = run_rnn(gru_cell, p, xs[i, :n], jnp.zeros(4))
         np.testing.assert_allclose(np.asarray(h[i]), np.asarray(h_real), rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(np.asarray(out[i, :n]), np.asarray(out_real), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(out[i, :n]), np.asarray(out_real), rtol=1e-5, atol=1e-6
+        )
         assert not np.asarray(out[i, n:]).any()
 
     def loss(xs, checkpoint):
-        _, out = jax.vmap(lambda x, m: run_rnn(gru_cell, p, x, jnp.zeros(4), mask=m, checkpoint=checkpoint))(xs, mask)
+        _, out = jax.vmap(
+            lambda x, m: run_rnn(gru_cell, p, x, jnp.zeros(4), mask=m, checkpoint=checkpoint)
+        )(xs, mask)
         return jnp.sum(out**2)
 
     g = jax.grad(loss)(xs, False)
     assert not np.asarray(g[1, 4:]).any() and not np.asarray(g[2, 1:]).any()  # padding: exactly 0
-    np.testing.assert_allclose(np.asarray(jax.grad(loss)(xs, True)), np.asarray(g), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(jax.grad(loss)(xs, True)), np.asarray(g), rtol=1e-6, atol=1e-7
+    )
 
 
 def test_reverse_and_bidirectional(rng):
@@ -322,8 +349,12 @@ def test_reverse_and_bidirectional(rng):
 
 def test_rnn_runner_compiles_once(rng):
     p = init_lstm(jax.random.key(0), 3, 8)
-    runner = jax.jit(lambda p, xs, m: run_rnn(lstm_cell, p, xs, (jnp.zeros(8), jnp.zeros(8)), mask=m))
-    batches = [(jnp.asarray(rng.normal(size=(10, 3)), jnp.float32), jnp.arange(10) < k) for k in (3, 7, 10)]
+    runner = jax.jit(
+        lambda p, xs, m: run_rnn(lstm_cell, p, xs, (jnp.zeros(8), jnp.zeros(8)), mask=m)
+    )
+    batches = [
+        (jnp.asarray(rng.normal(size=(10, 3)), jnp.float32), jnp.arange(10) < k) for k in (3, 7, 10)
+    ]
     with CompileBudget(1, name="<lambda>"):
         for xs, m in batches:
             runner(p, xs, m)
@@ -351,6 +382,7 @@ def oscillator(t, y, omega):
 def test_rk4_harmonic_oscillator_value_and_sensitivity():
     omega, T, n = 2.0, 3.0, 600
     with jax.enable_x64(True):
+
         def x_final(x0, v0):
             y, _ = odeint_rk4(oscillator, jnp.stack([x0, v0]), 0.0, T / n, n, omega)
             return y[0]
@@ -364,7 +396,9 @@ def test_rk4_harmonic_oscillator_value_and_sensitivity():
         finals, traj = jax.vmap(lambda y0: odeint_rk4(oscillator, y0, 0.0, T / n, n, omega))(y0s)
         assert traj.shape == (3, n, 2)
         np.testing.assert_allclose(np.asarray(traj[:, -1]), np.asarray(finals))
-        domega = jax.grad(lambda w: odeint_rk4(oscillator, jnp.asarray([1.0, 0.0]), 0.0, T / n, n, w)[0][0])(omega)
+        domega = jax.grad(
+            lambda w: odeint_rk4(oscillator, jnp.asarray([1.0, 0.0]), 0.0, T / n, n, w)[0][0]
+        )(omega)
         assert float(domega) == pytest.approx(-T * np.sin(omega * T), rel=1e-3)
 
 
@@ -389,11 +423,237 @@ def test_rk4_pytree_state_and_errors():
 def test_piecewise_jit_and_vmap_behaviour():
     branches = [lambda x: x + 1.0, lambda x: x * 10.0, lambda x: -x]
     assert float(jax.jit(lambda i, x: piecewise(i, branches, x))(2, 3.0)) == -3.0
-    out = jax.vmap(lambda i, x: piecewise(i, branches, x))(jnp.asarray([0, 1, 2, 7]), jnp.asarray([1.0, 1.0, 1.0, 1.0]))
+    out = jax.vmap(lambda i, x: piecewise(i, branches, x))(
+        jnp.asarray([0, 1, 2, 7]), jnp.asarray([1.0, 1.0, 1.0, 1.0])
+    )
     assert out.tolist() == [2.0, 10.0, -1.0, -1.0]
-    text = str(jax.make_jaxpr(jax.vmap(lambda i, x: piecewise(i, branches, x)))(jnp.asarray([0, 1]), jnp.ones(2)))
+    text = str(
+        jax.make_jaxpr(jax.vmap(lambda i, x: piecewise(i, branches, x)))(
+            jnp.asarray([0, 1]), jnp.ones(2)
+        )
+    )
     assert "select_n" in text and "cond" not in text  # under vmap every branch runs
     x = jnp.asarray([-2.0, 0.5, 3.0])
-    assert piecewise_select([x < 0, x < 1], [jnp.zeros(3), x], default=1.0).tolist() == [0.0, 0.5, 1.0]
+    assert piecewise_select([x < 0, x < 1], [jnp.zeros(3), x], default=1.0).tolist() == [
+        0.0,
+        0.5,
+        1.0,
+    ]
     with pytest.raises(ValueError, match="conditions"):
         piecewise_select([x < 0], [x, x])
+
+
+# ---------------------------------------------------------------------------
+# Finite in, finite out; NaN in, NaN out (issue #16)
+# ---------------------------------------------------------------------------
+
+
+def test_segment_softmax_fully_masked_or_minus_inf_segment_gives_zeros():
+    scores = jnp.asarray([1.0, 2.0, -jnp.inf, -jnp.inf, 3.0, 0.5])
+    ids = jnp.asarray([0, 0, 1, 1, 2, 2])
+    out = segment_softmax(scores, ids, 3)
+    np.testing.assert_allclose(
+        np.asarray(out[:2]), np.exp([1.0, 2.0]) / np.exp([1.0, 2.0]).sum(), rtol=1e-6
+    )
+    assert out[2:4].tolist() == [0.0, 0.0]
+    where = jnp.asarray([True, True, True, True, False, False])
+    masked = segment_softmax(scores, ids, 3, where=where)
+    assert masked[4:].tolist() == [0.0, 0.0] and masked[2:4].tolist() == [0.0, 0.0]
+    np.testing.assert_allclose(np.asarray(masked[:2]), np.asarray(out[:2]), rtol=1e-6)
+    partly = segment_softmax(
+        scores, ids, 3, where=jnp.asarray([True, False, True, True, True, True])
+    )
+    assert partly[:2].tolist() == [1.0, 0.0]
+    for w in (None, where):
+        g = jax.grad(lambda s, w=w: jnp.sum(segment_softmax(s, ids, 3, where=w) * jnp.arange(6.0)))(
+            scores
+        )
+        assert np.isfinite(np.asarray(g)).all()
+    with pytest.raises(TypeError, match="`where` must be boolean"):
+        segment_softmax(scores, ids, 3, where=jnp.ones(6))
+
+
+def test_segment_softmax_nan_score_is_not_hidden():
+    out = segment_softmax(jnp.asarray([1.0, jnp.nan, 2.0]), jnp.asarray([0, 0, 1]), 2)
+    assert np.isnan(np.asarray(out[:2])).all() and float(out[2]) == 1.0
+
+
+def test_masked_mean_of_70000_float16_values_counts_in_float32():
+    x = jnp.full((70_000,), 1.5, jnp.float16)
+    mask = jnp.ones(70_000, bool).at[-1].set(False)
+    out = masked_mean(x, mask)
+    assert out.dtype == jnp.float16 and float(out) == 1.5
+    seg = segment_mean(x, jnp.zeros(70_000, jnp.int32), 1)
+    assert seg.dtype == jnp.float16 and float(seg[0]) == 1.5
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "argument"),
+    [
+        (lambda: discounted_returns(jnp.ones(3), jnp.zeros(3), float("nan")), ValueError, "gamma"),
+        (lambda: discounted_returns(jnp.ones(3), jnp.zeros(3), 1.5), ValueError, "gamma"),
+        (lambda: discounted_returns("abc", jnp.zeros(3), 0.9), TypeError, "rewards"),
+        (lambda: discounted_returns(jnp.ones(0), jnp.zeros(0), 0.9), ValueError, "rewards"),
+        (
+            lambda: lambda_returns(jnp.ones(3), jnp.zeros(3), jnp.ones(3), 0.9, float("inf")),
+            ValueError,
+            "lam",
+        ),
+        (lambda: lambda_returns(jnp.ones(3), jnp.zeros(3), None, 0.9, 0.5), TypeError, "values"),
+        (lambda: gae(jnp.ones(3), jnp.zeros(3), jnp.ones(3), 0.9, 0.5), ValueError, "values"),
+        (
+            lambda: gae(jnp.ones(3), jnp.zeros(3), jnp.ones(4), 0.9, 0.5, truncated=jnp.zeros(3)),
+            ValueError,
+            "next_values",
+        ),
+        (lambda: masked_mean(jnp.ones(3), "mask"), TypeError, "mask"),
+        (lambda: lengths_to_mask(jnp.asarray([1]), -2), ValueError, "max_len"),
+        (lambda: init_lstm(0, 0, 3), ValueError, "input_dim"),
+        (lambda: init_gru("key", 2, 3), TypeError, "key"),
+        (lambda: odeint_rk4(oscillator, jnp.ones(2), 0.0, float("nan"), 3, 1.0), ValueError, "dt"),
+        (lambda: odeint_rk4(oscillator, jnp.ones(2), None, 0.1, 3, 1.0), TypeError, "t0"),
+        (
+            lambda: run_rnn(lstm_cell, init_lstm(0, 2, 3), jnp.ones((4, 2), jnp.int32), None),
+            TypeError,
+            "xs",
+        ),
+    ],
+)
+def test_sequence_bad_input_names_the_argument(call, error, argument):
+    with pytest.raises(error, match=f"`{argument}`"):
+        call()
+
+
+# ---------------------------------------------------------------------------
+# λ-returns with truncation, GAE (issue #20)
+# ---------------------------------------------------------------------------
+
+
+def lambda_returns64(r, d, v, gamma, lam, cut=None, nv=None):
+    out, future = np.zeros(len(r)), v[-1]
+    for t in reversed(range(len(r))):
+        if cut is not None and cut[t]:
+            future = r[t] + gamma * (1 - d[t]) * nv[t]
+        else:
+            future = r[t] + gamma * (1 - d[t]) * ((1 - lam) * v[t] + lam * future)
+        out[t] = future
+    return out
+
+
+def gae64(r, d, v, gamma, lam, cut=None, nv=None):
+    out, adv = np.zeros(len(r)), 0.0
+    for t in reversed(range(len(r))):
+        following = nv[t] if cut is not None and cut[t] else v[t + 1]
+        delta = r[t] + gamma * (1 - d[t]) * following - v[t]
+        carry = 0.0 if cut is not None and cut[t] else adv
+        adv = delta + gamma * lam * (1 - d[t]) * carry
+        out[t] = adv
+    return out
+
+
+def test_truncated_lambda_returns_match_float64_loop(rng):
+    r, v, nv = rng.normal(size=30), rng.normal(size=30), rng.normal(size=30)
+    d, cut = np.zeros(30), np.zeros(30)
+    d[5], cut[11], cut[20] = 1, 1, 1
+    for lam in (0.0, 0.6, 1.0):
+        with jax.enable_x64(True):
+            ours = lambda_returns(
+                jnp.asarray(r),
+                jnp.asarray(d),
+                jnp.asarray(v),
+                0.97,
+                lam,
+                truncated=jnp.asarray(cut),
+                next_values=jnp.asarray(nv),
+            )
+        np.testing.assert_allclose(
+            np.asarray(ours), lambda_returns64(r, d, v, 0.97, lam, cut, nv), rtol=1e-12
+        )
+
+
+def test_gae_matches_rlax_and_float64_loop(rng):
+    rlax = pytest.importorskip("rlax")
+    r, v = rng.normal(size=40), rng.normal(size=41)
+    d = (rng.random(40) < 0.1).astype(np.float64)
+    with jax.enable_x64(True):
+        ours = gae(jnp.asarray(r), jnp.asarray(d), jnp.asarray(v), 0.99, 0.95)
+        peer = rlax.truncated_generalized_advantage_estimation(
+            jnp.asarray(r), 0.99 * (1 - jnp.asarray(d)), 0.95, jnp.asarray(v)
+        )
+    np.testing.assert_allclose(np.asarray(ours), gae64(r, d, v, 0.99, 0.95), rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(ours), np.asarray(peer), rtol=1e-12)
+    r32, d32, v32 = (jnp.asarray(a, jnp.float32) for a in (r, d, v))
+    with jax.numpy_dtype_promotion("standard"):
+        peer32 = rlax.truncated_generalized_advantage_estimation(r32, 0.99 * (1 - d32), 0.95, v32)
+    np.testing.assert_allclose(
+        np.asarray(gae(r32, d32, v32, 0.99, 0.95)), np.asarray(peer32), rtol=1e-5, atol=1e-5
+    )
+
+
+def test_gae_with_truncation_matches_float64_loop(rng):
+    r, v, nv = rng.normal(size=25), rng.normal(size=26), rng.normal(size=25)
+    d, cut = np.zeros(25), np.zeros(25)
+    d[3], cut[9], cut[17] = 1, 1, 1
+    with jax.enable_x64(True):
+        ours = gae(
+            jnp.asarray(r),
+            jnp.asarray(d),
+            jnp.asarray(v),
+            0.9,
+            0.8,
+            truncated=jnp.asarray(cut),
+            next_values=jnp.asarray(nv),
+        )
+    np.testing.assert_allclose(np.asarray(ours), gae64(r, d, v, 0.9, 0.8, cut, nv), rtol=1e-12)
+    # GAE with λ = 1 plus the values is the discounted return bootstrapped from V(s_T)
+    with jax.enable_x64(True):
+        adv = gae(jnp.asarray(r), jnp.zeros(25), jnp.asarray(v), 0.9, 1.0)
+        ret = discounted_returns(
+            jnp.asarray(r),
+            jnp.zeros(25),
+            0.9,
+            truncated=jnp.zeros(25),
+            next_values=jnp.asarray(v[1:]),
+        )
+    np.testing.assert_allclose(np.asarray(adv) + v[:-1], np.asarray(ret), rtol=1e-10)
+
+
+def test_returns_compile_once_for_new_gamma_and_lambda():
+    fn = jax.jit(gae)
+    args = (jnp.ones(8), jnp.zeros(8), jnp.ones(9))
+    fn(*args, 0.9, 0.9)
+    with CompileBudget(0) as budget:
+        fn(*args, 0.8, 0.7)
+    assert budget.count == 0
+
+
+# ---------------------------------------------------------------------------
+# RK4: time t0 + i·dt in the state's dtype, 4th-order convergence (issue #20)
+# ---------------------------------------------------------------------------
+
+
+def forced_oscillator(t, y, _):
+    return jnp.stack([y[1], -y[0] + jnp.cos(3.0 * t)])
+
+
+def test_rk4_converges_at_fourth_order_under_x64():
+    horizon = 2.0
+    exact = (
+        9 / 8 * np.cos(horizon) - np.cos(3 * horizon) / 8
+    )  # x'' + x = cos 3t, x(0) = 1, x'(0) = 0
+    errors = []
+    with jax.enable_x64(True):
+        for n in (25, 50, 100, 200, 400):
+            y, traj = odeint_rk4(forced_oscillator, jnp.asarray([1.0, 0.0]), 0.0, horizon / n, n)
+            assert traj.dtype == jnp.float64
+            errors.append(abs(float(y[0]) - exact))
+    ratios = [errors[i] / errors[i + 1] for i in range(len(errors) - 1)]
+    assert all(ratio >= 12 for ratio in ratios), ratios
+    assert errors[-1] < 1e-10
+
+
+def test_rk4_float32_time_does_not_drift_over_20000_steps():
+    horizon, n = 2.0, 20_000
+    y, _ = odeint_rk4(lambda t, y, _: jnp.cos(100.0 * t), jnp.zeros(()), 0.0, horizon / n, n)
+    exact = np.sin(100 * horizon) / 100
+    assert abs(float(y) - exact) / abs(exact) < 1e-3  # accumulating t += dt gave 2.5 %
