@@ -1,6 +1,7 @@
 """Tests for jaxwise.buckets: padding helpers, exact bucket planning, AOT serving."""
 
 import itertools
+import tracemalloc
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +17,7 @@ from jaxwise.buckets import (
     plan_buckets,
     power_of_two_buckets,
 )
-from jaxwise.compilation import CompileCounter
+from jaxwise.compilation import CompileBudget, CompileCounter
 
 
 @pytest.mark.parametrize("n, expected", [(0, 4), (1, 4), (4, 4), (5, 8), (16, 16)])
@@ -72,12 +73,36 @@ def test_pad_to_bucket_errors():
 def _brute_force_padding(lengths, k):
     values = sorted(set(lengths))
     best = None
-    for r in range(0, min(k, len(values)) ):
+    for r in range(0, min(k, len(values))):
         for combo in itertools.combinations(values[:-1], r):
             buckets = tuple(sorted(combo)) + (values[-1],)
             waste, _ = padding_waste(lengths, buckets)
             best = waste if best is None else min(best, waste)
     return best
+
+
+def _quadratic_plan(lengths, max_buckets):
+    """The first-round O(K·m²) exact DP, kept as a reference for the O(K·m) one."""
+    values, counts = np.unique(np.maximum(lengths, 1), return_counts=True)
+    m = len(values)
+    k = min(int(max_buckets), m)
+    c_cum = np.concatenate([[0], np.cumsum(counts)]).astype(np.float64)
+    cv_cum = np.concatenate([[0], np.cumsum(counts * values)]).astype(np.float64)
+    i, j = np.meshgrid(np.arange(m), np.arange(m), indexing="ij")
+    cost = values[j] * (c_cum[j + 1] - c_cum[i]) - (cv_cum[j + 1] - cv_cum[i])
+    cost = np.where(j >= i, cost, np.inf)
+    dp, parents = cost[0].copy(), []
+    shifted = np.vstack([cost[1:], np.full((1, m), np.inf)])
+    for _ in range(1, k):
+        candidates = dp[:, None] + shifted
+        parent = candidates.argmin(axis=0)
+        dp = candidates[parent, np.arange(m)]
+        parents.append(parent)
+    result, last = [int(values[-1])], m - 1
+    for parent in reversed(parents):
+        last = int(parent[last])
+        result.append(int(values[last]))
+    return tuple(sorted(result))
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -89,6 +114,47 @@ def test_plan_buckets_is_exact(seed):
     assert len(plan) <= k and list(plan) == sorted(plan)
     assert plan[-1] == lengths.max() and set(plan) <= set(lengths.tolist())
     assert padding_waste(lengths, plan)[0] == _brute_force_padding(lengths.tolist(), k)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_plan_buckets_matches_quadratic_reference(seed):
+    rng = np.random.default_rng(100 + seed)
+    lengths = rng.integers(0, rng.integers(2, 400), size=rng.integers(1, 300))
+    k = int(rng.integers(1, 20))
+    plan = plan_buckets(lengths, k)
+    assert len(plan) == min(k, len(np.unique(np.maximum(lengths, 1))))
+    assert padding_waste(lengths, plan)[0] == padding_waste(lengths, _quadratic_plan(lengths, k))[0]
+
+
+def test_plan_buckets_zero_lengths_and_numpy_ints():
+    assert plan_buckets([0, 0, 3], np.int64(2)) == (1, 3)
+    assert plan_buckets([0], 1) == (1,)
+    assert padding_waste([0, 0, 3], (1, 3))[0] == 2
+
+
+def test_plan_buckets_100k_distinct_lengths_in_bounded_memory():
+    # The quadratic DP needed m² floats: 80 GB here. The divide-and-conquer DP keeps O(K·m).
+    rng = np.random.default_rng(7)
+    lengths = np.concatenate(
+        [rng.permutation(np.arange(1, 100_001)), rng.integers(1, 100_001, 20_000)]
+    )
+    tracemalloc.start()
+    try:
+        plan = plan_buckets(lengths, 4)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+    assert len(plan) == 4 and plan[-1] == 100_000
+    waste = padding_waste(lengths, plan)[0]
+    # Exact on the full problem: no single boundary move lowers the padding.
+    values = np.unique(lengths)
+    for i in range(3):
+        for step in (-1, 1):
+            j = int(np.searchsorted(values, plan[i])) + step
+            moved = tuple(sorted(set(plan[:i] + (int(values[j]),) + plan[i + 1 :])))
+            if len(moved) == 4:
+                assert padding_waste(lengths, moved)[0] >= waste
 
 
 def test_plan_buckets_beats_power_of_two_and_handles_many_buckets():
@@ -110,6 +176,8 @@ def test_plan_buckets_beats_power_of_two_and_handles_many_buckets():
         ([-1, 2], 2, ValueError, ">= 0"),
         ([1, 2], 0, ValueError, "max_buckets"),
         ([1, 2], 1.0, TypeError, "max_buckets"),
+        ([1, 2], True, TypeError, "max_buckets"),
+        ("12", 2, TypeError, "ints"),
     ],
 )
 def test_plan_buckets_errors(lengths, k, error, match):
@@ -152,16 +220,24 @@ def served():
         jax.ShapeDtypeStruct((D, 3), np.float32),
         jax.ShapeDtypeStruct((), np.float32),
     ]
-    return BucketedFunction(masked_score, (4, 16, 64), specs, pass_mask=True, out_axes=(0, None))
+
+    # A fresh function object per test: JAX caches traces and executables per function, so
+    # each test's compile counts are exact whatever ran before it.
+    def masked_score_(x, w, temperature, *, mask):
+        return masked_score(x, w, temperature, mask=mask)
+
+    masked_score_.__name__ = "masked_score"
+    return BucketedFunction(masked_score_, (4, 16, 64), specs, pass_mask=True, out_axes=(0, None))
 
 
 def test_serving_after_warmup_never_compiles_and_matches_float64(served, rng):
     w = rng.normal(size=(D, 3)).astype(np.float32)
-    with CompileCounter() as warm:
+    with CompileCounter(served) as warm:
         served.warmup()
     assert warm.count == 3 and served.compiled_buckets == (4, 16, 64)
+    assert {name for name, _ in warm.events} == {"jit(masked_score)"}
     lengths = rng.integers(1, 65, size=200)
-    with CompileCounter() as serving:
+    with CompileCounter(include_eager=False) as serving:
         for i, n in enumerate(lengths):
             x = rng.normal(size=(n, D)).astype(np.float32)
             temperature = 0.5 if i % 2 else np.float32(0.5)  # Python float and NumPy scalar
@@ -180,10 +256,23 @@ def test_serving_after_warmup_never_compiles_and_matches_float64(served, rng):
 
 def test_lazy_compile_without_warmup(served, rng):
     w = np.zeros((D, 3), np.float32)
-    with CompileCounter() as counter:
+    with CompileBudget(1, served, exact=True) as budget:
         served(np.ones((3, D), np.float32), w, 1.0)
         served(np.ones((2, D), np.float32), w, 1.0)
-    assert counter.count == 1 and served.compiled_buckets == (4,)
+    assert budget.count == 1 and served.compiled_buckets == (4,)
+    assert budget.records[0].fun_name == "jit(masked_score)"
+
+
+def test_budget_on_served_function_counts_its_program_only(served):
+    w = np.zeros((D, 3), np.float32)
+    served.warmup()
+    other = jax.jit(lambda v: v + 1.0)
+    with pytest.warns(RuntimeWarning, match="counted 0 compilations.*jit\\(<lambda>\\)"):
+        with CompileBudget(0, served, exact=True) as budget:
+            served(np.ones((5, D), np.float32), w, 1.0)
+            other(jnp.ones(3))
+    assert budget.count == 0
+    assert served.jitted.__name__ == "masked_score"
 
 
 @pytest.mark.parametrize(
@@ -200,7 +289,7 @@ def test_bad_requests_are_rejected_before_compiling_and_do_not_poison(served, ar
     w = np.zeros((D, 3), np.float32)
     with CompileCounter() as counter, pytest.raises(error, match=match):
         served(*args, w, 1.0)
-    assert counter.count == 0
+    assert counter.count == 0, counter.report()
     assert all(s.requests == 0 for s in served.stats.values())
     logits, _ = served(np.ones((2, D), np.float32), w, 1.0)
     assert logits.shape == (2, 3)
@@ -219,11 +308,15 @@ def test_padded_arguments_must_share_length():
     fn = BucketedFunction(lambda a, b: a + b, (8,), [Padded((None,), "float32")] * 2)
     with pytest.raises(ValueError, match="share one length"):
         fn(np.ones(3, np.float32), np.ones(4, np.float32))
-    np.testing.assert_array_equal(fn(np.ones(3, np.float32), np.ones(3, np.float32)), 2 * np.ones(3))
+    np.testing.assert_array_equal(
+        fn(np.ones(3, np.float32), np.ones(3, np.float32)), 2 * np.ones(3)
+    )
 
 
 def test_int_spec_rejects_float_scalar():
-    fn = BucketedFunction(lambda a, k: a * k, (8,), [Padded((None,), "int32"), jax.ShapeDtypeStruct((), np.int32)])
+    fn = BucketedFunction(
+        lambda a, k: a * k, (8,), [Padded((None,), "int32"), jax.ShapeDtypeStruct((), np.int32)]
+    )
     assert fn(np.arange(3, dtype=np.int32), 2).tolist() == [0, 2, 4]
     with pytest.raises(TypeError, match="float values"):
         fn(np.arange(3, dtype=np.int32), 2.5)
