@@ -1,34 +1,42 @@
-"""Optax-compatible optimizers, transformations and schedules.
+"""Optimizers that are Optax's, with validation and path masks added.
 
-Same protocol as Optax — ``GradientTransformation(init, update)`` with
-``update(updates, state, params=None) -> (updates, state)`` and NamedTuple
-states — and the same names, signatures and argument order, so jaxwise and
-Optax pieces mix inside one ``chain`` and our optimizers drop into Optax
-training loops. Every hyper-parameter is validated at construction (or at
-the first ``init`` for masks); schedules and step counts live inside the
-compiled program.
+Every factory returns an ``optax.GradientTransformationExtraArgs`` built by Optax itself:
+same math, same state types (``optax.tree_utils.tree_get(state, "count")`` works, states and
+checkpoints swap with Optax's both ways), usable inside ``optax.chain``, ``optax.MultiSteps``
+or ``nnx.Optimizer``. What jaxwise adds: hyper-parameters checked at construction (the error
+names the argument; NumPy scalars accepted; NaN, infinity and bools rejected), masks given
+as a regex over dotted leaf paths, mask errors naming the first differing path, ``freeze``
+that keeps frozen parameters bit-identical, ``apply_updates`` that names a structure
+difference, a ``global_norm`` accumulated in float32, and everything runnable under strict
+dtype promotion.
 
 Example:
-    >>> import jax, jax.numpy as jnp
+    >>> import jax, jax.numpy as jnp, optax
     >>> from jaxwise import optim
     >>> params = {"w": jnp.ones(3), "b": jnp.zeros(())}
-    >>> tx = optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2, mask={"w": True, "b": False}))
+    >>> tx = optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2, mask=r"^w$"))
+    >>> isinstance(tx, optax.GradientTransformation)
+    True
     >>> state = tx.init(params)
     >>> grads = jax.grad(lambda p: jnp.sum(p["w"] ** 2) + p["b"])(params)
     >>> updates, state = tx.update(grads, state, params)
     >>> params = optim.apply_updates(params, updates)
+    >>> int(optax.tree_utils.tree_get(state, "count"))
+    1
 """
 
 from jaxwise.optim._aliases import adam, adamw, lion, sgd
 from jaxwise.optim._base import (
     EmptyState,
     GradientTransformation,
+    GradientTransformationExtraArgs,
     apply_updates,
     chain,
     global_norm,
     identity,
     safe_increment,
     scale,
+    tree_difference,
 )
 from jaxwise.optim._schedules import (
     constant_schedule,
@@ -39,7 +47,7 @@ from jaxwise.optim._schedules import (
     warmup_cosine_decay_schedule,
 )
 from jaxwise.optim._transforms import (
-    AddDecayedWeightsState,
+    MaskedState,
     ScaleByAdamState,
     ScaleByLionState,
     ScaleByScheduleState,
@@ -55,9 +63,10 @@ from jaxwise.optim._transforms import (
 )
 
 __all__ = [
-    "AddDecayedWeightsState",
     "EmptyState",
     "GradientTransformation",
+    "GradientTransformationExtraArgs",
+    "MaskedState",
     "ScaleByAdamState",
     "ScaleByLionState",
     "ScaleByScheduleState",
@@ -85,5 +94,6 @@ __all__ = [
     "scale_by_schedule",
     "sgd",
     "trace",
+    "tree_difference",
     "warmup_cosine_decay_schedule",
 ]

@@ -1,22 +1,22 @@
-"""Ready-made optimizers: chains of transformations, as in Optax."""
+"""Ready-made optimizers: Optax's own, validated, with path-regex masks for weight decay."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from jaxwise.optim._base import GradientTransformation, MaskOrFn, ScalarOrSchedule, chain, identity
-from jaxwise.optim._transforms import (
-    add_decayed_weights,
-    scale_by_adam,
-    scale_by_learning_rate,
-    scale_by_lion,
-    trace,
+import optax
+
+from jaxwise.optim._base import (
+    MaskOrFn,
+    ScalarOrSchedule,
+    decay_rate,
+    dtype_or_none,
+    flag,
+    hyper,
+    mask_fn,
+    rate_or_schedule,
+    wrap,
 )
-
-
-def _check_lr(learning_rate: Any) -> None:
-    if learning_rate is None:
-        raise ValueError("`learning_rate` must be a number >= 0 or a schedule, got None")
 
 
 def sgd(
@@ -24,8 +24,12 @@ def sgd(
     momentum: float | None = None,
     nesterov: bool = False,
     accumulator_dtype: Any | None = None,
-) -> GradientTransformation:
-    """SGD, optionally with (Nesterov) momentum (Sutskever et al., 2013).
+) -> optax.GradientTransformationExtraArgs:
+    """SGD, optionally with (Nesterov) momentum: ``optax.sgd`` with validated arguments.
+
+    References:
+      Sutskever et al., On the importance of initialization and momentum in deep learning,
+      ICML 2013.
 
     Example:
         >>> import jax.numpy as jnp
@@ -33,10 +37,13 @@ def sgd(
         >>> round(float(tx.update(jnp.ones(()), tx.init(jnp.zeros(())))[0]), 6)
         -0.1
     """
-    _check_lr(learning_rate)
-    return chain(
-        trace(momentum, nesterov, accumulator_dtype) if momentum is not None else identity(),
-        scale_by_learning_rate(learning_rate),
+    return wrap(
+        optax.sgd(
+            rate_or_schedule(learning_rate, "learning_rate"),
+            None if momentum is None else decay_rate(momentum, "momentum"),
+            flag(nesterov, "nesterov"),
+            dtype_or_none(accumulator_dtype, "accumulator_dtype"),
+        )
     )
 
 
@@ -49,8 +56,12 @@ def adam(
     mu_dtype: Any | None = None,
     *,
     nesterov: bool = False,
-) -> GradientTransformation:
-    """Adam (Kingma & Ba, 2015): :func:`scale_by_adam` then the learning rate.
+) -> optax.GradientTransformationExtraArgs:
+    """Adam: ``optax.adam`` with validated arguments.
+
+    References:
+      Kingma & Ba, Adam: A Method for Stochastic Optimization, ICLR 2015,
+      https://arxiv.org/abs/1412.6980
 
     Example:
         >>> import jax.numpy as jnp
@@ -58,8 +69,17 @@ def adam(
         >>> round(float(tx.update(jnp.asarray(42.0), tx.init(jnp.zeros(())))[0]), 6)
         -0.001
     """
-    _check_lr(learning_rate)
-    return chain(scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov), scale_by_learning_rate(learning_rate))
+    return wrap(
+        optax.adam(
+            rate_or_schedule(learning_rate, "learning_rate"),
+            decay_rate(b1, "b1"),
+            decay_rate(b2, "b2"),
+            hyper(eps, "eps", min_value=0.0),
+            hyper(eps_root, "eps_root", min_value=0.0),
+            dtype_or_none(mu_dtype, "mu_dtype"),
+            nesterov=flag(nesterov, "nesterov"),
+        )
+    )
 
 
 def adamw(
@@ -73,24 +93,38 @@ def adamw(
     mask: MaskOrFn | None = None,
     *,
     nesterov: bool = False,
-) -> GradientTransformation:
-    """AdamW (Loshchilov & Hutter, 2019): Adam with decoupled weight decay.
+) -> optax.GradientTransformationExtraArgs:
+    """AdamW, Adam with decoupled weight decay: ``optax.adamw`` with validated arguments.
 
-    The decay ``lr · weight_decay · p`` is added after Adam's rescaling, so
-    it is not divided by ``sqrt(v̂)`` (which is what L2 + Adam gets wrong).
+    The decay ``lr * weight_decay * p`` is added after Adam's rescaling, so it is not divided
+    by ``sqrt(v̂)`` (what L2 + Adam gets wrong). ``mask`` may also be a regex searched in the
+    dotted leaf paths, e.g. ``r"kernel"`` to decay only Flax kernels; a mask tree that does not
+    fit the params raises ``ValueError`` naming the path. The state is exactly Optax's.
+
+    References:
+      Loshchilov & Hutter, Decoupled Weight Decay Regularization, ICLR 2019,
+      https://arxiv.org/abs/1711.05101
 
     Example:
         >>> import jax.numpy as jnp
         >>> tx = adamw(0.1, weight_decay=0.5)
         >>> p = jnp.asarray(2.0)
-        >>> round(float(tx.update(jnp.asarray(0.0), tx.init(p), p)[0]), 6)   # zero gradient: pure decay
+        >>> round(float(tx.update(jnp.asarray(0.0), tx.init(p), p)[0]), 6)  # pure decay
         -0.1
     """
-    _check_lr(learning_rate)
-    return chain(
-        scale_by_adam(b1, b2, eps, eps_root, mu_dtype, nesterov=nesterov),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
+    return wrap(
+        optax.adamw(
+            rate_or_schedule(learning_rate, "learning_rate"),
+            decay_rate(b1, "b1"),
+            decay_rate(b2, "b2"),
+            hyper(eps, "eps", min_value=0.0),
+            hyper(eps_root, "eps_root", min_value=0.0),
+            dtype_or_none(mu_dtype, "mu_dtype"),
+            rate_or_schedule(weight_decay, "weight_decay"),
+            None if mask is None else mask_fn(mask),
+            nesterov=flag(nesterov, "nesterov"),
+        ),
+        needs_params="adamw",
     )
 
 
@@ -101,18 +135,28 @@ def lion(
     mu_dtype: Any | None = None,
     weight_decay: ScalarOrSchedule = 1e-3,
     mask: MaskOrFn | None = None,
-) -> GradientTransformation:
-    """Lion (Chen et al., 2023): sign updates with decoupled weight decay.
+) -> optax.GradientTransformationExtraArgs:
+    """Lion, sign updates with decoupled weight decay: ``optax.lion`` with validated arguments.
+
+    References:
+      Chen et al., Symbolic Discovery of Optimization Algorithms, 2023,
+      https://arxiv.org/abs/2302.06675
 
     Example:
         >>> import jax.numpy as jnp
         >>> tx = lion(0.01, weight_decay=0.0)
-        >>> [round(v, 6) for v in tx.update(jnp.asarray([3.0, -1e-6]), tx.init(jnp.zeros(2)), jnp.zeros(2))[0].tolist()]
+        >>> g, p = jnp.asarray([3.0, -1e-6]), jnp.zeros(2)
+        >>> [round(v, 6) for v in tx.update(g, tx.init(p), p)[0].tolist()]
         [-0.01, 0.01]
     """
-    _check_lr(learning_rate)
-    return chain(
-        scale_by_lion(b1, b2, mu_dtype),
-        add_decayed_weights(weight_decay, mask),
-        scale_by_learning_rate(learning_rate),
+    return wrap(
+        optax.lion(
+            rate_or_schedule(learning_rate, "learning_rate"),
+            decay_rate(b1, "b1"),
+            decay_rate(b2, "b2"),
+            dtype_or_none(mu_dtype, "mu_dtype"),
+            rate_or_schedule(weight_decay, "weight_decay"),
+            None if mask is None else mask_fn(mask),
+        ),
+        needs_params="lion",
     )

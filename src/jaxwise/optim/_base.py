@@ -1,83 +1,82 @@
-"""The gradient-transformation protocol (Optax's), chaining, masks and validation."""
+"""Optax's protocol with jaxwise's checks: wrapping, validation, masks, apply_updates, norms.
+
+Every jaxwise optimizer *is* an Optax one: an ``optax.GradientTransformationExtraArgs``
+whose ``init``/``update`` are Optax's own, run under JAX's standard dtype promotion (so they
+also work for users who turn on ``jax_numpy_dtype_promotion="strict"``), with the state left
+exactly as Optax builds it.
+"""
 
 from __future__ import annotations
 
-import inspect
-import numbers
+import re
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
-from jaxwise.tree import path_names
+from jaxwise._checks import check_float
+from jaxwise.tree import mask_by_path, path_names
+
+GradientTransformation = optax.GradientTransformation
+GradientTransformationExtraArgs = optax.GradientTransformationExtraArgs
+EmptyState = optax.EmptyState
+safe_increment = optax.safe_increment
 
 Params = Any
 Updates = Any
 OptState = Any
-Schedule = Callable[[jax.Array], jax.Array]
-ScalarOrSchedule = float | jax.Array | Schedule
-MaskOrFn = Any
+Schedule = optax.Schedule
+ScalarOrSchedule = optax.ScalarOrSchedule
+MaskOrFn = Any  # bool, bool tree, regex string, or callable params -> bool tree
 
 
-class GradientTransformation(NamedTuple):
-    """A pair of pure functions, exactly Optax's protocol.
+def wrap(
+    tx: optax.GradientTransformation, *, needs_params: str | None = None
+) -> optax.GradientTransformationExtraArgs:
+    """``tx`` with its functions run under standard dtype promotion; the state is untouched.
 
-    ``init(params) -> state`` and ``update(updates, state, params=None) ->
-    (updates, state)``; states are NamedTuples (pytrees), so they travel
-    through ``jit``, ``scan`` and donation. jaxwise and Optax transformations
-    can be mixed freely inside either library's ``chain``.
+    Args:
+      tx: any Optax transformation.
+      needs_params: when set, ``update`` without ``params`` raises ``ValueError`` naming it
+        (Optax would fail deep inside a ``tree.map``).
+    """
+    inner = optax.with_extra_args_support(tx)
+
+    def init_fn(params: Params) -> OptState:
+        with jax.numpy_dtype_promotion("standard"):
+            return inner.init(params)
+
+    def update_fn(
+        updates: Updates, state: OptState, params: Params | None = None, **extra_args: Any
+    ) -> tuple[Updates, OptState]:
+        if needs_params is not None and params is None:
+            raise ValueError(f"{needs_params} needs `params`: call update(updates, state, params)")
+        with jax.numpy_dtype_promotion("standard"):
+            return inner.update(updates, state, params, **extra_args)
+
+    return optax.GradientTransformationExtraArgs(init_fn, update_fn)
+
+
+def identity() -> optax.GradientTransformationExtraArgs:
+    """Leave updates unchanged (``optax.identity``).
 
     Example:
         >>> import jax.numpy as jnp
-        >>> tx = GradientTransformation(lambda p: EmptyState(), lambda u, s, p=None: (u, s))
-        >>> tx.update({"w": jnp.ones(2)}, tx.init(None))[0]["w"].tolist()
+        >>> tx = identity()
+        >>> tx.update(jnp.ones(2), tx.init(None))[0].tolist()
         [1.0, 1.0]
     """
-
-    init: Callable[[Params], OptState]
-    update: Callable[..., tuple[Updates, OptState]]
+    return wrap(optax.identity())
 
 
-class EmptyState(NamedTuple):
-    """The state of a stateless transformation."""
+def chain(*args: optax.GradientTransformation) -> optax.GradientTransformationExtraArgs:
+    """Apply transformations in order (``optax.chain``); the state is the tuple of their states.
 
-
-def identity() -> GradientTransformation:
-    """Leave updates unchanged.
-
-    Example:
-        >>> identity().update(1.0, EmptyState())
-        (1.0, EmptyState())
-    """
-
-    def init_fn(params: Params) -> EmptyState:
-        del params
-        return EmptyState()
-
-    def update_fn(updates: Updates, state: EmptyState, params: Params | None = None) -> tuple[Updates, EmptyState]:
-        del params
-        return updates, state
-
-    return GradientTransformation(init_fn, update_fn)
-
-
-def _accepts_extra_args(update: Callable[..., Any]) -> bool:
-    try:
-        parameters = inspect.signature(update).parameters.values()
-    except (TypeError, ValueError):
-        return False
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters)
-
-
-def chain(*transformations: Any) -> GradientTransformation:
-    """Apply transformations in order; the state is the tuple of their states.
-
-    Accepts jaxwise and Optax transformations alike (anything with
-    ``init``/``update``). Extra keyword arguments given to ``update`` are
-    forwarded to the transformations whose ``update`` accepts them (Optax's
-    ``GradientTransformationExtraArgs``).
+    Accepts jaxwise and Optax transformations alike; extra keyword arguments of ``update``
+    reach the transformations that take them.
 
     Example:
         >>> import jax.numpy as jnp
@@ -85,69 +84,59 @@ def chain(*transformations: Any) -> GradientTransformation:
         >>> float(tx.update(jnp.ones(()), tx.init(None))[0])
         -1.0
     """
-    for i, tx in enumerate(transformations):
+    for i, tx in enumerate(args):
         if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
-            raise TypeError(f"chain argument {i} must have `init` and `update` functions, got {type(tx).__name__}")
-    extra = tuple(_accepts_extra_args(tx.update) for tx in transformations)
-
-    def init_fn(params: Params) -> tuple[OptState, ...]:
-        return tuple(tx.init(params) for tx in transformations)
-
-    def update_fn(
-        updates: Updates, state: tuple[OptState, ...], params: Params | None = None, **extra_args: Any
-    ) -> tuple[Updates, tuple[OptState, ...]]:
-        if len(state) != len(transformations):
-            raise ValueError(f"`state` has {len(state)} entries but the chain has {len(transformations)} transformations")
-        new_state = []
-        for tx, s, takes_extra in zip(transformations, state, extra):
-            if takes_extra:
-                updates, s = tx.update(updates, s, params, **extra_args)
-            else:
-                updates, s = tx.update(updates, s, params)
-            new_state.append(s)
-        return updates, tuple(new_state)
-
-    return GradientTransformation(init_fn, update_fn)
+            raise TypeError(
+                f"chain argument {i} must be a GradientTransformation (with `init` and `update`), "
+                f"got {type(tx).__name__}"
+            )
+    return wrap(optax.chain(*args))
 
 
-def scale(step_size: Any) -> GradientTransformation:
-    """Multiply updates by a fixed scalar ``step_size`` (in each leaf's dtype).
+def scale(step_size: Any) -> optax.GradientTransformationExtraArgs:
+    """Multiply updates by a fixed scalar ``step_size`` (``optax.scale``).
 
     Example:
         >>> import jax.numpy as jnp
-        >>> scale(0.5).update({"w": jnp.ones(2)}, EmptyState())[0]["w"].tolist()
+        >>> tx = scale(0.5)
+        >>> tx.update({"w": jnp.ones(2)}, tx.init(None))[0]["w"].tolist()
         [0.5, 0.5]
     """
-    _check_finite_scalar(step_size, "step_size")
-
-    def init_fn(params: Params) -> EmptyState:
-        del params
-        return EmptyState()
-
-    def update_fn(updates: Updates, state: EmptyState, params: Params | None = None) -> tuple[Updates, EmptyState]:
-        del params
-        return jax.tree.map(lambda g: jnp.asarray(step_size, g.dtype) * g, updates), state
-
-    return GradientTransformation(init_fn, update_fn)
+    return wrap(optax.scale(hyper(step_size, "step_size")))
 
 
 def apply_updates(params: Params, updates: Updates) -> Params:
-    """``params + updates`` leaf by leaf, keeping each parameter's dtype.
+    """``params + updates`` leaf by leaf, keeping each parameter's dtype (``optax.apply_updates``).
+
+    Raises:
+      ValueError: the two trees differ in structure; the message names the first differing
+        path (e.g. updates of another model, or a state's ``opt_state`` passed by mistake).
 
     Example:
         >>> import jax.numpy as jnp
         >>> apply_updates({"w": jnp.ones(2, jnp.bfloat16)}, {"w": jnp.full(2, 0.5)})["w"].dtype
         dtype(bfloat16)
     """
-    return jax.tree.map(
-        lambda p, u: jnp.asarray(p + jnp.asarray(u, jnp.asarray(p).dtype)).astype(jnp.asarray(p).dtype),
-        params,
-        updates,
-    )
+    if jax.tree.structure(params) != jax.tree.structure(updates):
+        raise ValueError(
+            "`updates` must have the structure of `params`: "
+            + tree_difference(params, updates, "params", "updates")
+        )
+    with jax.numpy_dtype_promotion("standard"):
+        return optax.apply_updates(params, updates)
 
 
 def global_norm(updates: Updates) -> jax.Array:
-    """L2 norm of all leaves together: ``sqrt(Σ_leaves Σ x²)``.
+    """L2 norm of all leaves together, ``sqrt(Σ_leaves Σ x²)``, accumulated in float32 or wider.
+
+    Unlike ``optax.tree.norm`` a bfloat16/float16 tree is summed in float32 (float64 if any
+    leaf is float64), so the norm of a large low-precision tree stays accurate.
+
+    Args:
+      updates: any pytree of arrays.
+
+    Returns:
+      A scalar array, float32 (float64 when a leaf is float64).
 
     Example:
         >>> import jax.numpy as jnp
@@ -157,102 +146,155 @@ def global_norm(updates: Updates) -> jax.Array:
     leaves = jax.tree.leaves(updates)
     if not leaves:
         return jnp.zeros((), jnp.float32)
-    # Accumulate in float32 (float64 if any leaf is float64): bf16 sums stay accurate.
-    dtype = jnp.float64 if any(x.dtype == jnp.float64 for x in leaves) else jnp.float32
-    return jnp.sqrt(sum(jnp.sum(jnp.square(x.astype(dtype))) for x in leaves))
+    dtype = jnp.float64 if any(jnp.asarray(x).dtype == jnp.float64 for x in leaves) else jnp.float32
+    with jax.numpy_dtype_promotion("standard"):
+        return jnp.asarray(optax.tree.norm([jnp.asarray(x).astype(dtype) for x in leaves]), dtype)
 
 
-def safe_increment(count: jax.Array) -> jax.Array:
-    """``count + 1``, saturating at the dtype's maximum (never wraps negative)."""
-    count = jnp.asarray(count)
-    top = jnp.iinfo(count.dtype).max
-    return jnp.where(count < top, count + 1, top).astype(count.dtype)
+def tree_difference(a: Any, b: Any, a_name: str, b_name: str, *, a_is_prefix: bool = False) -> str:
+    """A one-line description of where two trees first differ (by dotted path).
 
+    With ``a_is_prefix``, a leaf of ``a`` covers every leaf of ``b`` below its path.
 
-# --------------------------------------------------------------------------
-# Validation of hyper-parameters (only when concrete: traced values pass)
-# --------------------------------------------------------------------------
-
-
-def _concrete(value: Any) -> float | None:
-    if isinstance(value, bool):
-        raise TypeError(f"expected a number, got the bool {value!r}")
-    if isinstance(value, numbers.Real):
-        return float(value)
-    if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0:
-        return float(value)
-    if isinstance(value, jax.Array) and not isinstance(value, jax.core.Tracer) and value.ndim == 0:
-        return float(value)
-    return None
-
-
-def _check_finite_scalar(value: Any, name: str) -> None:
-    v = _concrete(value)
-    if v is not None and not np.isfinite(v):
-        raise ValueError(f"`{name}` must be finite, got {value!r}")
-
-
-def check_nonnegative(value: Any, name: str) -> None:
-    """Raise ValueError if a concrete ``value`` is negative or not finite."""
-    if callable(value):
-        return
-    v = _concrete(value)
-    if v is not None and (not np.isfinite(v) or v < 0):
-        raise ValueError(f"`{name}` must be a finite number >= 0, got {value!r}")
-
-
-def check_positive(value: Any, name: str) -> None:
-    """Raise ValueError if a concrete ``value`` is not > 0."""
-    v = _concrete(value)
-    if v is not None and (not np.isfinite(v) or v <= 0):
-        raise ValueError(f"`{name}` must be a finite number > 0, got {value!r}")
-
-
-def check_decay(value: Any, name: str) -> None:
-    """Raise ValueError if a concrete decay rate is outside [0, 1)."""
-    v = _concrete(value)
-    if v is not None and not 0.0 <= v < 1.0:
-        raise ValueError(f"`{name}` must be in [0, 1), got {value!r}")
-
-
-# --------------------------------------------------------------------------
-# Masks
-# --------------------------------------------------------------------------
-
-
-def resolve_mask(mask: MaskOrFn, params: Params, name: str = "mask") -> Any:
-    """The mask as a tree with exactly ``params``'s structure (bool leaves).
-
-    ``mask`` is a bool tree with the structure of ``params`` (or a prefix of
-    it), or a function ``params -> such a tree``. A mismatch raises
-    ``ValueError`` naming the first differing path.
+    Example:
+        >>> tree_difference({"w": 1, "b": 2}, {"w": 1, "bias": 2}, "mask", "params")
+        '`mask` has `b` where `params` has `bias`'
     """
-    tree = mask(params) if callable(mask) else mask
+    names_a, names_b = path_names(a), path_names(b)
+    if a_is_prefix:
+
+        def covers(x: str, y: str) -> bool:
+            return y == x or y.startswith(x + ".")
+
+        extra = [x for x in names_a if not any(covers(x, y) for y in names_b)]
+        missing = [y for y in names_b if not any(covers(x, y) for x in names_a)]
+        if extra and missing:
+            return f"`{a_name}` has `{extra[0]}` where `{b_name}` has `{missing[0]}`"
+        if extra:
+            return f"`{a_name}` has `{extra[0]}`, which `{b_name}` does not have"
+        if missing:
+            return f"`{b_name}` has `{missing[0]}`, which `{a_name}` does not cover"
+    else:
+        for x, y in zip(names_a, names_b):
+            if x != y:
+                return f"`{a_name}` has `{x}` where `{b_name}` has `{y}`"
+        if len(names_a) > len(names_b):
+            return f"`{a_name}` has `{names_a[len(names_b)]}`, missing from `{b_name}`"
+        if len(names_a) < len(names_b):
+            return f"`{b_name}` has `{names_b[len(names_a)]}`, missing from `{a_name}`"
+    return (
+        f"same leaf paths but different node types: {jax.tree.structure(a)} vs "
+        f"{jax.tree.structure(b)}"
+    )
+
+
+# --------------------------------------------------------------------------
+# Hyper-parameter validation (concrete values; traced values pass unchecked)
+# --------------------------------------------------------------------------
+
+
+def hyper(
+    value: Any,
+    name: str,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    min_inclusive: bool = True,
+    max_inclusive: bool = True,
+) -> Any:
+    """A validated scalar hyper-parameter, as Optax should receive it.
+
+    NumPy scalars and 0-d arrays become Python floats; JAX arrays (concrete or traced, e.g.
+    from ``optax.inject_hyperparams``) are passed on unchanged, concrete ones checked.
+    NaN and infinity are rejected, bools too.
+    """
+    check_float(
+        value,
+        name,
+        min_value=min_value,
+        max_value=max_value,
+        min_inclusive=min_inclusive,
+        max_inclusive=max_inclusive,
+        allow_traced=True,
+    )
+    return value if isinstance(value, jax.Array) else float(value)
+
+
+def decay_rate(value: Any, name: str) -> Any:
+    """A decay rate (``b1``, ``b2``, ``momentum``) in ``[0, 1)``."""
+    return hyper(value, name, min_value=0.0, max_value=1.0, max_inclusive=False)
+
+
+def rate_or_schedule(value: Any, name: str, *, allow_none: bool = False) -> Any:
+    """A number ``>= 0`` or a schedule (a callable of the step count)."""
+    if value is None:
+        if allow_none:
+            return None
+        raise ValueError(f"`{name}` must be a number >= 0 or a schedule, got None")
+    if callable(value):
+        return value
+    return hyper(value, name, min_value=0.0)
+
+
+def dtype_or_none(value: Any, name: str) -> Any:
+    """``None`` or something ``jnp.dtype`` accepts; ``TypeError`` naming ``name`` otherwise."""
+    if value is None:
+        return None
     try:
-        full = jax.tree.map(lambda m, sub: jax.tree.map(lambda _: m, sub), tree, params)
+        return jnp.dtype(value)
+    except TypeError as err:
+        raise TypeError(f"`{name}` must be a dtype or None, got {value!r}") from err
+
+
+def flag(value: Any, name: str) -> bool:
+    """A Python/NumPy bool."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be a bool, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+# --------------------------------------------------------------------------
+# Masks: bool trees, prefixes, functions of the params, and path regexes
+# --------------------------------------------------------------------------
+
+
+def mask_fn(mask: MaskOrFn, name: str = "mask") -> Callable[[Params], Any]:
+    """A function ``tree -> full bool tree`` for ``optax.masked``, checked against the tree.
+
+    ``mask`` may be a bool (all leaves), a regex string or compiled pattern searched in the
+    dotted leaf paths (``r"\\.w$"``, see :func:`jaxwise.tree.path_names`), a bool tree with the
+    params' structure or a prefix of it, or a function ``params -> such a tree``. A tree
+    that does not fit raises ``ValueError`` naming the first differing path.
+    """
+    if mask is None:
+        raise ValueError(
+            f"`{name}` must be a bool tree, a path regex or a function of params, got None"
+        )
+    if isinstance(mask, (str, re.Pattern)):
+        pattern = re.compile(mask)
+        return lambda tree: mask_by_path(tree, pattern)
+    return lambda tree: resolve_mask(mask, tree, name)
+
+
+def resolve_mask(mask: MaskOrFn, tree: Any, name: str = "mask") -> Any:
+    """The mask as a tree of Python bools with exactly ``tree``'s structure."""
+    given = mask(tree) if callable(mask) else mask
+    if isinstance(given, (str, re.Pattern)):
+        return mask_by_path(tree, given)
+    try:
+        full = jax.tree.map(lambda m, sub: jax.tree.map(lambda _: m, sub), given, tree)
     except (ValueError, TypeError) as err:
-        raise ValueError(f"`{name}` does not match the params: {_first_difference(tree, params)}") from err
-    for leaf in jax.tree.leaves(full):
-        if not isinstance(leaf, (bool, np.bool_)) and not (hasattr(leaf, "dtype") and leaf.dtype == jnp.bool_):
-            raise TypeError(f"`{name}` leaves must be bools, got {type(leaf).__name__}")
-    return full
-
-
-def _first_difference(mask: Any, params: Params) -> str:
-    mask_names = path_names(mask)
-    param_names = path_names(params)
-    for m, p in zip(mask_names, param_names):
-        if m != p and not p.startswith(m + "."):
-            return f"first mismatching path: mask has `{m}`, params have `{p}`"
-    if len(mask_names) > len(param_names):
-        return f"first mismatching path: mask has extra `{mask_names[len(param_names)]}`"
-    if len(mask_names) < len(param_names):
-        return f"first mismatching path: params have `{param_names[len(mask_names)]}` missing from the mask"
-    return "the tree structures differ"
-
-
-def select(mask_leaf: Any, on: Callable[[], jax.Array], off: jax.Array) -> jax.Array:
-    """``on()`` where the mask leaf is True, ``off`` elsewhere (static when the mask is a Python bool)."""
-    if isinstance(mask_leaf, (bool, np.bool_)):
-        return on() if mask_leaf else off
-    return jnp.where(mask_leaf, on(), off)
+        raise ValueError(
+            f"`{name}` does not match the params: "
+            + tree_difference(given, tree, name, "params", a_is_prefix=True)
+        ) from err
+    names = path_names(full)
+    out = []
+    for path, leaf in zip(names, jax.tree.leaves(full)):
+        if isinstance(leaf, (bool, np.bool_)):
+            out.append(bool(leaf))
+        elif getattr(leaf, "shape", None) == () and getattr(leaf, "dtype", None) == np.bool_:
+            out.append(bool(leaf))  # a concrete 0-d bool array
+        else:
+            raise TypeError(f"`{name}` leaves must be bools, got {type(leaf).__name__} at `{path}`")
+    return jax.tree.unflatten(jax.tree.structure(full), out)
