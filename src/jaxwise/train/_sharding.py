@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -65,27 +66,35 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P("data"))
 
 
-def _host_value(leaf: Any) -> Any:
-    """A host (NumPy) copy of a leaf that every process holds in full."""
-    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        return leaf  # typed keys are handled by ``_place_leaf``
-    return np.asarray(leaf)
+def _is_key(leaf: Any) -> bool:
+    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
 
 
-def _place_leaf(leaf: Any, sharding: Any) -> Any:
-    if isinstance(leaf, jax.Array) and leaf.sharding == sharding:
-        return leaf
-    if sharding.is_fully_addressable:
-        return jax.device_put(leaf, sharding)
-    # Multi-process: every process holds the full value; each builds its addressable shards from it.
-    if isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-        data = _place_leaf(jax.random.key_data(leaf), sharding)
-        return jax.jit(
-            lambda d: jax.random.wrap_key_data(d, impl=jax.random.key_impl(leaf)),
-            out_shardings=sharding,
-        )(data)
-    value = _host_value(leaf)
-    return jax.make_array_from_callback(value.shape, sharding, lambda index: value[index])
+def _fresh_copies(arrays: list[Any], impls: tuple[str | None, ...]) -> list[Any]:
+    """Copies (and typed keys from key data): fresh buffers on each device."""
+    return [
+        jax.random.wrap_key_data(a, impl=impl) if impl else jnp.copy(a)
+        for a, impl in zip(arrays, impls)
+    ]
+
+
+@functools.lru_cache(maxsize=32)
+def _copy_program(impls: tuple[str | None, ...], shardings: tuple[Any, ...]) -> Any:
+    return jax.jit(_fresh_copies, static_argnums=1, out_shardings=list(shardings))
+
+
+def _place_global(leaves: list[Any], shardings: list[Any]) -> list[Any]:
+    """Multi-process placement: every process holds the full value and builds its own shards.
+
+    ``make_array_from_callback`` may alias the host buffers (on CPU two local devices can
+    share one), so one compiled copy per state structure gives every device its own buffer.
+    """
+    raw, impls = [], []
+    for leaf, sharding in zip(leaves, shardings):
+        impls.append(str(jax.random.key_impl(leaf)) if _is_key(leaf) else None)
+        host = np.asarray(jax.random.key_data(leaf) if _is_key(leaf) else leaf)
+        raw.append(jax.make_array_from_callback(host.shape, sharding, lambda i, h=host: h[i]))
+    return _copy_program(tuple(impls), tuple(shardings))(raw, tuple(impls))
 
 
 def place_state(state: Any, sharding: Any) -> Any:
@@ -104,9 +113,23 @@ def place_state(state: Any, sharding: Any) -> Any:
         >>> placed["w"].sharding == replicated(mesh)
         True
     """
+    leaves, treedef = jax.tree.flatten(state)
     if isinstance(sharding, jax.sharding.Sharding):
-        return jax.tree.map(lambda leaf: _place_leaf(leaf, sharding), state)
-    return jax.tree.map(_place_leaf, state, sharding)
+        shardings = [sharding] * len(leaves)
+    else:
+        shardings = treedef.flatten_up_to(sharding)
+    todo = [
+        i
+        for i, (leaf, s) in enumerate(zip(leaves, shardings))
+        if not (isinstance(leaf, jax.Array) and leaf.sharding == s)
+    ]
+    if all(shardings[i].is_fully_addressable for i in todo):
+        placed = [jax.device_put(leaves[i], shardings[i]) for i in todo]
+    else:
+        placed = _place_global([leaves[i] for i in todo], [shardings[i] for i in todo])
+    for i, value in zip(todo, placed):
+        leaves[i] = value
+    return jax.tree.unflatten(treedef, leaves)
 
 
 def place_batch(batch: Any, sharding: NamedSharding) -> Any:
