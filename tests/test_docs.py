@@ -34,7 +34,7 @@ def python_blocks(text: str) -> list[tuple[int, str, str | None]]:
         expected = None
         if i + 1 < len(matches):
             nxt = matches[i + 1]
-            between = text[m.end():nxt.start()]
+            between = text[m.end() : nxt.start()]
             if nxt.group("info").strip() == "output" and not between.strip():
                 expected = nxt.group("body")
         blocks.append((text.count("\n", 0, m.start()) + 1, m.group("body"), expected))
@@ -69,12 +69,16 @@ def assert_prints(expected: str, stdout: str) -> None:
     for want in (line for line in expected.splitlines() if line.strip()):
         while position < len(actual) and not _matches(want, actual[position]):
             position += 1
-        assert position < len(actual), f"expected output line not printed: {want!r}\n--- stdout:\n{stdout}"
+        assert position < len(actual), (
+            f"expected output line not printed: {want!r}\n--- stdout:\n{stdout}"
+        )
         position += 1
 
 
 def test_collector_finds_blocks_and_outputs() -> None:
-    text = "x\n```python\nprint(1)\n```\n```output\n1\n```\n```text\nno\n```\n```python\npass\n```\n"
+    text = (
+        "x\n```python\nprint(1)\n```\n```output\n1\n```\n```text\nno\n```\n```python\npass\n```\n"
+    )
     blocks = python_blocks(text)
     assert [(line, expected) for line, _, expected in blocks] == [(2, "1\n"), (10, None)]
     assert_prints("a ... c\n", "zz\na b c\n")
@@ -87,8 +91,14 @@ def test_collector_finds_blocks_and_outputs() -> None:
 def test_doc_block_runs(code: str, expected: str | None, tmp_path: Path) -> None:
     script = tmp_path / "snippet.py"
     script.write_text(code, encoding="utf-8")
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, f"snippet failed:\n{code}\n--- stderr:\n{result.stderr[-3000:]}"
     if expected is not None:
         assert_prints(expected, result.stdout)
@@ -101,7 +111,13 @@ def _examples() -> list:
 @pytest.mark.slow
 @pytest.mark.parametrize("script", _examples())
 def test_example_runs(script: Path, tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=_env(),
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, f"{script.name} failed:\n{result.stderr[-3000:]}"
     assert result.stdout.strip(), f"{script.name} printed nothing"

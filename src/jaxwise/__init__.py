@@ -11,12 +11,12 @@ from typing import Any
 
 from jaxwise._version import __version__ as __version__
 
-_SUBMODULES = (
-    "autodiff", "buckets", "compilation", "data", "debug", "diagnose", "label_errors", "models",
-    "numerics", "optim", "per_example", "privacy", "sequence", "train", "tree",
-)
-
-__all__ = ["__version__", *_SUBMODULES]
+__all__ = [  # the version, then the sub-packages (each imported on first use)
+    "__version__", "autodiff", "buckets", "compilation", "data", "debug", "diagnose",
+    "label_errors", "models", "numerics", "optim", "per_example", "privacy", "sequence",
+    "train", "tree",
+]
+_SUBMODULES = frozenset(__all__[1:])
 
 
 def __getattr__(name: str) -> Any:

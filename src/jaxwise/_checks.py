@@ -49,10 +49,14 @@ def is_int(value: Any) -> bool:
         return False
     if isinstance(value, numbers.Integral):
         return True
-    return isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.integer)
+    return (
+        isinstance(value, np.ndarray) and value.ndim == 0 and np.issubdtype(value.dtype, np.integer)
+    )
 
 
-def check_int(value: Any, name: str, *, min_value: int | None = None, max_value: int | None = None) -> int:
+def check_int(
+    value: Any, name: str, *, min_value: int | None = None, max_value: int | None = None
+) -> int:
     """``value`` as a Python int, or ``TypeError``/``ValueError`` naming ``name``.
 
     >>> check_int(0, "seed", min_value=0)
@@ -77,11 +81,18 @@ def concrete_float(value: Any) -> float | None:
         raise TypeError(f"expected a number, got the bool {value!r}")
     if isinstance(value, numbers.Real):
         return float(value)
-    if isinstance(value, (np.ndarray, np.generic)) and np.ndim(value) == 0 and np.issubdtype(
-            np.asarray(value).dtype, np.number):
+    if (
+        isinstance(value, (np.ndarray, np.generic))
+        and np.ndim(value) == 0
+        and np.issubdtype(np.asarray(value).dtype, np.number)
+    ):
         return float(value)
     shape = getattr(value, "shape", None)
-    if shape == () and type(value).__module__.startswith("jax") and "Tracer" not in type(value).__name__:
+    if (
+        shape == ()
+        and type(value).__module__.startswith("jax")
+        and "Tracer" not in type(value).__name__
+    ):
         try:
             return float(value)
         except Exception:  # a tracer in disguise: not concrete
@@ -89,8 +100,16 @@ def concrete_float(value: Any) -> float | None:
     return None
 
 
-def check_float(value: Any, name: str, *, min_value: float | None = None, max_value: float | None = None,
-                min_inclusive: bool = True, max_inclusive: bool = True, allow_traced: bool = False) -> float:
+def check_float(
+    value: Any,
+    name: str,
+    *,
+    min_value: float | None = None,
+    max_value: float | None = None,
+    min_inclusive: bool = True,
+    max_inclusive: bool = True,
+    allow_traced: bool = False,
+) -> float:
     """``value`` as a finite Python float in the given range, or an error naming ``name``.
 
     With ``allow_traced=True`` a traced scalar is accepted unchecked (returned as ``nan``:
@@ -117,14 +136,22 @@ def check_float(value: Any, name: str, *, min_value: float | None = None, max_va
     return v
 
 
-def check_probability(value: Any, name: str, *, open_low: bool = False, open_high: bool = False) -> float:
+def check_probability(
+    value: Any, name: str, *, open_low: bool = False, open_high: bool = False
+) -> float:
     """A float in [0, 1] (ends excluded on request).
 
     >>> check_probability(0.01, "sample_rate", open_low=True)
     0.01
     """
-    return check_float(value, name, min_value=0.0, max_value=1.0, min_inclusive=not open_low,
-                       max_inclusive=not open_high)
+    return check_float(
+        value,
+        name,
+        min_value=0.0,
+        max_value=1.0,
+        min_inclusive=not open_low,
+        max_inclusive=not open_high,
+    )
 
 
 def check_choice(value: Any, name: str, choices: tuple[str, ...] | list[str]) -> str:
@@ -146,8 +173,14 @@ def check_callable(value: Any, name: str) -> Callable[..., Any]:
     return value
 
 
-def check_array(value: Any, name: str, *, ndim: int | tuple[int, ...] | None = None,
-                dtype_kind: str | None = None, non_empty: bool = False) -> Any:
+def check_array(
+    value: Any,
+    name: str,
+    *,
+    ndim: int | tuple[int, ...] | None = None,
+    dtype_kind: str | None = None,
+    non_empty: bool = False,
+) -> Any:
     """Check that ``value`` is an array (JAX or NumPy) with the given rank and dtype kind.
 
     ``dtype_kind`` is a string of NumPy kind codes: ``"f"`` float, ``"iu"`` integers, ``"b"``
@@ -170,10 +203,14 @@ def check_array(value: Any, name: str, *, ndim: int | tuple[int, ...] | None = N
         allowed = (ndim,) if isinstance(ndim, int) else tuple(ndim)
         if len(value.shape) not in allowed:
             want = " or ".join(str(a) for a in allowed)
-            raise ValueError(f"`{name}` must have {want} dimension(s), got shape {tuple(value.shape)}")
+            raise ValueError(
+                f"`{name}` must have {want} dimension(s), got shape {tuple(value.shape)}"
+            )
     if dtype_kind is not None and np.dtype(value.dtype).kind not in dtype_kind:
-        raise TypeError(f"`{name}` must have a {_KIND_NAMES.get(dtype_kind, dtype_kind)} dtype, "
-                        f"got {value.dtype}")
+        raise TypeError(
+            f"`{name}` must have a {_KIND_NAMES.get(dtype_kind, dtype_kind)} dtype, "
+            f"got {value.dtype}"
+        )
     if non_empty and int(np.prod(value.shape)) == 0:
         raise ValueError(f"`{name}` must not be empty, got shape {tuple(value.shape)}")
     return value
@@ -188,7 +225,7 @@ def check_key(key: Any, name: str = "key") -> None:
 
     if isinstance(key, jax.Array) or type(key).__name__.endswith("Tracer"):
         dtype = key.dtype
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if jax.numpy.issubdtype(dtype, jax.dtypes.prng_key):
             return
         if dtype == np.uint32 and tuple(key.shape)[-1:] == (2,):
             return
@@ -206,7 +243,13 @@ def steps_per_epoch(n: int, batch_size: int) -> int:
     return n // batch_size
 
 
-_KIND_NAMES = {"f": "floating", "iu": "integer", "b": "bool", "fiu": "real numeric", "fc": "inexact"}
+_KIND_NAMES = {
+    "f": "floating",
+    "iu": "integer",
+    "b": "bool",
+    "fiu": "real numeric",
+    "fc": "inexact",
+}
 
 
 def _describe(value: Any) -> str:

@@ -1,0 +1,492 @@
+"""Label errors from out-of-fold probabilities and confident learning.
+
+A model trained on every row memorises its mislabeled rows, so its own confidence (or
+gradient norm) on them says little. Here ``folds`` models are trained *at once* — ``vmap``
+over ``folds`` parameter sets in one compiled, scanned program, each masked to its training
+folds — so every row's predicted probabilities come from the model that never saw it. Each
+fold stops early on its held-out part (its best epoch's parameters are kept). The
+confident-learning rule (Northcutt et al., 2021) then marks a row as a candidate when its
+probabilities confidently point to a class other than the given one, and ranks rows by
+self-confidence ``p(given)`` (default) or by normalised margin.
+
+>>> import numpy as np
+>>> from jaxwise.data import make_blobs, flip_labels
+>>> x, y = make_blobs(300, n_classes=3, seed=0)
+>>> noisy, flipped = flip_labels(y, 15, 3, seed=1)
+>>> found = find_label_errors(x, noisy, epochs=30, seed=0)
+>>> float(np.isin(found.indices[:15], flipped).mean()) >= 0.8
+True
+
+References:
+  Northcutt, Jiang & Chuang, Confident Learning: Estimating Uncertainty in Dataset Labels,
+  JAIR 2021, https://arxiv.org/abs/1911.00068
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.flatten_util
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from jaxwise._checks import check_array, check_choice, check_float, check_int
+from jaxwise.models import init_mlp, mlp_apply
+
+__all__ = [
+    "LabelIssues",
+    "OutOfFold",
+    "confident_learning",
+    "find_label_errors",
+    "out_of_fold_probabilities",
+    "stratified_folds",
+]
+
+RANKINGS = ("self_confidence", "normalized_margin")
+
+
+@dataclasses.dataclass(frozen=True)
+class OutOfFold:
+    """Out-of-fold predictions of ``folds`` models trained at once.
+
+    Attributes:
+      probs: ``(n, num_classes)`` float64 probabilities, row ``i`` from the model of
+        ``fold_of[i]``, which never trained on row ``i``.
+      fold_of: ``(n,)`` int fold of each row.
+      best_epoch: ``(folds,)`` the epoch (1-based) whose parameters each fold kept.
+      val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch.
+      params: the ``folds`` best parameter sets, stacked on a leading axis.
+    """
+
+    probs: np.ndarray
+    fold_of: np.ndarray
+    best_epoch: np.ndarray
+    val_loss: np.ndarray
+    params: Any
+
+
+@dataclasses.dataclass(frozen=True)
+class LabelIssues:
+    """Rows ranked from most to least likely mislabeled.
+
+    Attributes:
+      indices: ``(n,)`` every row, most suspicious first (candidates first).
+      candidate: ``(n,)`` bool, aligned with ``indices``: in the confident joint's off-diagonal.
+      p_given: ``(n,)`` probability of the given label, aligned with ``indices``.
+      suggested: ``(n,)`` most probable other class, aligned with ``indices``.
+      score: ``(n,)`` the ranking score (lower is more suspicious), aligned with ``indices``.
+      num_candidates: number of confident-learning candidates.
+      pred_probs: ``(n, k)`` the probabilities ranked, in the original row order.
+      oof: the out-of-fold runs the probabilities came from (empty when given directly).
+    """
+
+    indices: np.ndarray
+    candidate: np.ndarray
+    p_given: np.ndarray
+    suggested: np.ndarray
+    score: np.ndarray
+    num_candidates: int
+    pred_probs: np.ndarray
+    oof: tuple[OutOfFold, ...] = ()
+
+    def top(self, k: int) -> np.ndarray:
+        """The ``k`` most suspicious row indices."""
+        return self.indices[: check_int(k, "k", min_value=0)]
+
+
+def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
+    """``(n,)`` fold index of each row; every class is spread evenly over the folds.
+
+    >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
+    3
+    """
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    fold_of = np.empty(len(labels), np.int32)
+    offset = 0
+    for cls in np.unique(labels):
+        rows = rng.permutation(np.flatnonzero(labels == cls))
+        fold_of[rows] = (np.arange(len(rows)) + offset) % folds
+        offset += len(rows)
+    return fold_of
+
+
+def confident_learning(
+    pred_probs: Any, labels: Any, *, ranked_by: str = "self_confidence"
+) -> LabelIssues:
+    """Rank rows by how likely their given label is wrong (NumPy, float64).
+
+    Per-class thresholds ``t_j`` are the mean probability of class ``j`` over rows labeled
+    ``j``; row ``i`` joins the confident joint at the most probable class ``j`` with
+    ``p_ij ≥ t_j``; rows that land off the diagonal (``j ≠ given``) are the candidates.
+    Candidates come first, each group ordered by the score (lower = more suspicious):
+    ``self_confidence`` = ``p(given)``, ``normalized_margin`` = ``p(given) − max_{j≠given} p_j``.
+
+    Args:
+      pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
+      labels: ``(n,)`` given integer labels in ``[0, k)``.
+      ranked_by: ``"self_confidence"`` or ``"normalized_margin"``.
+
+    >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])
+    >>> confident_learning(p, np.array([0, 0, 1, 1])).indices[:1].tolist()
+    [3]
+    """
+    check_choice(ranked_by, "ranked_by", RANKINGS)
+    probs = np.asarray(
+        check_array(pred_probs, "pred_probs", ndim=2, dtype_kind="f", non_empty=True), np.float64
+    )
+    given = np.asarray(check_array(labels, "labels", ndim=1, dtype_kind="iu"))
+    n, k = probs.shape
+    if given.shape[0] != n:
+        raise ValueError(f"`labels` has {given.shape[0]} rows but `pred_probs` has {n}")
+    if given.min() < 0 or given.max() >= k:
+        raise ValueError(
+            f"`labels` must be in [0, {k}), got values in [{given.min()}, {given.max()}]"
+        )
+    if not np.all(np.isfinite(probs)):
+        raise ValueError("`pred_probs` must be finite")
+    rows = np.arange(n)
+    p_given = probs[rows, given]
+    thresholds = np.array(
+        [probs[given == j, j].mean() if np.any(given == j) else 1.0 for j in range(k)]
+    )
+    confident = np.where(probs >= thresholds - 1e-12, probs, -np.inf)
+    joint_class = np.argmax(confident, axis=1)
+    in_joint = np.isfinite(confident[rows, joint_class])
+    candidate = in_joint & (joint_class != given)
+    others = probs.copy()
+    others[rows, given] = -np.inf
+    suggested = np.argmax(others, axis=1)
+    score = p_given if ranked_by == "self_confidence" else p_given - others[rows, suggested]
+    order = np.lexsort((score, ~candidate))
+    return LabelIssues(
+        order,
+        candidate[order],
+        p_given[order],
+        suggested[order],
+        score[order],
+        int(candidate.sum()),
+        probs,
+    )
+
+
+def _nll(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
+    return -jnp.take_along_axis(logp, labels[:, None], axis=1)[:, 0]
+
+
+@functools.partial(
+    jax.jit, static_argnames=("apply_fn", "tx", "epochs", "batch_size", "folds", "patience")
+)
+def _train_folds(
+    params: Any,
+    x: jax.Array,
+    y: jax.Array,
+    fold_of: jax.Array,
+    key: jax.Array,
+    *,
+    apply_fn: Callable[..., Any],
+    tx: Any,
+    epochs: int,
+    batch_size: int,
+    folds: int,
+    patience: int,
+) -> tuple[Any, jax.Array, jax.Array]:
+    """All folds, all epochs: one program. Returns (best params, best epoch, val loss history)."""
+    n = x.shape[0]
+    steps = n // batch_size
+    fold_ids = jnp.arange(folds)
+    held_out = fold_of[None, :] == fold_ids[:, None]  # (folds, n)
+    held_count = jnp.maximum(held_out.sum(axis=1), 1).astype(jnp.float32)
+
+    def fold_loss(p: Any, k: jax.Array, xb: jax.Array, yb: jax.Array, fb: jax.Array) -> jax.Array:
+        w = (fb != k).astype(jnp.float32)
+        return jnp.sum(w * _nll(apply_fn(p, xb), yb)) / jnp.maximum(jnp.sum(w), 1.0)
+
+    def step(carry: tuple, idx: jax.Array) -> tuple:
+        p, opt, active = carry
+        xb, yb, fb = x[idx], y[idx], fold_of[idx]
+        grads = jax.vmap(jax.grad(fold_loss), in_axes=(0, 0, None, None, None))(
+            p, fold_ids, xb, yb, fb
+        )
+        with jax.numpy_dtype_promotion("standard"):  # Optax relies on standard promotion
+            updates, new_opt = jax.vmap(tx.update)(grads, opt, p)
+        new_p = optax.apply_updates(p, updates)
+        keep = functools.partial(_select, active)
+        return (jax.tree.map(keep, new_p, p), jax.tree.map(keep, new_opt, opt), active), None
+
+    def epoch(carry: tuple, inputs: tuple) -> tuple:
+        p, opt, best_p, best_loss, best_epoch, waited = carry
+        ekey, number = inputs
+        order = jax.random.permutation(ekey, n)[: steps * batch_size].reshape(steps, batch_size)
+        active = waited < patience
+        (p, opt, _), _ = jax.lax.scan(step, (p, opt, active), order)
+        nll = jax.vmap(lambda q: _nll(apply_fn(q, x), y))(p)  # (folds, n)
+        val = jnp.sum(jnp.where(held_out, nll, 0.0), axis=1) / held_count
+        better = active & ((val < best_loss) | (patience > epochs))
+        best_p = jax.tree.map(functools.partial(_select, better), p, best_p)
+        best_epoch = jnp.where(better, number, best_epoch)
+        waited = jnp.where(better, 0, waited + 1)
+        return (p, opt, best_p, jnp.where(better, val, best_loss), best_epoch, waited), val
+
+    with jax.numpy_dtype_promotion("standard"):
+        opt = jax.vmap(tx.init)(params)
+    init = (
+        params,
+        opt,
+        params,
+        jnp.full((folds,), jnp.inf),
+        jnp.zeros((folds,), jnp.int32),
+        jnp.zeros((folds,), jnp.int32),
+    )
+    keys = jax.random.split(key, epochs)
+    carry, history = jax.lax.scan(epoch, init, (keys, jnp.arange(1, epochs + 1, dtype=jnp.int32)))
+    return carry[2], carry[4], history
+
+
+def _select(flag: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
+    """Per-fold ``where``: ``flag`` has shape (folds,), leaves (folds, ...)."""
+    return jnp.where(flag.reshape(flag.shape + (1,) * (new.ndim - 1)), new, old)
+
+
+@functools.partial(jax.jit, static_argnames=("apply_fn",))
+def _predict_folds(
+    params: Any, x: jax.Array, fold_of: jax.Array, *, apply_fn: Callable[..., Any]
+) -> jax.Array:
+    probs = jax.vmap(lambda q: jax.nn.softmax(apply_fn(q, x).astype(jnp.float32)))(
+        params
+    )  # (folds, n, k)
+    return probs[fold_of, jnp.arange(x.shape[0])]
+
+
+def out_of_fold_probabilities(
+    apply_fn: Callable[[Any, jax.Array], jax.Array],
+    init: Any,
+    x: Any,
+    y: Any,
+    *,
+    folds: int = 5,
+    epochs: int = 60,
+    batch_size: int = 128,
+    optimizer: Any = None,
+    patience: int | None = 10,
+    seed: int = 0,
+    fold_of: Any = None,
+) -> OutOfFold:
+    """Train ``folds`` models at once (one compiled program) and predict each row out of fold.
+
+    Args:
+      apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x`` of shape ``(b, d)``;
+        a module-level function or a stable object (it is a static argument of the program).
+      init: the initial parameters (copied to every fold), or ``init(key) -> params`` to give
+        each fold its own initialisation.
+      x: ``(n, d)`` features. y: ``(n,)`` integer labels in ``[0, k)``.
+      folds: number of folds (≥ 2). epochs: maximum epochs. batch_size: rows per step
+        (each fold sees the ``(folds − 1) / folds`` of a batch that it trains on).
+      optimizer: an Optax transformation (default ``adamw(3e-3, weight_decay=1e-4)``).
+      patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
+        lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
+        then a row's out-of-fold probabilities do not depend on its own label at all (with
+        early stopping, the held-out labels choose one epoch per fold).
+      seed: fold assignment, shuffling and (with a callable ``init``) initialisation.
+      fold_of: ``(n,)`` explicit fold of each row in ``[0, folds)`` (default: stratified by
+        label, from ``seed``).
+
+    Returns:
+      :class:`OutOfFold`.
+    """
+    folds = check_int(folds, "folds", min_value=2)
+    epochs = check_int(epochs, "epochs", min_value=1)
+    patience = epochs + 1 if patience is None else check_int(patience, "patience", min_value=1)
+    seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1)
+    x = np.asarray(check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True), np.float32)
+    y = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu"), np.int32)
+    if y.shape[0] != x.shape[0]:
+        raise ValueError(f"`y` has {y.shape[0]} rows but `x` has {x.shape[0]}")
+    if not np.all(np.isfinite(x)):
+        raise ValueError("`x` must be finite")
+    n = x.shape[0]
+    if n < 2 * folds:
+        raise ValueError(f"need at least 2 rows per fold: {n} rows for `folds`={folds}")
+    batch_size = check_int(batch_size, "batch_size", min_value=1, max_value=n)
+    if fold_of is None:
+        fold_of = stratified_folds(y, folds, seed)
+    else:
+        fold_of = np.asarray(check_array(fold_of, "fold_of", ndim=1, dtype_kind="iu"), np.int32)
+        if fold_of.shape != y.shape or fold_of.min() < 0 or fold_of.max() >= folds:
+            raise ValueError(f"`fold_of` must have shape {y.shape} and values in [0, {folds})")
+    key = jax.random.key(seed)
+    init_key, train_key = jax.random.split(key)
+    if callable(init):
+        params = jax.vmap(init)(jax.random.split(init_key, folds))
+    else:
+        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (folds, *jnp.shape(a))), init)
+    # One flat vector per fold: the optimizer then updates one array instead of every leaf,
+    # which keeps the compiled program (and its compile time) small.
+    flat, unravel = _ravel_folds(params)
+    tx = optimizer if optimizer is not None else _default_optimizer()
+    flat_apply = _FlatApply(apply_fn, unravel)
+    best, best_epoch, history = _train_folds(
+        flat,
+        x,
+        y,
+        fold_of,
+        train_key,
+        apply_fn=flat_apply,
+        tx=tx,
+        epochs=epochs,
+        batch_size=batch_size,
+        folds=folds,
+        patience=patience,
+    )
+    probs = np.asarray(_predict_folds(best, x, fold_of, apply_fn=flat_apply), np.float64)
+    return OutOfFold(
+        probs / probs.sum(axis=1, keepdims=True),
+        fold_of,
+        np.asarray(best_epoch),
+        np.asarray(history),
+        jax.vmap(unravel)(best),
+    )
+
+
+def _ravel_folds(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
+    """``(folds, P)`` flat parameters and the function that rebuilds one fold's tree."""
+    one = jax.tree.map(lambda a: a[0], params)
+    _, unravel = jax.flatten_util.ravel_pytree(one)
+    flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(params)
+    return flat, unravel
+
+
+@dataclasses.dataclass(frozen=True)
+class _FlatApply:
+    """``apply_fn`` on a flat parameter vector; equal and hashed by the function and the
+    tree layout (``ravel_pytree``'s ``unravel`` is hashable), so reruns reuse the program."""
+
+    apply_fn: Callable[..., Any]
+    unravel: Callable[[jax.Array], Any]
+
+    def __call__(self, flat: jax.Array, x: jax.Array) -> jax.Array:
+        return self.apply_fn(self.unravel(flat), x)
+
+
+@functools.cache
+def _default_optimizer() -> Any:
+    # Cached: the optimizer is a static argument, so one object means one compiled program.
+    return optax.adamw(3e-3, weight_decay=1e-4)
+
+
+def mlp_init(sizes: tuple[int, ...]) -> Callable[[jax.Array], Any]:
+    """``init(key)`` for :func:`jaxwise.models.init_mlp` with layer ``sizes``."""
+    return functools.partial(_init_mlp_from_key, sizes=sizes)
+
+
+def _init_mlp_from_key(key: jax.Array, sizes: tuple[int, ...]) -> Any:
+    return init_mlp(key, sizes)
+
+
+def find_label_errors(
+    x: Any,
+    y: Any,
+    *,
+    num_classes: int | None = None,
+    hidden: tuple[int, ...] = (64,),
+    apply_fn: Callable[[Any, jax.Array], jax.Array] | None = None,
+    init: Any = None,
+    ranked_by: str = "self_confidence",
+    folds: int = 5,
+    repeats: int = 2,
+    epochs: int = 60,
+    batch_size: int | None = None,
+    optimizer: Any = None,
+    patience: int | None = 10,
+    seed: int = 0,
+) -> LabelIssues:
+    """Rank rows of ``(x, y)`` by how likely their label is wrong (out of fold, confident learning).
+
+    By default a ReLU MLP ``d → hidden → num_classes`` (:mod:`jaxwise.models`) is trained
+    per fold; pass ``apply_fn`` and ``init`` to use any model — e.g. a Flax or Equinox model
+    through ``jaxwise.models.from_nnx``/``from_linen``/``from_equinox``:
+    ``apply_fn=lambda p, xb: model.apply(p, model.model_state, xb)[0], init=model.params``.
+
+    Args:
+      x: ``(n, d)`` features (standardise them first). y: ``(n,)`` given integer labels.
+      num_classes: number of classes (default ``max(y) + 1``).
+      hidden: hidden widths of the default MLP.
+      apply_fn, init: a custom model (see :func:`out_of_fold_probabilities`).
+      ranked_by: ``"self_confidence"`` (default, measured best on the benchmark) or
+        ``"normalized_margin"``.
+      repeats: independent fold splits (seeds ``seed, seed + 1, …``) whose out-of-fold
+        probabilities are averaged — a smoother estimate (measured: +1–3 points of
+        precision on the benchmark for 2 repeats); the same program runs each time.
+      batch_size: rows per step (default ``min(128, max(16, n // 10))``: about ten steps
+        per epoch on small tables).
+      folds, epochs, optimizer, patience, seed: see :func:`out_of_fold_probabilities`.
+
+    Returns:
+      :class:`LabelIssues` over all rows, most suspicious first, with the out-of-fold
+      predictions attached.
+    """
+    y_arr = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu", non_empty=True))
+    x_arr = check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True)
+    k = (
+        int(y_arr.max()) + 1
+        if num_classes is None
+        else check_int(num_classes, "num_classes", min_value=2)
+    )
+    if y_arr.min() < 0 or y_arr.max() >= k:
+        raise ValueError(f"`y` must be in [0, {k}), got values in [{y_arr.min()}, {y_arr.max()}]")
+    check_choice(ranked_by, "ranked_by", RANKINGS)
+    if (apply_fn is None) != (init is None):
+        raise TypeError("pass both `apply_fn` and `init` for a custom model, or neither")
+    if apply_fn is None:
+        sizes = (int(x_arr.shape[1]), *(check_int(h, "hidden", min_value=1) for h in hidden), k)
+        apply_fn, init = mlp_apply, mlp_init(sizes)
+    n = int(x_arr.shape[0])
+    batch_size = (
+        min(128, max(16, n // 10), n)
+        if batch_size is None
+        else check_int(batch_size, "batch_size", min_value=1, max_value=n)
+    )
+    repeats = check_int(repeats, "repeats", min_value=1)
+    seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1 - repeats)
+    runs = tuple(
+        out_of_fold_probabilities(
+            apply_fn,
+            init,
+            x_arr,
+            y_arr,
+            folds=folds,
+            epochs=epochs,
+            batch_size=batch_size,
+            optimizer=optimizer,
+            patience=patience,
+            seed=seed + r,
+        )
+        for r in range(repeats)
+    )
+    probs = np.mean([run.probs for run in runs], axis=0)
+    if probs.shape[1] != k:
+        raise ValueError(f"the model predicts {probs.shape[1]} classes but `num_classes` is {k}")
+    issues = confident_learning(probs, y_arr, ranked_by=ranked_by)
+    return dataclasses.replace(issues, oof=runs)
+
+
+def precision_recall(ranked: np.ndarray, truly_flipped: np.ndarray, k: int) -> tuple[float, float]:
+    """Precision of the top ``k`` and recall of the top ``2k`` against the flipped rows.
+
+    >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)
+    (0.5, 1.0)
+    """
+    flipped = set(np.asarray(truly_flipped).tolist())
+    check_float(k, "k", min_value=1)
+    top_k = np.asarray(ranked)[:k].tolist()
+    top_2k = np.asarray(ranked)[: 2 * k].tolist()
+    return (
+        sum(i in flipped for i in top_k) / k,
+        sum(i in flipped for i in top_2k) / max(len(flipped), 1),
+    )
