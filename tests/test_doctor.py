@@ -1,5 +1,6 @@
 """Tests for jaxwise.doctor: the live pitfall checks and the command."""
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -27,7 +28,10 @@ def test_doctor_in_process_probe_restores_flag():
 
 def test_doctor_command_json():
     proc = subprocess.run(
-        [sys.executable, "-m", "jaxwise.cli", "doctor", "--json"], capture_output=True, text=True, timeout=300,
+        [sys.executable, "-m", "jaxwise.cli", "doctor", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ),
     )
     assert proc.returncode == 0, proc.stderr
@@ -35,3 +39,22 @@ def test_doctor_command_json():
     assert report["environment"]["jax"] == "0.12.0.1"
     assert {c["status"] for c in report["checks"]} <= {"PASS", "WARN"}
     assert len(report["checks"]) == 3
+    env = report["environment"]
+    for name in ("optax", "flax", "orbax-checkpoint", "dp-accounting", "equinox"):
+        assert env[name] == importlib.metadata.version(name), name
+
+
+def test_environment_lists_ecosystem_versions(monkeypatch):
+    env = doctor.environment()
+    assert env["optax"] == importlib.metadata.version("optax")
+    assert env["orbax-checkpoint"] == importlib.metadata.version("orbax-checkpoint")
+    assert env["dp-accounting"] == importlib.metadata.version("dp-accounting")
+    assert env["jaxlib"] == "0.12.0.1"
+
+    real = doctor._distribution_version
+    monkeypatch.setattr(
+        doctor, "_distribution_version", lambda n: None if n in ("flax", "equinox") else real(n)
+    )
+    env = doctor.environment()
+    assert env["flax"] == "not installed"  # always listed
+    assert "equinox" not in env  # listed only when installed

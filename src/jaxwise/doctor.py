@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib.metadata
 import json
 import platform
 import subprocess
@@ -25,8 +26,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["Check", "check_captured_constant", "check_debug_nans_after_vmap", "check_numpy_view_donation",
-           "environment", "run_checks"]
+__all__ = [
+    "ECOSYSTEM",
+    "Check",
+    "check_captured_constant",
+    "check_debug_nans_after_vmap",
+    "check_numpy_view_donation",
+    "environment",
+    "report",
+    "run_checks",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,26 +47,56 @@ class Check:
     detail: str
 
 
+# Libraries jaxwise works with: their installed versions are part of every bug report.
+# (distribution name, whether it is listed even when absent).
+ECOSYSTEM = (
+    ("optax", True),
+    ("flax", True),
+    ("orbax-checkpoint", True),
+    ("dp-accounting", True),
+    ("equinox", False),
+)
+
+
+def _distribution_version(name: str) -> str | None:
+    """The installed version of a distribution, read from its metadata (nothing imported)."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def environment() -> dict[str, str]:
-    """Python, JAX, jaxlib versions, backend and devices.
+    """Python, JAX, jaxlib and ecosystem versions, backend and devices.
+
+    Lists optax, flax, orbax-checkpoint and dp-accounting (``"not installed"`` when absent)
+    and equinox when installed; versions come from package metadata, nothing is imported.
 
     Example:
-        >>> sorted(environment())[:3]
-        ['backend', 'devices', 'jax']
+        >>> env = environment()
+        >>> sorted(env)[:3], "optax" in env and "orbax-checkpoint" in env
+        (['backend', 'devices', 'dp-accounting'], True)
     """
-    import jaxlib
-
     devices = jax.devices()
     kinds = sorted({d.device_kind for d in devices})
-    return {
+    env = {
         "python": platform.python_version(),
         "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
+        "jaxlib": _distribution_version("jaxlib") or "not installed",
         "numpy": np.__version__,
-        "backend": jax.default_backend(),
-        "devices": f"{len(devices)} × {', '.join(kinds)}",
-        "platform": f"{platform.system()} {platform.machine()}",
     }
+    for name, always in ECOSYSTEM:
+        version = _distribution_version(name)
+        if version is not None or always:
+            env[name] = version or "not installed"
+    env.update(
+        {
+            "backend": jax.default_backend(),
+            "devices": f"{len(devices)} × {', '.join(kinds)}",
+            "platform": f"{platform.system()} {platform.machine()}",
+        }
+    )
+    return env
 
 
 _DEBUG_NANS_PROBE = textwrap.dedent(
@@ -87,7 +126,11 @@ def check_debug_nans_after_vmap(isolated: bool = True) -> Check:
         proc = subprocess.run(
             [sys.executable, "-c", _DEBUG_NANS_PROBE], capture_output=True, text=True, timeout=120
         )
-        outcome = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else f"ERROR {proc.stderr[-200:]}"
+        outcome = (
+            proc.stdout.strip().splitlines()[-1]
+            if proc.stdout.strip()
+            else f"ERROR {proc.stderr[-200:]}"
+        )
     else:
         namespace: dict[str, object] = {}
         from contextlib import redirect_stdout
@@ -125,7 +168,9 @@ def check_numpy_view_donation() -> Check:
     """Does a live ``np.asarray`` view of a CPU array silently disable its donation?"""
     name = "np.asarray and donation"
     if jax.default_backend() != "cpu":
-        return Check(name, "PASS", f"not applicable on {jax.default_backend()} (no zero-copy host views)")
+        return Check(
+            name, "PASS", f"not applicable on {jax.default_backend()} (no zero-copy host views)"
+        )
     x = jnp.arange(1024.0)
     view = np.asarray(x)
     with warnings.catch_warnings(record=True) as caught:
@@ -134,7 +179,9 @@ def check_numpy_view_donation() -> Check:
     donated = x.is_deleted()
     del view
     if donated:
-        return Check(name, "PASS", "donation happens even while a NumPy view of the buffer is alive")
+        return Check(
+            name, "PASS", "donation happens even while a NumPy view of the buffer is alive"
+        )
     warned = any("donated" in str(w.message) for w in caught)
     how = "with a warning" if warned else "without any warning"
     return Check(
@@ -164,7 +211,9 @@ def check_captured_constant(n: int = 256) -> Check:
     err_argument = float(np.max(np.abs(got_argument - reference)))
     size_closure = len(closure.lower(x_dev).as_text())
     size_argument = len(_tanh_matvec.lower(a_dev, x_dev).as_text())
-    sizes = f"program text {size_closure / 1024:.0f} KiB vs {size_argument / 1024:.0f} KiB as argument"
+    sizes = (
+        f"program text {size_closure / 1024:.0f} KiB vs {size_argument / 1024:.0f} KiB as argument"
+    )
     if np.array_equal(got_closure, got_argument):
         return Check(
             name,
@@ -175,14 +224,18 @@ def check_captured_constant(n: int = 256) -> Check:
     return Check(
         name,
         "WARN",
-        f"captured constant changes the result: max error vs float64 {err_closure:.1e} (closure) vs "
-        f"{err_argument:.1e} (argument); {sizes}; pass arrays as arguments",
+        f"captured constant changes the result: max error vs float64 {err_closure:.1e} "
+        f"(closure) vs {err_argument:.1e} (argument); {sizes}; pass arrays as arguments",
     )
 
 
 def run_checks(isolated: bool = True) -> list[Check]:
     """Run every pitfall check and return the outcomes."""
-    return [check_debug_nans_after_vmap(isolated), check_numpy_view_donation(), check_captured_constant()]
+    return [
+        check_debug_nans_after_vmap(isolated),
+        check_numpy_view_donation(),
+        check_captured_constant(),
+    ]
 
 
 def report(as_json: bool = False) -> str:

@@ -16,12 +16,23 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["ParamRow", "ParamTable", "host_copy", "mask_by_path", "param_table", "path_names", "tree_allclose"]
+from jaxwise._checks import check_float
+
+__all__ = [
+    "ParamRow",
+    "ParamTable",
+    "host_copy",
+    "mask_by_path",
+    "param_table",
+    "path_names",
+    "tree_allclose",
+]
 
 
 def _key_name(key: Any) -> str:
@@ -71,12 +82,17 @@ class ParamTable:
     @property
     def text(self) -> str:
         header = ("path", "shape", "dtype", "count", "bytes")
-        body = [(r.path, str(r.shape), r.dtype, f"{r.count:,}", _human_bytes(r.bytes)) for r in self.rows]
+        body = [
+            (r.path, str(r.shape), r.dtype, f"{r.count:,}", _human_bytes(r.bytes))
+            for r in self.rows
+        ]
         footer = ("total", "", "", f"{self.total_count:,}", _human_bytes(self.total_bytes))
         widths = [max(len(row[i]) for row in [header, *body, footer]) for i in range(5)]
 
         def line(cells: tuple[str, ...]) -> str:
-            return "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+            return "  ".join(
+                c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))
+            ).rstrip()
 
         rule = "  ".join("-" * w for w in widths)
         return "\n".join([line(header), rule, *map(line, body), rule, line(footer)])
@@ -91,6 +107,10 @@ def _human_bytes(n: int) -> str:
             return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
     return str(n)
+
+
+def _is_key(leaf: Any) -> bool:
+    return bool(jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key))
 
 
 def param_table(params: Any) -> ParamTable:
@@ -109,7 +129,7 @@ def param_table(params: Any) -> ParamTable:
             leaf = np.asarray(leaf)
         shape = tuple(leaf.shape)
         count = int(np.prod(shape, dtype=np.int64))
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):  # typed keys: their raw key data
+        if _is_key(leaf):  # typed keys: their raw key data
             nbytes = int(jax.random.key_data(leaf).nbytes)
         else:
             nbytes = count * np.dtype(leaf.dtype).itemsize
@@ -117,7 +137,13 @@ def param_table(params: Any) -> ParamTable:
     return ParamTable(tuple(rows), sum(r.count for r in rows), sum(r.bytes for r in rows))
 
 
-def mask_by_path(tree: Any, predicate_or_regex: str | re.Pattern[str] | Callable[[str], bool]) -> Any:
+def _searcher(pattern: re.Pattern[str]) -> Callable[[str], bool]:
+    return lambda path: pattern.search(path) is not None
+
+
+def mask_by_path(
+    tree: Any, predicate_or_regex: str | re.Pattern[str] | Callable[[str], bool]
+) -> Any:
     """A bool tree: ``True`` where the leaf's dotted path matches.
 
     Args:
@@ -130,11 +156,16 @@ def mask_by_path(tree: Any, predicate_or_regex: str | re.Pattern[str] | Callable
         >>> mask_by_path({"dense_0": {"w": jnp.ones(2), "b": jnp.ones(2)}}, r"\\.w$")
         {'dense_0': {'b': False, 'w': True}}
     """
+    predicate: Callable[[str], bool]
     if isinstance(predicate_or_regex, (str, re.Pattern)):
-        pattern = re.compile(predicate_or_regex)
-
-        def predicate(path: str) -> bool:
-            return pattern.search(path) is not None
+        try:
+            pattern = re.compile(predicate_or_regex)
+        except re.error as err:
+            raise ValueError(
+                "`predicate_or_regex` is not a valid regular expression: "
+                f"{predicate_or_regex!r} ({err})"
+            ) from err
+        predicate = _searcher(pattern)
     elif callable(predicate_or_regex):
         predicate = predicate_or_regex
     else:
@@ -145,14 +176,19 @@ def mask_by_path(tree: Any, predicate_or_regex: str | re.Pattern[str] | Callable
     return jax.tree_util.tree_map_with_path(lambda path, _: bool(predicate(_join(path))), tree)
 
 
-def tree_allclose(a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+def tree_allclose(
+    a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+) -> bool:
     """Whether two pytrees have the same structure, shapes and ``allclose`` leaves.
 
     Example:
         >>> import jax.numpy as jnp
-        >>> tree_allclose({"w": jnp.ones(2)}, {"w": jnp.ones(2) + 1e-9}), tree_allclose([1.0], [1.0, 2.0])
+        >>> a = {"w": jnp.ones(2)}
+        >>> tree_allclose(a, {"w": jnp.ones(2) + 1e-9}), tree_allclose([1.0], [1.0, 2.0])
         (True, False)
     """
+    rtol = check_float(rtol, "rtol", min_value=0.0)
+    atol = check_float(atol, "atol", min_value=0.0)
     la, ta = jax.tree.flatten(a)
     lb, tb = jax.tree.flatten(b)
     if ta != tb:
@@ -179,7 +215,8 @@ def host_copy(tree: Any) -> Any:
 
     def copy(leaf: Any) -> Any:
         if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
-            if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = cast(Any, leaf)
+            if _is_key(leaf):
                 return np.array(jax.random.key_data(leaf), copy=True)  # typed keys: their raw data
             return np.array(leaf, copy=True)
         return leaf
