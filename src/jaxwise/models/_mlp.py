@@ -43,7 +43,9 @@ def init_mlp(key: Any, sizes: Sequence[int] = (2, 64, 64, 3), dtype: Any = jnp.f
     """
     sizes = tuple(sizes)
     if len(sizes) < 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
-        raise ValueError(f"`sizes` must be at least two positive ints (input, …, output), got {sizes}")
+        raise ValueError(
+            f"`sizes` must be at least two positive ints (input, …, output), got {sizes}"
+        )
     if isinstance(key, int):
         key = jax.random.key(key)
     return _init_mlp(key, sizes, jnp.dtype(dtype))
@@ -55,7 +57,9 @@ def _init_mlp(key: jax.Array, sizes: tuple[int, ...], dtype: Any) -> Params:
     keys = jax.random.split(key, len(sizes) - 1)
     params = {}
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        w = jax.random.normal(keys[i], (fan_in, fan_out), dtype) * jnp.asarray(np.sqrt(2.0 / fan_in), dtype)
+        w = jax.random.normal(keys[i], (fan_in, fan_out), dtype) * jnp.asarray(
+            np.sqrt(2.0 / fan_in), dtype
+        )
         params[f"dense_{i}"] = {"w": w, "b": jnp.zeros((fan_out,), dtype)}
     return params
 
@@ -66,7 +70,9 @@ def mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
     try:
         return [params[f"dense_{i}"] for i in range(n)]
     except KeyError as err:
-        raise ValueError(f"MLP params must be named dense_0 … dense_{n - 1}, got {sorted(params)}") from err
+        raise ValueError(
+            f"MLP params must be named dense_0 … dense_{n - 1}, got {sorted(params)}"
+        ) from err
 
 
 def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
@@ -79,7 +85,9 @@ def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
     """
     layers = mlp_layers(params)
     if x.shape[-1] != layers[0]["w"].shape[0]:
-        raise ValueError(f"`x` has {x.shape[-1]} features, the MLP expects {layers[0]['w'].shape[0]}")
+        raise ValueError(
+            f"`x` has {x.shape[-1]} features, the MLP expects {layers[0]['w'].shape[0]}"
+        )
     for layer in layers[:-1]:
         x = jax.nn.relu(x @ layer["w"] + layer["b"])
     return x @ layers[-1]["w"] + layers[-1]["b"]
