@@ -80,7 +80,7 @@ def test_collector_finds_blocks_and_outputs() -> None:
         "x\n```python\nprint(1)\n```\n```output\n1\n```\n```text\nno\n```\n```python\npass\n```\n"
     )
     blocks = python_blocks(text)
-    assert [(line, expected) for line, _, expected in blocks] == [(2, "1\n"), (10, None)]
+    assert [(line, expected) for line, _, expected in blocks] == [(2, "1\n"), (11, None)]
     assert_prints("a ... c\n", "zz\na b c\n")
     with pytest.raises(AssertionError):
         assert_prints("missing\n", "present\n")
