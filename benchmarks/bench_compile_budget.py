@@ -8,8 +8,8 @@ block around every call for context.
 
 import jax
 import jax.numpy as jnp
-
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section
+
 from jaxwise.compilation import CompileCounter, compile_budget
 
 
@@ -26,14 +26,29 @@ def run() -> None:
         with CompileCounter():
             return bare(x)
 
+    def with_target():
+        with CompileCounter(bare):
+            return bare(x)
+
     number = 2000 if QUICK else 20000
-    t_bare, t_budget, t_counter = interleaved_times(
-        [lambda: bare(x), lambda: budgeted(x), with_counter], repeat=9, number=number
+    t_bare, t_budget, t_counter, t_target = interleaved_times(
+        [lambda: bare(x), lambda: budgeted(x), with_counter, with_target], repeat=9, number=number
     )
     rows = [
         ["bare `jax.jit` call", fmt_time(t_bare), "1.00", ""],
         ["`@compile_budget(1)` call", fmt_time(t_budget), f"{t_budget / t_bare:.3f}", "≤ 1.05"],
-        ["`with CompileCounter():` around each call", fmt_time(t_counter), f"{t_counter / t_bare:.2f}", "context"],
+        [
+            "`with CompileCounter():` around each call",
+            fmt_time(t_counter),
+            f"{t_counter / t_bare:.2f}",
+            "context",
+        ],
+        [
+            "`with CompileCounter(bare):` (a target) around each call",
+            fmt_time(t_target),
+            f"{t_target / t_bare:.2f}",
+            "context",
+        ],
     ]
     assert budgeted.budget.count == 1
     write_section(

@@ -166,11 +166,16 @@ def _verdict(
     if not constants:
         parts.append("no captured arrays: every array is an argument")
     elif total > threshold:
+        program = ""
+        if sizes[0] > 2 * sizes[1]:  # JAX may already pass nested-jit constants as arguments
+            program = (
+                f" ({sizes[0] / 1024:.0f} KiB of StableHLO vs {sizes[1] / 1024:.0f} KiB "
+                "as arguments)"
+            )
         parts.append(
-            f"{len(constants)} captured array(s) {named}, {total / 1024:.0f} KiB embedded in the "
-            f"program ({sizes[0] / 1024:.0f} KiB of StableHLO vs {sizes[1] / 1024:.0f} KiB as "
-            "arguments): pass them as arguments (stale values, no gradients, slow compiles "
-            "otherwise)"
+            f"{len(constants)} captured array(s) {named}, {total / 1024:.0f} KiB fixed in the "
+            f"program{program}: pass them as arguments (stale values, no gradients, slow "
+            "compiles otherwise)"
         )
     else:
         parts.append(
