@@ -235,6 +235,47 @@ def _where(defined_at: str | None) -> str:
     return f" (defined at {defined_at})" if defined_at else ""
 
 
+def _build(
+    ctx: MissContext,
+    kind: str,
+    diffs: tuple[Difference, ...],
+    reasons: tuple[str, ...],
+    text: str,
+    jax_text: str,
+) -> CacheMiss:
+    first = diffs[0] if diffs else Difference(kind, "", "", "")
+    return CacheMiss(
+        ctx.name,
+        ctx.defined_at,
+        ctx.call_site,
+        kind,
+        first.argument,
+        first.old,
+        first.new,
+        diffs,
+        reasons,
+        text,
+        jax_text,
+    )
+
+
+def _closest(ctx: MissContext, recent: Sequence[CallSig]) -> list[Difference]:
+    """Differences from the closest earlier key: fewest differences; on a tie, the newest.
+
+    JAX's key order is not a history, so ``recent`` (the calls we saw miss, oldest first)
+    decides ties.
+    """
+
+    def age(sig: CallSig) -> int:
+        for i in range(len(recent) - 1, -1, -1):
+            if recent[i] == sig:
+                return len(recent) - i
+        return len(recent) + 1
+
+    scored = [(len(d), age(old), d) for old in ctx.previous for d in (diff_calls(old, ctx.new),)]
+    return min(scored, key=lambda t: (t[0], t[1]))[2]
+
+
 def from_context(
     ctx: MissContext, seen_before: bool, jax_text: str = "", recent: Sequence[CallSig] = ()
 ) -> CacheMiss:
@@ -249,90 +290,26 @@ def from_context(
         between equally close earlier keys in favour of the newest).
     """
     head = f"{ctx.name}{_where(ctx.defined_at)}"
-    if not ctx.previous:
-        if seen_before or ctx.same_source_alive:
-            reason = (
-                f"new function object `{ctx.name}`{_where(ctx.defined_at)}: a function defined "
-                "at the same place was compiled before; if it is re-created per call (jax.jit of "
-                "a lambda, closure or bound method inside the call), create it once"
-            )
-            return CacheMiss(
-                ctx.name,
-                ctx.defined_at,
-                ctx.call_site,
-                "new_function",
-                "",
-                "",
-                "",
-                (),
-                (reason,),
-                f"{head}: {reason}",
-                jax_text,
-            )
-        reason = f"first compile of `{ctx.name}`{_where(ctx.defined_at)}"
-        return CacheMiss(
-            ctx.name,
-            ctx.defined_at,
-            ctx.call_site,
-            "first",
-            "",
-            "",
-            "",
-            (),
-            (reason,),
-            reason,
-            jax_text,
+    if not ctx.previous and (seen_before or ctx.same_source_alive):
+        reason = (
+            f"new function object `{ctx.name}`{_where(ctx.defined_at)}: a function defined at the "
+            "same place was compiled before; if it is re-created per call (jax.jit of a lambda, "
+            "closure or bound method inside the call), create it once"
         )
-
-    # The closest earlier key: fewest differences; on a tie, the most recently created (JAX's
-    # key order is not a history, so `recent` — the calls we saw miss, oldest first — decides).
-    def age(sig: CallSig) -> int:
-        for i in range(len(recent) - 1, -1, -1):
-            if recent[i] == sig:
-                return len(recent) - i
-        return len(recent) + 1
-
-    scored = [
-        (len(diffs), age(old), diffs)
-        for old in ctx.previous
-        for diffs in (diff_calls(old, ctx.new),)
-    ]
-    _, _, closest = min(scored, key=lambda t: (t[0], t[1]))
-    ordered = tuple(_headline(closest))
+        return _build(ctx, "new_function", (), (reason,), f"{head}: {reason}", jax_text)
+    if not ctx.previous:
+        reason = f"first compile of `{ctx.name}`{_where(ctx.defined_at)}"
+        return _build(ctx, "first", (), (reason,), reason, jax_text)
+    ordered = tuple(_headline(_closest(ctx, recent)))
     if not ordered:
         reason = (
             "no difference in the arguments JAX keys on (debug information or another part of "
             "JAX's cache key changed)"
         )
-        return CacheMiss(
-            ctx.name,
-            ctx.defined_at,
-            ctx.call_site,
-            "other",
-            "",
-            "",
-            "",
-            (),
-            (reason,),
-            f"{head}: {reason}",
-            jax_text,
-        )
-    first = ordered[0]
+        return _build(ctx, "other", (), (reason,), f"{head}: {reason}", jax_text)
     reasons = tuple(d.describe() for d in ordered)
     text = f"{head} recompiled: " + "; ".join(reasons)
-    return CacheMiss(
-        ctx.name,
-        ctx.defined_at,
-        ctx.call_site,
-        first.kind,
-        first.argument,
-        first.old,
-        first.new,
-        ordered,
-        reasons,
-        text,
-        jax_text,
-    )
+    return _build(ctx, ordered[0].kind, ordered, reasons, text, jax_text)
 
 
 def sharding_miss(
