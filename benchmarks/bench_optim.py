@@ -1,9 +1,13 @@
 """Optimizer updates vs Optax on 10M parameters, and convergence plots.
 
+jaxwise optimizers are Optax's own transformations wrapped with validation, so the compiled
+update is Optax's program: this benchmark checks that the wrapping costs nothing.
+
 - AdamW and Lion update steps (jitted, params + grads + state donated, 10M
   float32 parameters in 20 leaves) vs ``optax.adamw`` / ``optax.lion``:
-  time ratio (target ≤ 1.05) and effective memory bandwidth against a plain
-  NumPy copy measured in the same run (target ≥ 50% of it).
+  time ratio (target ≤ 1.05, i.e. noise), identical state structure, bit-identical
+  parameters after one step, and effective memory bandwidth against a plain
+  NumPy copy measured in the same run.
 - PNGs: Rosenbrock convergence of several optimizers; the warmup-cosine schedule.
 """
 
@@ -15,12 +19,12 @@ import jax.numpy as jnp
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+import optax
+from common import QUICK, RESULTS_DIR, fmt_time, interleaved_times, main_guard, table, write_section
 
-from common import QUICK, RESULTS_DIR, fmt_time, interleaved_times, main_guard, table, write_section  # noqa: E402
-from jaxwise import optim  # noqa: E402
+from jaxwise import optim
 
 N_PARAMS = 2_000_000 if QUICK else 10_000_000
 N_LEAVES = 20
@@ -28,7 +32,10 @@ N_LEAVES = 20
 
 def make_params(rng):
     sizes = rng.multinomial(N_PARAMS - N_LEAVES, np.ones(N_LEAVES) / N_LEAVES) + 1
-    return {f"layer_{i:02d}": jnp.asarray(rng.normal(size=int(n)), jnp.float32) for i, n in enumerate(sizes)}
+    return {
+        f"layer_{i:02d}": jnp.asarray(rng.normal(size=int(n)), jnp.float32)
+        for i, n in enumerate(sizes)
+    }
 
 
 def make_step(tx):
@@ -69,8 +76,12 @@ def time_optimizer(name, ours_tx, peer_tx, params, grads, bytes_per_step):
     # Same trajectory: compare a fresh pair of single steps.
     p1 = make_step(ours_tx)(jax.tree.map(jnp.copy, params), ours_tx.init(params), grads)[0]
     p2 = make_step(peer_tx)(jax.tree.map(jnp.copy, params), peer_tx.init(params), grads)[0]
-    err = max(float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2)))
-    return t_ours, t_peer, bytes_per_step / t_ours, err
+    err = max(
+        float(jnp.max(jnp.abs(a - b))) for a, b in zip(jax.tree.leaves(p1), jax.tree.leaves(p2))
+    )
+    structure = jax.tree.structure
+    same_state = structure(ours_tx.init(params)) == structure(peer_tx.init(params))
+    return t_ours, t_peer, bytes_per_step / t_ours, err, same_state
 
 
 def rosenbrock(p):
@@ -94,7 +105,9 @@ def plots():
         "SGD (lr 1e-3)": optim.sgd(1e-3),
         "momentum 0.9": optim.sgd(1e-3, momentum=0.9),
         "Nesterov 0.9": optim.sgd(1e-3, momentum=0.9, nesterov=True),
-        "Adam + warmup-cosine (peak 0.05)": optim.adam(optim.warmup_cosine_decay_schedule(0.0, 0.05, 100, 3000, 1e-4)),
+        "Adam + warmup-cosine (peak 0.05)": optim.adam(
+            optim.warmup_cosine_decay_schedule(0.0, 0.05, 100, 3000, 1e-4)
+        ),
         "Lion + warmup-cosine (peak 0.01)": optim.lion(
             optim.warmup_cosine_decay_schedule(0.0, 0.01, 100, 3000, 1e-5), weight_decay=0.0
         ),
@@ -116,7 +129,11 @@ def plots():
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.plot(np.asarray(steps), np.asarray(jax.vmap(sched)(steps)))
     ax.axvline(100, ls=":", c="gray")
-    ax.set(xlabel="step", ylabel="learning rate", title="warmup_cosine_decay_schedule(0, 1e-2, 100, 1000, 1e-4)")
+    ax.set(
+        xlabel="step",
+        ylabel="learning rate",
+        title="warmup_cosine_decay_schedule(0, 1e-2, 100, 1000, 1e-4)",
+    )
     fig.tight_layout()
     fig.savefig(RESULTS_DIR / "optim_warmup_cosine.png", dpi=120)
     plt.close(fig)
@@ -135,19 +152,44 @@ def run() -> None:
         ("Lion", optim.lion(1e-4, weight_decay=1e-2), optax.lion(1e-4, weight_decay=1e-2), 5),
     ):
         with jax.numpy_dtype_promotion("standard"):
-            t_ours, t_peer, bw, err = time_optimizer(name, ours, peer, params, grads, words * 4 * N_PARAMS)
-        rows.append([
-            name, fmt_time(t_ours), fmt_time(t_peer), f"**{t_ours / t_peer:.3f}**", "≤ 1.05",
-            f"{bw / 1e9:.1f} GB/s", f"**{bw / copy_bw:.0%}**", f"{err:.1e}",
-        ])
+            t_ours, t_peer, bw, err, same_state = time_optimizer(
+                name, ours, peer, params, grads, words * 4 * N_PARAMS
+            )
+        rows.append(
+            [
+                name,
+                fmt_time(t_ours),
+                fmt_time(t_peer),
+                f"**{t_ours / t_peer:.3f}**",
+                "≤ 1.05",
+                f"{bw / 1e9:.1f} GB/s",
+                f"**{bw / copy_bw:.0%}**",
+                f"{err:.1e}",
+                "yes" if same_state else "**NO**",
+            ]
+        )
     finals = plots()
     body = (
-        table(["update step", "ours", "optax", "ratio", "target", "effective bandwidth",
-               "vs NumPy copy", "max |Δp| vs optax"], rows)
+        table(
+            [
+                "update step",
+                "ours",
+                "optax",
+                "ratio",
+                "target",
+                "effective bandwidth",
+                "vs NumPy copy",
+                "max |Δp| vs optax",
+                "same state structure",
+            ],
+            rows,
+        )
         + f"\n\n{N_PARAMS / 1e6:.0f}M float32 parameters in {N_LEAVES} leaves; params, state and "
         f"gradients are arguments, params and state donated. NumPy copy bandwidth in this run: "
-        f"{copy_bw / 1e9:.1f} GB/s (read + write). Effective bandwidth counts 7 (AdamW) or 5 (Lion) "
-        "float32 words read or written per parameter per step."
+        f"{copy_bw / 1e9:.1f} GB/s (read + write). Effective bandwidth counts 7 (AdamW) or 5 "
+        "(Lion) float32 words read or written per parameter per step. jaxwise's optimizers are "
+        "Optax's transformations (validated, same state): the ratio measures the wrapper, "
+        "which adds no work to the compiled update."
         + "\n\nRosenbrock after 3,000 steps (plot: `results/optim_rosenbrock.png`; schedule: "
         "`results/optim_warmup_cosine.png`):\n\n" + table(["optimizer", "final loss"], finals)
     )
