@@ -41,7 +41,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-
 from jax.sharding import Mesh
 
 from jaxwise._checks import check_choice, check_int
@@ -347,7 +346,9 @@ class PoissonSampler:
 
     def check(self, n: int) -> None:
         if self.batch_size > n:
-            raise ValueError(f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)")
+            raise ValueError(
+                f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
+            )
 
     def steps(self, n: int) -> int:
         return max(1, int(round(n / self.batch_size)))
@@ -360,8 +361,8 @@ class PoissonSampler:
     def plan(self, key: jax.Array, n: int) -> jax.Array:
         return jax.random.split(key, self.steps(n))
 
-    def draw(self, key: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
-        idx, mask, overflow = poisson_batch(key, n, self.batch_size / n, self.width(n))
+    def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+        idx, mask, overflow = poisson_batch(x, n, self.batch_size / n, self.width(n))  # x: a key
         return idx, mask, {"overflow": overflow}
 
 
@@ -379,16 +380,21 @@ def _dp_gradient_fn(loss_single: LossSingle, config: DPConfig) -> Callable[..., 
 
     def gradient(params: Any, model_state: Any, batch: Any, key: jax.Array, mask: Any) -> Gradients:
         if not isinstance(batch, tuple):
-            raise TypeError(f"`data` of a DP-SGD epoch must be a tuple of arrays (e.g. (x, y)), got "
-                            f"{type(batch).__name__}")
-        grads, norms = dp_gradient(loss_single, params, batch, key, config.clip_norm, config.noise_multiplier,
-                                   chunk_size=config.chunk_size, method=config.method, mask=mask,
-                                   expected_batch_size=float(config.batch_size))
+            raise TypeError(
+                "`data` of a DP-SGD epoch must be a tuple of arrays (e.g. (x, y)), got "
+                f"{type(batch).__name__}"
+            )
+        grads, norms = dp_gradient(
+            loss_single, params, batch, key, config.clip_norm, config.noise_multiplier,
+            chunk_size=config.chunk_size, method=config.method, mask=mask,
+            expected_batch_size=float(config.batch_size),
+        )
         real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
         count = jnp.maximum(real.sum(), 1.0)
         metrics = {
             "grad_norm_mean": jnp.sum(norms * real) / count,
-            "clipped_fraction": jnp.sum((norms > config.clip_norm).astype(jnp.float32) * real) / count,
+            "clipped_fraction": jnp.sum((norms > config.clip_norm).astype(jnp.float32) * real)
+            / count,
             "batch_size": jnp.sum(real).astype(jnp.int32),
         }
         return Gradients(grads, None, model_state, None, metrics)
@@ -445,10 +451,15 @@ def make_dp_train_epoch(
     _check_noise(noise_multiplier)
     sampling = check_choice(sampling, "sampling", ("poisson", "shuffle"))
     batch_size = check_int(batch_size, "batch_size", min_value=1)
-    config = DPConfig(float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size, method)
+    config = DPConfig(float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size,
+                      method)
     multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
-    sampler = PoissonSampler(batch_size, multiple) if sampling == "poisson" else _DPShuffleSampler(batch_size)
-    epoch = make_train_epoch(loss_single, optimizer, batch_size, gradient=_dp_gradient_fn(loss_single, config),
-                             sampler=sampler, mesh=mesh, skip_nonfinite=skip_nonfinite, donate=donate)
+    sampler: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
+    if sampling == "poisson":
+        sampler = PoissonSampler(batch_size, multiple)
+    epoch = make_train_epoch(
+        loss_single, optimizer, batch_size, gradient=_dp_gradient_fn(loss_single, config),
+        sampler=sampler, mesh=mesh, skip_nonfinite=skip_nonfinite, donate=donate,
+    )
     epoch.config = config
     return epoch

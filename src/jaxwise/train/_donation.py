@@ -1,4 +1,4 @@
-"""Audits around a donating call: every call is checked, before and after, at the cost of a few flags.
+"""Audits around a donating call: every call is checked, before and after, for a few flag reads.
 
 Donation hands the state's buffers to XLA to reuse for the new state. Three mistakes break it
 silently or with a raw error: a buffer already deleted by an earlier call (JAX: "Array has been
@@ -37,7 +37,7 @@ class DonationError(ValueError):
 def _buffer_ids(x: jax.Array) -> list[int]:
     try:
         return [shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards]
-    except Exception:  # noqa: BLE001 - deleted or exotic arrays: fall back to object identity
+    except Exception:
         return [id(x)]
 
 
@@ -52,10 +52,10 @@ def check_donatable(tree: Any, what: str = "state") -> None:
     Example:
         >>> import jax.numpy as jnp
         >>> z = jnp.zeros(3)
-        >>> check_donatable({"mu": z, "nu": z})
+        >>> check_donatable({"mu": z, "nu": z})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        jaxwise.train._donation.DonationError: state: the same buffer appears at `mu` and `nu`; donating it would fail ("Attempt to donate the same buffer twice"); copy one of them (jnp.array(x, copy=True))
+        jaxwise.train._donation.DonationError: state: the same buffer appears at `mu` and `nu`; ...
     """
     seen: dict[int, str] = {}
     for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
@@ -66,15 +66,19 @@ def check_donatable(tree: Any, what: str = "state") -> None:
         for buffer in _buffer_ids(leaf):
             if buffer in seen:
                 raise DonationError(
-                    f"{what}: the same buffer appears at `{seen[buffer]}` and `{name}`; donating it would fail "
-                    '("Attempt to donate the same buffer twice"); copy one of them (jnp.array(x, copy=True))'
+                    f"{what}: the same buffer appears at `{seen[buffer]}` and `{name}`; donating "
+                    'it would fail ("Attempt to donate the same buffer twice"); copy one of them '
+                    "(jnp.array(x, copy=True))"
                 )
             seen[buffer] = name
 
 
 def _deleted_message(what: str, name: str) -> str:
-    return (f"{what}: the array at `{name}` was already deleted (donated to an earlier call); use the state "
-            "returned by that call instead of the old one")
+    return (
+        f"{what}: the array at `{name}` was already deleted (donated to an earlier call); use the "
+        "state "
+        "returned by that call instead of the old one"
+    )
 
 
 def _first_difference(a: Any, b: Any) -> str:
@@ -83,8 +87,10 @@ def _first_difference(a: Any, b: Any) -> str:
     pb = jax.tree_util.tree_flatten_with_path(b)[0]
     for (path_a, _), (path_b, _) in zip(pa, pb):
         if path_a != path_b:
-            return (f"first difference: `{jax.tree_util.keystr(path_a)}` in the state vs "
-                    f"`{jax.tree_util.keystr(path_b)}` from the optimizer")
+            return (
+                f"first difference: `{jax.tree_util.keystr(path_a)}` in the state vs "
+                f"`{jax.tree_util.keystr(path_b)}` from the optimizer"
+            )
     return f"the state has {len(pa)} leaves, the optimizer's state {len(pb)}"
 
 
@@ -105,7 +111,7 @@ def check_optimizer_fits(optimizer: Any, params: Any, opt_state: Any) -> None:
     Example:
         >>> import jax.numpy as jnp, optax
         >>> p = {"w": jnp.ones(2)}
-        >>> check_optimizer_fits(optax.sgd(0.1), p, optax.adam(0.1).init(p))
+        >>> check_optimizer_fits(optax.sgd(0.1), p, optax.adam(0.1).init(p))  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: the step's `optimizer` does not fit the state's `opt_state` ...
@@ -114,24 +120,32 @@ def check_optimizer_fits(optimizer: Any, params: Any, opt_state: Any) -> None:
     got_def, want_def = jax.tree.structure(opt_state), jax.tree.structure(expected)
     if got_def != want_def:
         raise ValueError(
-            "the step's `optimizer` does not fit the state's `opt_state` (was the state created with another "
-            f"optimizer?): the state holds {_outline(opt_state)}, the optimizer builds {_outline(expected)}; "
-            f"{_first_difference(opt_state, expected)}. Create the state and the step with the same optimizer"
+            "the step's `optimizer` does not fit the state's `opt_state` (was the state created "
+            f"with another optimizer?): the state holds {_outline(opt_state)}, the optimizer "
+            f"builds {_outline(expected)}; {_first_difference(opt_state, expected)}. Create the "
+            "state and the step with the same optimizer"
         )
-    for name, have, want in zip(path_names(opt_state), jax.tree.leaves(opt_state), jax.tree.leaves(expected)):
+    for name, have, want in zip(
+        path_names(opt_state), jax.tree.leaves(opt_state), jax.tree.leaves(expected)
+    ):
         if jax.numpy.shape(have) != want.shape or jax.numpy.result_type(have) != want.dtype:
             raise ValueError(
-                f"the step's `optimizer` does not fit the state's `opt_state` at `opt_state.{name}`: the state has "
+                "the step's `optimizer` does not fit the state's `opt_state` at "
+                f"`opt_state.{name}`: the state has "
                 f"{jax.numpy.result_type(have)}{list(jax.numpy.shape(have))}, the optimizer builds "
                 f"{want.dtype}{list(want.shape)} for these params"
             )
+
+
+def _typ(entry: tuple[str, tuple[int, ...], str, bool]) -> str:
+    return f"{entry[2]}{list(entry[1])}{'~weak' if entry[3] else ''}"
 
 
 def _check_signature_stable(before: Any, after: Any) -> None:
     """Raise if a step changes the state's types (recompiles every step; donation unusable)."""
     old, new = type_signature(before), type_signature(after)
     changed = [
-        f"`{a[0]}`: {a[2]}{list(a[1])}{'~weak' if a[3] else ''} → {b[2]}{list(b[1])}{'~weak' if b[3] else ''}"
+        f"`{a[0]}`: {_typ(a)} → {_typ(b)}"
         for a, b in zip(old, new)
         if a != b
     ]
@@ -139,16 +153,18 @@ def _check_signature_stable(before: Any, after: Any) -> None:
         changed.append("the tree structure changes")
     if changed:
         raise DonationError(
-            "the training step changes the state's type signature, so every step would recompile and "
+            "the training step changes the state's type signature, so every step would recompile "
+            "and "
             "the donated buffers could not be reused: " + "; ".join(changed)
         )
 
 
 _LIVE_VIEW = (
-    "was not deleted by the donating call: something still holds its buffer, so JAX silently skipped "
-    "the donation (a second copy stays in memory and the old state stays readable). The usual cause is a "
-    "live NumPy view: `np.asarray(...)` of a state array on CPU shares its memory. Keep host copies with "
-    "`jaxwise.tree.host_copy(...)` (a real copy) instead. The call's result is in this error's `.result`"
+    "was not deleted by the donating call: something still holds its buffer, so JAX silently "
+    "skipped the donation (a second copy stays in memory and the old state stays readable). The "
+    "usual cause is a live NumPy view: `np.asarray(...)` of a state array on CPU shares its "
+    "memory. Keep host copies with `jaxwise.tree.host_copy(...)` (a real copy) instead. The call's result "
+    "is in this error's `.result`"
 )
 
 
@@ -175,7 +191,8 @@ class Audit:
             if id(leaf) in ids:
                 raise DonationError(
                     f"`{self.data_name}` leaf `{self._name_of(data, leaf)}` is the state leaf "
-                    f"`{self._name_of(state, leaf)}`: the state is donated (its buffers are reused for the "
+                    f"`{self._name_of(state, leaf)}`: the state is donated (its buffers are reused "
+                    "for the "
                     f"result), so it cannot also be read as `{self.data_name}`; pass a copy "
                     "(jnp.array(x, copy=True))"
                 )
@@ -187,12 +204,14 @@ class Audit:
             return
         for leaf in leaves:
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():
-                err = DonationError(f"the donated state leaf `{self._name_of(state, leaf)}` {_LIVE_VIEW}")
+                err = DonationError(
+                    f"the donated state leaf `{self._name_of(state, leaf)}` {_LIVE_VIEW}"
+                )
                 err.result = result
                 raise err
 
     def first_call(self, call: Callable[[Any, Any], Any], state: Any, data: Any) -> Any:
-        """Shared-buffer and type-signature checks, and JAX's donation warnings turned into errors."""
+        """Shared-buffer and type-signature checks; JAX's donation warnings become errors."""
         if self.donate:
             check_donatable(state)
         out_state, _ = jax.eval_shape(call, state, data)

@@ -43,7 +43,7 @@ class Sampler(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class ShuffleSampler:
-    """One random permutation per epoch cut into ``n // batch_size`` batches (the remainder dropped).
+    """One random permutation per epoch cut into ``n // batch_size`` batches (remainder dropped).
 
     The permutation is ``argsort`` of 32-bit random bits: one sort, cheaper to compile than
     ``jax.random.permutation``'s multi-round shuffle (ties among 2**32 keys are negligible).
@@ -58,7 +58,9 @@ class ShuffleSampler:
 
     def check(self, n: int) -> None:
         if self.batch_size > n:
-            raise ValueError(f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)")
+            raise ValueError(
+                f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
+            )
 
     def steps(self, n: int) -> int:
         return n // self.batch_size
@@ -78,7 +80,7 @@ class ShuffleSampler:
 
 
 class TrainEpoch(Program):
-    """``epoch(state, data) -> (state, metrics)``: a whole shuffled epoch as one ``lax.scan`` program.
+    """``epoch(state, data) -> (state, metrics)``: a whole epoch as one ``lax.scan`` program.
 
     Attributes:
       sampler: how the epoch draws its batches.
@@ -87,8 +89,18 @@ class TrainEpoch(Program):
 
     config: Any = None
 
-    def __init__(self, name: str, gradient: GradientFn, optimizer: Any, sampler: Sampler, config: UpdateConfig, *,
-                 donate: bool, mesh: Mesh | None, audit: bool) -> None:
+    def __init__(
+        self,
+        name: str,
+        gradient: GradientFn,
+        optimizer: Any,
+        sampler: Sampler,
+        config: UpdateConfig,
+        *,
+        donate: bool,
+        mesh: Mesh | None,
+        audit: bool,
+    ) -> None:
         self.sampler = sampler
         self.batch_size = getattr(sampler, "batch_size", None)
         update = make_update(gradient, optimizer, config)
@@ -106,8 +118,15 @@ class TrainEpoch(Program):
 
             return jax.lax.scan(body, state.replace(key=key), xs)
 
-        super().__init__(epoch, name=name, optimizer=optimizer, donate=donate, mesh=mesh, audit=audit,
-                         loss_scale=config.loss_scale)
+        super().__init__(
+            epoch,
+            name=name,
+            optimizer=optimizer,
+            donate=donate,
+            mesh=mesh,
+            audit=audit,
+            loss_scale=config.loss_scale,
+        )
 
     def steps_per_epoch(self, n: int) -> int:
         """How many steps an epoch over ``n`` examples runs."""
@@ -124,8 +143,11 @@ class TrainEpoch(Program):
         if self.mesh is not None:
             width = self.sampler.width(n)
             if width % _data_size(self.mesh):
-                raise ValueError(f"the batch size {width} is not divisible by the {_data_size(self.mesh)} devices of "
-                                 "the mesh's 'data' axis")
+                raise ValueError(
+                    f"the batch size {width} is not divisible by the {_data_size(self.mesh)} "
+                    "devices of "
+                    "the mesh's 'data' axis"
+                )
             state, data = self._place(state, data, self.replicated)
         return self._run(state, data)
 
@@ -133,11 +155,15 @@ class TrainEpoch(Program):
 def _custom_gradient(gradient: Any) -> GradientFn:
     """Adapt a plugged-in ``gradient(params, model_state, batch, key, mask) -> Gradients``."""
 
-    def adapted(params: Any, model_state: Any, batch: Any, key: Any, mask: Any, scale: Any) -> Gradients:
+    def adapted(
+        params: Any, model_state: Any, batch: Any, key: Any, mask: Any, scale: Any
+    ) -> Gradients:
         del scale
         out = gradient(params, model_state, batch, key, mask)
         if not isinstance(out, Gradients):
-            raise TypeError(f"`gradient` must return a jaxwise.train.Gradients, got {type(out).__name__}")
+            raise TypeError(
+                f"`gradient` must return a jaxwise.train.Gradients, got {type(out).__name__}"
+            )
         return out
 
     return adapted
@@ -197,22 +223,44 @@ def make_train_epoch(
     batch_size = check_int(batch_size, "batch_size", min_value=1)
     if mesh is not None and sampler is None and batch_size % _data_size(mesh):
         raise ValueError(
-            f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the mesh's 'data' axis"
+            f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the "
+            "mesh's 'data' axis"
         )
-    config, dtype = update_config(skip_nonfinite=skip_nonfinite, has_aux=has_aux, with_key=with_key, mesh=mesh,
-                                  compute_dtype=compute_dtype, loss_scale=loss_scale)
+    config, dtype = update_config(
+        skip_nonfinite=skip_nonfinite,
+        has_aux=has_aux,
+        with_key=with_key,
+        mesh=mesh,
+        compute_dtype=compute_dtype,
+        loss_scale=loss_scale,
+    )
     if gradient is None:
-        grad_fn = loss_gradient(loss_fn, model_state=bool(model_state), has_aux=config.has_aux,
-                                with_key=config.needs_key, compute_dtype=dtype)
+        grad_fn = loss_gradient(
+            loss_fn,
+            model_state=bool(model_state),
+            has_aux=config.has_aux,
+            with_key=config.needs_key,
+            compute_dtype=dtype,
+        )
     else:
         if not callable(gradient):
             raise TypeError(f"`gradient` must be callable, got {type(gradient).__name__}")
         if dtype is not None or config.loss_scale is not None:
-            raise ValueError("`compute_dtype` and `loss_scale` apply to the default gradient only, not to a "
-                             "plugged-in `gradient`")
+            raise ValueError(
+                "`compute_dtype` and `loss_scale` apply to the default gradient only, not to a "
+                "plugged-in `gradient`"
+            )
         grad_fn = _custom_gradient(gradient)
         config = dataclasses.replace(config, needs_key=True)
     if sampler is None:
         sampler = ShuffleSampler(batch_size)
-    return TrainEpoch(program_name(loss_fn, "train_epoch"), grad_fn, optimizer, sampler, config,
-                      donate=bool(donate), mesh=mesh, audit=bool(audit))
+    return TrainEpoch(
+        program_name(loss_fn, "train_epoch"),
+        grad_fn,
+        optimizer,
+        sampler,
+        config,
+        donate=bool(donate),
+        mesh=mesh,
+        audit=bool(audit),
+    )

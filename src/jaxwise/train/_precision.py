@@ -25,8 +25,11 @@ from jaxwise._checks import check_float, check_int
 
 __all__ = ["DynamicLossScale", "LossScaleState", "cast_floating"]
 
-_COMPUTE_DTYPES = {np.dtype(jnp.bfloat16): "bfloat16", np.dtype(jnp.float16): "float16",
-                   np.dtype(jnp.float32): "float32"}
+_COMPUTE_DTYPES = {
+    np.dtype(jnp.bfloat16): "bfloat16",
+    np.dtype(jnp.float16): "float16",
+    np.dtype(jnp.float32): "float32",
+}
 
 
 class LossScaleState(NamedTuple):
@@ -64,7 +67,9 @@ class DynamicLossScale:
 
     def init(self) -> LossScaleState:
         """The state of the first step: ``initial_scale`` and no good steps yet."""
-        return LossScaleState(jnp.asarray(self.initial_scale, jnp.float32), jnp.zeros((), jnp.int32))
+        return LossScaleState(
+            jnp.asarray(self.initial_scale, jnp.float32), jnp.zeros((), jnp.int32)
+        )
 
     def adjust(self, state: LossScaleState, finite: jax.Array) -> LossScaleState:
         """The next state after a step whose gradients were ``finite`` (a traced bool)."""
@@ -84,23 +89,31 @@ def check_compute_dtype(compute_dtype: Any) -> np.dtype | None:
     try:
         dtype = np.dtype(compute_dtype)
     except TypeError as err:
-        raise TypeError(f"`compute_dtype` must be None, jnp.bfloat16 or jnp.float16, got {compute_dtype!r}") from err
+        raise TypeError(
+            f"`compute_dtype` must be None, jnp.bfloat16 or jnp.float16, got {compute_dtype!r}"
+        ) from err
     if dtype not in _COMPUTE_DTYPES:
         raise TypeError(f"`compute_dtype` must be None, jnp.bfloat16 or jnp.float16, got {dtype}")
     return dtype
 
 
-def check_loss_scale(loss_scale: Any, compute_dtype: np.dtype | None) -> DynamicLossScale | float | None:
+def check_loss_scale(
+    loss_scale: Any, compute_dtype: np.dtype | None
+) -> DynamicLossScale | float | None:
     """``None``, a fixed positive scale, or a :class:`DynamicLossScale` (from ``"dynamic"``)."""
     if loss_scale is None:
         if compute_dtype == np.dtype(jnp.float16):
-            raise ValueError('`compute_dtype=jnp.float16` needs loss scaling: pass `loss_scale="dynamic"` (or a '
-                             "fixed scale); float16 gradients underflow to zero without it")
+            raise ValueError(
+                '`compute_dtype=jnp.float16` needs loss scaling: pass `loss_scale="dynamic"` (or a '
+                "fixed scale); float16 gradients underflow to zero without it"
+            )
         return None
     if isinstance(loss_scale, str):
         if loss_scale != "dynamic":
-            raise ValueError(f'`loss_scale` must be None, "dynamic", a positive number or a DynamicLossScale, '
-                             f"got {loss_scale!r}")
+            raise ValueError(
+                f'`loss_scale` must be None, "dynamic", a positive number or a DynamicLossScale, '
+                f"got {loss_scale!r}"
+            )
         return DynamicLossScale()
     if isinstance(loss_scale, DynamicLossScale):
         return loss_scale
@@ -129,4 +142,6 @@ def cast_floating(tree: Any, dtype: Any) -> Any:
 
 def cast_like(tree: Any, like: Any) -> Any:
     """Cast every leaf of ``tree`` back to the dtype of the matching leaf of ``like``."""
-    return jax.tree.map(lambda x, ref: jnp.asarray(x).astype(ref.dtype) if hasattr(ref, "dtype") else x, tree, like)
+    return jax.tree.map(
+        lambda x, ref: jnp.asarray(x).astype(ref.dtype) if hasattr(ref, "dtype") else x, tree, like
+    )

@@ -15,8 +15,10 @@ from jaxwise.tree import path_names
 
 def _fresh(x: Any) -> Any:
     """An independent, strongly typed copy of an array leaf (never aliases the caller's buffer)."""
-    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-        return jax.random.wrap_key_data(jnp.array(jax.random.key_data(x), copy=True), impl=jax.random.key_impl(x))
+    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        return jax.random.wrap_key_data(
+            jnp.array(jax.random.key_data(x), copy=True), impl=jax.random.key_impl(x)
+        )
     if isinstance(x, (jax.Array, np.ndarray, np.generic, float, int, bool, complex)):
         arr = jnp.asarray(x)
         return jnp.array(arr, dtype=arr.dtype, copy=True)  # dtype given: weak_type dropped
@@ -24,7 +26,7 @@ def _fresh(x: Any) -> Any:
 
 
 def _build(params: Any, model_state: Any, optimizer: Any) -> tuple[Any, Any, Any]:
-    """Copies of ``params``, ``model_state`` and ``optimizer.init(params)``, built by ONE compiled program.
+    """Copies of ``params``, ``model_state`` and ``optimizer.init(params)``, built by ONE program.
 
     Building them eagerly would compile a small program per distinct leaf
     shape (dozens of compilations before training starts). ``jnp.copy``
@@ -42,24 +44,31 @@ def _build(params: Any, model_state: Any, optimizer: Any) -> tuple[Any, Any, Any
 
 @functools.partial(jax.jit, static_argnums=2)
 def _build_jit(params: Any, model_state: Any, optimizer: Any) -> tuple[Any, Any, Any]:
-    # The optimizer (a NamedTuple of functions) is static: one compile per optimizer and params shape.
+    # The optimizer (a NamedTuple of functions) is static: one compile per optimizer and shapes.
     params = jax.tree.map(jnp.copy, params)
     return params, jax.tree.map(jnp.copy, model_state), optimizer.init(params)
 
 
 def _strong(x: Any) -> Any:
     """Drop weak types (a weakly typed leaf would change type after the first step)."""
-    if isinstance(x, jax.Array) and not jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) and jax.typeof(x).weak_type:
+    if (
+        isinstance(x, jax.Array)
+        and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+        and jax.typeof(x).weak_type
+    ):
         return jnp.array(x, dtype=x.dtype, copy=True)
     return x
 
 
-_ADAPTERS = {"flax.nnx": "from_nnx(module)", "flax.linen": "from_linen(module, variables)",
-             "equinox": "from_equinox(module)"}
+_ADAPTERS = {
+    "flax.nnx": "from_nnx(module)",
+    "flax.linen": "from_linen(module, variables)",
+    "equinox": "from_equinox(module)",
+}
 
 
 def _model_library(obj: Any) -> str | None:
-    """``"flax.nnx"``, ``"flax.linen"`` or ``"equinox"`` when ``obj`` is a model object of that library."""
+    """``"flax.nnx"``, ``"flax.linen"`` or ``"equinox"`` for a model object of that library."""
     for cls in type(obj).__mro__:
         module = cls.__module__ or ""
         if cls.__name__ == "Module":
@@ -79,26 +88,32 @@ def _check_not_a_model(tree: Any, what: str) -> None:
     if library is None:
         return
     if library == "equinox" and all(
-            isinstance(leaf, (jax.Array, np.ndarray)) for leaf in jax.tree.leaves(tree)):
+        isinstance(leaf, (jax.Array, np.ndarray)) for leaf in jax.tree.leaves(tree)
+    ):
         return
     raise TypeError(
-        f"`{what}` must be a pytree of arrays, got the {library} model object {type(tree).__name__}; split "
-        f"the model first: `model = jaxwise.models.{_ADAPTERS[library]}`, then pass `model.params` (and "
-        "`model_state=model.model_state`) and call `model.apply(params, model_state, ...)` in the loss"
+        f"`{what}` must be a pytree of arrays, got the {library} model object "
+        f"{type(tree).__name__}; split the model first: `model = "
+        f"jaxwise.models.{_ADAPTERS[library]}`, then pass `model.params` (and "
+        "`model_state=model.model_state`) and call `model.apply(params, model_state, ...)` in "
+        "the loss"
     )
 
 
 def check_train_state(state: Any, what: str = "state") -> None:
-    """``TypeError`` unless ``state`` is a jaxwise :class:`TrainState` (e.g. a Flax ``TrainState`` is not)."""
+    """``TypeError`` unless ``state`` is a jaxwise :class:`TrainState` (a Flax one is not)."""
     if isinstance(state, TrainState):
         return
     kind = f"{type(state).__module__}.{type(state).__qualname__}"
     hint = ""
     if "flax" in kind:
-        hint = ("; a Flax TrainState keeps `apply_fn` and `tx` inside it: build a jaxwise state with "
-                "`jaxwise.train.TrainState.create(flax_state.params, flax_state.tx, key)`")
+        hint = (
+            "; a Flax TrainState keeps `apply_fn` and `tx` inside it: build a jaxwise state with "
+            "`jaxwise.train.TrainState.create(flax_state.params, flax_state.tx, key)`"
+        )
     raise TypeError(
-        f"`{what}` must be a jaxwise.train.TrainState (from `TrainState.create(params, optimizer, key)`), "
+        f"`{what}` must be a jaxwise.train.TrainState (from "
+        "`TrainState.create(params, optimizer, key)`), "
         f"got {kind}{hint}"
     )
 
@@ -107,13 +122,16 @@ def as_key(key: Any) -> jax.Array:
     """A typed PRNG key from a typed key, a raw uint32 key (``PRNGKey``) or an int seed."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         return jax.random.key(int(key))
-    if isinstance(key, jax.Array) and jax.dtypes.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
         if key.shape != ():
             raise ValueError(f"`key` must be a single key (shape ()), got shape {key.shape}")
         return key
     if isinstance(key, (jax.Array, np.ndarray)) and key.dtype == np.uint32 and key.shape == (2,):
         return jax.random.wrap_key_data(jnp.asarray(key))
-    raise TypeError(f"`key` must be a typed key (jax.random.key), a raw uint32[2] key or an int seed, got {key!r}")
+    raise TypeError(
+        "`key` must be a typed key (jax.random.key), a raw uint32[2] key or an int seed, "
+        f"got {key!r}"
+    )
 
 
 @jax.tree_util.register_dataclass
@@ -137,7 +155,8 @@ class TrainState:
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
-        >>> state = TrainState.create({"w": jnp.ones(3)}, optim.adam(1e-3), jax.random.key(0), depth=2)
+        >>> tx = optim.adam(1e-3)
+        >>> state = TrainState.create({"w": jnp.ones(3)}, tx, jax.random.key(0), depth=2)
         >>> int(state.step), state.config_dict
         (0, {'depth': 2})
     """
@@ -151,8 +170,9 @@ class TrainState:
     config: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
     @classmethod
-    def create(cls, params: Any, optimizer: Any, key: Any, *, model_state: Any = None,
-               **static: Any) -> TrainState:
+    def create(
+        cls, params: Any, optimizer: Any, key: Any, *, model_state: Any = None, **static: Any
+    ) -> TrainState:
         """A fresh state: copies of ``params``, ``optimizer.init`` state, step 0, a typed key.
 
         Args:
@@ -167,8 +187,14 @@ class TrainState:
           **static: hashable configuration; names of static fields of a
             subclass go to those fields, the rest to ``config``.
         """
-        if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
-            raise TypeError(f"`optimizer` must have `init` and `update` (a GradientTransformation), got {optimizer!r}")
+        if not (
+            callable(getattr(optimizer, "init", None))
+            and callable(getattr(optimizer, "update", None))
+        ):
+            raise TypeError(
+                "`optimizer` must have `init` and `update` (a GradientTransformation), "
+                f"got {optimizer!r}"
+            )
         _check_not_a_model(params, "params")
         _check_not_a_model(model_state, "model_state")
         if not jax.tree.leaves(params):
@@ -176,7 +202,9 @@ class TrainState:
         for what, tree in (("params", params), ("model_state", model_state)):
             for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
                 if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
-                    raise TypeError(f"`{what}` leaf `{name}` must be an array, got {type(leaf).__name__}")
+                    raise TypeError(
+                        f"`{what}` leaf `{name}` must be an array, got {type(leaf).__name__}"
+                    )
         params, model_state, opt_state = _build(params, model_state, optimizer)
         own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"config"}
         fields = {k: v for k, v in static.items() if k in own}
@@ -185,10 +213,18 @@ class TrainState:
             try:
                 hash(value)
             except TypeError as err:
-                raise TypeError(f"static `{name}` must be hashable (it is part of the jit cache key), got {value!r}") from err
+                raise TypeError(
+                    f"static `{name}` must be hashable (it is part of the jit cache key), "
+                    f"got {value!r}"
+                ) from err
         return cls(
-            step=jnp.zeros((), jnp.int32), params=params, opt_state=opt_state, key=_fresh(as_key(key)),
-            model_state=model_state, config=config, **fields,
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=opt_state,
+            key=_fresh(as_key(key)),
+            model_state=model_state,
+            config=config,
+            **fields,
         )
 
     @property
@@ -212,5 +248,7 @@ def type_signature(tree: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
     out = []
     for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
         aval = jax.typeof(leaf)
-        out.append((name, tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False))))
+        out.append(
+            (name, tuple(aval.shape), str(aval.dtype), bool(getattr(aval, "weak_type", False)))
+        )
     return out

@@ -24,7 +24,7 @@ LossFn = Callable[..., Any]
 
 
 def leading_size(data: Any, what: str) -> int:
-    """The shared leading (example) dimension of every leaf of ``data``; ``ValueError`` otherwise."""
+    """The leading (example) dimension shared by every leaf of ``data``; else ``ValueError``."""
     names, leaves = path_names(data), jax.tree.leaves(data)
     if not leaves:
         raise ValueError(f"`{what}` has no arrays")
@@ -32,39 +32,62 @@ def leading_size(data: Any, what: str) -> int:
     for name, leaf in zip(names, leaves):
         shape = jnp.shape(leaf)
         if len(shape) == 0:
-            raise ValueError(f"`{what}` leaf `{name or '<root>'}` is a scalar; every leaf needs a leading example axis")
+            raise ValueError(
+                f"`{what}` leaf `{name or '<root>'}` is a scalar; every leaf needs a leading "
+                "example axis"
+            )
         sizes[name or "<root>"] = shape[0]
     if len(set(sizes.values())) != 1:
         listing = ", ".join(f"`{k}`: {v}" for k, v in sizes.items())
-        raise ValueError(f"`{what}` arrays must share their leading (example) dimension, got {listing}")
+        raise ValueError(
+            f"`{what}` arrays must share their leading (example) dimension, got {listing}"
+        )
     return next(iter(sizes.values()))
 
 
 def validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
     """Checks shared by every program factory (before any tracing)."""
     check_callable(loss_fn, "loss_fn")
-    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
-        raise TypeError(f"`optimizer` must have `init` and `update` (an optax.GradientTransformation), got "
-                        f"{optimizer!r}")
+    if not (
+        callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))
+    ):
+        raise TypeError(
+            f"`optimizer` must have `init` and `update` (an optax.GradientTransformation), got "
+            f"{optimizer!r}"
+        )
     if mesh is not None:
         if not isinstance(mesh, Mesh):
             raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}")
         if "data" not in mesh.axis_names:
-            raise ValueError(f"`mesh` needs an axis named 'data' to shard the batch over, got {mesh.axis_names}")
+            raise ValueError(
+                f"`mesh` needs an axis named 'data' to shard the batch over, got {mesh.axis_names}"
+            )
 
 
-def update_config(*, skip_nonfinite: bool, has_aux: bool, with_key: bool, mesh: Mesh | None,
-                  compute_dtype: Any, loss_scale: Any) -> tuple[UpdateConfig, Any]:
+def update_config(
+    *,
+    skip_nonfinite: bool,
+    has_aux: bool,
+    with_key: bool,
+    mesh: Mesh | None,
+    compute_dtype: Any,
+    loss_scale: Any,
+) -> tuple[UpdateConfig, Any]:
     """The validated static configuration of an update, and the compute dtype."""
     dtype = check_compute_dtype(compute_dtype)
     scale = check_loss_scale(loss_scale, dtype)
-    config = UpdateConfig(skip_nonfinite=bool(skip_nonfinite), needs_key=bool(with_key), has_aux=bool(has_aux),
-                          loss_scale=scale, batch_sharding=_batch_sharding(mesh) if mesh is not None else None)
+    config = UpdateConfig(
+        skip_nonfinite=bool(skip_nonfinite),
+        needs_key=bool(with_key),
+        has_aux=bool(has_aux),
+        loss_scale=scale,
+        batch_sharding=_batch_sharding(mesh) if mesh is not None else None,
+    )
     return config, dtype
 
 
 def program_name(loss_fn: Any, suffix: str) -> str:
-    """``<user's function name>_<suffix>``: the name the program compiles under (``jit(loss_train_step)``)."""
+    """``<user's function name>_<suffix>``: the program's name (``jit(loss_train_step)``)."""
     fn = loss_fn
     while hasattr(fn, "func"):  # functools.partial
         fn = fn.func
@@ -85,8 +108,17 @@ class Program:
 
     data_name = "data"
 
-    def __init__(self, fn: Callable[..., Any], *, name: str, optimizer: Any, donate: bool, mesh: Mesh | None,
-                 audit: bool, loss_scale: Any) -> None:
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        optimizer: Any,
+        donate: bool,
+        mesh: Mesh | None,
+        audit: bool,
+        loss_scale: Any,
+    ) -> None:
         fn.__name__ = fn.__qualname__ = name
         self.mesh = mesh
         self.optimizer = optimizer
@@ -107,11 +139,17 @@ class Program:
 
     def _run(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
         if self._dynamic is not None and state.loss_scale is None:
-            state = state.replace(loss_scale=self._dynamic.init())  # the scale lives in the state from now on
+            state = state.replace(
+                loss_scale=self._dynamic.init()
+            )  # the scale lives in the state from now on
         leaves = self._audit.before(state, data)
         if self._first:
             check_optimizer_fits(self.optimizer, state.params, state.opt_state)
-            result = self._audit.first_call(self.jitted, state, data) if self._checks else self.jitted(state, data)
+            result = (
+                self._audit.first_call(self.jitted, state, data)
+                if self._checks
+                else self.jitted(state, data)
+            )
             self._first = False
         else:
             result = self.jitted(state, data)
@@ -124,17 +162,39 @@ class TrainStep(Program):
 
     data_name = "batch"
 
-    def __init__(self, loss_fn: LossFn, optimizer: Any, config: UpdateConfig, *, model_state: bool,
-                 compute_dtype: Any, donate: bool, mesh: Mesh | None, audit: bool) -> None:
-        gradient = loss_gradient(loss_fn, model_state=model_state, has_aux=config.has_aux,
-                                 with_key=config.needs_key, compute_dtype=compute_dtype)
+    def __init__(
+        self,
+        loss_fn: LossFn,
+        optimizer: Any,
+        config: UpdateConfig,
+        *,
+        model_state: bool,
+        compute_dtype: Any,
+        donate: bool,
+        mesh: Mesh | None,
+        audit: bool,
+    ) -> None:
+        gradient = loss_gradient(
+            loss_fn,
+            model_state=model_state,
+            has_aux=config.has_aux,
+            with_key=config.needs_key,
+            compute_dtype=compute_dtype,
+        )
         update = make_update(gradient, optimizer, config)
 
         def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
             return update(state, batch, None)
 
-        super().__init__(step, name=program_name(loss_fn, "train_step"), optimizer=optimizer, donate=donate,
-                         mesh=mesh, audit=audit, loss_scale=config.loss_scale)
+        super().__init__(
+            step,
+            name=program_name(loss_fn, "train_step"),
+            optimizer=optimizer,
+            donate=donate,
+            mesh=mesh,
+            audit=audit,
+            loss_scale=config.loss_scale,
+        )
 
     def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
         check_train_state(state)
@@ -142,7 +202,8 @@ class TrainStep(Program):
             n = leading_size(batch, "batch")
             if n % _data_size(self.mesh):
                 raise ValueError(
-                    f"the global batch size {n} is not divisible by the {_data_size(self.mesh)} devices of the "
+                    f"the global batch size {n} is not divisible by the {_data_size(self.mesh)} "
+                    "devices of the "
                     "mesh's 'data' axis"
                 )
             state, batch = self._place(state, batch, self.batch_sharding)
@@ -215,7 +276,21 @@ def make_train_step(
         (1, 0, 'lambda_train_step')
     """
     validate(loss_fn, optimizer, mesh)
-    config, dtype = update_config(skip_nonfinite=skip_nonfinite, has_aux=has_aux, with_key=with_key, mesh=mesh,
-                                  compute_dtype=compute_dtype, loss_scale=loss_scale)
-    return TrainStep(loss_fn, optimizer, config, model_state=bool(model_state), compute_dtype=dtype,
-                     donate=bool(donate), mesh=mesh, audit=bool(audit))
+    config, dtype = update_config(
+        skip_nonfinite=skip_nonfinite,
+        has_aux=has_aux,
+        with_key=with_key,
+        mesh=mesh,
+        compute_dtype=compute_dtype,
+        loss_scale=loss_scale,
+    )
+    return TrainStep(
+        loss_fn,
+        optimizer,
+        config,
+        model_state=bool(model_state),
+        compute_dtype=dtype,
+        donate=bool(donate),
+        mesh=mesh,
+        audit=bool(audit),
+    )

@@ -1,4 +1,4 @@
-"""The one update path: gradient → optimizer → parameters, NaN-guarded, with model state and loss scaling.
+"""The one update path: gradient → optimizer → parameters, NaN-guarded, model state, loss scale.
 
 Every training program of jaxwise (a step, a scanned epoch, a DP-SGD epoch) runs
 :func:`make_update`. What differs between them is only *how a batch becomes a gradient*: a
@@ -41,7 +41,8 @@ class Gradients(NamedTuple):
 
 
 # (params, model_state, batch, key, mask, loss_scale) -> Gradients. ``key`` is a fresh key per step
-# (or None), ``mask`` a (B,) bool of real examples (or None), ``loss_scale`` a traced scalar (or None).
+# (or None), ``mask`` a (B,) bool of real examples (or None), ``loss_scale`` a traced scalar
+# (or None).
 GradientFn = Callable[[Any, Any, Any, Any, Any, Any], Gradients]
 
 
@@ -50,20 +51,25 @@ def _unpack(out: Any, *, model_state: bool, has_aux: bool, name: str) -> tuple[A
     if not model_state:
         if has_aux:
             if not (isinstance(out, tuple) and len(out) == 2):
-                raise TypeError(f"`loss_fn` {name} with has_aux=True must return (loss, aux), got {_kind(out)}")
+                raise TypeError(
+                    f"`loss_fn` {name} with has_aux=True must return (loss, aux), got {_kind(out)}"
+                )
             return out[0], None, out[1]
         return out, None, None
     want = "(loss, (new_model_state, aux))" if has_aux else "(loss, new_model_state)"
     if not (isinstance(out, tuple) and len(out) == 2):
         raise TypeError(
-            f"`loss_fn` {name} with model_state=True must return {want}, got {_kind(out)}; a loss without model "
+            f"`loss_fn` {name} with model_state=True must return {want}, got {_kind(out)}; a "
+            "loss without model "
             "state needs model_state=False"
         )
     loss, rest = out
     if has_aux:
         if not (isinstance(rest, tuple) and len(rest) == 2):
-            raise TypeError(f"`loss_fn` {name} with model_state=True and has_aux=True must return {want}, got "
-                            f"(loss, {_kind(rest)})")
+            raise TypeError(
+                f"`loss_fn` {name} with model_state=True and has_aux=True must return {want}, got "
+                f"(loss, {_kind(rest)})"
+            )
         return loss, rest[0], rest[1]
     return loss, rest, None
 
@@ -77,14 +83,24 @@ def _kind(out: Any) -> str:
 
 
 def _check_scalar(loss: Any, name: str) -> None:
-    if not (hasattr(loss, "shape") and loss.shape == () and jnp.issubdtype(loss.dtype, jnp.floating)):
+    if not (
+        hasattr(loss, "shape") and loss.shape == () and jnp.issubdtype(loss.dtype, jnp.floating)
+    ):
         shape = getattr(loss, "shape", None)
-        raise TypeError(f"`loss_fn` {name} must return a floating scalar loss, got {_kind(loss)}"
-                        + (f" (shape {tuple(shape)})" if shape else ""))
+        raise TypeError(
+            f"`loss_fn` {name} must return a floating scalar loss, got {_kind(loss)}"
+            + (f" (shape {tuple(shape)})" if shape else "")
+        )
 
 
-def loss_gradient(loss_fn: Callable[..., Any], *, model_state: bool, has_aux: bool, with_key: bool,
-                  compute_dtype: Any = None) -> GradientFn:
+def loss_gradient(
+    loss_fn: Callable[..., Any],
+    *,
+    model_state: bool,
+    has_aux: bool,
+    with_key: bool,
+    compute_dtype: Any = None,
+) -> GradientFn:
     """The default gradient: ``value_and_grad`` of the user's loss, in ``compute_dtype`` if given.
 
     The loss is called as ``loss_fn(params, batch)`` or ``loss_fn(params, model_state, batch)``
@@ -95,7 +111,9 @@ def loss_gradient(loss_fn: Callable[..., Any], *, model_state: bool, has_aux: bo
     """
     name = f"`{getattr(loss_fn, '__name__', type(loss_fn).__name__)}`"
 
-    def gradient(params: Any, old_state: Any, batch: Any, key: Any, mask: Any, scale: Any) -> Gradients:
+    def gradient(
+        params: Any, old_state: Any, batch: Any, key: Any, mask: Any, scale: Any
+    ) -> Gradients:
         del mask  # the plain loss sees whole batches
 
         def scaled_loss(p: Any) -> tuple[jax.Array, tuple[Any, Any, Any]]:
@@ -105,7 +123,9 @@ def loss_gradient(loss_fn: Callable[..., Any], *, model_state: bool, has_aux: bo
             args += (cast_floating(batch, compute_dtype),)
             if with_key:
                 args += (key,)
-            loss, new_state, aux = _unpack(loss_fn(*args), model_state=model_state, has_aux=has_aux, name=name)
+            loss, new_state, aux = _unpack(
+                loss_fn(*args), model_state=model_state, has_aux=has_aux, name=name
+            )
             _check_scalar(loss, name)
             loss = loss.astype(jnp.float32)
             return (loss if scale is None else loss * scale), (loss, new_state, aux)
@@ -130,8 +150,9 @@ class UpdateConfig:
     batch_sharding: Any = None
 
 
-def make_update(gradient: GradientFn, optimizer: Any,
-                config: UpdateConfig) -> Callable[[TrainState, Any, Any], tuple[TrainState, dict[str, Any]]]:
+def make_update(
+    gradient: GradientFn, optimizer: Any, config: UpdateConfig
+) -> Callable[[TrainState, Any, Any], tuple[TrainState, dict[str, Any]]]:
     """The pure step ``update(state, batch, mask) -> (state, metrics)`` shared by every program.
 
     With ``skip_nonfinite`` a step whose loss, gradient or *update* is not finite returns the
@@ -140,28 +161,40 @@ def make_update(gradient: GradientFn, optimizer: Any,
     """
     dynamic = isinstance(config.loss_scale, DynamicLossScale)
 
-    def update(state: TrainState, batch: Any, mask: Any = None) -> tuple[TrainState, dict[str, Any]]:
+    def update(
+        state: TrainState, batch: Any, mask: Any = None
+    ) -> tuple[TrainState, dict[str, Any]]:
         if config.batch_sharding is not None:
             batch = jax.lax.with_sharding_constraint(batch, config.batch_sharding)
         key, step_key = jax.random.split(state.key) if config.needs_key else (state.key, None)
         scale = state.loss_scale.scale if dynamic else config.loss_scale
         g = gradient(state.params, state.model_state, batch, step_key, mask, scale)
         updates, opt_state = optimizer.update(g.grads, state.opt_state, state.params)
-        new = dataclasses.replace(state, step=state.step + 1, params=apply_updates(state.params, updates),
-                                  opt_state=opt_state, key=key, model_state=g.model_state)
+        new = dataclasses.replace(
+            state,
+            step=state.step + 1,
+            params=apply_updates(state.params, updates),
+            opt_state=opt_state,
+            key=key,
+            model_state=g.model_state,
+        )
         grad_norm = global_norm(g.grads)
         metrics: dict[str, Any] = {} if g.loss is None else {"loss": g.loss}
         metrics["grad_norm"] = grad_norm
         if config.skip_nonfinite or dynamic:
-            # One NaN/inf anywhere makes a global norm non-finite: a few scalar tests, not one per leaf.
+            # One NaN/inf anywhere makes a global norm non-finite: a few scalar tests, not per leaf.
             ok = jnp.isfinite(grad_norm) & jnp.isfinite(global_norm(updates))
             if g.loss is not None:
                 ok = ok & jnp.isfinite(g.loss)
-            new = jax.tree.map(lambda n, o: jnp.where(ok, n, o), new, state)  # skipped: bit-identical state
+            new = jax.tree.map(
+                lambda n, o: jnp.where(ok, n, o), new, state
+            )  # skipped: bit-identical state
             metrics["skipped"] = (~ok).astype(jnp.int32)
             if dynamic:
                 assert isinstance(config.loss_scale, DynamicLossScale)
-                new = dataclasses.replace(new, loss_scale=config.loss_scale.adjust(state.loss_scale, ok))
+                new = dataclasses.replace(
+                    new, loss_scale=config.loss_scale.adjust(state.loss_scale, ok)
+                )
                 metrics["loss_scale"] = state.loss_scale.scale
         else:
             metrics["skipped"] = jnp.zeros((), jnp.int32)
