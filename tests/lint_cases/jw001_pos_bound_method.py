@@ -1,4 +1,4 @@
-# expect: JW001
+# expect: JW001@9
 import jax
 
 class Model:

@@ -1,4 +1,4 @@
-# expect: JW001
+# expect: JW001@8
 import jax
 
 def outer(x, scale):

@@ -1,4 +1,4 @@
-# expect: JW001
+# expect: JW001@5
 import jax
 
 def predict(x):

@@ -1,4 +1,4 @@
-# expect: JW001
+# expect: JW001@10
 from functools import partial
 import jax
 

@@ -1,4 +1,4 @@
-# expect: JW002
+# expect: JW002@10
 from functools import partial
 import jax
 

@@ -1,4 +1,4 @@
-# expect: JW002
+# expect: JW002@13
 import jax
 
 class Settings:
@@ -10,4 +10,4 @@ def f(x, settings):
 f_jit = jax.jit(f, static_argnums=1)
 
 def run(x):
-    return f(x, Settings())
+    return f_jit(x, Settings())

@@ -1,4 +1,4 @@
-# expect: JW002
+# expect: JW002@7
 import jax
 
 class Opts:

@@ -1,4 +1,4 @@
-# expect: JW003
+# expect: JW003@6
 from jax import random as jr
 
 def sample(key):

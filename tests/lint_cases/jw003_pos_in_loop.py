@@ -1,4 +1,4 @@
-# expect: JW003
+# expect: JW003@8
 import jax
 import jax.numpy as jnp
 

@@ -1,4 +1,4 @@
-# expect: JW003
+# expect: JW003@6
 import jax
 
 def init(key):

@@ -1,4 +1,4 @@
-# expect: JW004
+# expect: JW004@5
 import jax
 
 def rebuild(treedef, leaves):

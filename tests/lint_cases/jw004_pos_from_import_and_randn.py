@@ -1,4 +1,4 @@
-# expect: JW004 JW004
+# expect: JW004@3 JW004@6
 import jax.numpy as jnp
 from jax import tree_leaves
 

@@ -1,4 +1,4 @@
-# expect: JW004
+# expect: JW004@4
 import jax
 
 key = jax.random.PRNGKey(0)

@@ -1,4 +1,4 @@
-# expect: JW005
+# expect: JW005@6
 import jax
 
 @jax.jit

@@ -1,4 +1,4 @@
-# expect: JW005
+# expect: JW005@7
 from functools import partial
 import jax
 

@@ -1,4 +1,4 @@
-# expect: JW005
+# expect: JW005@5
 import jax
 
 def g(x):

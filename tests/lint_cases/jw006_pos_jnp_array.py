@@ -1,4 +1,4 @@
-# expect: JW006
+# expect: JW006@8
 import jax
 import jax.numpy as jnp
 

@@ -1,4 +1,4 @@
-# expect: JW006
+# expect: JW006@9
 import jax
 import numpy as np
 

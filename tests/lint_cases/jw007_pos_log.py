@@ -1,4 +1,4 @@
-# expect: JW007
+# expect: JW007@5
 import jax.numpy as jnp
 
 def safe_log(x):

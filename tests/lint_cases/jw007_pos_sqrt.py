@@ -1,4 +1,4 @@
-# expect: JW007
+# expect: JW007@6
 import jax.numpy as jnp
 
 def norm(v):

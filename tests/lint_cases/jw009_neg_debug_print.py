@@ -1,0 +1,7 @@
+# expect: -
+import jax
+
+@jax.jit
+def step(x):
+    jax.debug.print("x = {x}", x=x)
+    return x * 2
