@@ -1,4 +1,4 @@
-"""Training: a frozen-dataclass state, donation-safe jitted steps and epochs, checkpoints, data parallelism.
+"""Training: a frozen-dataclass state, donation-safe jitted steps and epochs, checkpoints, meshes.
 
 Example:
     >>> import jax, jax.numpy as jnp
@@ -18,8 +18,8 @@ Example:
 """
 
 from jaxwise.train._checkpoint import (
-    CheckpointError,
     Checkpointer,
+    CheckpointError,
     CheckpointWarning,
     data_fingerprint,
     latest_step,
@@ -27,10 +27,11 @@ from jaxwise.train._checkpoint import (
     restore,
     save,
 )
-from jaxwise.train._sharding import data_mesh
 from jaxwise.train._donation import DonationError, check_donatable, check_optimizer_fits
 from jaxwise.train._epoch import Sampler, ShuffleSampler, TrainEpoch, make_train_epoch
+from jaxwise.train._loop import FitReport, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
+from jaxwise.train._sharding import data_mesh, fsdp_mesh, state_shardings
 from jaxwise.train._state import TrainState, as_key, type_signature
 from jaxwise.train._step import TrainStep, make_train_step
 from jaxwise.train._update import Gradients
@@ -41,6 +42,7 @@ __all__ = [
     "Checkpointer",
     "DonationError",
     "DynamicLossScale",
+    "FitReport",
     "Gradients",
     "LossScaleState",
     "Sampler",
@@ -53,11 +55,14 @@ __all__ = [
     "check_optimizer_fits",
     "data_fingerprint",
     "data_mesh",
+    "fit",
+    "fsdp_mesh",
     "latest_step",
     "load_metadata",
     "make_train_epoch",
     "make_train_step",
     "restore",
     "save",
+    "state_shardings",
     "type_signature",
 ]

@@ -11,13 +11,18 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwise._prefetch import place_batch
+
 __all__ = [
     "batch_sharding",
+    "constrain_state",
     "data_mesh",
     "data_size",
+    "fsdp_mesh",
     "place_batch",
     "place_state",
     "replicated",
+    "state_shardings",
 ]
 
 
@@ -132,28 +137,70 @@ def place_state(state: Any, sharding: Any) -> Any:
     return jax.tree.unflatten(treedef, leaves)
 
 
-def place_batch(batch: Any, sharding: NamedSharding) -> Any:
-    """Put a batch on ``sharding`` (usually :func:`batch_sharding`).
+def fsdp_mesh(model: int, devices: Any = None) -> Mesh:
+    """A 2-D mesh ``("data", "model")`` with ``model`` devices along ``"model"``.
 
-    In one process ``batch`` is the global batch. In a multi-process job each
-    process passes ITS OWN slice of the global batch (its local examples, the
-    leading axis split across processes in process order) and the global array
-    is assembled with ``jax.make_array_from_process_local_data``; leaves that
-    already are global arrays on ``sharding`` are kept.
+    Give it to ``make_train_step(..., mesh=...)``: batches are split over ``"data"``
+    and every large parameter and optimizer-state leaf over ``"model"`` (see
+    :func:`state_shardings`), so each device holds about ``1/model`` of them.
+
+    Args:
+      model: devices per parameter shard; must divide the number of devices.
+      devices: the devices (default: every device of every process).
 
     Example:
-        >>> import numpy as np
-        >>> mesh = data_mesh()
-        >>> x = place_batch(np.ones((8, 2), np.float32), batch_sharding(mesh))
-        >>> x.shape, x.sharding == batch_sharding(mesh)
-        ((8, 2), True)
+        >>> fsdp_mesh(1).axis_names
+        ('data', 'model')
     """
+    from jaxwise._checks import check_int
 
-    def put(leaf: Any) -> Any:
-        if isinstance(leaf, jax.Array) and leaf.sharding == sharding:
-            return leaf
-        if sharding.is_fully_addressable:
-            return jax.device_put(leaf, sharding)
-        return jax.make_array_from_process_local_data(sharding, np.asarray(leaf))
+    devices = jax.devices() if devices is None else list(devices)
+    model = check_int(model, "model", min_value=1)
+    if len(devices) % model:
+        raise ValueError(f"`model` ({model}) must divide the number of devices ({len(devices)})")
+    return Mesh(np.asarray(devices).reshape(len(devices) // model, model), ("data", "model"))
 
-    return jax.tree.map(put, batch)
+
+def _leaf_spec(leaf: Any, model: int, min_size: int) -> P:
+    shape = tuple(getattr(leaf, "shape", ()))
+    dtype = getattr(leaf, "dtype", None)
+    if model == 1 or int(np.prod(shape, dtype=np.int64)) < min_size:
+        return P()
+    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+        return P()
+    for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):  # largest divisible dim
+        if shape[dim] % model == 0:
+            return P(*([None] * dim), "model")
+    return P()
+
+
+def state_shardings(state: Any, mesh: Any, *, min_size: int = 1024) -> Any:
+    """FSDP-style shardings for every leaf of ``state`` (a tree of ``NamedSharding``).
+
+    A leaf with at least ``min_size`` elements is split along its largest dimension
+    divisible by the mesh's ``"model"`` axis; everything else (scalars, small or
+    indivisible leaves, PRNG keys) is replicated. Parameters and the optimizer moments
+    that mirror them get the same layout. Without a ``"model"`` axis all are replicated
+    (plain data parallelism). Works on arrays, tracers and ``jax.ShapeDtypeStruct``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from jax.sharding import AbstractMesh
+        >>> mesh = AbstractMesh((2, 2), ("data", "model"))  # or fsdp_mesh(2) on 4 devices
+        >>> specs = state_shardings({"w": jnp.zeros((64, 32)), "b": jnp.zeros(32)}, mesh)
+        >>> specs["w"].spec, specs["b"].spec
+        (P('model',), P())
+    """
+    model = int(dict(mesh.shape).get("model", 1))
+    return jax.tree.map(lambda leaf: NamedSharding(mesh, _leaf_spec(leaf, model, min_size)), state)
+
+
+def constrain_state(state: Any, mesh: Mesh | None) -> Any:
+    """Inside ``jit``: pin ``state`` to :func:`state_shardings` (identity without a "model" axis).
+
+    Applied to a step's output state, it keeps the layout of the input, so the next call
+    finds the same shardings and the step compiles once.
+    """
+    if mesh is None or "model" not in mesh.axis_names:
+        return state
+    return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh))

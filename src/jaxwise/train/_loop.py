@@ -1,0 +1,186 @@
+"""A streaming training loop: host batches in, device kept busy, NaN-guard counts, checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import time
+from collections.abc import Callable, Iterable, Iterator, Sized
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from jaxwise._checks import check_callable, check_int
+from jaxwise._prefetch import prefetch_to_device
+from jaxwise.train._checkpoint import Checkpointer
+from jaxwise.train._state import TrainState
+
+__all__ = ["FitReport", "fit"]
+
+
+@dataclasses.dataclass(frozen=True)
+class FitReport:
+    """What :func:`fit` did.
+
+    Attributes:
+      steps: batches trained on in this call.
+      skipped: steps the NaN guard skipped (non-finite loss or gradients; state unchanged).
+      losses: float64 ``(steps,)``: the loss of every step, in order.
+      checkpoints: the step numbers saved, in order.
+      seconds: wall-clock time of the loop.
+    """
+
+    steps: int
+    skipped: int
+    losses: np.ndarray
+    checkpoints: tuple[int, ...]
+    seconds: float
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int | None) -> Iterator[Callable[[float, int], None]]:
+    if not enabled:
+        yield lambda loss, skipped: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("train"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4g}  skipped {task.fields[skipped]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True)) as bar:
+        task = bar.add_task("train", total=total, loss=float("nan"), skipped=0)
+        yield lambda loss, skipped: bar.update(task, advance=1, loss=loss, skipped=skipped)
+
+
+def _check(
+    state: Any, steps: Any, checkpoint_dir: Any, checkpoint_every: Any, prefetch: Any
+) -> None:
+    if not isinstance(state, TrainState):
+        raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
+    if steps is not None:
+        check_int(steps, "steps", min_value=1)
+    if checkpoint_every is not None:
+        check_int(checkpoint_every, "checkpoint_every", min_value=1)
+        if checkpoint_dir is None:
+            raise ValueError("`checkpoint_every` needs `checkpoint_dir`")
+    if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, Path)):
+        raise TypeError(f"`checkpoint_dir` must be a path, got {type(checkpoint_dir).__name__}")
+    check_int(prefetch, "prefetch", min_value=0)
+
+
+def fit(
+    step: Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]],
+    state: TrainState,
+    batches: Iterable[Any],
+    *,
+    steps: int | None = None,
+    checkpoint_dir: str | Path | None = None,
+    checkpoint_every: int | None = None,
+    keep: int = 3,
+    metadata: dict[str, Any] | None = None,
+    prefetch: int = 2,
+    progress: bool = True,
+) -> tuple[TrainState, FitReport]:
+    """Train ``step`` over an iterator of host batches, keeping the device busy.
+
+    Batches are transferred by :func:`jaxwise.data.prefetch_to_device` (``prefetch``
+    ahead, in a background thread, sharded over ``step.mesh``'s ``"data"`` axis when
+    the step has a mesh) while the device trains on earlier ones; each step's metrics
+    are read only after the next step is dispatched, so the host never waits for the
+    device in between. The NaN guard's skipped steps are counted; with
+    ``checkpoint_dir`` the directory is locked for the whole loop (a
+    :class:`~jaxwise.train.Checkpointer`), the state is saved every
+    ``checkpoint_every`` steps and at the end.
+
+    Args:
+      step: a :func:`make_train_step` step (or any ``step(state, batch) -> (state,
+        metrics)`` whose metrics have ``"loss"`` and ``"skipped"``).
+      state: the initial state (donated to the first step, as with ``step``).
+      batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
+        each process's own rows.
+      steps: stop after this many batches (default: when ``batches`` ends).
+      checkpoint_dir: where to save (``None``: no checkpoints).
+      checkpoint_every: save every this many steps (and at the end).
+      keep: how many checkpoints to keep.
+      metadata: JSON metadata saved with every checkpoint.
+      prefetch: batches kept ready on the devices (0: transfer in the loop).
+      progress: show a rich progress bar on stderr (loss, skipped steps).
+
+    Returns:
+      ``(state, report)``: the final state and a :class:`FitReport`.
+
+    Example:
+        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> from jaxwise import optim
+        >>> from jaxwise.train import TrainState, make_train_step
+        >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+        >>> rng = np.random.default_rng(0)
+        >>> def batches():
+        ...     while True:
+        ...         x = rng.normal(size=(16, 3)).astype(np.float32)
+        ...         yield x, x @ np.asarray([1.0, -2.0, 0.5], np.float32)
+        >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.adam(0.1), 0)
+        >>> state, report = fit(make_train_step(loss, optim.adam(0.1)), state, batches(),
+        ...                     steps=200, progress=False)
+        >>> report.steps, report.skipped, bool(report.losses[-1] < 1e-3)
+        (200, 0, True)
+    """
+    check_callable(step, "step")
+    _check(state, steps, checkpoint_dir, checkpoint_every, prefetch)
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
+    total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
+    source: Iterable[Any] = itertools.islice(batches, steps) if steps is not None else batches
+    mesh = getattr(step, "mesh", None)
+    started = time.perf_counter()
+    losses: list[float] = []
+    saved: list[int] = []
+    skipped = 0
+    with contextlib.ExitStack() as stack:
+        feed = (
+            stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
+        )
+        writer = (
+            stack.enter_context(Checkpointer(checkpoint_dir, keep=keep))
+            if checkpoint_dir is not None
+            else None
+        )
+        advance = stack.enter_context(_progress(bool(progress), total))
+
+        def record(metrics: dict[str, Any]) -> None:
+            nonlocal skipped
+            losses.append(float(metrics["loss"]))
+            skipped += int(metrics.get("skipped", 0))
+            advance(losses[-1], skipped)
+
+        def checkpoint() -> None:
+            if writer is not None and int(state.step) not in saved:  # skipped steps: nothing new
+                writer.save(state, metadata)
+                saved.append(int(state.step))
+
+        pending = None
+        for batch in feed:
+            state, metrics = step(state, batch)
+            if pending is not None:
+                record(pending)  # the previous step's metrics: this step is already queued
+            pending = metrics
+            if checkpoint_every and (len(losses) + 1) % checkpoint_every == 0:
+                checkpoint()
+        if pending is not None:
+            record(pending)
+            checkpoint()
+    report = FitReport(
+        len(losses),
+        skipped,
+        np.asarray(losses, np.float64),
+        tuple(saved),
+        time.perf_counter() - started,
+    )
+    return state, report
