@@ -403,3 +403,16 @@ def test_flax_train_states_are_recognised():
 def test_adapters_reject_non_modules():
     with pytest.raises(TypeError, match="flax.nnx.Module, got dict"):
         from_nnx({"w": jnp.ones(2)})
+
+
+def test_nnx_trainable_filter_state_checks_and_program_name():
+    x, _ = data()
+    module = NNXNet(nnx.Rngs(0))
+    model = from_nnx(module, trainable=(nnx.Param, nnx.BatchStat))  # statistics trained too
+    assert "mean" in model.params["bn"] and "bn" not in model.model_state
+    with pytest.raises(ValueError, match="non-trainable state"):
+        model.apply(model.params, None, x)
+    jitted = jax.jit(from_nnx(module).apply)
+    with CompileCounter("apply_NNXNet") as counter:  # the program is named after the model
+        jitted(*nnx.split(module, nnx.Param, ...)[1:], x)
+    assert counter.count == 1

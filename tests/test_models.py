@@ -59,5 +59,7 @@ def test_core_imports_without_flax_or_equinox_and_adapters_say_what_to_install()
         "        raise AssertionError(adapter)\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
