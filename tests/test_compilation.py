@@ -274,6 +274,25 @@ def test_sharding_change_is_kind_sharding(axis_type):
     assert "on one device" in miss.old and "data=8" in miss.new
 
 
+def test_device_change_without_retrace_is_kind_sharding():
+    # The trace is reused (same avals); only the executable's placement differs.
+    def on_device(x):
+        return 2.0 * x
+
+    f = jax.jit(on_device)
+    x = jnp.ones(16)
+    with CompileCounter(f) as counter:
+        f(x), f(jax.device_put(x, jax.devices()[3])), f(jax.device_put(x, jax.devices()[3]))
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "sharding",
+        "x",
+        "on cpu:0",
+        "on cpu:3",
+    )
+
+
 def test_private_jax_hooks_still_work():
     # jaxwise reads JAX's tracing-cache keys (partial_eval.explain) and the compiling jit call
     # (pjit._pjit_call_impl_python) in one module, _jaxkeys. If JAX moves either, this fails.

@@ -132,6 +132,20 @@ def _leaf_type(aval: Any) -> LeafType:
     )
 
 
+def _sharding_text(sharding: Any) -> str:
+    """Short text for an input sharding: ``"on cpu:3"``, ``"P('data',) on mesh(data=8)"``."""
+    if sharding is None:
+        return "unplaced"
+    mesh, spec = getattr(sharding, "mesh", None), getattr(sharding, "spec", None)
+    if mesh is not None and spec is not None:
+        sizes = ", ".join(f"{n}={k}" for n, k in zip(mesh.axis_names, mesh.axis_sizes))
+        return f"{spec} on mesh({sizes})"
+    devices = list(getattr(sharding, "device_set", ()) or ())
+    if len(devices) == 1:
+        return f"on {devices[0].platform}:{devices[0].id}"
+    return str(sharding)
+
+
 def _paths(treedef: Any, n: int) -> list[str]:
     try:
         flat, _ = jax.tree_util.tree_flatten_with_path(treedef.unflatten(list(range(n))))
@@ -263,7 +277,7 @@ def compile_context() -> CompileContext | None:
         file = defined_at.rsplit(":", 1)[0] if defined_at else ""
         internal = os.path.abspath(file).startswith(_JAX_DIR) if file else False
         arg_names = tuple(str(a) for a in (debug_info.arg_names or ()))
-        shardings = tuple(str(getattr(a, "sharding", "")) for a in args)
+        shardings = tuple(_sharding_text(getattr(a, "sharding", None)) for a in args)
         return CompileContext(name, defined_at, internal, arg_names, shardings, jaxpr)
     except Exception:
         return None
