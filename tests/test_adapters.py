@@ -371,6 +371,11 @@ def test_check_params_names_the_adapter():
         check_params(mlp)
     with pytest.raises(TypeError, match="leaf `layer.1` is a function"):
         check_params({"layer": [jnp.ones(2), lambda z: z]})
+    with pytest.raises(TypeError, match="got a jaxwise.models.Model; pass its `.params`"):
+        check_params(from_equinox(mlp))
+    _, variables, _ = linen_model()
+    with pytest.raises(TypeError, match=r"Flax linen `variables` \(collections \['batch_stats', "):
+        check_params(variables)
     check_params(from_equinox(mlp).params)  # an Equinox module of arrays IS a params tree
     check_params(from_nnx(linear).params)
     check_params({"w": np.ones(2), "b": 0.5})

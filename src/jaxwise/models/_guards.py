@@ -23,6 +23,8 @@ _ADAPTER = {
     "and pass its `.params`",
 }
 
+_LINEN_COLLECTIONS = {"batch_stats", "cache", "intermediates", "spectral_stats"}
+
 _TRAIN_STATES = {
     ("flax.training.train_state", "TrainState"): "a flax.training.train_state.TrainState",
     ("flax.nnx.helpers", "TrainState"): "a flax.nnx.TrainState",
@@ -69,6 +71,15 @@ def check_params(tree: Any, name: str = "params") -> None:
         ...
         TypeError: `params` must be a pytree of arrays; leaf `w` is a str
     """
+    if type(tree).__name__ == "Model" and type(tree).__module__.startswith("jaxwise.models"):
+        raise TypeError(f"`{name}` must be a pytree of arrays, got a jaxwise.models.Model; pass "
+                        "its `.params` (and `.model_state` where model state is expected)")
+    if isinstance(tree, dict) and "params" in tree and set(tree) & _LINEN_COLLECTIONS:
+        raise TypeError(
+            f"`{name}` must be the trainable parameters, got what looks like Flax linen "
+            f"`variables` (collections {sorted(tree)}); use "
+            "`jaxwise.models.from_linen(module, variables)` and pass its `.params`"
+        )
     library = model_library(tree)
     bad = [
         (path, leaf)
