@@ -333,3 +333,9 @@ def test_constructor_errors():
         Padded((None, None), "float32")
     with pytest.raises(ValueError, match="strictly increasing"):
         BucketedFunction(lambda w: w, (8, 4), [Padded((None,), "float32")])
+
+
+def test_padded_spec_accepts_numpy_ints_and_rejects_bools():
+    assert Padded((None, np.int64(4)), "float32").at(8).shape == (8, 4)
+    with pytest.raises(ValueError, match="ints >= 0 or None"):
+        Padded((None, True), "float32")

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from jaxwise import doctor
 
 
@@ -58,3 +60,10 @@ def test_environment_lists_ecosystem_versions(monkeypatch):
     env = doctor.environment()
     assert env["flax"] == "not installed"  # always listed
     assert "equinox" not in env  # listed only when installed
+
+
+def test_check_captured_constant_validates_size():
+    with pytest.raises(ValueError, match="`n` must be >= 1"):
+        doctor.check_captured_constant(n=0)
+    with pytest.raises(TypeError, match="`n` must be an int"):
+        doctor.check_captured_constant(n=2.5)

@@ -26,6 +26,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwise._checks import check_int
+
 __all__ = [
     "ECOSYSTEM",
     "Check",
@@ -198,6 +200,7 @@ def check_captured_constant(n: int = 256) -> Check:
     Both are compared with a NumPy float64 reference; the closure embeds the
     matrix in the program, which this check also reports.
     """
+    n = check_int(n, "n", min_value=1)
     name = "captured constant"
     rng = np.random.default_rng(0)
     a = rng.normal(size=(n, n)).astype(np.float32) / np.sqrt(n)

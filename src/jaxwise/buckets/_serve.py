@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_callable
+from jaxwise._checks import check_callable, is_int
 from jaxwise.buckets._padding import _check_buckets, bucket_for, pad_to_bucket
 
 __all__ = ["BucketStats", "BucketedFunction", "Padded"]
@@ -39,7 +39,7 @@ class Padded:
                 f"`Padded.shape` must contain exactly one None (the padded axis), got {shape}"
             )
         for d in shape:
-            if d is not None and (not isinstance(d, (int, np.integer)) or d < 0):
+            if d is not None and (not is_int(d) or d < 0):
                 raise ValueError(f"`Padded.shape` entries must be ints >= 0 or None, got {shape}")
         object.__setattr__(self, "shape", shape)
         object.__setattr__(self, "dtype", np.dtype(self.dtype))
