@@ -21,7 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RESULTS_DIR = Path(os.environ.get("JAXWISE_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 QUICK = os.environ.get("JAXWISE_BENCH_QUICK") == "1"
 
 

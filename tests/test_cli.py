@@ -2,6 +2,7 @@
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -14,7 +15,8 @@ from jaxwise.data import flip_labels, make_blobs
 
 
 def run_cli(args, capsys):
-    code = main([*args, "--no-progress"] if args[0] in ("spiral", "train", "label-errors") else args)
+    training = args[0] in ("spiral", "train", "label-errors")
+    code = main([*args, "--no-progress", "--no-cache"] if training else args)
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -34,15 +36,31 @@ def read_png(path):
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_spiral_end_to_end(tmp_path):
     out = tmp_path / "spiral"
     proc = subprocess.run(
-        [sys.executable, "-m", "jaxwise.cli", "spiral", "--epochs", "150", "--json", "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "jaxwise.cli",
+            "spiral",
+            "--epochs",
+            "150",
+            "--json",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, JAXWISE_CACHE_DIR=str(tmp_path / "cache")),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
     assert summary["compiles"] == 1 and isinstance(summary["compiles"], int)
+    assert summary["schema"] == 1 and summary["skipped"] == 0
+    assert summary["compile"] == {**summary["compile"], "compiled": 1, "loaded_from_cache": 0}
     assert summary["train_accuracy"] > 0.95 and summary["test_accuracy"] > 0.95
     assert all(check["ok"] for check in summary["checks"].values()), summary["checks"]
     assert summary["float64"]["max_logit_error"] < 1e-4
@@ -53,7 +71,9 @@ def test_spiral_end_to_end(tmp_path):
 
 
 def test_spiral_dp_reports_epsilon(tmp_path, capsys):
-    code, out, _ = run_cli(["spiral", "--dp", "--epochs", "20", "--json", "--out", str(tmp_path)], capsys)
+    code, out, _ = run_cli(
+        ["spiral", "--dp", "--epochs", "20", "--json", "--out", str(tmp_path)], capsys
+    )
     assert code == 0
     summary = json.loads(out)
     assert 0 < summary["dp"]["epsilon"] < 50 and summary["dp"]["delta"] == 1e-5
@@ -90,8 +110,24 @@ def blob_csv(tmp_path):
 
 def test_train_csv_with_string_labels(tmp_path, blob_csv, capsys):
     out = tmp_path / "run"
-    code, stdout, _ = run_cli(["train", str(blob_csv), "--label", "colour", "--epochs", "15", "--batch-size", "64",
-                               "--hidden", "32,32", "--json", "--out", str(out)], capsys)
+    code, stdout, _ = run_cli(
+        [
+            "train",
+            str(blob_csv),
+            "--label",
+            "colour",
+            "--epochs",
+            "15",
+            "--batch-size",
+            "64",
+            "--hidden",
+            "32,32",
+            "--json",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert code == 0
     summary = json.loads(stdout)
     assert summary["compiles"] == 1
@@ -105,7 +141,17 @@ def test_train_csv_with_string_labels(tmp_path, blob_csv, capsys):
 
 
 def test_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, blob_csv, capsys):
-    common = ["train", str(blob_csv), "--label", "colour", "--epochs", "6", "--batch-size", "64", "--json"]
+    common = [
+        "train",
+        str(blob_csv),
+        "--label",
+        "colour",
+        "--epochs",
+        "6",
+        "--batch-size",
+        "64",
+        "--json",
+    ]
     code, straight, _ = run_cli([*common, "--out", str(tmp_path / "a")], capsys)
     assert code == 0
     code, _, _ = run_cli([*common, "--out", str(tmp_path / "b"), "--stop-after", "3"], capsys)
@@ -119,15 +165,34 @@ def test_resume_equals_uninterrupted_run_bit_for_bit(tmp_path, blob_csv, capsys)
 
 
 def test_resume_with_other_settings_is_refused(tmp_path, blob_csv, capsys):
-    common = ["train", str(blob_csv), "--label", "colour", "--batch-size", "64", "--out", str(tmp_path / "r")]
+    common = [
+        "train",
+        str(blob_csv),
+        "--label",
+        "colour",
+        "--batch-size",
+        "64",
+        "--out",
+        str(tmp_path / "r"),
+    ]
     assert run_cli([*common, "--epochs", "4", "--stop-after", "2"], capsys)[0] == 0
     code, _, err = run_cli([*common, "--epochs", "4", "--resume", "--hidden", "16"], capsys)
     assert code == 2 and "trained with hidden=[64, 64]" in err
 
 
 def test_existing_checkpoint_is_never_overwritten(tmp_path, blob_csv, capsys):
-    common = ["train", str(blob_csv), "--label", "colour", "--epochs", "2", "--batch-size", "64",
-              "--out", str(tmp_path / "keep")]
+    common = [
+        "train",
+        str(blob_csv),
+        "--label",
+        "colour",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "64",
+        "--out",
+        str(tmp_path / "keep"),
+    ]
     assert run_cli(common, capsys)[0] == 0
     before = sorted(p.name for p in (tmp_path / "keep" / "checkpoint").iterdir())
     code, _, err = run_cli(common, capsys)
@@ -140,13 +205,40 @@ def test_label_errors_recall_and_csv(tmp_path, capsys):
     noisy, flipped = flip_labels(y, 20, 4, seed=4)
     path = write_csv(tmp_path / "noisy.csv", x, noisy.tolist(), label_name="target")
     suspects = tmp_path / "suspects.csv"
-    code, stdout, _ = run_cli(["label-errors", str(path), "--label", "target", "--top", "40", "--epochs", "30",
-                               "--out", str(suspects), "--run-dir", str(tmp_path / "run"), "--json"], capsys)
+    code, stdout, _ = run_cli(
+        [
+            "label-errors",
+            str(path),
+            "--label",
+            "target",
+            "--top",
+            "40",
+            "--epochs",
+            "30",
+            "--out",
+            str(suspects),
+            "--run-dir",
+            str(tmp_path / "run"),
+            "--json",
+            "--method",
+            "gradnorm",
+        ],
+        capsys,
+    )
     assert code == 0
     with open(suspects) as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == 40
-    assert list(rows[0]) == ["row", "given_label", "predicted_label", "p_given", "grad_norm", "loss"]
+    assert list(rows[0]) == [
+        "row",
+        "given_label",
+        "predicted_label",
+        "p_given",
+        "grad_norm",
+        "loss",
+        "suggested_label",
+    ]
+    assert all(r["suggested_label"] != r["given_label"] for r in rows)
     found = {int(r["row"]) for r in rows}
     recall = len(found & set(flipped.tolist())) / 20
     assert recall >= 0.8, recall
@@ -170,15 +262,16 @@ def test_label_errors_recall_and_csv(tmp_path, capsys):
         ("a,b,colour\n1,2,x\n3,y,z\n", [], "non-numeric value 'y' in data row 1, column 'b'"),
         ("a,b,colour\n1,2,x\n3,,z\n", [], "missing value in data row 1"),
         ("a,b,colour\n1,2,x\n3,4,x\n", [], "single class"),
-        ("a,b,colour\n1,2,x\n3,4,z\n", [], "fewer than --batch-size"),
+        ("a,b,colour\n1,2,x\n3,4,z\n", ["--batch-size", "4"], "fewer than --batch-size"),
     ],
 )
 def test_bad_csv_exits_2_with_one_line(tmp_path, capsys, content, extra, match):
     path = tmp_path / "bad.csv"
     if content is not None:
         path.write_text(content)
-    code, out, err = run_cli(["train", str(path), "--label", "colour", "--out", str(tmp_path / "o"), *extra],
-                             capsys)
+    code, out, err = run_cli(
+        ["train", str(path), "--label", "colour", "--out", str(tmp_path / "o"), *extra], capsys
+    )
     assert code == 2
     assert match in err and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "o" / "checkpoint").exists()
@@ -190,11 +283,37 @@ def test_drop_na(tmp_path, capsys):
     text = path.read_text().splitlines()
     text[5] = ",".join(text[5].split(",")[:-2] + ["", text[5].split(",")[-1]])
     path.write_text("\n".join(text) + "\n")
-    code, _, err = run_cli(["train", str(path), "--label", "colour", "--batch-size", "32", "--out",
-                            str(tmp_path / "o")], capsys)
+    code, _, err = run_cli(
+        [
+            "train",
+            str(path),
+            "--label",
+            "colour",
+            "--batch-size",
+            "32",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capsys,
+    )
     assert code == 2 and "--drop-na" in err
-    code, out, _ = run_cli(["train", str(path), "--label", "colour", "--batch-size", "32", "--epochs", "2",
-                            "--drop-na", "--json", "--out", str(tmp_path / "o")], capsys)
+    code, out, _ = run_cli(
+        [
+            "train",
+            str(path),
+            "--label",
+            "colour",
+            "--batch-size",
+            "32",
+            "--epochs",
+            "2",
+            "--drop-na",
+            "--json",
+            "--out",
+            str(tmp_path / "o"),
+        ],
+        capsys,
+    )
     assert code == 0 and json.loads(out)["dropped_rows"] == 1
 
 
@@ -203,12 +322,18 @@ def test_unwritable_out_is_a_user_error(tmp_path, blob_csv, capsys):
     blocker.write_text("not a directory")
     code, _, err = run_cli(["spiral", "--epochs", "1", "--out", str(blocker / "sub")], capsys)
     assert code == 2 and "not writable" in err
-    code, _, err = run_cli(["train", str(blob_csv), "--label", "colour", "--out", str(blocker)], capsys)
-    assert code == 2 and "not writable" in err
+    code, _, err = run_cli(
+        ["train", str(blob_csv), "--label", "colour", "--out", str(blocker)], capsys
+    )
+    assert code == 2 and "is a file, expected a directory" in err
 
 
 def test_bad_options_are_usage_errors(capsys):
-    for args in (["spiral", "--epochs", "0"], ["train", "x.csv"], ["train", "x.csv", "--label", "y", "--hidden", "a"]):
+    for args in (
+        ["spiral", "--epochs", "0"],
+        ["train", "x.csv"],
+        ["train", "x.csv", "--label", "y", "--hidden", "a"],
+    ):
         with pytest.raises(SystemExit) as info:
             main(args)
         assert info.value.code == 2

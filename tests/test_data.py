@@ -81,7 +81,11 @@ def test_load_csv_missing_file_and_drop_na(tmp_path):
     with pytest.raises(DataError, match="is a directory"):
         load_csv(tmp_path, "y")
     table = load_csv(write(tmp_path, "a,y\n1,0\n,1\n3,1\n4,na\n5,0\n"), "y", drop_na=True)
-    assert table.dropped == 2 and table.rows.tolist() == [0, 2, 4] and table.x[:, 0].tolist() == [1, 3, 5]
+    assert (
+        table.dropped == 2
+        and table.rows.tolist() == [0, 2, 4]
+        and table.x[:, 0].tolist() == [1, 3, 5]
+    )
     binary = tmp_path / "b.csv"
     binary.write_bytes(b"a,y\n\xff\xfe,1\n")
     with pytest.raises(DataError, match="UTF-8"):
@@ -96,7 +100,9 @@ def test_load_csv_large_file_without_compiling(tmp_path):
     x = rng.normal(size=(n, 5)).round(4)
     labels = rng.choice(["a", "b", "c"], size=n)
     path = tmp_path / "big.csv"
-    lines = ["f0,f1,f2,f3,f4,label"] + [",".join(map(str, row)) + f",{lab}" for row, lab in zip(x.tolist(), labels)]
+    lines = ["f0,f1,f2,f3,f4,label"] + [
+        ",".join(map(str, row)) + f",{lab}" for row, lab in zip(x.tolist(), labels)
+    ]
     path.write_text("\n".join(lines) + "\n")
     with CompileCounter() as counter:
         table = load_csv(path, "label")

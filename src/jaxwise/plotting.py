@@ -20,7 +20,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["plot_confusion", "plot_decision_boundary", "plot_training"]
+__all__ = [
+    "confusion_focus",
+    "plot_confusion",
+    "plot_curves",
+    "plot_decision_boundary",
+    "plot_training",
+]
+
+MAX_CONFUSION_CLASSES = 20
 
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
@@ -43,7 +51,10 @@ def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
 
 
 def plot_training(
-    path: str | os.PathLike[str], step_losses: np.ndarray, steps_per_epoch: int, learning_rates: np.ndarray,
+    path: str | os.PathLike[str],
+    step_losses: np.ndarray,
+    steps_per_epoch: int,
+    learning_rates: np.ndarray,
     title: str = "training loss",
 ) -> Path:
     """Loss per step and per-epoch mean (log scale), with the learning-rate schedule beneath."""
@@ -55,9 +66,16 @@ def plot_training(
     top.semilogy(steps, positive, lw=0.6, alpha=0.45, color=_COLOURS[0], label="per step")
     n_epochs = len(losses) // max(steps_per_epoch, 1)
     if n_epochs:
-        epoch_means = losses[: n_epochs * steps_per_epoch].reshape(n_epochs, steps_per_epoch).mean(1)
-        top.semilogy((np.arange(n_epochs) + 1) * steps_per_epoch, epoch_means, lw=2, color=_COLOURS[1],
-                     label="epoch mean")
+        epoch_means = (
+            losses[: n_epochs * steps_per_epoch].reshape(n_epochs, steps_per_epoch).mean(1)
+        )
+        top.semilogy(
+            (np.arange(n_epochs) + 1) * steps_per_epoch,
+            epoch_means,
+            lw=2,
+            color=_COLOURS[1],
+            label="epoch mean",
+        )
     top.set(ylabel="cross-entropy (log)", title=title)
     top.legend(loc="upper right")
     top.grid(alpha=0.3, which="both")
@@ -77,7 +95,7 @@ def plot_decision_boundary(
     inset_radius: float = 0.25,
     title: str = "decision boundary",
 ) -> Path:
-    """Predicted class regions over the plane, the points, circled ``highlight`` points, and a zoom near the origin.
+    """Predicted class regions, the points, circled ``highlight`` points, a zoom near the origin.
 
     ``predict_proba`` maps ``(M, 2)`` float32 points to ``(M, C)`` probabilities.
     """
@@ -87,7 +105,14 @@ def plot_decision_boundary(
     ax = fig.add_subplot(1, 1, 1)
     _regions(ax, predict_proba, lo, hi, 300)
     _points(ax, x, y, highlight, size=9)
-    ax.set(xlim=(lo[0], hi[0]), ylim=(lo[1], hi[1]), title=title, xlabel="x₁", ylabel="x₂", aspect="equal")
+    ax.set(
+        xlim=(lo[0], hi[0]),
+        ylim=(lo[1], hi[1]),
+        title=title,
+        xlabel="x₁",
+        ylabel="x₂",
+        aspect="equal",
+    )
     inset = ax.inset_axes([0.66, 0.66, 0.32, 0.32])
     r = inset_radius
     _regions(inset, predict_proba, np.array([-r, -r]), np.array([r, r]), 200)
@@ -99,8 +124,13 @@ def plot_decision_boundary(
     return _save(fig, path)
 
 
-def _regions(ax: Any, predict_proba: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray,
-             n: int) -> None:
+def _regions(
+    ax: Any,
+    predict_proba: Callable[[np.ndarray], np.ndarray],
+    lo: np.ndarray,
+    hi: np.ndarray,
+    n: int,
+) -> None:
     from matplotlib.colors import ListedColormap
 
     gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], n), np.linspace(lo[1], hi[1], n))
@@ -108,25 +138,83 @@ def _regions(ax: Any, predict_proba: Callable[[np.ndarray], np.ndarray], lo: np.
     probs = np.asarray(predict_proba(grid))
     classes = probs.shape[1]
     cmap = ListedColormap(_COLOURS[:classes])
-    ax.contourf(gx, gy, probs.argmax(1).reshape(gx.shape), levels=np.arange(classes + 1) - 0.5, cmap=cmap,
-                alpha=0.25)
+    ax.contourf(
+        gx,
+        gy,
+        probs.argmax(1).reshape(gx.shape),
+        levels=np.arange(classes + 1) - 0.5,
+        cmap=cmap,
+        alpha=0.25,
+    )
 
 
 def _points(ax: Any, x: np.ndarray, y: np.ndarray, highlight: Sequence[int], size: float) -> None:
     for c in np.unique(y):
         sel = y == c
-        ax.scatter(x[sel, 0], x[sel, 1], s=size, color=_COLOURS[int(c) % len(_COLOURS)], edgecolors="none",
-                   label=f"class {int(c)}")
+        ax.scatter(
+            x[sel, 0],
+            x[sel, 1],
+            s=size,
+            color=_COLOURS[int(c) % len(_COLOURS)],
+            edgecolors="none",
+            label=f"class {int(c)}",
+        )
     if len(highlight):
         idx = np.asarray(highlight)
-        ax.scatter(x[idx, 0], x[idx, 1], s=size * 14, facecolors="none", edgecolors="black", linewidths=1.4,
-                   label="hardest examples")
+        ax.scatter(
+            x[idx, 0],
+            x[idx, 1],
+            s=size * 14,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.4,
+            label="hardest examples",
+        )
 
 
-def plot_confusion(path: str | os.PathLike[str], matrix: np.ndarray, classes: Sequence[str],
-                   title: str = "validation confusion matrix") -> Path:
-    """A confusion matrix (rows: true class, columns: predicted) with counts in the cells."""
+def confusion_focus(matrix: np.ndarray, max_classes: int = MAX_CONFUSION_CLASSES) -> np.ndarray:
+    """Indices of the classes a confusion plot shows: all of them, or the most confused ones.
+
+    With more than ``max_classes`` classes, the classes are ranked by their
+    largest off-diagonal count (as true or predicted class), ties broken by
+    support, and the top ``max_classes`` are kept (sorted by index). Cost:
+    O(k²) NumPy work, no per-cell Python loop.
+
+    Example:
+        >>> m = np.diag([5, 5, 5, 5]); m[2, 3] = 4
+        >>> confusion_focus(m, 2).tolist()
+        [2, 3]
+    """
     matrix = np.asarray(matrix)
+    k = matrix.shape[0]
+    if k <= max_classes:
+        return np.arange(k)
+    off = matrix * (1 - np.eye(k, dtype=matrix.dtype))
+    worst = np.maximum(off.max(0), off.max(1)).astype(np.float64)
+    support = matrix.sum(1).astype(np.float64)
+    order = np.lexsort((-support, -worst))  # primary key: worst confusion, then support
+    return np.sort(order[:max_classes])
+
+
+def plot_confusion(
+    path: str | os.PathLike[str],
+    matrix: np.ndarray,
+    classes: Sequence[str],
+    title: str = "validation confusion matrix",
+    max_classes: int = MAX_CONFUSION_CLASSES,
+) -> Path:
+    """A confusion matrix (rows: true class, columns: predicted) with counts in the cells.
+
+    With more than ``max_classes`` classes only the most confused ones are
+    drawn (see :func:`confusion_focus`; the title says so), so the figure
+    stays small and fast whatever the number of classes.
+    """
+    matrix = np.asarray(matrix)
+    keep = confusion_focus(matrix, max_classes)
+    if len(keep) < len(classes):
+        title = f"{title}: the {len(keep)} most confused of {len(classes)} classes"
+        matrix = matrix[np.ix_(keep, keep)]
+        classes = [str(classes[i]) for i in keep]
     k = len(classes)
     fig = _figure(1.2 + 0.6 * k, 1.0 + 0.55 * k)
     ax = fig.add_subplot(1, 1, 1)
@@ -134,9 +222,49 @@ def plot_confusion(path: str | os.PathLike[str], matrix: np.ndarray, classes: Se
     for i in range(k):
         for j in range(k):
             colour = "white" if matrix[i, j] > matrix.max() / 2 else "black"
-            ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", color=colour, fontsize=8)
+            ax.text(
+                j, i, str(int(matrix[i, j])), ha="center", va="center", color=colour, fontsize=8
+            )
     ax.set(xticks=range(k), yticks=range(k), xlabel="predicted", ylabel="true", title=title)
-    ax.set_xticklabels(classes, rotation=45, ha="right", fontsize=8)
-    ax.set_yticklabels(classes, fontsize=8)
+    ax.set_xticklabels([_short_label(c) for c in classes], rotation=45, ha="right", fontsize=8)
+    ax.set_yticklabels([_short_label(c) for c in classes], fontsize=8)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _short_label(text: str, width: int = 16) -> str:
+    text = str(text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def plot_curves(
+    path: str | os.PathLike[str],
+    history: Sequence[dict[str, Any]],
+    title: str = "training and validation curves",
+    best_epoch: int | None = None,
+) -> Path:
+    """Loss and accuracy per epoch for the training and the validation rows.
+
+    ``history`` holds one dict per epoch with keys ``epoch``, ``loss``,
+    ``accuracy``, ``val_loss``, ``val_accuracy`` (``None`` for a value that
+    was not finite: drawn as a gap). ``best_epoch`` draws a marker line.
+    """
+    epochs = np.asarray([h["epoch"] for h in history], np.float64)
+
+    def column(key: str) -> np.ndarray:
+        return np.asarray([np.nan if h.get(key) is None else h[key] for h in history], np.float64)
+
+    fig = _figure(7.5, 5.5)
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for ax, key, label in ((top, "loss", "cross-entropy"), (bottom, "accuracy", "accuracy")):
+        ax.plot(epochs, column(key), marker=".", color=_COLOURS[0], label="training")
+        ax.plot(epochs, column(f"val_{key}"), marker=".", color=_COLOURS[1], label="validation")
+        if best_epoch is not None:
+            ax.axvline(best_epoch, color="black", ls="--", lw=1, label=f"best epoch ({best_epoch})")
+        ax.set(ylabel=label)
+        ax.grid(alpha=0.3)
+    top.set(title=title)
+    top.legend(loc="upper right")
+    bottom.set(xlabel="epoch")
     fig.tight_layout()
     return _save(fig, path)

@@ -1,0 +1,135 @@
+"""JAX's persistent compilation cache for CLI jobs, and honest compile counting.
+
+A CLI job runs inside :func:`persistent_cache`: compiled programs are stored under the
+user's cache directory (``$XDG_CACHE_HOME/jaxwise/jax-cache``, ``~/.cache/...`` by default)
+and a second run loads them instead of compiling. :class:`CompileTally` counts the training
+program's compilations and tells the two apart, from JAX's own monitoring events:
+``/jax/compilation_cache/cache_hits`` fires inside a backend compile that was served from
+the cache, so a compile event that follows a hit is a load, not a compilation.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxwise._checks import UserError
+from jaxwise.compilation import CompileCounter
+
+CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+_SETTINGS = (
+    "jax_compilation_cache_dir",
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
+__all__ = ["CompileTally", "default_cache_dir", "persistent_cache"]
+
+
+def default_cache_dir() -> Path:
+    """``$JAXWISE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxwise/jax-cache`` (``~/.cache/...``)."""
+    explicit = os.environ.get("JAXWISE_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "jaxwise" / "jax-cache"
+
+
+@contextmanager
+def persistent_cache(directory: Path | None) -> Iterator[Path | None]:
+    """Turn on JAX's persistent compilation cache in ``directory`` for the block (None: off).
+
+    Every program is cached (no minimum compile time or size). The previous settings are
+    restored afterwards, so a job run in-process (tests, notebooks) leaves JAX as it was.
+    """
+    if directory is None:
+        yield None
+        return
+    from jax.experimental.compilation_cache import compilation_cache
+
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(
+            f"compilation cache directory {directory} cannot be created "
+            f"({err.strerror or err}); pass --no-cache"
+        ) from None
+    saved = {name: getattr(jax.config, name) for name in _SETTINGS}
+    jax.config.update("jax_compilation_cache_dir", str(directory))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    compilation_cache.reset_cache()
+    try:
+        yield directory
+    finally:
+        for name, value in saved.items():
+            jax.config.update(name, value)
+        compilation_cache.reset_cache()
+
+
+class CompileTally:
+    """Compilations of the blocks measured with :meth:`measure`: fresh ones and cache loads.
+
+    Attributes:
+      compiled: programs XLA compiled.
+      loaded: programs loaded from the persistent compilation cache.
+      seconds: total backend time (compiling or loading).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> x, tally = jnp.ones(4), CompileTally()
+        >>> with tally.measure():
+        ...     _ = jax.jit(lambda v: v * 3)(x)
+        >>> tally.total, tally.describe("f")
+        (1, 'f compiled 1×')
+    """
+
+    def __init__(self) -> None:
+        self.compiled = 0
+        self.loaded = 0
+        self.seconds = 0.0
+
+    @property
+    def total(self) -> int:
+        return self.compiled + self.loaded
+
+    @contextmanager
+    def measure(self) -> Iterator[CompileTally]:
+        hits = [0]
+
+        def on_event(event: str, **_: Any) -> None:
+            if event == CACHE_HIT_EVENT:
+                hits[0] += 1
+
+        jax.monitoring.register_event_listener(on_event)
+        try:
+            with CompileCounter() as counter:
+                yield self
+        finally:
+            jax.monitoring.unregister_event_listener(on_event)
+        loaded = min(hits[0], counter.count)
+        self.loaded += loaded
+        self.compiled += counter.count - loaded
+        self.seconds += counter.seconds
+
+    def describe(self, what: str) -> str:
+        """``"epoch compiled 1×"``, ``"epoch loaded from the compilation cache 1×"``, or both."""
+        parts = []
+        if self.compiled or not self.loaded:
+            parts.append(f"compiled {self.compiled}×")
+        if self.loaded:
+            parts.append(f"loaded from the compilation cache {self.loaded}×")
+        return f"{what} " + ", ".join(parts)
+
+    def as_dict(self, cache_dir: Path | None) -> dict[str, Any]:
+        return {
+            "compiled": self.compiled,
+            "loaded_from_cache": self.loaded,
+            "seconds": self.seconds,
+            "cache_dir": str(cache_dir) if cache_dir is not None else None,
+        }

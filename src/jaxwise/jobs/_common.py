@@ -1,0 +1,368 @@
+"""Pieces shared by every CLI job: option checks, the optimizer, evaluation, the float64 referee.
+
+Nothing here prints: jobs return JSON-ready summaries and raise :class:`UserError` (exit 2,
+one line) for problems with the user's input, or :class:`RunFailed` (exit 1, one line) when
+a run produced no usable model.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import os
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise import numerics, optim
+from jaxwise._checks import UserError, check_float, check_int
+from jaxwise.models import mlp_apply
+from jaxwise.tree import mask_by_path
+
+DELTA = 1e-5
+MAX_SEED = 2**32
+
+
+class RunFailed(Exception):
+    """A run finished without a usable model (non-finite loss, every step skipped): exit code 1."""
+
+    exit_code = 1
+
+
+# --------------------------------------------------------------------------
+# Options: every value checked before any work, messages name the option
+# --------------------------------------------------------------------------
+
+
+def option_float(value: Any, option: str, **bounds: Any) -> float:
+    """``check_float`` for a command-line option: a :class:`UserError` naming ``option``."""
+    try:
+        return check_float(value, option, **bounds)
+    except (TypeError, ValueError) as err:
+        raise UserError(str(err).replace("`", "")) from None
+
+
+def option_int(value: Any, option: str, **bounds: Any) -> int:
+    """``check_int`` for a command-line option: a :class:`UserError` naming ``option``."""
+    try:
+        return check_int(value, option, **bounds)
+    except (TypeError, ValueError) as err:
+        raise UserError(str(err).replace("`", "")) from None
+
+
+def check_training_options(cfg: Any) -> None:
+    """Checks shared by every training job's options (``--epochs`` … ``--noise-multiplier``)."""
+    option_int(cfg.epochs, "--epochs", min_value=1, max_value=1_000_000)
+    if cfg.batch_size is not None:
+        option_int(cfg.batch_size, "--batch-size", min_value=1)
+    option_int(cfg.seed, "--seed", min_value=0, max_value=MAX_SEED - 1)
+    option_float(cfg.lr, "--lr", min_value=0.0, min_inclusive=False, max_value=10.0)
+    option_float(cfg.clip_norm, "--clip-norm", min_value=0.0, min_inclusive=False, max_value=1e6)
+    option_float(cfg.noise_multiplier, "--noise-multiplier", min_value=0.0, max_value=1e4)
+    check_hidden(cfg.hidden)
+
+
+def parameter_count(sizes: Sequence[int]) -> int:
+    """Weights and biases of an MLP with layer widths ``sizes`` (input first).
+
+    >>> parameter_count((2, 64, 64, 3))
+    4547
+    """
+    return sum(a * b + b for a, b in zip(sizes[:-1], sizes[1:]))
+
+
+def available_memory() -> int:
+    """Bytes of memory available to this process (Linux ``MemAvailable``, else physical pages)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AV_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 2**40
+
+
+TRAINING_COPIES = 6  # parameters, gradients, two Adam moments, the update, the donated swap
+
+
+def check_hidden(hidden: Sequence[int], n_in: int = 1, n_out: int = 1) -> int:
+    """Positive widths whose model fits in memory; returns the parameter count.
+
+    Called once before the data is read (with 1 input and 1 output: a lower bound, so
+    ``--hidden 100000,100000`` is refused at once) and again with the real sizes.
+    """
+    if not hidden or any(isinstance(h, bool) or not isinstance(h, int) or h < 1 for h in hidden):
+        raise UserError(
+            f"--hidden must be positive layer widths like 64,64, got {','.join(map(str, hidden))}"
+        )
+    count = parameter_count((n_in, *hidden, n_out))
+    need = count * 4 * TRAINING_COPIES
+    have = available_memory()
+    if need > 0.8 * have:
+        raise UserError(
+            f"--hidden {','.join(map(str, hidden))}: the model has {count:.3g} parameters, about "
+            f"{need / 1e9:.3g} GB to train (parameters, gradients, Adam moments), but only "
+            f"{have / 1e9:.3g} GB of memory is available; choose smaller --hidden widths"
+        )
+    return count
+
+
+# --------------------------------------------------------------------------
+# Model, optimizer, evaluation
+# --------------------------------------------------------------------------
+
+
+def xent_single(logits: jax.Array, label: jax.Array) -> jax.Array:
+    """Cross-entropy of one example's logits ``(C,)`` against an integer label."""
+    return -numerics.log_softmax(logits)[label]
+
+
+def _plain_per_example_loss(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+    return xent_single(mlp_apply(params, x), y)
+
+
+def per_example_loss() -> Callable[..., jax.Array]:
+    """``loss_single(params, x, y)`` of one example, in the form ghost clipping analyses best."""
+    try:
+        from jaxwise.per_example import mlp_loss  # the dense-layer form, where still offered
+    except ImportError:
+        return _plain_per_example_loss
+    return mlp_loss(xent_single)
+
+
+def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
+    """Mean cross-entropy of the MLP on a mini-batch ``(x, y)``."""
+    return numerics.cross_entropy(mlp_apply(params, batch[0]), batch[1])
+
+
+def make_optimizer(
+    total_steps: int, peak_lr: float, weight_decay: float, warmup: int, end_lr: float
+) -> Any:
+    """``chain(clip 1.0, Adam, decoupled decay on weights only, warmup-cosine learning rate)``."""
+    warmup = max(0, min(warmup, total_steps - 1))
+    schedule = optim.warmup_cosine_decay_schedule(
+        0.0, peak_lr, warmup, max(total_steps, warmup + 1), end_lr
+    )
+    return optim.chain(
+        optim.clip_by_global_norm(1.0),
+        optim.scale_by_adam(),
+        optim.add_decayed_weights(weight_decay, mask=lambda p: mask_by_path(p, r"\.w$")),
+        optim.scale_by_learning_rate(schedule),
+    ), schedule
+
+
+@jax.jit
+def evaluate(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(mean cross-entropy, accuracy) of the MLP on ``(x, y)``."""
+    logits = mlp_apply(params, x)
+    return numerics.cross_entropy(logits, y), jnp.mean(
+        (jnp.argmax(logits, -1) == y).astype(jnp.float32)
+    )
+
+
+@jax.jit
+def _probabilities(params: Any, x: jax.Array) -> jax.Array:
+    return jax.nn.softmax(mlp_apply(params, x), axis=-1)
+
+
+def predict_proba(params: Any) -> Callable[[np.ndarray], np.ndarray]:
+    """``x (N, D) -> probabilities (N, C)`` as NumPy, for plots and reports."""
+    return lambda x: np.asarray(_probabilities(params, jnp.asarray(x, jnp.float32)))
+
+
+def accuracy(params: Any, x: np.ndarray, y: np.ndarray) -> float:
+    return float(evaluate(params, jnp.asarray(x), jnp.asarray(y))[1])
+
+
+def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
+    """The MLP's logits recomputed independently in NumPy float64 (the referee)."""
+    h = np.asarray(x, np.float64)
+    n = len(params)
+    for i in range(n):
+        w = np.asarray(params[f"dense_{i}"]["w"], np.float64)
+        b = np.asarray(params[f"dense_{i}"]["b"], np.float64)
+        h = h @ w + b
+        if i < n - 1:
+            h = np.maximum(h, 0.0)
+    return h
+
+
+def float64_check(params: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """Logits, cross-entropy and accuracy of the float32 model against the float64 referee."""
+    ours = np.asarray(jax.jit(mlp_apply)(params, jnp.asarray(x)), np.float64)
+    ref = mlp_float64(params, x)
+    shifted = ref - ref.max(1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    ce64 = float(-logp[np.arange(len(y)), y].mean())
+    ce32 = float(evaluate(params, jnp.asarray(x), jnp.asarray(y))[0])
+    return {
+        "max_logit_error": float(np.max(np.abs(ours - ref))),
+        "cross_entropy_float64": ce64,
+        "cross_entropy_error": abs(ce32 - ce64),
+        "accuracy_float64": float((ref.argmax(1) == y).mean()),
+        "accuracy_float32": float((ours.argmax(1) == y).mean()),
+    }
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> jax.Array:
+    """The learning rate at every step, for plots and metrics (one compiled program)."""
+    return jax.vmap(schedule)(jnp.arange(steps))
+
+
+def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
+    """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping)."""
+    from jaxwise.privacy import make_dp_train_epoch
+    from jaxwise.train import make_train_epoch
+
+    if cfg.dp:
+        return make_dp_train_epoch(
+            per_example_loss(),
+            tx,
+            batch_size=cfg.batch_size,
+            clip_norm=cfg.clip_norm,
+            noise_multiplier=cfg.noise_multiplier,
+            sampling="poisson",
+            method="ghost",
+        )
+    return make_train_epoch(batch_loss, tx, cfg.batch_size)
+
+
+def steps_per_epoch(n_train: int, cfg: Any) -> int:
+    """Steps per epoch: ``n // batch`` shuffled batches, or ``round(n / batch)`` Poisson samples."""
+    if cfg.dp:
+        return max(1, round(n_train / cfg.batch_size))
+    return n_train // cfg.batch_size
+
+
+def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
+    """ε at δ = 1e-5 from dp-accounting for the Poisson-sampled run, with its parameters."""
+    from jaxwise.privacy import epsilon
+
+    q = cfg.batch_size / n_train
+    eps = (
+        epsilon(cfg.noise_multiplier, q, steps, DELTA)
+        if cfg.noise_multiplier and steps
+        else math.inf
+    )
+    return {
+        "epsilon": eps,
+        "delta": DELTA,
+        "noise_multiplier": cfg.noise_multiplier,
+        "clip_norm": cfg.clip_norm,
+        "sample_rate": q,
+        "steps": steps,
+        "sampling": "poisson",
+    }
+
+
+def params_digest(params: Any) -> str:
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(params):
+        digest.update(np.asarray(leaf).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def step_metrics(metrics: dict[str, Any], n_steps: int) -> tuple[np.ndarray | None, int]:
+    """(per-step losses or None, number of skipped steps) from an epoch's stacked metrics."""
+    losses = np.asarray(metrics["loss"], np.float64) if "loss" in metrics else None
+    skipped = int(np.asarray(metrics["skipped"]).sum()) if "skipped" in metrics else 0
+    return losses, min(skipped, n_steps)
+
+
+def check_run_health(final_loss: float | None, skipped: int, steps: int, what: str) -> None:
+    """:class:`RunFailed` when a run cannot have produced a usable model."""
+    if steps and skipped >= steps:
+        raise RunFailed(
+            f"{what}: every one of the {steps} training steps was skipped as non-finite "
+            "(the model never trained); lower --lr or check the data"
+        )
+    if final_loss is not None and not math.isfinite(final_loss):
+        raise RunFailed(
+            f"{what}: the final training loss is {final_loss} ({skipped} of {steps} steps skipped "
+            "as non-finite); lower --lr or check the data"
+        )
+
+
+def jsonable(value: Any) -> Any:
+    """A strict-JSON copy of ``value``: NumPy scalars and arrays to Python, NaN/±inf to ``None``."""
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, (np.floating, float)):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, np.ndarray):
+        return jsonable(value.tolist())
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+@contextmanager
+def progress(
+    enabled: bool, total: int, description: str, completed: int = 0
+) -> Iterator[Callable[..., None]]:
+    """A rich progress bar on stderr; yields ``advance(**fields)``."""
+    if not enabled:
+        yield lambda **_: None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(
+            description, total=total, completed=completed, loss=float("nan"), acc=float("nan")
+        )
+        yield lambda **fields: bar.update(task, advance=1, **fields)
+
+
+__all__ = [
+    "DELTA",
+    "RunFailed",
+    "UserError",
+    "accuracy",
+    "batch_loss",
+    "check_hidden",
+    "check_run_health",
+    "check_training_options",
+    "dp_report",
+    "evaluate",
+    "float64_check",
+    "jsonable",
+    "make_epoch",
+    "make_optimizer",
+    "mlp_float64",
+    "option_float",
+    "option_int",
+    "parameter_count",
+    "params_digest",
+    "per_example_loss",
+    "predict_proba",
+    "progress",
+    "schedule_values",
+    "step_metrics",
+    "steps_per_epoch",
+    "xent_single",
+]

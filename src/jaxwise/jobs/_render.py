@@ -1,0 +1,144 @@
+"""Rich tables for a job's summary on the terminal (``--json`` prints the summary instead)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["render"]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    return Console(highlight=False)
+
+
+def _table(title: str, columns: Sequence[str] = (), show_header: bool = True) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, show_header=show_header)
+    for col in columns:
+        table.add_column(col)
+    return table
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    compile_info = summary.get("compile", {})
+    compiled = f"compiled {compile_info.get('compiled', summary['compiles'])}×"
+    if compile_info.get("loaded_from_cache"):
+        compiled += f", loaded from the compilation cache {compile_info['loaded_from_cache']}×"
+    rows = []
+    if "train_accuracy" in summary:
+        rows.append(("train accuracy", _fmt(summary["train_accuracy"], ".4f")))
+        held_out = "test accuracy" if summary["job"] == "spiral" else "validation accuracy"
+        rows.append((held_out, _fmt(summary["val_accuracy"], ".4f")))
+        rows.append(("final loss", _fmt(summary.get("final_loss"), ".5f")))
+        rows.append(("skipped steps (non-finite)", f"{summary['skipped']} of {summary['steps']}"))
+    if summary.get("best_epoch") is not None:
+        rows.append(
+            (
+                "best epoch (validation loss)",
+                f"{summary['best_epoch']}"
+                + (" — stopped early" if summary.get("stopped_early") else ""),
+            )
+        )
+    if "accuracy" in summary:
+        rows.append(("accuracy", _fmt(summary["accuracy"], ".4f")))
+    if "rows" in summary and summary["job"] == "predict":
+        rows.append(("rows predicted", str(summary["rows"])))
+    rows.append(("compilations of the program", compiled))
+    t = summary["timings"]
+    if "train_s" in t:
+        rows.append(
+            (
+                "time (total / training / compiling)",
+                f"{t['total_s']:.1f} s / {t['train_s']:.1f} s / {t['compile_s']:.1f} s",
+            )
+        )
+    if "dp" in summary:
+        dp = summary["dp"]
+        rows.append(
+            (
+                "privacy",
+                f"ε = {_fmt(dp['epsilon'], '.2f')} at δ = {dp['delta']:g} "
+                f"(σ = {dp['noise_multiplier']}, C = {dp['clip_norm']}, "
+                f"q = {dp['sample_rate']:.4f}, {dp['steps']} steps)",
+            )
+        )
+    rows += [(key.replace("_", " "), str(path)) for key, path in summary.get("outputs", {}).items()]
+    return rows
+
+
+def _print_examples(
+    console: Any, title: str, rows: list[dict[str, Any]], columns: list[str]
+) -> None:
+    table = _table(title, columns)
+    for row in rows:
+        cells = []
+        for col in columns:
+            value = row.get(col)
+            if isinstance(value, float):
+                cells.append(f"{value:.4g}")
+            elif isinstance(value, list):
+                cells.append("(" + ", ".join(f"{v:.3f}" for v in value) + ")")
+            else:
+                cells.append(str(value))
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _print_confusion(console: Any, summary: dict[str, Any]) -> None:
+    import numpy as np
+
+    from jaxwise.plotting import confusion_focus
+
+    matrix = np.asarray(summary["confusion_matrix"])
+    keep = confusion_focus(matrix)
+    title = "confusion matrix (rows: true, columns: predicted)"
+    if len(keep) < len(matrix):
+        title += f": the {len(keep)} most confused of {len(matrix)} classes"
+    classes = [str(summary["classes"][i]) for i in keep]
+    table = _table(title, ["", *classes])
+    for c, row in zip(classes, matrix[np.ix_(keep, keep)]):
+        table.add_row(c, *map(str, row.tolist()))
+    console.print(table)
+
+
+def render(summary: dict[str, Any]) -> None:
+    """Print a job's summary as rich tables on stdout."""
+    console = _console()
+    table = _table(f"jaxwise {summary['job']}", ["", ""], show_header=False)
+    for key, value in _summary_rows(summary):
+        table.add_row(key, value)
+    console.print(table)
+    if "checks" in summary:
+        checks = _table("guarantees checked at run time", ["check", "result", "detail"])
+        for name, check in summary["checks"].items():
+            checks.add_row(
+                name, "[green]PASS[/]" if check["ok"] else "[red]FAIL[/]", check["detail"]
+            )
+        console.print(checks)
+    if summary.get("hard_examples"):
+        _print_examples(
+            console,
+            "hardest training examples (largest per-example gradient norm)",
+            summary["hard_examples"],
+            ["index", "x", "true", "predicted", "p_true", "grad_norm", "loss"],
+        )
+    if summary.get("confusion_matrix") is not None:
+        _print_confusion(console, summary)
+    if summary.get("suspects"):
+        _print_examples(
+            console,
+            f"suspected label errors (--method {summary.get('method', 'oof')})",
+            summary["suspects"],
+            ["row", "given_label", "suggested_label", "p_given", "grad_norm"],
+        )
+
+
+# --------------------------------------------------------------------------

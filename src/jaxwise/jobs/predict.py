@@ -1,0 +1,171 @@
+"""``jaxwise predict RUN_DIR DATA.csv --out PREDICTIONS.csv``: apply a ``train`` run to new rows.
+
+Phases: ``prepare`` (the run's stored feature names, standardisation, class names and
+widths; the new file read with exactly those feature columns, the label column optional),
+``fit`` has nothing to do (the parameters are restored from the run's best checkpoint when
+``--early-stopping`` kept one, else the latest), ``report`` writes one row per input row:
+``row``, ``predicted_label`` and ``p_<class>`` per class, and with labels present the
+accuracy and the confusion matrix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxwise import data
+from jaxwise._checks import UserError
+from jaxwise.jobs import _common as C
+from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
+from jaxwise.jobs._outputs import check_output_file, write_csv
+from jaxwise.models import init_mlp
+from jaxwise.train import TrainState, latest_step, load_metadata, restore
+
+__all__ = ["PredictConfig", "run_predict"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PredictConfig:
+    """Settings of ``jaxwise predict``."""
+
+    run_dir: str
+    path: str
+    out: str
+    force: bool = False
+    drop_na: bool = False
+    cache: bool = True
+    cache_dir: str | None = None
+
+
+def run_predict(cfg: PredictConfig) -> dict[str, Any]:
+    """Predict every row of ``cfg.path`` with the run in ``cfg.run_dir``; return the summary."""
+    t_start = time.perf_counter()
+    target = check_output_file(cfg.out, "--out", cfg.force)
+    ckpt, meta = _checkpoint(Path(cfg.run_dir))
+    cache_dir = (
+        (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
+    )
+    with persistent_cache(cache_dir):
+        features, y = prepare(cfg, meta)
+        params = _restore(ckpt, meta)
+        tally = CompileTally()
+        with tally.measure():
+            probs = C.predict_proba(params)(_standardise(features.x, meta))
+        return report(
+            cfg, target, meta, features, y, probs, tally, cache_dir, time.perf_counter() - t_start
+        )
+
+
+def _checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]]:
+    if not run_dir.is_dir():
+        raise UserError(
+            f"RUN_DIR {run_dir}: no such directory "
+            "(give the --out directory of a `jaxwise train` run)"
+        )
+    for name in ("best", "checkpoint"):
+        if latest_step(run_dir / name) is not None:
+            meta = load_metadata(run_dir / name)
+            if not {"feature_names", "classes", "mean", "std", "config"} <= set(meta):
+                raise UserError(
+                    f"RUN_DIR {run_dir}: the checkpoint lacks the run's feature names and "
+                    "standardisation (written by an older jaxwise?); train the run again"
+                )
+            return run_dir / name, meta
+    raise UserError(
+        f"RUN_DIR {run_dir}: no checkpoint (expected {run_dir / 'checkpoint'} from `jaxwise train`)"
+    )
+
+
+def prepare(cfg: PredictConfig, meta: dict[str, Any]) -> tuple[data.Features, np.ndarray | None]:
+    """The new rows with the run's feature columns; labels as class indices when present."""
+    label = meta.get("label") or meta["config"].get("label")
+    try:
+        features = data.load_features(
+            cfg.path, tuple(meta["feature_names"]), label=label, drop_na=cfg.drop_na
+        )
+    except data.DataError as err:
+        raise UserError(str(err)) from None
+    if features.labels is None:
+        return features, None
+    classes = list(meta["classes"])
+    index = {c: i for i, c in enumerate(classes)}
+    unknown = sorted(set(features.labels) - set(index))
+    if unknown:
+        shown = ", ".join(map(repr, unknown[:5])) + (" …" if len(unknown) > 5 else "")
+        raise UserError(
+            f"{cfg.path}: label column {label!r} has class(es) the run never saw: {shown}; "
+            f"known classes: {', '.join(classes[:10])}" + (" …" if len(classes) > 10 else "")
+        )
+    return features, np.asarray([index[v] for v in features.labels], np.int32)
+
+
+def _standardise(x: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
+    mean, std = np.asarray(meta["mean"], np.float64), np.asarray(meta["std"], np.float64)
+    z = ((x.astype(np.float64) - mean) / std).astype(np.float32)
+    if not np.isfinite(z).all():
+        raise UserError(
+            "the standardised features are not finite in float32; the new rows are far outside "
+            "the training data's range"
+        )
+    return z
+
+
+def _restore(ckpt: Path, meta: dict[str, Any]) -> Any:
+    sizes = (
+        len(meta["feature_names"]),
+        *meta.get("hidden", meta["config"]["hidden"]),
+        len(meta["classes"]),
+    )
+    tx, _ = C.make_optimizer(2, 1e-3, 1e-4, 0, 1e-5)  # structure only: the values are restored
+    key = jax.random.key(0)
+    like = TrainState.create(init_mlp(key, sizes), tx, key)
+    return restore(ckpt, like=like).params
+
+
+def report(
+    cfg: PredictConfig,
+    target: Path,
+    meta: dict[str, Any],
+    features: data.Features,
+    y: np.ndarray | None,
+    probs: np.ndarray,
+    tally: CompileTally,
+    cache_dir: Path | None,
+    total_seconds: float,
+) -> dict[str, Any]:
+    """The predictions CSV and the summary (accuracy and confusion matrix with labels)."""
+    classes = [str(c) for c in meta["classes"]]
+    pred = probs.argmax(1)
+    columns = ["row", "predicted_label", *(f"p_{c}" for c in classes)]
+    rows = [
+        {
+            "row": int(r),
+            "predicted_label": classes[int(k)],
+            **{f"p_{c}": float(v) for c, v in zip(classes, p)},
+        }
+        for r, k, p in zip(features.rows, pred, probs)
+    ]
+    write_csv(target, rows, columns)
+    summary: dict[str, Any] = {
+        "schema": 1,
+        "job": "predict",
+        "run_dir": str(cfg.run_dir),
+        "checkpoint": meta.get("epoch"),
+        "rows": len(rows),
+        "dropped_rows": features.dropped,
+        "classes": classes,
+        "compiles": tally.total,
+        "compile": tally.as_dict(cache_dir),
+        "timings": {"total_s": total_seconds, "compile_s": tally.seconds},
+        "outputs": {"predictions": str(target)},
+    }
+    if y is not None:
+        matrix = np.zeros((len(classes), len(classes)), np.int64)
+        np.add.at(matrix, (y, pred), 1)
+        summary.update(accuracy=float((pred == y).mean()), confusion_matrix=matrix)
+    return C.jsonable(summary)

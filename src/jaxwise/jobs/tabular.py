@@ -1,0 +1,418 @@
+"""``jaxwise train``: an MLP classifier on the user's CSV, in phases (prepare, fit, verify, report).
+
+``prepare`` reads and standardises the data and claims the output directory; ``fit`` runs
+the compiled epochs, writes ``metrics.jsonl`` (one JSON object per epoch), keeps the best
+checkpoint by validation loss with ``--early-stopping`` and the latest one for ``--resume``;
+``verify`` refuses a run that trained nothing; ``report`` draws the plots and returns the
+summary. ``label-errors`` reuses ``prepare`` and ``fit``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise import data
+from jaxwise._checks import UserError
+from jaxwise.jobs import _common as C
+from jaxwise.jobs._cache import CompileTally
+from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
+from jaxwise.jobs._outputs import RunDir
+from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.train import TrainState, latest_step, load_metadata, restore, save
+
+__all__ = ["TabularConfig", "fit", "prepare", "run_train"]
+
+TRAIN_OUTPUTS = ("checkpoint", "best", "metrics.jsonl", "loss.png", "curves.png", "confusion.png")
+
+
+@dataclasses.dataclass(frozen=True)
+class TabularConfig:
+    """Settings of ``jaxwise train``/``label-errors`` (``batch_size=None``: min(128, rows))."""
+
+    path: str
+    label: str
+    hidden: tuple[int, ...] = (64, 64)
+    epochs: int = 50
+    batch_size: int | None = None
+    lr: float = 1e-2
+    weight_decay: float = 1e-4
+    val_fraction: float = 0.2
+    seed: int = 0
+    out: str | None = "runs/train"
+    drop_na: bool = False
+    resume: bool = False
+    stop_after: int | None = None
+    dp: bool = False
+    clip_norm: float = 1.0
+    noise_multiplier: float = 1.1
+    progress: bool = True
+    plots: bool = True
+    early_stopping: int | None = None
+    checkpoint: bool = True
+    cache: bool = True
+    cache_dir: str | None = None
+    out_option: str = "--out"
+
+    def validate(self) -> None:
+        C.check_training_options(self)
+        C.option_float(
+            self.val_fraction,
+            "--val-fraction",
+            min_value=0.0,
+            max_value=0.9,
+            min_inclusive=False,
+            max_inclusive=False,
+        )
+        if self.stop_after is not None:
+            C.option_int(self.stop_after, "--stop-after", min_value=1, max_value=self.epochs)
+        if self.early_stopping is not None:
+            C.option_int(self.early_stopping, "--early-stopping", min_value=1)
+        if self.resume and not (self.out and self.checkpoint):
+            raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The settings a resumed run must share with the checkpoint."""
+        keys = (
+            "label",
+            "hidden",
+            "epochs",
+            "batch_size",
+            "lr",
+            "weight_decay",
+            "val_fraction",
+            "seed",
+            "dp",
+            "clip_norm",
+            "noise_multiplier",
+            "drop_na",
+            "early_stopping",
+        )
+        return {k: C.jsonable(getattr(self, k)) for k in keys}
+
+
+@dataclasses.dataclass
+class Prepared:
+    """The data as the model sees it, and where the run writes."""
+
+    cfg: TabularConfig
+    table: data.Table
+    x_all: np.ndarray  # standardised float32, every row
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    batch_size: int
+    out: RunDir | None
+
+    def split(self, which: str) -> tuple[np.ndarray, np.ndarray]:
+        idx = self.train_idx if which == "train" else self.val_idx
+        return self.x_all[idx], self.table.y[idx]
+
+
+@dataclasses.dataclass
+class Fitted:
+    """The outcome of :func:`fit`."""
+
+    params: Any
+    history: list[dict[str, Any]]
+    start_epoch: int
+    epochs_completed: int
+    steps_per_epoch: int
+    schedule: Any
+    tally: CompileTally
+    skipped: int
+    steps: int
+    train_seconds: float
+    best_epoch: int | None = None
+    stopped_early: bool = False
+    history_complete: bool = True
+
+
+def prepare(
+    cfg: TabularConfig, names: tuple[str, ...] = TRAIN_OUTPUTS, job: str = "train"
+) -> Prepared:
+    """Read, split and standardise the CSV; resolve ``--batch-size``; claim the output directory."""
+    try:
+        table = data.load_csv(cfg.path, cfg.label, drop_na=cfg.drop_na)
+    except data.DataError as err:
+        raise UserError(str(err)) from None
+    C.check_hidden(cfg.hidden, table.x.shape[1], len(table.classes))
+    n = len(table.y)
+    if n < 2:
+        raise UserError(f"{cfg.path}: {n} data row; need at least 2 (training and validation)")
+    order = np.random.default_rng(cfg.seed).permutation(n)
+    n_val = min(n - 1, max(1, int(round(n * cfg.val_fraction))))
+    val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
+    batch_size = cfg.batch_size if cfg.batch_size is not None else min(128, len(train_idx))
+    if len(train_idx) < batch_size:
+        raise UserError(
+            f"{cfg.path}: {len(train_idx)} training rows "
+            f"(after the {cfg.val_fraction:.0%} validation split) "
+            f"is fewer than --batch-size {batch_size}; lower --batch-size"
+        )
+    x64 = table.x.astype(np.float64)
+    mean = x64[train_idx].mean(0)
+    std = x64[train_idx].std(0)
+    std = np.where(std > 0, std, 1.0)
+    x_all = ((x64 - mean) / std).astype(np.float32)
+    if not np.isfinite(x_all).all():
+        raise UserError(
+            f"{cfg.path}: the standardised features are not finite in float32; rescale the columns"
+        )
+    out = RunDir(cfg.out, cfg.out_option, names, job).claim() if cfg.out else None
+    return Prepared(cfg, table, x_all, train_idx, val_idx, mean, std, batch_size, out)
+
+
+def run_train(cfg: TabularConfig) -> dict[str, Any]:
+    """Train an MLP classifier on a CSV; return the summary (accuracy, confusion, outputs)."""
+    cfg.validate()
+    t_start = time.perf_counter()
+    from jaxwise.jobs._cache import default_cache_dir, persistent_cache
+
+    cache_dir = (
+        (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
+    )
+    with persistent_cache(cache_dir):
+        prep = prepare(cfg)
+        fitted = fit(prep)
+        verify(prep, fitted)
+        return report(prep, fitted, time.perf_counter() - t_start, cache_dir)
+
+
+# --------------------------------------------------------------------------
+# fit
+# --------------------------------------------------------------------------
+
+
+def _initial_state(prep: Prepared, steps_per_epoch: int) -> tuple[TrainState, Any, Any]:
+    cfg = prep.cfg
+    total_steps = cfg.epochs * steps_per_epoch
+    tx, schedule = C.make_optimizer(
+        total_steps, cfg.lr, cfg.weight_decay, min(100, total_steps // 10), cfg.lr / 100
+    )
+    init_key, state_key = jax.random.split(jax.random.key(cfg.seed))
+    sizes = (prep.table.x.shape[1], *cfg.hidden, len(prep.table.classes))
+    return TrainState.create(init_mlp(init_key, sizes), tx, state_key), tx, schedule
+
+
+def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
+    cfg, table = prep.cfg, prep.table
+    if latest_step(ckpt) is None:
+        raise UserError(f"--resume: no checkpoint in {ckpt}")
+    meta = load_metadata(ckpt)
+    saved, now = meta.get("config", {}), cfg.fingerprint()
+    for key in now:
+        if key in saved and saved.get(key) != now[key]:
+            raise UserError(
+                f"--resume: the checkpoint was trained with {key}={saved.get(key)!r}, "
+                f"got {now[key]!r}"
+            )
+    if meta.get("classes") != list(table.classes) or meta.get("feature_names") != list(
+        table.feature_names
+    ):
+        raise UserError(
+            f"--resume: {cfg.path} has different columns or classes than the checkpointed run"
+        )
+    return restore(ckpt, like=state), meta
+
+
+def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
+    """The epochs already in ``metrics.jsonl`` (resume), rewritten without later lines."""
+    if prep.out is None:
+        return []
+    path = prep.out / "metrics.jsonl"
+    history = []
+    if start_epoch and path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if (
+                isinstance(record, dict)
+                and isinstance(record.get("epoch"), int)
+                and record["epoch"] <= start_epoch
+            ):
+                history.append(record)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in history))
+    os.replace(tmp, path)
+    return history
+
+
+def fit(prep: Prepared) -> Fitted:
+    """Train (or continue) the MLP; each epoch's metrics to ``metrics.jsonl``; checkpoints."""
+    cfg = prep.cfg
+    run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
+    xtr, ytr = prep.split("train")
+    spe = C.steps_per_epoch(len(xtr), run_cfg)
+    state, tx, schedule = _initial_state(prep, spe)
+    ckpt = prep.out / "checkpoint" if prep.out is not None and cfg.checkpoint else None
+    progress_meta: dict[str, Any] = {
+        "best_val_loss": None,
+        "best_epoch": None,
+        "bad_epochs": 0,
+        "stopped_early": False,
+    }
+    if ckpt is not None and not cfg.resume and latest_step(ckpt) is not None:
+        raise UserError(
+            f"{ckpt} already holds a checkpoint; pass --resume to continue it, or choose another "
+            f"{cfg.out_option}"
+        )
+    if cfg.resume and ckpt is not None:
+        state, meta = _resume(prep, ckpt, state)
+        progress_meta.update({k: meta.get(k, v) for k, v in progress_meta.items()})
+        start_epoch = int(meta["epoch"])
+    else:
+        start_epoch = 0
+    history = _history_so_far(prep, start_epoch)
+    last_epoch = max(cfg.stop_after if cfg.stop_after is not None else cfg.epochs, start_epoch)
+    if progress_meta["stopped_early"]:
+        last_epoch = start_epoch
+    loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, schedule, progress_meta)
+    state = loop.run(state, start_epoch, last_epoch, history)
+    if ckpt is not None and latest_step(ckpt) != int(state.step):
+        save(ckpt, state, checkpoint_meta(prep, loop.epochs_done, loop.progress_meta))
+    params = state.params
+    if (
+        cfg.early_stopping is not None
+        and prep.out is not None
+        and latest_step(prep.out.path / "best") is not None
+    ):
+        params = restore(prep.out.path / "best", like=state).params
+    elif cfg.early_stopping is not None and loop.best_params is not None:
+        params = loop.best_params
+    return Fitted(
+        params,
+        history,
+        start_epoch,
+        loop.epochs_done,
+        spe,
+        schedule,
+        loop.tally,
+        loop.skipped,
+        (loop.epochs_done - start_epoch) * spe,
+        loop.seconds,
+        loop.progress_meta["best_epoch"],
+        bool(loop.progress_meta["stopped_early"]),
+        history_complete=len(history) == loop.epochs_done,
+    )
+
+
+# --------------------------------------------------------------------------
+# verify and report
+# --------------------------------------------------------------------------
+
+
+def verify(prep: Prepared, fitted: Fitted) -> None:
+    """A run that trained nothing or ended with a non-finite loss is not reported as a success."""
+    last = (
+        fitted.history[-1]["loss"]
+        if fitted.history and fitted.epochs_completed > fitted.start_epoch
+        else 0.0
+    )
+    C.check_run_health(
+        math.nan if last is None else last, fitted.skipped, fitted.steps, Path(prep.cfg.path).name
+    )
+
+
+def confusion(
+    params: Any, x: np.ndarray, y: np.ndarray, n_classes: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted classes, confusion matrix with rows true and columns predicted)."""
+    pred = np.asarray(jax.jit(mlp_apply)(params, jnp.asarray(x)).argmax(-1))
+    matrix = np.zeros((n_classes, n_classes), np.int64)
+    np.add.at(matrix, (y, pred), 1)
+    return pred, matrix
+
+
+def _plots(prep: Prepared, fitted: Fitted, matrix: np.ndarray) -> dict[str, str]:
+    from jaxwise.plotting import plot_confusion, plot_curves, plot_training
+
+    out, outputs = prep.out, {}
+    assert out is not None
+    outputs["confusion_plot"] = str(
+        plot_confusion(out / "confusion.png", matrix, prep.table.classes)
+    )
+    if fitted.history and fitted.history_complete:  # never replace a full plot with a partial one
+        losses = np.asarray([np.nan if h["loss"] is None else h["loss"] for h in fitted.history])
+        lrs = np.asarray(
+            C.schedule_values(fitted.schedule, prep.cfg.epochs * fitted.steps_per_epoch)
+        )
+        outputs["loss_plot"] = str(
+            plot_training(
+                out / "loss.png",
+                np.repeat(losses, fitted.steps_per_epoch),
+                fitted.steps_per_epoch,
+                lrs,
+                title="training loss",
+            )
+        )
+        outputs["curves_plot"] = str(
+            plot_curves(out / "curves.png", fitted.history, best_epoch=fitted.best_epoch)
+        )
+    return outputs
+
+
+def report(
+    prep: Prepared, fitted: Fitted, total_seconds: float, cache_dir: Path | None
+) -> dict[str, Any]:
+    """Plots (unless ``--no-plots``) and the JSON-ready summary."""
+    cfg, table = prep.cfg, prep.table
+    (xtr, ytr), (xva, yva) = prep.split("train"), prep.split("val")
+    pred, matrix = confusion(fitted.params, xva, yva, len(table.classes))
+    outputs = _plots(prep, fitted, matrix) if prep.out is not None and cfg.plots else {}
+    if prep.out is not None:
+        if cfg.checkpoint:
+            outputs["checkpoint"] = str(prep.out.path / "checkpoint")
+        outputs["metrics"] = str(prep.out.path / "metrics.jsonl")
+    val_acc = float((pred == yva).mean())
+    summary: dict[str, Any] = {
+        "schema": 1,
+        "job": "train",
+        "compiles": fitted.tally.total,
+        "compile": fitted.tally.as_dict(cache_dir),
+        "train_accuracy": C.accuracy(fitted.params, xtr, ytr),
+        "val_accuracy": val_acc,
+        "test_accuracy": val_acc,
+        "epochs_completed": fitted.epochs_completed,
+        "epochs": cfg.epochs,
+        "best_epoch": fitted.best_epoch,
+        "stopped_early": fitted.stopped_early,
+        "resumed_from_epoch": fitted.start_epoch if cfg.resume else None,
+        "rows": int(len(table.y)),
+        "dropped_rows": table.dropped,
+        "train_rows": int(len(xtr)),
+        "validation_rows": int(len(xva)),
+        "batch_size": prep.batch_size,
+        "features": list(table.feature_names),
+        "classes": list(table.classes),
+        "confusion_matrix": matrix,
+        "final_loss": fitted.history[-1]["loss"] if fitted.history else None,
+        "skipped": fitted.skipped,
+        "steps": fitted.steps,
+        "timings": {
+            "total_s": total_seconds,
+            "train_s": fitted.train_seconds,
+            "compile_s": fitted.tally.seconds,
+        },
+        "outputs": outputs,
+        "params_sha256": C.params_digest(fitted.params),
+    }
+    if cfg.dp:
+        summary["dp"] = C.dp_report(
+            dataclasses.replace(cfg, batch_size=prep.batch_size),
+            len(xtr),
+            fitted.epochs_completed * fitted.steps_per_epoch,
+        )
+    return C.jsonable(summary)
