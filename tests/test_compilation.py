@@ -24,6 +24,7 @@ from jaxwise.compilation import (
     parse_cache_miss,
     stage_report,
 )
+from jaxwise.compilation._hub import HUB
 
 # ---------------------------------------------------------------------------
 # The trigger table: every known recompile trigger and non-trigger, with the
@@ -418,9 +419,10 @@ def test_target_decorated_function():
     def halve(x):
         return x * 0.5
 
-    with CompileCounter(halve) as counter:
+    with CompileCounter(halve) as counter, CompileCounter(halve.jitted) as via_attribute:
         halve(jnp.ones(2)), halve(jnp.ones(3)), halve(jnp.ones(3))
-    assert counter.count == 2 and halve.jitted is halve
+    assert counter.count == 2 and via_attribute.count == 2
+    assert halve.jitted.lower(jnp.ones(2)).as_text() == halve.lower(jnp.ones(2)).as_text()
 
 
 def test_target_that_counts_nothing_warns_naming_what_compiled():
@@ -597,12 +599,16 @@ def test_decorator_warn_mode_and_other_functions_not_counted():
     assert scale.budget.count == 2
 
 
-def test_decorator_has_no_wrapper_overhead():
+def test_decorator_has_no_wrapper_overhead_and_is_freed():
     def fn(x):
         return x
 
     jitted = jax.jit(fn)
     assert compile_budget(3)(jitted) is jitted
+    budget = jitted.budget
+    assert budget in HUB._sinks
+    del jitted
+    assert budget not in HUB._sinks  # freed by reference counting: no cycle keeps it alive
 
 
 # ---------------------------------------------------------------------------

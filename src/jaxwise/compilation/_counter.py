@@ -354,7 +354,7 @@ def compile_budget(
         jitted: Any = fn if hasattr(fn, "lower") else jax.jit(fn)
         budget = _LifetimeBudget(max_compiles, jitted, on_exceed)
         jitted.budget = budget
-        jitted.jitted = jitted
+        jitted.jitted = weakref.proxy(jitted)  # the protocol's `.jitted`, without a ref cycle
         HUB.add_sink(budget, True)
         weakref.finalize(jitted, HUB.remove_sink, budget, True)
         return jitted
