@@ -443,3 +443,28 @@ def test_docs_cover_every_rule():
     text = DOCS.read_text()
     for code in RULES:
         assert f"### {code}:" in text and f"# bad: {code}" in text, code
+
+
+def test_all_of_python_3_12_syntax_is_traversed():
+    src = (
+        "import jax\nmatch x:\n    case True:\n        pass\n    case {'a': 1, **rest}:\n"
+        "        pass\n    case [1, *others] | None:\n        pass\ntype T = int\n"
+        "def f[U](x: U) -> U:\n    return x\nasync def g():\n    async with a as b:\n"
+        "        yield [i async for i in b]\nk = jax.random.PRNGKey(0)\n"
+    )
+    assert [(f.code, f.line) for f in lint_source(src)] == [("JW004", 15)]
+
+
+@pytest.mark.slow
+def test_installed_jax_libraries_lint_without_errors():
+    """Every file of flax, equinox, chex, jax_privacy and rlax is analysed: no file is skipped."""
+    import importlib.util
+
+    roots = []
+    for name in ("flax", "equinox", "chex", "jax_privacy", "rlax"):
+        spec = importlib.util.find_spec(name)  # located, not imported (their import warns)
+        assert spec is not None and spec.submodule_search_locations, name
+        roots.append(Path(spec.submodule_search_locations[0]))
+    findings, errors, count = lint_paths(roots)
+    assert errors == [] and count > 250
+    assert {f.code for f in findings} <= set(RULES)

@@ -95,7 +95,18 @@ _FIELDS: dict[type, tuple[str, ...]] = {
     for t in _all_node_types()
 }
 _FIELDS[type(None)] = ()
-_KIND: dict[type, int] = dict.fromkeys(_all_node_types(), 0) | {
+
+
+class _Kinds(dict[type, int]):
+    """Node type → what the traversal does with it; anything else (a bool in
+    ``MatchSingleton.value``, a future node type) is a leaf."""
+
+    def __missing__(self, key: type) -> int:
+        return 2
+
+
+_KIND = _Kinds(dict.fromkeys(_all_node_types(), 0))
+_KIND |= {
     ast.Name: 1,
     ast.Constant: 2,
     type(None): 2,
@@ -112,6 +123,7 @@ _KIND: dict[type, int] = dict.fromkeys(_all_node_types(), 0) | {
     ast.Import: 9,
     ast.ImportFrom: 9,
     ast.Global: 10,
+    ast.MatchSingleton: 2,
 }
 _KIND.update(
     {
@@ -249,7 +261,7 @@ class Index:
             elif kind == 10:
                 self.globals.append((node, scopes[-1]))
                 continue
-            for field in fields[t]:
+            for field in fields.get(t, ()):
                 value = getattr(node, field)
                 if type(value) is list:
                     stack.extend(value)

@@ -11,6 +11,12 @@ CODE = "JW001"
 SUMMARY = "jit created and called inside a function/loop body"
 
 
+def _again(scope: ast.AST) -> str:
+    if isinstance(scope, FUNCS):
+        return f"every time `{scope.name}` runs"
+    return "every time the lambda runs" if isinstance(scope, ast.Lambda) else "on every iteration"
+
+
 def _where(scope: ast.AST) -> str:
     if isinstance(scope, FUNCS):
         return f"`{scope.name}`"
@@ -24,7 +30,9 @@ def _recreated(target: ast.AST, local_defs: set[str]) -> bool:
     if isinstance(target, ast.Name):
         return target.id in local_defs
     if isinstance(target, ast.Attribute):
-        return isinstance(target.value, ast.Name)  # self.method / obj.method
+        # `self.method` is a new bound-method object on every access; `module.function` or a
+        # NamedTuple's function field (`opt.update`) is the same object, so JAX's cache hits.
+        return isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
     return isinstance(target, ast.Call)  # partial(f, …) and friends
 
 
@@ -70,6 +78,6 @@ def _report_local(ix: Index, call: ast.Call, name: str, scope: Scope) -> None:
         call,
         CODE,
         f"`{name}` is jitted inside {_where(scope)} and called there: it is re-created, "
-        "re-traced and re-compiled on every call",
+        f"re-traced and re-compiled {_again(scope)}",
         "define and jit it once outside, passing what it closes over as arguments",
     )

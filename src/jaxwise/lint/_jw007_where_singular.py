@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import re
 
 from jaxwise.lint._index import Index, Scope
 
@@ -71,26 +70,36 @@ def _operands(ix: Index, branch: ast.AST) -> list[ast.AST]:
     return [o for o in out if not _guarded(o)]
 
 
-def _mask_text(
-    ix: Index,
+_BOOLEAN = (ast.Compare, ast.BoolOp, ast.UnaryOp)
+
+
+def _is_mask(value: ast.AST) -> bool:
+    """``n > 0``, ``(a > 0) & (b > 0)``, ``not done``: an expression that makes a mask."""
+    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.BitAnd | ast.BitOr):
+        return _is_mask(value.left) or _is_mask(value.right)
+    return isinstance(value, _BOOLEAN)
+
+
+def _tested(
     cond: ast.AST,
     scope: Scope,
     line: int,
     masks: dict[tuple[int, str], list[tuple[int, ast.AST]]],
-) -> str:
-    """The condition's text, plus what its names were assigned earlier (``ok = n > 0``)."""
-    parts = [ast.unparse(cond)]
-    names = (
-        [cond]
-        if isinstance(cond, ast.Name)
-        else [n for n in ast.walk(cond) if isinstance(n, ast.Name)]
-    )
-    for name in names:
-        assert isinstance(name, ast.Name)
-        earlier = [v for ln, v in masks.get((id(scope), name.id), []) if ln < line]
-        if earlier:
-            parts.append(ast.unparse(earlier[-1]))
-    return " ; ".join(parts)
+) -> set[str]:
+    """Texts of what the condition compares (``x`` in ``x > 0``), through masks assigned earlier
+    in the same scope (``ok = n > 0; where(ok, …)``)."""
+    tested = {ast.unparse(cond)}
+    for node in ast.walk(cond):  # the condition of one where: small
+        if isinstance(node, ast.Name):
+            earlier = [v for ln, v in masks.get((id(scope), node.id), []) if ln < line]
+            if earlier and _is_mask(earlier[-1]):
+                tested |= _tested(earlier[-1], None, 0, {})
+        elif isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                tested.add(ast.unparse(side))
+                if isinstance(side, ast.Call) and len(side.args) == 1:  # jnp.abs(x) > 0
+                    tested.add(ast.unparse(side.args[0]))
+    return tested
 
 
 def check(ix: Index) -> None:
@@ -107,16 +116,9 @@ def check(ix: Index) -> None:
                 target = assign.targets[0]
                 assert isinstance(target, ast.Name)
                 masks.setdefault((id(s), target.id), []).append((assign.lineno, assign.value))
-        cond = _mask_text(ix, node.args[0], scope, node.lineno, masks)
+        tested = _tested(node.args[0], scope, node.lineno, masks)
         for branch, operand in operands:
-            hit = next(
-                (
-                    f
-                    for f in _factors(operand)
-                    if re.search(rf"(?<![\w.]){re.escape(ast.unparse(f))}(?![\w(])", cond)
-                ),
-                None,
-            )
+            hit = next((f for f in _factors(operand) if ast.unparse(f) in tested), None)
             if hit is not None:
                 ix.add(
                     node,

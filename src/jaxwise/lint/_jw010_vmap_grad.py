@@ -10,6 +10,23 @@ from jaxwise.lint._index import Index
 CODE = "JW010"
 SUMMARY = "vmap(grad(f)) maps the differentiated parameters (default in_axes=0)"
 _GRADS = frozenset({"jax.grad", "jax.value_and_grad"})
+# What shared parameters are called; a per-example argument (logits, inputs) is meant to be mapped.
+_PARAM_NAMES = frozenset({"params", "parameters", "weights", "w", "variables", "model", "net"})
+
+
+def _looks_like_params(name: str) -> bool:
+    return name in _PARAM_NAMES or "param" in name.lower() or name.lower().startswith("weight")
+
+
+def _param_name(ix: Index, fn: ast.AST, argnum: int) -> str | None:
+    """The differentiated parameter's name in the definition (a local def or a lambda)."""
+    if isinstance(fn, ast.Name):
+        defs = ix.defs_by_name().get(fn.id, [])
+        fn = defs[0] if len(defs) == 1 else fn
+    if isinstance(fn, (*FUNCS, ast.Lambda)):
+        positional = [*fn.args.posonlyargs, *fn.args.args]
+        return positional[argnum].arg if argnum < len(positional) else None
+    return None
 
 
 def _argnum(grad: ast.Call) -> int | None:
@@ -55,9 +72,15 @@ def check(ix: Index) -> None:
         in_axes = next((k.value for k in vmap.keywords if k.arg == "in_axes"), None)
         if in_axes is None and len(vmap.args) > 1:
             in_axes = vmap.args[1]
-        arity = _arity(ix, grad.args[0], outer_of.get(id(vmap)))
+        outer = outer_of.get(id(vmap))
+        arity = _arity(ix, grad.args[0], outer)
         if argnum is None or arity is None or arity < 2 or not _maps(in_axes):
             continue
+        names = [_param_name(ix, grad.args[0], argnum)]
+        if outer is not None and argnum < len(outer.args):
+            names.append(ast.unparse(outer.args[argnum]).split(".")[-1])
+        if not any(n and _looks_like_params(n) for n in names):
+            continue  # the differentiated argument is per-example data (logits…): mapping is right
         fname = (
             ast.unparse(grad.args[0]) if not isinstance(grad.args[0], ast.Lambda) else "the lambda"
         )
