@@ -82,7 +82,9 @@ def test_elementwise_values_and_gradients_match_float64(name):
 def test_elementwise_float32_matches_float64(rng):
     x = rng.uniform(0.05, 0.95, size=64)
     for name, (ours, _, _, _, value64, deriv64) in ELEMENTWISE.items():
-        np.testing.assert_allclose(ours(x.astype(np.float32)), value64(x), rtol=2e-5, atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(
+            ours(x.astype(np.float32)), value64(x), rtol=2e-5, atol=1e-6, err_msg=name
+        )
         g = jax.vmap(jax.grad(ours))(jnp.asarray(x, jnp.float32))
         np.testing.assert_allclose(g, deriv64(x), rtol=2e-4, atol=1e-5, err_msg=name)
 
@@ -90,7 +92,9 @@ def test_elementwise_float32_matches_float64(rng):
 def test_sinc_derivatives_at_zero():
     with jax.enable_x64(True):
         assert float(jax.grad(jn.sinc)(0.0)) == 0.0
-        np.testing.assert_allclose(float(jax.grad(jax.grad(jn.sinc))(0.0)), -np.pi**2 / 3, rtol=1e-12)
+        np.testing.assert_allclose(
+            float(jax.grad(jax.grad(jn.sinc))(0.0)), -(np.pi**2) / 3, rtol=1e-12
+        )
 
 
 def test_logit_clipped_values():
@@ -135,7 +139,9 @@ def test_entropy_matches_float64_and_gradient(rng):
         np.testing.assert_allclose(g, -(np.log(p) + 1), rtol=1e-10)
         check_grads(jax.jit(lambda q: jn.entropy(q)), (jnp.asarray(p[0]),), order=2, eps=1e-6)
         mask = jnp.asarray([True, True, True, False, False, False])
-        np.testing.assert_allclose(jn.entropy(jnp.asarray(p[0]), where=mask), -(p[0, :3] * np.log(p[0, :3])).sum())
+        np.testing.assert_allclose(
+            jn.entropy(jnp.asarray(p[0]), where=mask), -(p[0, :3] * np.log(p[0, :3])).sum()
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -152,16 +158,24 @@ def test_safe_norm_zero_vector_and_hvp():
     assert _finite(jax.hessian(jn.safe_norm)(zero))
 
 
-@pytest.mark.parametrize("axis, keepdims", [(None, False), (0, False), (1, True), ((0, 1), False), (-1, False)])
+@pytest.mark.parametrize(
+    "axis, keepdims", [(None, False), (0, False), (1, True), ((0, 1), False), (-1, False)]
+)
 def test_safe_norm_matches_float64(rng, axis, keepdims):
     x = rng.normal(size=(5, 7))
     with jax.enable_x64(True):
         ours = jn.safe_norm(jnp.asarray(x), axis=axis, keepdims=keepdims)
-        np.testing.assert_allclose(ours, np.linalg.norm(x, axis=axis, keepdims=keepdims), rtol=1e-13)
+        np.testing.assert_allclose(
+            ours, np.linalg.norm(x, axis=axis, keepdims=keepdims), rtol=1e-13
+        )
         g = jax.grad(lambda v: jn.safe_norm(v, axis=axis).sum())(jnp.asarray(x))
         n = np.linalg.norm(x, axis=axis, keepdims=True)
         np.testing.assert_allclose(g, x / n, rtol=1e-12)
-        check_grads(jax.jit(lambda v: jn.safe_norm(v, axis=axis, keepdims=keepdims)), (jnp.asarray(x),), order=2)
+        check_grads(
+            jax.jit(lambda v: jn.safe_norm(v, axis=axis, keepdims=keepdims)),
+            (jnp.asarray(x),),
+            order=2,
+        )
 
 
 def test_safe_norm_extreme_magnitudes():
@@ -169,7 +183,9 @@ def test_safe_norm_extreme_magnitudes():
         x = jnp.asarray([3.0, 4.0], jnp.float32) * scale
         assert float(jn.safe_norm(x)) == pytest.approx(5.0 * scale, rel=1e-6)
         np.testing.assert_allclose(jax.grad(jn.safe_norm)(x), [0.6, 0.8], rtol=1e-6)
-    assert float(jnp.linalg.norm(jnp.asarray([3e-30, 4e-30], jnp.float32))) == 0.0  # naive underflows
+    assert (
+        float(jnp.linalg.norm(jnp.asarray([3e-30, 4e-30], jnp.float32))) == 0.0
+    )  # naive underflows
 
 
 def _cos_grad64(a, b):
@@ -188,7 +204,9 @@ def test_cosine_similarity_matches_float64(rng):
         np.testing.assert_allclose(ga, _cos_grad64(a[0], b[0]), rtol=1e-10)
         gb = jax.grad(lambda y: jn.cosine_similarity(aj[0], y))(bj[0])
         np.testing.assert_allclose(gb, _cos_grad64(b[0], a[0]), rtol=1e-10)
-        check_grads(jax.jit(jn.cosine_similarity), (aj[1], bj[1]), order=2, modes=("rev",), eps=1e-6)
+        check_grads(
+            jax.jit(jn.cosine_similarity), (aj[1], bj[1]), order=2, modes=("rev",), eps=1e-6
+        )
         np.testing.assert_allclose(jn.cosine_similarity(aj.T, bj.T, axis=0), expected, rtol=1e-12)
 
 
@@ -199,7 +217,9 @@ def test_cosine_similarity_zero_and_tiny_vectors():
     assert float(jn.cosine_similarity(zero, b)) == 0.0
     grads = jax.grad(jn.cosine_similarity, argnums=(0, 1))(zero, b)
     assert _finite(grads)
-    assert float(jn.cosine_similarity(zero, zero)) == 0.0 and _finite(jax.grad(jn.cosine_similarity)(zero, zero))
+    assert float(jn.cosine_similarity(zero, zero)) == 0.0 and _finite(
+        jax.grad(jn.cosine_similarity)(zero, zero)
+    )
     tiny = jnp.asarray([1e-30, 2e-30, 2e-30], jnp.float32)
     assert float(jn.cosine_similarity(tiny, b)) == pytest.approx(1.0, abs=1e-6)
 
@@ -239,7 +259,9 @@ def test_softmax_family_matches_jax_nn_and_float64(row):
     np.testing.assert_allclose(jn.log_softmax(x), jax.nn.log_softmax(x), rtol=1e-6, atol=1e-5)
     np.testing.assert_allclose(jn.softmax(x)[0], np.exp(ref), rtol=1e-5, atol=1e-30)
     np.testing.assert_allclose(jn.softmax(x), jax.nn.softmax(x), rtol=1e-6, atol=1e-30)
-    lse64 = np.max(HARD_ROWS[row]) + np.log(np.exp(np.asarray(HARD_ROWS[row]) - np.max(HARD_ROWS[row])).sum())
+    lse64 = np.max(HARD_ROWS[row]) + np.log(
+        np.exp(np.asarray(HARD_ROWS[row]) - np.max(HARD_ROWS[row])).sum()
+    )
     np.testing.assert_allclose(jn.logsumexp(x, axis=-1)[0], lse64, rtol=1e-6)
     np.testing.assert_allclose(jn.logsumexp(x, axis=-1), jax.nn.logsumexp(x, axis=-1), rtol=1e-6)
     assert _finite(jax.grad(lambda v: jn.log_softmax(v)[0, 0])(x))
@@ -313,13 +335,21 @@ def test_mask_logits_low_precision():
     "call, error, match",
     [
         (lambda: jn.softmax(jnp.arange(3)), TypeError, "floating-point"),
-        (lambda: jn.softmax(jnp.ones((2, 3)), where=jnp.ones(4, bool)), ValueError, "does not broadcast"),
+        (
+            lambda: jn.softmax(jnp.ones((2, 3)), where=jnp.ones(4, bool)),
+            ValueError,
+            "does not broadcast",
+        ),
         (lambda: jn.softmax(jnp.ones((2, 3)), where=jnp.ones((2, 3))), TypeError, "boolean mask"),
         (lambda: jn.log_softmax(jnp.ones(3), axis=2), ValueError, "axis"),
         (lambda: jn.mask_logits(jnp.ones(3), jnp.ones(2, bool)), ValueError, "mask"),
         (lambda: jn.safe_sqrt(jnp.arange(3)), TypeError, "`x`"),
         (lambda: jn.cosine_similarity(jnp.ones(3), jnp.ones(4)), ValueError, "do not broadcast"),
-        (lambda: jn.cosine_similarity(jnp.ones(3), jnp.ones(3, jnp.float16)), TypeError, "same dtype"),
+        (
+            lambda: jn.cosine_similarity(jnp.ones(3), jnp.ones(3, jnp.float16)),
+            TypeError,
+            "same dtype",
+        ),
     ],
 )
 def test_bad_inputs(call, error, match):
@@ -336,7 +366,9 @@ def test_cross_entropy_matches_optax_and_float64_gradient(rng):
     logits = rng.normal(size=(16, 10)) * 4
     labels = rng.integers(0, 10, size=16)
     ours = jn.cross_entropy(jnp.asarray(logits, jnp.float32), jnp.asarray(labels))
-    peer = optax.softmax_cross_entropy_with_integer_labels(jnp.asarray(logits, jnp.float32), jnp.asarray(labels))
+    peer = optax.softmax_cross_entropy_with_integer_labels(
+        jnp.asarray(logits, jnp.float32), jnp.asarray(labels)
+    )
     np.testing.assert_allclose(ours, peer.mean(), rtol=1e-6)
     logp = _log_softmax64(logits)
     np.testing.assert_allclose(ours, -logp[np.arange(16), labels].mean(), rtol=1e-6)
@@ -344,8 +376,12 @@ def test_cross_entropy_matches_optax_and_float64_gradient(rng):
     expected = (np.exp(logp) - np.eye(10)[labels]) / 16
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
     with jax.enable_x64(True):
-        check_grads(jax.jit(lambda z: jn.cross_entropy(z, jnp.asarray(labels[:3]))), (jnp.asarray(logits[:3]),), order=1,
-                    modes=("rev",))
+        check_grads(
+            jax.jit(lambda z: jn.cross_entropy(z, jnp.asarray(labels[:3]))),
+            (jnp.asarray(logits[:3]),),
+            order=1,
+            modes=("rev",),
+        )
 
 
 def test_cross_entropy_weights_and_masked_padding(rng):
@@ -357,14 +393,22 @@ def test_cross_entropy_weights_and_masked_padding(rng):
     nll = -_log_softmax64(np.asarray(logits, np.float64))[np.arange(6), np.asarray(labels)]
     w = np.asarray(weights, np.float64)
     np.testing.assert_allclose(loss, (w * nll).sum() / w.sum(), rtol=1e-6)
-    grad = jax.grad(lambda z: jn.cross_entropy(z, labels, class_mask=class_mask, weights=weights))(logits)
+    grad = jax.grad(lambda z: jn.cross_entropy(z, labels, class_mask=class_mask, weights=weights))(
+        logits
+    )
     assert _finite(grad) and float(jnp.abs(grad[4:]).max()) == 0.0
     zero = jn.cross_entropy(logits, labels, weights=jnp.zeros(6))
-    assert float(zero) == 0.0 and _finite(jax.grad(lambda z: jn.cross_entropy(z, labels, weights=jnp.zeros(6)))(logits))
+    assert float(zero) == 0.0 and _finite(
+        jax.grad(lambda z: jn.cross_entropy(z, labels, weights=jnp.zeros(6)))(logits)
+    )
+
     # -inf masking (the classic bug) turns the same zero-weight padding rows into NaN:
     def naive(z):
         logp = jax.nn.log_softmax(jnp.where(class_mask, z, -jnp.inf))
-        return -(jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0] * weights).sum() / weights.sum()
+        return (
+            -(jnp.take_along_axis(logp, labels[:, None], axis=-1)[:, 0] * weights).sum()
+            / weights.sum()
+        )
 
     assert np.isnan(float(naive(logits)))
 
@@ -388,7 +432,10 @@ def test_cross_entropy_bad_labels_and_jit_behaviour():
 
 def test_cross_entropy_compiles_once_under_jit(rng):
     jitted = jax.jit(jn.cross_entropy)
-    batches = [(jnp.asarray(rng.normal(size=(8, 3)), jnp.float32), jnp.asarray(rng.integers(0, 3, 8))) for _ in range(4)]
+    batches = [
+        (jnp.asarray(rng.normal(size=(8, 3)), jnp.float32), jnp.asarray(rng.integers(0, 3, 8)))
+        for _ in range(4)
+    ]
     with CompileBudget(1, name="cross_entropy"):
         for logits, labels in batches:
             jitted(logits, labels)
@@ -411,3 +458,107 @@ def test_round_ste_and_straight_through():
         jn.straight_through(jnp.sum)(x)
     with pytest.raises(TypeError, match="callable"):
         jn.straight_through("round")
+
+
+# ---------------------------------------------------------------------------
+# NaN in, NaN out; finite in, finite out (issue #16)
+# ---------------------------------------------------------------------------
+
+NAN_IN_NAN_OUT = {
+    "safe_norm": lambda: jn.safe_norm(jnp.asarray([jnp.nan, 1.0])),
+    "safe_sqrt": lambda: jn.safe_sqrt(jnp.nan),
+    "safe_log": lambda: jn.safe_log(jnp.nan),
+    "logit": lambda: jn.logit(jnp.nan),
+    "entropy": lambda: jn.entropy(jnp.asarray([0.5, jnp.nan])),
+    "sinc": lambda: jn.sinc(jnp.nan),
+    "cosine_similarity": lambda: jn.cosine_similarity(jnp.asarray([jnp.nan, 1.0]), jnp.ones(2)),
+    "logsumexp(where=)": lambda: jn.logsumexp(jnp.asarray([jnp.nan, 1.0]), where=jnp.ones(2, bool)),
+    "softmax(where=)": lambda: jn.softmax(jnp.asarray([jnp.nan, 1.0]), where=jnp.ones(2, bool)),
+    "log_softmax(where=)": lambda: jn.log_softmax(
+        jnp.asarray([jnp.nan, 1.0]), where=jnp.ones(2, bool)
+    ),
+    "cross_entropy": lambda: jn.cross_entropy(jnp.asarray([[jnp.nan, 1.0]]), jnp.asarray([1])),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAN_IN_NAN_OUT))
+def test_nan_in_nan_out(name):
+    out = np.asarray(NAN_IN_NAN_OUT[name]())
+    assert np.isnan(out).all(), (name, out)
+
+
+def test_safe_functions_still_safe_at_singular_points_after_nan_fix():
+    assert float(jn.safe_sqrt(0.0)) == 0.0 and float(jax.grad(jn.safe_sqrt)(0.0)) == 0.0
+    assert float(jn.logit(1.0)) == 20.0 and float(jax.grad(jn.logit)(0.0)) == 0.0
+    assert jax.grad(jn.safe_norm)(jnp.zeros(3)).tolist() == [0.0, 0.0, 0.0]
+    assert float(jn.entropy(jnp.asarray([1.0, 0.0]))) == 0.0
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_safe_log_low_precision_fill_is_its_own_tiny(dtype):
+    out = jn.safe_log(jnp.asarray([0.0, 2.0], dtype))
+    assert out.dtype == dtype
+    expected = np.log(float(jnp.finfo(dtype).tiny))
+    assert float(out[0]) == pytest.approx(expected, rel=1e-2)
+    assert float(out[1]) == pytest.approx(np.log(2.0), rel=1e-2)
+
+
+def test_cross_entropy_empty_batch_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"`logits` of shape \(0, 3\) is empty"):
+        jn.cross_entropy(jnp.zeros((0, 3)), jnp.zeros((0,), jnp.int32))
+    with pytest.raises(ValueError, match="`logits` of shape"):
+        jn.cross_entropy(jnp.zeros((2, 0)), jnp.zeros((2,), jnp.int32))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16, jnp.float32])
+def test_cross_entropy_label_in_masked_class_is_finite(dtype):
+    logits = jnp.asarray([[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]] * 8, dtype)
+    labels = jnp.asarray([2, 0] * 8)
+    mask = jnp.asarray([True, True, False])
+    loss = jn.cross_entropy(logits, labels, class_mask=mask)
+    assert loss.dtype == dtype and np.isfinite(float(loss))
+    grad = jax.grad(lambda z: jn.cross_entropy(z, labels, class_mask=mask).astype(jnp.float32))(
+        logits
+    )
+    assert _finite(grad)
+    # the masked-label rows contribute the clamp, the others their float64 nll
+    z = np.asarray(logits, np.float64)[1, :2]
+    nll = np.log(np.exp(z).sum()) - z[0]
+    clamp = -np.log(np.finfo(np.float32).tiny)
+    assert float(loss) == pytest.approx((nll + clamp) / 2, rel=1e-2)
+
+
+def test_float16_cross_entropy_matches_float64(rng):
+    logits = rng.normal(0, 4, size=(64, 10))
+    labels = rng.integers(0, 10, 64)
+    ours = jn.cross_entropy(jnp.asarray(logits, jnp.float16), jnp.asarray(labels))
+    z = logits - logits.max(-1, keepdims=True)
+    expected = np.mean(np.log(np.exp(z).sum(-1)) - z[np.arange(64), labels])
+    assert ours.dtype == jnp.float16
+    assert float(ours) == pytest.approx(expected, rel=5e-3)
+
+
+def test_logsumexp_over_an_empty_axis_is_a_clear_error():
+    with pytest.raises(ValueError, match=r"`x` of shape \(2, 0\) is empty"):
+        jn.logsumexp(jnp.zeros((2, 0)), axis=1)
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "argument"),
+    [
+        (lambda: jn.safe_sqrt(None), TypeError, "x"),
+        (lambda: jn.safe_log("abc"), TypeError, "x"),
+        (lambda: jn.safe_log(jnp.ones(2), fill=float("nan")), ValueError, "fill"),
+        (lambda: jn.safe_norm({"a": 1}), TypeError, "x"),
+        (lambda: jn.entropy(jnp.asarray([1, 0])), TypeError, "p"),
+        (lambda: jn.cosine_similarity(None, jnp.ones(2)), TypeError, "a"),
+        (lambda: jn.softmax(jnp.ones(3), where=jnp.ones(3)), TypeError, "where"),
+        (lambda: jn.cross_entropy("logits", jnp.asarray([0])), TypeError, "logits"),
+        (lambda: jn.double_where("log", jnp.ones(2), jnp.ones(2, bool), 1.0, 0.0), TypeError, "fn"),
+        (lambda: jn.double_where(jnp.log, None, jnp.ones(2, bool), 1.0, 0.0), TypeError, "x"),
+        (lambda: jn.straight_through(3), TypeError, "fn"),
+    ],
+)
+def test_numerics_bad_input_names_the_argument(call, error, argument):
+    with pytest.raises(error, match=f"`{argument}`"):
+        call()

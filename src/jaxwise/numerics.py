@@ -26,6 +26,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.core import Tracer
+
+from jaxwise._checks import check_array, check_callable, check_float
 
 __all__ = [
     "cosine_similarity",
@@ -55,16 +58,28 @@ Axis = int | tuple[int, ...] | None
 
 
 def _float_array(x: Any, name: str) -> Array:
-    x = jnp.asarray(x)
+    """``x`` as a floating JAX array; None, strings, objects, integers raise naming ``name``."""
+    if not isinstance(x, Tracer):
+        if not hasattr(x, "dtype"):
+            check_array(x, name)  # rejects None, str, dict and ragged/object lists
+        x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise TypeError(f"`{name}` must be a floating-point array, got dtype {x.dtype}")
     return x
 
 
+def _positive(x: Array) -> Array:
+    """``x > 0``, but True where ``x`` is NaN: a NaN input goes through the function, stays NaN."""
+    return ~(x <= 0)
+
+
 def _check_mask(where: Any, shape: tuple[int, ...], name: str = "where") -> Array | None:
     if where is None:
         return None
-    where = jnp.asarray(where)
+    if not isinstance(where, Tracer):
+        if not hasattr(where, "dtype"):
+            check_array(where, name)
+        where = jnp.asarray(where)
     if where.dtype != jnp.bool_:
         raise TypeError(f"`{name}` must be a boolean mask, got dtype {where.dtype}")
     try:
@@ -72,7 +87,9 @@ def _check_mask(where: Any, shape: tuple[int, ...], name: str = "where") -> Arra
     except ValueError:
         broadcast = None
     if broadcast != tuple(shape):
-        raise ValueError(f"`{name}` of shape {where.shape} does not broadcast to the input shape {shape}")
+        raise ValueError(
+            f"`{name}` of shape {where.shape} does not broadcast to the input shape {shape}"
+        )
     return jnp.broadcast_to(where, shape)
 
 
@@ -91,7 +108,9 @@ def _normalize_axis(axis: Axis, ndim: int) -> tuple[int, ...]:
 # --------------------------------------------------------------------------
 
 
-def double_where(fn: Callable[[Array], Array], x: Array, ok: Array, safe_value: Any, fill: Any) -> Array:
+def double_where(
+    fn: Callable[[Array], Array], x: Array, ok: Array, safe_value: Any, fill: Any
+) -> Array:
     """``fn(x)`` where ``ok``, ``fill`` elsewhere — with finite gradients everywhere.
 
     Computes ``where(ok, fn(where(ok, x, safe_value)), fill)``: ``fn`` never
@@ -114,10 +133,11 @@ def double_where(fn: Callable[[Array], Array], x: Array, ok: Array, safe_value: 
         >>> float(jax.grad(f)(0.0)), float(jax.grad(f)(2.0))
         (0.0, 0.5)
     """
-    if not callable(fn):
-        raise TypeError(f"`fn` must be callable, got {type(fn).__name__}")
+    check_callable(fn, "fn")
+    if not hasattr(x, "dtype"):
+        check_array(x, "x")  # rejects None, str, dict and ragged/object lists
     x = jnp.asarray(x)
-    ok = jnp.asarray(ok)
+    ok = jnp.asarray(ok) if not isinstance(ok, Tracer) else ok
     if ok.dtype != jnp.bool_:
         raise TypeError(f"`ok` must be a boolean array, got dtype {ok.dtype}")
     safe_x = jnp.where(ok, x, jnp.asarray(safe_value, x.dtype))
@@ -128,20 +148,23 @@ def double_where(fn: Callable[[Array], Array], x: Array, ok: Array, safe_value: 
 def safe_sqrt(x: Array) -> Array:
     """``sqrt(x)`` for ``x > 0`` and 0 for ``x ≤ 0``, with gradient 0 there (not ∞).
 
+    Safe at the singular point, not a filter: ``safe_sqrt(nan)`` is NaN.
+
     Example:
         >>> import jax
         >>> float(jax.grad(safe_sqrt)(0.0)), float(jax.grad(safe_sqrt)(4.0))
         (0.0, 0.25)
     """
     x = _float_array(x, "x")
-    return double_where(jnp.sqrt, x, x > 0, 1.0, 0.0)
+    return double_where(jnp.sqrt, x, _positive(x), 1.0, 0.0)
 
 
 def safe_log(x: Array, fill: float | None = None) -> Array:
-    """``log(x)`` for ``x > 0``; ``fill`` (default ``log(tiny)``, finite) with gradient 0 for ``x ≤ 0``.
+    """``log(x)`` for ``x > 0``; a finite ``fill`` (default ``log(tiny)``) for ``x ≤ 0``, gradient 0.
 
     The default fill is the log of the smallest normal number of ``x``'s
-    dtype (≈ −87.3 for float32): finite, so ``0 · safe_log(0) = 0``.
+    dtype (≈ −87.3 for float32; float16 and bfloat16 use their own): finite, so
+    ``0 · safe_log(0) = 0``. A NaN input gives NaN.
 
     Example:
         >>> import jax
@@ -150,8 +173,10 @@ def safe_log(x: Array, fill: float | None = None) -> Array:
     """
     x = _float_array(x, "x")
     if fill is None:
-        fill = float(np.log(np.finfo(x.dtype).tiny))
-    return double_where(jnp.log, x, x > 0, 1.0, fill)
+        fill = float(np.log(float(jnp.finfo(x.dtype).tiny)))
+    else:
+        fill = check_float(fill, "fill")
+    return double_where(jnp.log, x, _positive(x), 1.0, fill)
 
 
 def sinc(x: Array) -> Array:
@@ -178,6 +203,8 @@ def sinc(x: Array) -> Array:
 def entropy(p: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     """Shannon entropy ``−Σ p log p`` (nats) with ``0 · log 0 = 0`` and finite gradients.
 
+    A NaN probability makes the entropy NaN (bad input is not hidden).
+
     Args:
       p: probabilities, any shape.
       axis: the axis (or axes) summed over.
@@ -190,7 +217,7 @@ def entropy(p: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     p = _float_array(p, "p")
     mask = _check_mask(where, p.shape)
     _normalize_axis(axis, p.ndim)
-    plogp = double_where(lambda t: t * jnp.log(t), p, p > 0, 1.0, 0.0)
+    plogp = double_where(lambda t: t * jnp.log(t), p, _positive(p), 1.0, 0.0)
     return -jnp.sum(plogp, axis=axis, where=mask)
 
 
@@ -202,14 +229,14 @@ def logit(p: Array) -> Array:
 
     Exact with derivative ``1 / (p (1 − p))`` for ``p`` strictly inside
     (0, 1) (where the value is within ±20); ``p ≤ 0`` gives −20 and
-    ``p ≥ 1`` gives 20, both with gradient 0.
+    ``p ≥ 1`` gives 20, both with gradient 0. ``logit(nan)`` is NaN.
 
     Example:
         >>> float(logit(0.5)), float(logit(1.0)), float(logit(0.0))
         (0.0, 20.0, -20.0)
     """
     p = _float_array(p, "p")
-    inside = (p > 0) & (p < 1)
+    inside = ~((p <= 0) | (p >= 1))  # NaN counts as inside: it stays NaN
     raw = double_where(lambda q: jnp.log(q) - jnp.log1p(-q), p, inside, 0.5, 0.0)
     edge = jnp.where(p >= 1, _LOGIT_CLIP, -_LOGIT_CLIP).astype(p.dtype)
     return jnp.where(inside, jnp.clip(raw, -_LOGIT_CLIP, _LOGIT_CLIP), edge)
@@ -233,13 +260,13 @@ def _unsafe_sumsq(sumsq: Array) -> Array:
 
 def _sqrt0(v: Array) -> Array:
     """sqrt with a zero (not infinite) derivative at 0."""
-    return double_where(jnp.sqrt, v, v > 0, 1.0, 0.0)
+    return double_where(jnp.sqrt, v, _positive(v), 1.0, 0.0)
 
 
 def _scaled_norm(x: Array, axis: tuple[int, ...] | None) -> Array:
     """Norm with max-scaling (keepdims): exact for 1e-30 and 1e30 vectors alike."""
     scale = jax.lax.stop_gradient(jnp.max(jnp.abs(x), axis=axis, keepdims=True))
-    safe_scale = jnp.where(scale > 0, scale, 1.0)
+    safe_scale = jnp.where(_positive(scale), scale, 1.0)
     return safe_scale * _sqrt0(jnp.sum(jnp.square(x / safe_scale), axis=axis, keepdims=True))
 
 
@@ -263,11 +290,13 @@ def _safe_norm(x: Array, axis: tuple[int, ...] | None, keepdims: bool) -> Array:
 
 
 @_safe_norm.defjvp
-def _safe_norm_jvp(axis: tuple[int, ...] | None, keepdims: bool, primals: tuple, tangents: tuple) -> tuple:
+def _safe_norm_jvp(
+    axis: tuple[int, ...] | None, keepdims: bool, primals: tuple, tangents: tuple
+) -> tuple:
     (x,), (tx,) = primals, tangents
     norm = _norm_keepdims(x, axis)
     # d‖x‖ = <x / ‖x‖, dx>, with the zero subgradient at x = 0 (double where).
-    unit = double_where(lambda n: x / n, norm, norm > 0, 1.0, 0.0)
+    unit = double_where(lambda n: x / n, norm, _positive(norm), 1.0, 0.0)
     dnorm = jnp.sum(unit * tx, axis=axis, keepdims=True)
     if not keepdims:
         norm, dnorm = _squeeze(norm, axis, x.ndim), _squeeze(dnorm, axis, x.ndim)
@@ -325,7 +354,9 @@ def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
     try:
         shape = np.broadcast_shapes(a.shape, b.shape)
     except ValueError as err:
-        raise ValueError(f"`a` of shape {a.shape} and `b` of shape {b.shape} do not broadcast") from err
+        raise ValueError(
+            f"`a` of shape {a.shape} and `b` of shape {b.shape} do not broadcast"
+        ) from err
     a, b = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
     axes = _normalize_axis(axis, len(shape))
     return _squeeze(_cosine(a, b, axes), axes, len(shape))
@@ -333,7 +364,7 @@ def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
 
 def _inverse(n: Array) -> Array:
     """1/n, and 0 (with zero derivative) where n = 0."""
-    return double_where(lambda m: 1.0 / m, n, n > 0, 1.0, 0.0)
+    return double_where(lambda m: 1.0 / m, n, _positive(n), 1.0, 0.0)
 
 
 def _cosine_value(a: Array, b: Array, axes: tuple[int, ...]) -> tuple[Array, Array, Array]:
@@ -385,7 +416,9 @@ def _shifted(x: Array, axis: Axis, mask: Array | None) -> tuple[Array, Array]:
     return shifted, m
 
 
-def logsumexp(x: Array, axis: Axis = None, where: Array | None = None, keepdims: bool = False) -> Array:
+def logsumexp(
+    x: Array, axis: Axis = None, where: Array | None = None, keepdims: bool = False
+) -> Array:
     """``log Σ exp(x)`` over ``axis``, stable, with a ``where=`` mask like ``jax.nn.logsumexp``.
 
     A fully masked reduction gives ``finfo(dtype).min`` (finite) instead of
@@ -399,13 +432,15 @@ def logsumexp(x: Array, axis: Axis = None, where: Array | None = None, keepdims:
     x = _float_array(x, "x")
     mask = _check_mask(where, x.shape)
     axes = _normalize_axis(axis, x.ndim)
+    if any(x.shape[a] == 0 for a in axes):
+        raise ValueError(f"`x` of shape {x.shape} is empty along the reduced axis {axis}")
     shifted, m = _shifted(x, axes, mask)
     total = jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True, where=mask)
     if mask is None:
         out = jnp.log(total) + m
     else:
-        out = double_where(jnp.log, total, total > 0, 1.0, 0.0) + m
-        out = jnp.where(total > 0, out, jnp.finfo(x.dtype).min)
+        out = double_where(jnp.log, total, _positive(total), 1.0, 0.0) + m
+        out = jnp.where(_positive(total), out, jnp.finfo(x.dtype).min)
     return out if keepdims else jnp.squeeze(out, axis=axes)
 
 
@@ -429,7 +464,7 @@ def softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
         return e / jnp.sum(e, axis=axes, keepdims=True)
     e = jnp.where(mask, e, 0.0)
     total = jnp.sum(e, axis=axes, keepdims=True)
-    return double_where(lambda t: e / t, total, total > 0, 1.0, 0.0)
+    return double_where(lambda t: e / t, total, _positive(total), 1.0, 0.0)
 
 
 def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
@@ -451,8 +486,8 @@ def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     total = jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True, where=mask)
     if mask is None:
         return shifted - jnp.log(total)
-    out = shifted - double_where(jnp.log, total, total > 0, 1.0, 0.0)
-    return jnp.where(mask & (total > 0), out, jnp.finfo(x.dtype).min)
+    out = shifted - double_where(jnp.log, total, _positive(total), 1.0, 0.0)
+    return jnp.where(mask & _positive(total), out, jnp.finfo(x.dtype).min)
 
 
 def mask_logits(logits: Array, mask: Array) -> Array:
@@ -466,8 +501,10 @@ def mask_logits(logits: Array, mask: Array) -> Array:
         [1.0, -65504.0]
     """
     logits = _float_array(logits, "logits")
-    mask = _check_mask(mask, logits.shape, "mask")
-    return jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+    checked = _check_mask(mask, logits.shape, "mask")
+    if checked is None:
+        raise TypeError("`mask` must be a boolean mask, got None")
+    return jnp.where(checked, logits, jnp.finfo(logits.dtype).min)
 
 
 # --------------------------------------------------------------------------
@@ -476,7 +513,10 @@ def mask_logits(logits: Array, mask: Array) -> Array:
 
 
 def _check_labels(labels: Array, logits_shape: tuple[int, ...]) -> Array:
-    labels = jnp.asarray(labels) if not isinstance(labels, jax.core.Tracer) else labels
+    if not isinstance(labels, Tracer):
+        if not hasattr(labels, "dtype"):
+            check_array(labels, "labels")
+        labels = jnp.asarray(labels)
     if not jnp.issubdtype(labels.dtype, jnp.integer):
         raise TypeError(f"`labels` must be integer class indices, got dtype {labels.dtype}")
     if labels.shape != logits_shape[:-1]:
@@ -484,11 +524,13 @@ def _check_labels(labels: Array, logits_shape: tuple[int, ...]) -> Array:
             f"`labels` must have shape {logits_shape[:-1]} (logits shape without the class axis), "
             f"got {labels.shape}"
         )
-    if not isinstance(labels, jax.core.Tracer) and labels.size:
+    if not isinstance(labels, Tracer) and labels.size:
         host = np.asarray(labels)  # concrete: check on the host, never stage a reduction
         lo, hi = int(host.min()), int(host.max())
         if lo < 0 or hi >= logits_shape[-1]:
-            raise ValueError(f"`labels` must be in [0, {logits_shape[-1]}), got values in [{lo}, {hi}]")
+            raise ValueError(
+                f"`labels` must be in [0, {logits_shape[-1]}), got values in [{lo}, {hi}]"
+            )
     return labels
 
 
@@ -507,8 +549,14 @@ def cross_entropy(
     normalised weights). Padding rows with weight 0 — even fully masked ones
     — contribute neither to the loss nor to the gradient.
 
+    Half-precision logits (float16, bfloat16) are reduced in float32 and the loss is
+    returned in the logits' dtype. A label in a masked class (probability 0, an infinite
+    loss) is clamped to the finite ``nll = −log(finfo(float32).tiny) ≈ 87.3`` with zero
+    gradient for that row, so one bad label cannot overflow the batch loss to ``inf``.
+    An empty batch has no mean: it raises ``ValueError``.
+
     Args:
-      logits: float ``(..., C)``.
+      logits: float ``(..., C)`` with ``C ≥ 1`` and at least one example.
       labels: int ``(...)`` in ``[0, C)``. Checked eagerly when concrete;
         under ``jit`` an out-of-range label gives a NaN loss (JAX's gather
         fill value) rather than a silently wrong one.
@@ -519,6 +567,9 @@ def cross_entropy(
     Returns:
       Scalar loss.
 
+    Raises:
+      ValueError: an empty batch, no classes, labels out of range, or shape mismatches.
+
     Example:
         >>> import jax.numpy as jnp
         >>> round(float(cross_entropy(jnp.zeros((2, 4)), jnp.array([1, 3]))), 4)
@@ -527,24 +578,43 @@ def cross_entropy(
     logits = _float_array(logits, "logits")
     if logits.ndim < 1:
         raise ValueError("`logits` must have a class axis, got a scalar")
+    if logits.shape[-1] == 0 or int(np.prod(logits.shape[:-1])) == 0:
+        raise ValueError(
+            f"`logits` of shape {logits.shape} is empty: cross_entropy needs at least one "
+            "example and one class (the mean of an empty batch is undefined)"
+        )
     labels = _check_labels(labels, logits.shape)
     mask = _check_mask(class_mask, logits.shape, "class_mask")
-    # nll = logsumexp − picked logit: never materialises the full log-softmax.
-    index = labels[..., None].astype(jnp.int32)
-    picked = jnp.take_along_axis(logits, index, axis=-1, wrap_negative_indices=False)[..., 0]  # NaN if out of range
-    if mask is not None:  # a label in a masked class has probability 0
-        allowed = jnp.take_along_axis(mask, index, axis=-1, mode="clip")[..., 0]
-        picked = jnp.where(allowed, picked, jnp.finfo(logits.dtype).min)
-    nll = logsumexp(logits, axis=-1, where=mask) - picked
+    out_dtype = logits.dtype
+    if jnp.finfo(logits.dtype).bits < 32:
+        logits = logits.astype(jnp.float32)
+    nll = _nll(logits, labels, mask)
     if weights is None:
-        return jnp.mean(nll)
+        return jnp.mean(nll).astype(out_dtype)
     weights = _float_array(weights, "weights")
     if weights.shape != labels.shape:
-        raise ValueError(f"`weights` must have the shape of `labels` {labels.shape}, got {weights.shape}")
+        raise ValueError(
+            f"`weights` must have the shape of `labels` {labels.shape}, got {weights.shape}"
+        )
     weights = weights.astype(nll.dtype)
     total = jnp.sum(weights)
     weighted = jnp.sum(jnp.where(weights != 0, weights * nll, 0.0))
-    return double_where(lambda t: weighted / t, total, total != 0, 1.0, 0.0)
+    loss = double_where(lambda t: weighted / t, total, total != 0, 1.0, 0.0)
+    return loss.astype(out_dtype)
+
+
+def _nll(logits: Array, labels: Array, mask: Array | None) -> Array:
+    """Per-example ``logsumexp − picked logit`` (never materialises the full log-softmax)."""
+    index = labels[..., None].astype(jnp.int32)
+    # NaN if out of range under jit (JAX's fill value for a gather out of bounds)
+    picked = jnp.take_along_axis(logits, index, axis=-1, wrap_negative_indices=False)[..., 0]
+    lse = logsumexp(logits, axis=-1, where=mask)
+    if mask is None:
+        return lse - picked
+    # a label in a masked class has probability 0: clamp its loss, no gradient
+    allowed = jnp.take_along_axis(mask, index, axis=-1, mode="clip")[..., 0]
+    clamp = -float(np.log(float(jnp.finfo(jnp.float32).tiny)))
+    return double_where(lambda d: d, lse - picked, allowed, 0.0, clamp)
 
 
 # --------------------------------------------------------------------------
@@ -563,14 +633,15 @@ def straight_through(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
         >>> float(sign_ste(-0.3)), float(jax.grad(sign_ste)(-0.3))
         (-1.0, 1.0)
     """
-    if not callable(fn):
-        raise TypeError(f"`fn` must be callable, got {type(fn).__name__}")
+    check_callable(fn, "fn")
 
     def wrapped(x: Array) -> Array:
         x = _float_array(x, "x")
         y = fn(x)
         if jnp.shape(y) != x.shape:
-            raise ValueError(f"straight_through: `fn` must preserve the shape {x.shape}, got {jnp.shape(y)}")
+            raise ValueError(
+                f"straight_through: `fn` must preserve the shape {x.shape}, got {jnp.shape(y)}"
+            )
         return x + jax.lax.stop_gradient(jnp.asarray(y, x.dtype) - x)
 
     wrapped.__name__ = f"straight_through_{getattr(fn, '__name__', 'fn')}"
