@@ -10,8 +10,10 @@ argument, old, new), with the fix.
 Example:
     >>> import jax, jax.numpy as jnp
     >>> f = jax.jit(lambda x: x * 2.0)
-    >>> [(r.kind, r.argument) for r in why_recompiled(f, [(jnp.ones(3),), (jnp.ones(4),)])]
-    [('first', ''), ('shape', 'x')]
+    >>> results = why_recompiled(f, [(jnp.ones(3),), (jnp.ones(4),)])
+    >>> kinds = [r.kind for r in results]
+    >>> kinds, results[1].argument
+    (['first', 'shape'], 'x')
 """
 
 from __future__ import annotations
@@ -372,8 +374,9 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
     Example:
         >>> import jax
         >>> f = jax.jit(lambda x, n: x * n, static_argnums=1)
-        >>> [(r.kind, r.argument, r.old, r.new) for r in why_recompiled(f, [(1.0, 2), (1.0, 3)])]
-        [('first', '', '', ''), ('static', 'n', '2', '3')]
+        >>> first, second = why_recompiled(f, [(1.0, 2), (1.0, 3)])
+        >>> first.kind, second.kind, second.argument, second.old, second.new
+        ('first', 'static', 'n', '2', '3')
     """
     check_callable(fn, "fn")
     if isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence):

@@ -117,7 +117,7 @@ class CompileCounter:
         >>> jf = jax.jit(f)
         >>> with CompileCounter(jf) as c:
         ...     _ = jf(jnp.ones(2)); _ = jf(jnp.ones(2))
-        >>> c.count, c.events[0][0]
+        >>> c.count, c.records[0].fun_name
         (1, 'jit(f)')
     """
 

@@ -250,8 +250,9 @@ class explain_recompiles:
         >>> jg = jax.jit(g)
         >>> with explain_recompiles() as misses:
         ...     _ = jg(jnp.ones(3)); _ = jg(jnp.ones(5))
-        >>> [(m.kind, m.argument, m.old, m.new) for m in misses]
-        [('first', '', '', ''), ('shape', 'x', 'f32[3]', 'f32[5]')]
+        >>> kinds = [m.kind for m in misses]
+        >>> kinds, misses[1].argument, misses[1].old, misses[1].new
+        (['first', 'shape'], 'x', 'f32[3]', 'f32[5]')
     """
 
     def __init__(self) -> None:
