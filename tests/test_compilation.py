@@ -414,6 +414,22 @@ def test_target_object_with_jitted_attribute():
     assert [r.fun_name for r in counter.others] == ["jit(<lambda>)"]
 
 
+def _make_step(scale):
+    def step(x):  # every wrapper from this factory has the same name and definition site
+        return x * scale
+
+    return _Wrapper(step)
+
+
+def test_targets_from_one_factory_count_only_their_own_program():
+    a, b = _make_step(2.0), _make_step(3.0)
+    x = jnp.ones(4)
+    count_a, count_b, by_name = CompileCounter(a), CompileCounter(b), CompileCounter("step")
+    with count_a, count_b, by_name:
+        a(x), b(x), b(jnp.ones(5))
+    assert (count_a.count, count_b.count, by_name.count) == (1, 2, 3)
+
+
 def test_target_decorated_function():
     @compile_budget(2)
     def halve(x):

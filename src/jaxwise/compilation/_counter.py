@@ -42,12 +42,16 @@ class CompileBudgetExceeded(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class _Target:
-    """What a counter counts: a name, or one function's ``"name at file:line"``."""
+    """What a counter counts: a name, one function's ``"name at file:line"``, or, for a
+    jitted target, the exact function object it traces (``fun_id``)."""
 
     name: str
     source: str | None
+    fun_id: int | None = None
 
     def matches(self, event: CompileEvent) -> bool:
+        if self.fun_id is not None and event.function_id is not None:
+            return event.function_id == self.fun_id
         if self.source is not None and event.source is not None:
             return event.source == self.source
         return event.fun_name in (f"jit({self.name})", self.name) or event.function == self.name
@@ -83,7 +87,10 @@ def resolve_target(target: Any) -> _Target | None:
         return resolve_target(jitted)
     if callable(target):
         name, source = _source_of(target)
-        return _Target(name, source)
+        # A jitted function traces exactly the object it wraps: identify its programs by it
+        # (the target keeps that object alive, so its id cannot be reused meanwhile).
+        wrapped = getattr(target, "__wrapped__", None) if hasattr(target, "lower") else None
+        return _Target(name, source, id(wrapped) if wrapped is not None else None)
     raise TypeError(
         f"`target` must be None, a function name (str), a jitted function or an object "
         f"with a `.jitted` attribute, got {type(target).__name__}"

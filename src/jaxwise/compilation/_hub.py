@@ -55,6 +55,7 @@ class CompileEvent:
     function: str = ""
     defined_at: str | None = None
     internal: bool = False
+    function_id: int | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def source(self) -> str | None:
@@ -125,7 +126,7 @@ class _Hub:
 
     def _event(self, fun_name: str, seconds: float) -> CompileEvent:
         ctx = _jaxkeys.compile_context()
-        miss = self._pop_pending(fun_name)
+        miss, fun_id = self._pop_pending(fun_name)
         if ctx is not None:
             previous = self._shardings.get(ctx.jaxpr)
             try:
@@ -134,9 +135,13 @@ class _Hub:
                 pass
             if miss is None and previous is not None:
                 miss = _placement_miss(ctx, previous)
-            return CompileEvent(fun_name, seconds, miss, ctx.name, ctx.defined_at, ctx.internal)
+            return CompileEvent(
+                fun_name, seconds, miss, ctx.name, ctx.defined_at, ctx.internal, fun_id
+            )
         if miss is not None:
-            return CompileEvent(fun_name, seconds, miss, miss.function, miss.defined_at)
+            return CompileEvent(
+                fun_name, seconds, miss, miss.function, miss.defined_at, False, fun_id
+            )
         return CompileEvent(fun_name, seconds, None, _inner_name(fun_name))
 
     # -- explanations ---------------------------------------------------------
@@ -172,7 +177,7 @@ class _Hub:
         """True when the user had ``jax_explain_cache_misses`` on before us."""
         return bool(self._flag_before)
 
-    def _pending(self) -> list[CacheMiss]:
+    def _pending(self) -> list[tuple[CacheMiss, int | None]]:
         pending = getattr(self._local, "pending", None)
         if pending is None:
             pending = self._local.pending = []
@@ -181,6 +186,7 @@ class _Hub:
     def explain(self, jax_text: str) -> CacheMiss:
         """Build the structured miss JAX is logging right now and queue it for its compile."""
         ctx = _jaxkeys.miss_context()
+        fun_id = id(ctx.fun) if ctx is not None and ctx.fun is not None else None
         if ctx is not None:
             source = f"{ctx.name} at {ctx.defined_at}"
             recent = self._sources.setdefault(source, [])
@@ -190,19 +196,19 @@ class _Hub:
         else:
             miss = parse_cache_miss(jax_text)
         pending = self._pending()
-        pending.append(miss)
+        pending.append((miss, fun_id))
         del pending[:-_MAX_PENDING]
         for sink in list(self._explain_sinks):
             sink.record(miss)
         return miss
 
-    def _pop_pending(self, fun_name: str) -> CacheMiss | None:
+    def _pop_pending(self, fun_name: str) -> tuple[CacheMiss | None, int | None]:
         pending = self._pending()
         inner = _inner_name(fun_name)
         for i in range(len(pending) - 1, -1, -1):
-            if pending[i].function == inner:
+            if pending[i][0].function == inner:
                 return pending.pop(i)
-        return None
+        return None, None
 
 
 def _placement_miss(ctx: _jaxkeys.CompileContext, previous: tuple[str, ...]) -> CacheMiss:
