@@ -109,3 +109,49 @@ def test_load_csv_large_file_without_compiling(tmp_path):
     assert counter.count == 0  # pure NumPy: nothing compiles per row (or at all)
     assert table.x.shape == (n, 5) and table.classes == ("a", "b", "c")
     np.testing.assert_allclose(table.x, x, rtol=1e-6)
+
+
+def test_numeric_labels_are_normalised(tmp_path):
+    table = load_csv(write(tmp_path, "a,y\n1,1\n2,1.0\n3,01\n4,0\n5,1e0\n6,0.50\n"), "y")
+    assert table.classes == ("0", "0.5", "1") and table.y.tolist() == [2, 2, 2, 0, 2, 1]
+    strings = load_csv(write(tmp_path, "a,y\n1,cat\n2,Cat\n3,cat \n", "s.csv"), "y")
+    assert strings.classes == ("Cat", "cat")  # strings are kept as written (outer spaces stripped)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("a,y\n1,0\n1e39,1\n", r"value '1e39' in data row 1, column 'a' overflows float32"),
+        ("a,y\n-1e39,0\n2,1\n", r"value '-1e39' in data row 0, column 'a' overflows float32"),
+        ("a,y\n3e38,0\n3e38,1\n", "float32 mean overflows"),
+        ("a,y\n-3e38,0\n-3e38,1\n", "float32 mean overflows"),
+        ("a,y\n1,cat\n2,d\x00g\n", r"control character in label column 'y' \(data row 1"),
+        ("a\x1b[31m,y\n1,0\n2,1\n", "control character in the header"),
+        ("1,2,cat\n3,4,dog\n", "no header row"),
+    ],
+)
+def test_load_csv_rejects_garbage(tmp_path, text, match):
+    with pytest.raises(DataError, match=match):
+        load_csv(write(tmp_path, text), "y")
+
+
+def test_large_but_representable_values_load(tmp_path):
+    table = load_csv(write(tmp_path, "a,y\n1e30,0\n-1e30,1\n3e38,0\n"), "y")
+    assert np.isfinite(table.x).all() and table.x.dtype == np.float32
+
+
+def test_load_features(tmp_path):
+    from jaxwise.data import load_features
+
+    path = write(tmp_path, "b,y,a\n2,cat,1\n4,1.0,3\n")
+    got = load_features(path, ("a", "b"), label="y")
+    assert got.x.tolist() == [[1, 2], [3, 4]] and got.labels == ("cat", "1")
+    assert (
+        load_features(write(tmp_path, "a,b\n1,2\n", "n.csv"), ("a", "b"), label="y").labels is None
+    )
+    with pytest.raises(DataError, match=r"missing feature column\(s\) 'b'"):
+        load_features(write(tmp_path, "a,y\n1,0\n", "m.csv"), ("a", "b"), label="y")
+    with pytest.raises(DataError, match=r"unexpected column\(s\) 'c'"):
+        load_features(write(tmp_path, "a,b,c\n1,2,3\n", "e.csv"), ("a", "b"))
+    with pytest.raises(DataError, match="no header row"):
+        load_features(write(tmp_path, "1,2\n3,4\n", "h.csv"), ("a", "b"))
