@@ -44,6 +44,25 @@ def _sync(tag: str) -> None:
         multihost_utils.sync_global_devices(tag)
 
 
+def _lock_everywhere(path: Path) -> fmt.DirLock | None:
+    """Process 0 takes the writer lock; in a multi-process job every process learns the outcome."""
+    lock, error = None, None
+    if jax.process_index() == 0:
+        try:
+            lock = fmt.DirLock(path)
+        except CheckpointError as err:
+            error = err
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        failed = multihost_utils.broadcast_one_to_all(np.int32(error is not None))
+        if int(failed) and error is None:  # the other processes fail with process 0
+            raise CheckpointError(f"checkpoint directory {path} is in use by another writer")
+    if error is not None:
+        raise error
+    return lock
+
+
 def _static_fields(state: TrainState) -> dict[str, Any]:
     return {
         f.name: getattr(state, f.name)
@@ -149,8 +168,7 @@ class Checkpointer:
         self.path = Path(path).absolute()
         self.keep = check_int(keep, "keep", min_value=1)
         self.async_save = bool(async_save)
-        self._lock = fmt.DirLock(self.path) if jax.process_index() == 0 else None
-        _sync("jaxwise-checkpointer-open")
+        self._lock = _lock_everywhere(self.path)
         handler = ocp.CompositeCheckpointHandler()
         self._writer = ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
         self._pending: int | None = None
