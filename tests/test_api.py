@@ -10,26 +10,44 @@ import pytest
 import jaxwise
 
 CONTRACT = {
-    "compilation": "CompileCounter CompileBudget CompileBudgetExceeded compile_budget explain_recompiles "
-    "stage_report CacheMiss",
+    "compilation": (
+        "CompileCounter CompileBudget CompileBudgetExceeded compile_budget "
+        "explain_recompiles stage_report CacheMiss"
+    ),
     "buckets": "bucket_for pad_to_bucket plan_buckets BucketedFunction",
-    "numerics": "double_where safe_sqrt safe_log safe_norm sinc entropy logit cosine_similarity logsumexp softmax "
-    "log_softmax mask_logits cross_entropy round_ste straight_through",
+    "numerics": (
+        "double_where safe_sqrt safe_log safe_norm sinc entropy logit cosine_similarity "
+        "logsumexp softmax log_softmax mask_logits cross_entropy round_ste "
+        "straight_through"
+    ),
     "debug": "locate_nan NanReport checked assert_finite",
     "autodiff": "jacobian jvp_many hvp cg_solve newton_cg_step newton_cg",
-    "per_example": "per_example_grads per_example_grad_norms clip_and_sum hardest_examples find_label_errors "
-    "ghost_coverage",
-    "privacy": "add_dp_noise dp_gradient dp_gradient_accumulated poisson_batch epsilon noise_multiplier_for "
-    "make_dp_train_epoch",
+    "per_example": (
+        "per_example_grads per_example_grad_norms clip_and_sum hardest_examples "
+        "find_label_errors ghost_coverage"
+    ),
+    "privacy": (
+        "add_dp_noise dp_gradient dp_gradient_accumulated poisson_batch epsilon "
+        "noise_multiplier_for make_dp_train_epoch"
+    ),
     "label_errors": "find_label_errors confident_learning out_of_fold_probabilities",
-    "optim": "GradientTransformation apply_updates global_norm identity scale scale_by_schedule "
-    "scale_by_learning_rate trace scale_by_adam scale_by_lion add_decayed_weights clip_by_global_norm "
-    "freeze chain sgd adam adamw lion constant_schedule linear_schedule cosine_decay_schedule "
-    "warmup_cosine_decay_schedule piecewise_constant_schedule join_schedules",
+    "optim": (
+        "GradientTransformation apply_updates global_norm identity scale "
+        "scale_by_schedule scale_by_learning_rate trace scale_by_adam scale_by_lion "
+        "add_decayed_weights clip_by_global_norm freeze chain sgd adam adamw lion "
+        "constant_schedule linear_schedule cosine_decay_schedule "
+        "warmup_cosine_decay_schedule piecewise_constant_schedule join_schedules"
+    ),
     "tree": "param_table path_names mask_by_path tree_allclose host_copy",
-    "train": "TrainState make_train_step make_train_epoch check_donatable data_mesh save restore DonationError",
-    "sequence": "lengths_to_mask masked_sum masked_mean segment_softmax segment_mean discounted_returns bounded_while "
-    "linear_recurrence init_gru gru_cell init_lstm lstm_cell run_rnn rk4_step odeint_rk4 lambda_returns gae",
+    "train": (
+        "TrainState make_train_step make_train_epoch check_donatable data_mesh save "
+        "restore DonationError"
+    ),
+    "sequence": (
+        "lengths_to_mask masked_sum masked_mean segment_softmax segment_mean "
+        "discounted_returns bounded_while linear_recurrence init_gru gru_cell init_lstm "
+        "lstm_cell run_rnn rk4_step odeint_rk4 lambda_returns gae"
+    ),
     "data": "make_spiral make_blobs flip_labels load_csv prefetch_to_device",
     "models": "init_mlp mlp_apply Model from_nnx from_linen from_equinox",
     "lint": "lint_source lint_paths RULES",
