@@ -1,4 +1,4 @@
-"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, ghost norms, label errors."""
+"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, label errors."""
 
 import jax
 import jax.numpy as jnp
@@ -40,8 +40,10 @@ def problem():
 
 
 def _flat(tree):
-    return np.concatenate([np.asarray(leaf, np.float64).reshape(leaf.shape[0], -1) for leaf in jax.tree.leaves(tree)],
-                          axis=1)
+    return np.concatenate(
+        [np.asarray(leaf, np.float64).reshape(leaf.shape[0], -1) for leaf in jax.tree.leaves(tree)],
+        axis=1,
+    )
 
 
 def test_vmap_grads_equal_python_loop_and_mean_equals_batch_gradient(problem):
@@ -51,7 +53,9 @@ def test_vmap_grads_equal_python_loop_and_mean_equals_batch_gradient(problem):
         single = jax.grad(mlp_single)(params, x[i], y[i])
         for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(single)):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-7)
-    batch_grad = jax.grad(lambda p: jnp.mean(jax.vmap(mlp_single, in_axes=(None, 0, 0))(p, x, y)))(params)
+    batch_grad = jax.grad(lambda p: jnp.mean(jax.vmap(mlp_single, in_axes=(None, 0, 0))(p, x, y)))(
+        params
+    )
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(batch_grad)):
         np.testing.assert_allclose(np.asarray(a).mean(0), np.asarray(b), rtol=1e-5, atol=1e-7)
 
@@ -75,11 +79,16 @@ def test_default_in_axes_mistake_is_silent_and_ours_cannot_make_it():
 @pytest.mark.parametrize("chunk", [1, 4, 5, 23, 64])
 def test_chunked_norms_and_clipped_sums_equal_whole_batch(problem, chunk):
     params, x, y = problem
-    whole_norms = per_example_grad_norms(mlp_single, params, x, y)
-    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, x, y, chunk_size=chunk), whole_norms,
-                               rtol=1e-5)
-    whole_sum, n1 = clip_and_sum(mlp_single, params, x, y, clip_norm=0.5)
-    chunk_sum, n2 = clip_and_sum(mlp_single, params, x, y, clip_norm=0.5, chunk_size=chunk)
+    whole_norms = per_example_grad_norms(mlp_single, params, x, y, method="vmap")
+    np.testing.assert_allclose(
+        per_example_grad_norms(mlp_single, params, x, y, chunk_size=chunk, method="chunked"),
+        whole_norms,
+        rtol=1e-5,
+    )
+    whole_sum, n1 = clip_and_sum(mlp_single, params, x, y, clip_norm=0.5, method="vmap")
+    chunk_sum, n2 = clip_and_sum(
+        mlp_single, params, x, y, clip_norm=0.5, chunk_size=chunk, method="chunked"
+    )
     np.testing.assert_allclose(n2, n1, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(chunk_sum), jax.tree.leaves(whole_sum)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
@@ -88,13 +97,21 @@ def test_chunked_norms_and_clipped_sums_equal_whole_batch(problem, chunk):
 def test_norms_match_float64_reference(problem):
     params, x, y = problem
     grads = _flat(per_example_grads(mlp_single, params, x, y))
-    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, x, y), np.linalg.norm(grads, axis=1),
-                               rtol=1e-5)
     clip = 0.3
-    summed, norms = clip_and_sum(mlp_single, params, x, y, clip_norm=clip)
     factor = np.minimum(1.0, clip / np.linalg.norm(grads, axis=1))
-    np.testing.assert_allclose(_flat(jax.tree.map(lambda a: a[None], summed))[0], (grads * factor[:, None]).sum(0),
-                               rtol=1e-4, atol=1e-6)
+    for method in ("vmap", "ghost"):
+        np.testing.assert_allclose(
+            per_example_grad_norms(mlp_single, params, x, y, method=method),
+            np.linalg.norm(grads, axis=1),
+            rtol=1e-5,
+        )
+        summed, norms = clip_and_sum(mlp_single, params, x, y, clip_norm=clip, method=method)
+        np.testing.assert_allclose(
+            _flat(jax.tree.map(lambda a: a[None], summed))[0],
+            (grads * factor[:, None]).sum(0),
+            rtol=1e-4,
+            atol=1e-6,
+        )
 
 
 @pytest.mark.parametrize("sizes", [(5, 3), (5, 16, 3), (5, 16, 16, 3), (5, 8, 32, 8, 3)])
@@ -112,10 +129,18 @@ def test_ghost_norms_equal_vmap_norms(sizes):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
-def test_ghost_needs_a_dense_loss(problem):
+def test_ghost_works_for_any_loss_and_auto_is_the_default(problem):
     params, x, y = problem
-    with pytest.raises(ValueError, match="mlp_loss"):
-        per_example_grad_norms(mlp_single, params, x, y, method="ghost")
+    ref = per_example_grad_norms(mlp_single, params, x, y, method="vmap")
+    np.testing.assert_allclose(
+        per_example_grad_norms(mlp_single, params, x, y, method="ghost"), ref, rtol=1e-4
+    )
+    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, x, y), ref, rtol=1e-4)
+    np.testing.assert_allclose(
+        per_example_grad_norms(mlp_single, params, x, y, method="chunked", chunk_size=5),
+        ref,
+        rtol=1e-5,
+    )
 
 
 def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
@@ -126,7 +151,11 @@ def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
     spec = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), params)
 
     def temp(chunk):
-        fn = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y, chunk_size=chunk))
+        fn = jax.jit(
+            lambda p, x, y: per_example_grad_norms(
+                MLP_LOSS, p, x, y, chunk_size=chunk, method="vmap"
+            )
+        )
         return fn.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes
 
     full, chunk16 = temp(None), temp(16)
@@ -135,6 +164,15 @@ def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
     assert chunk16 * 8 < full
     ghost = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y, method="ghost"))
     assert ghost.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes * 20 < full
+    assert (
+        jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y))
+        .lower(spec, x, y)
+        .compile()
+        .memory_analysis()
+        .temp_size_in_bytes
+        * 20
+        < full
+    )  # auto = ghost
 
 
 def test_auto_chunk_size_fits_budget(problem):
@@ -145,14 +183,20 @@ def test_auto_chunk_size_fits_budget(problem):
     budget = 8 * n_params * 4 + 2**20
     chunk = auto_chunk_size(MLP_LOSS, params, x, y, memory_budget=budget)
     assert 1 <= chunk < 64
-    norms = per_example_grad_norms(MLP_LOSS, params, x, y, chunk_size="auto", memory_budget=budget)
-    np.testing.assert_allclose(norms, per_example_grad_norms(MLP_LOSS, params, x, y), rtol=1e-5)
+    norms = per_example_grad_norms(
+        MLP_LOSS, params, x, y, chunk_size="auto", memory_budget=budget, method="chunked"
+    )
+    np.testing.assert_allclose(
+        norms, per_example_grad_norms(MLP_LOSS, params, x, y, method="vmap"), rtol=1e-5
+    )
     assert auto_chunk_size(MLP_LOSS, params, x, y, memory_budget=2**40) == 64
 
 
 def test_jitted_norms_compile_once(problem):
     params, x, y = problem
-    fn = jax.jit(lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=8))
+    fn = jax.jit(
+        lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=8, method="chunked")
+    )
     batches = [(x + i, y) for i in range(3)]
     with CompileBudget(1, name="<lambda>"):
         for bx, by in batches:
@@ -163,14 +207,40 @@ def test_jitted_norms_compile_once(problem):
     "call, error, match",
     [
         (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=0.0), ValueError, "clip_norm"),
-        (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=-1.0), ValueError, "clip_norm"),
-        (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=0), ValueError, "chunk_size"),
+        (
+            lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=-1.0),
+            ValueError,
+            "clip_norm",
+        ),
+        (
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=0),
+            ValueError,
+            "chunk_size",
+        ),
+        (
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=2.5),
+            TypeError,
+            "chunk_size",
+        ),
+        (
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, memory_budget=0),
+            ValueError,
+            "memory_budget",
+        ),
+        (lambda p, x, y: hardest_examples(mlp_single, p, x, y, k=True), TypeError, "`k`"),
         (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y[:5]), ValueError, "leading"),
         (lambda p, x, y: per_example_grads("loss", p, x, y), TypeError, "loss_single"),
-        (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, method="fast"), ValueError, "method"),
+        (
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, method="fast"),
+            ValueError,
+            "method",
+        ),
         (lambda p, x, y: hardest_examples(mlp_single, p, x, y, k=0), ValueError, "`k`"),
-        (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=1.0, weights=jnp.ones(3)), ValueError,
-         "weights"),
+        (
+            lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=1.0, weights=jnp.ones(3)),
+            ValueError,
+            "weights",
+        ),
     ],
 )
 def test_bad_input(problem, call, error, match):
@@ -197,7 +267,7 @@ def test_hardest_examples_and_label_error_recall():
 
     for _ in range(150):
         params, state = step(params, state)
-    found = find_label_errors(MLP_LOSS, params, xj, yj, k=40, chunk_size=512)
+    found = find_label_errors(MLP_LOSS, params, xj, yj, k=40, chunk_size=512, method="chunked")
     recall = len(set(found.indices.tolist()) & set(flipped.tolist())) / len(flipped)
     assert recall >= 0.9, recall
     assert np.all(np.diff(found.grad_norms) <= 0) and found.losses.shape == (40,)

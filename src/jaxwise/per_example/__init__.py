@@ -1,0 +1,63 @@
+"""Per-example gradients, their norms and clipped sums — for any JAX loss, in bounded memory.
+
+``loss_single(params, *example)`` is the loss of ONE example (unbatched
+arrays); ``params`` is any pytree (plain dicts, a Flax NNX/linen or Equinox
+model through :mod:`jaxwise.models` adapters). Everything here maps it over
+the leading axis of the batch arrays with ``in_axes=(None, 0, …)`` — never
+the default ``in_axes=0``, which silently maps the parameters too when their
+leading dimension happens to equal the batch size.
+
+Methods (``method=``):
+
+- ``"ghost"``: the per-example program is traced once and every parameter
+  use is classified (:func:`ghost_coverage`): dense layers, convolutions and
+  embedding lookups get their norms from activations and output gradients of
+  ONE forward and ONE backward pass (Goodfellow 2015; ghost clipping, Li et
+  al. 2022; mixed ghost clipping, Bu et al. 2023); biases, scales and any
+  other use get exact per-example gradients for those leaves only. The
+  clipped sum is book-keeping from the same pass.
+- ``"vmap"``: materialise per-example gradients (``B × P`` memory, or
+  ``chunk × P`` with ``chunk_size``); ``"chunked"``: the same, chunked.
+- ``"auto"`` (default): ``"ghost"`` wherever it applies.
+
+References:
+  Goodfellow, Efficient Per-Example Gradient Computations, 2015, arXiv:1510.01799;
+  Li et al., Large Language Models Can Be Strong Differentially Private Learners,
+  2022, arXiv:2110.05679; Bu et al., Differentially Private Optimization on Large
+  Model at Small Cost, 2023, arXiv:2210.00038.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> loss = lambda w, x, y: (x @ w - y) ** 2
+    >>> per_example_grad_norms(loss, jnp.ones(2), jnp.eye(2), jnp.zeros(2)).tolist()
+    [2.0, 2.0]
+"""
+
+from jaxwise.per_example._api import clip_and_sum as clip_and_sum
+from jaxwise.per_example._api import ghost_coverage as ghost_coverage
+from jaxwise.per_example._api import mlp_loss as mlp_loss
+from jaxwise.per_example._api import per_example_grad_norms as per_example_grad_norms
+from jaxwise.per_example._common import METHODS as METHODS
+from jaxwise.per_example._common import LossSingle as LossSingle
+from jaxwise.per_example._common import batch_size_of as batch_size_of
+from jaxwise.per_example._common import check_clip_norm as check_clip_norm
+from jaxwise.per_example._common import check_method as check_method
+from jaxwise.per_example._graph import CoverageRow as CoverageRow
+from jaxwise.per_example._labels import LabelErrors as LabelErrors
+from jaxwise.per_example._labels import find_label_errors as find_label_errors
+from jaxwise.per_example._labels import hardest_examples as hardest_examples
+from jaxwise.per_example._vmap import auto_chunk_size as auto_chunk_size
+from jaxwise.per_example._vmap import per_example_grads as per_example_grads
+
+__all__ = [
+    "CoverageRow",
+    "LabelErrors",
+    "auto_chunk_size",
+    "clip_and_sum",
+    "find_label_errors",
+    "ghost_coverage",
+    "hardest_examples",
+    "mlp_loss",
+    "per_example_grad_norms",
+    "per_example_grads",
+]

@@ -1,0 +1,204 @@
+"""Public entry points: per-example norms and clipped sums by any method, ghost coverage."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from jaxwise._checks import check_callable, check_int
+from jaxwise.models import mlp_apply
+from jaxwise.per_example import _ghost
+from jaxwise.per_example._common import (
+    LossSingle,
+    batch_size_of,
+    check_chunk,
+    check_clip_norm,
+    check_loss,
+    check_method,
+    check_params,
+    clip_factor,
+    weights_of,
+)
+from jaxwise.per_example._graph import CoverageRow, Program, Unsupported, coverage, trace
+from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
+
+
+def _resolve(
+    loss_single: LossSingle,
+    params: Any,
+    batch: tuple,
+    method: str,
+    chunk_size: Any,
+    memory_budget: int,
+) -> tuple[Program | None, int | None]:
+    """The analysed program for the ghost path, or ``(None, chunk)`` for the vmap paths."""
+    if method in ("ghost", "auto"):
+        try:
+            return trace(loss_single, params, batch), None
+        except Unsupported as err:
+            if method == "ghost":
+                raise ValueError(
+                    f"method='ghost' does not apply to this `loss_single`: {err}; use method='vmap'"
+                ) from err
+    if method == "chunked" and chunk_size is None:
+        chunk_size = "auto"
+    if chunk_size == "auto":
+        chunk_size = auto_chunk_size(loss_single, params, *batch, memory_budget=memory_budget)
+    return None, chunk_size
+
+
+def _check(
+    loss_single: Any, params: Any, batch: tuple, method: Any, chunk_size: Any, memory_budget: Any
+) -> int:
+    check_loss(loss_single)
+    check_chunk(chunk_size)
+    check_method(method)
+    check_int(memory_budget, "memory_budget", min_value=1)
+    check_params(params)
+    return batch_size_of(batch)
+
+
+def per_example_grad_norms(
+    loss_single: LossSingle,
+    params: Any,
+    *batch: Any,
+    chunk_size: int | str | None = None,
+    method: str = "auto",
+    memory_budget: int = 256 * 2**20,
+) -> jax.Array:
+    """Global L2 norm of every example's gradient, shape ``(B,)``.
+
+    Args:
+      loss_single: ``loss_single(params, *example) -> scalar`` for ONE example.
+      params: shared parameters, any pytree of float arrays.
+      *batch: arrays with a leading example axis (any ``B``).
+      chunk_size: for the ``"vmap"``/``"chunked"`` paths: ``None`` (all at
+        once, ``B × P`` memory), an int (``chunk × P`` at a time), or
+        ``"auto"`` (the largest power-of-two chunk whose compiled temporary
+        memory fits ``memory_budget`` bytes, see :func:`auto_chunk_size`).
+      method: ``"auto"`` (default: ghost norms wherever the analysis applies,
+        else vmap), ``"ghost"`` (one forward and one backward pass, see
+        :func:`ghost_coverage`), ``"vmap"`` (materialise per-example
+        gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(w * x)
+        >>> x = jnp.asarray([[3.0, 4.0], [0.0, 1.0], [6.0, 8.0]])
+        >>> per_example_grad_norms(loss, jnp.ones(2), x, method="chunked", chunk_size=2).tolist()
+        [5.0, 1.0, 10.0]
+    """
+    _check(loss_single, params, batch, method, chunk_size, memory_budget)
+    program, chunk = _resolve(loss_single, params, batch, method, chunk_size, memory_budget)
+    if program is None:
+        return vmap_norms(loss_single, params, batch, chunk)
+    leaves, example = jax.tree.leaves(params), jax.tree.leaves(batch)
+    _, acts, grads = _ghost.output_grads(program, leaves, example)
+    sq, _ = _ghost.sq_norms(program, leaves, acts, grads)
+    return jax.numpy.sqrt(sq)
+
+
+def clip_and_sum(
+    loss_single: LossSingle,
+    params: Any,
+    *batch: Any,
+    clip_norm: float,
+    chunk_size: int | str | None = None,
+    method: str = "auto",
+    weights: jax.Array | None = None,
+    memory_budget: int = 256 * 2**20,
+) -> tuple[Any, jax.Array]:
+    """Sum over examples of gradients clipped to norm ``clip_norm``, and the pre-clip norms.
+
+    ``Σ_i w_i · g_i · min(1, C / ‖g_i‖)`` where ``w_i`` are optional
+    per-example ``weights`` (e.g. a 0/1 mask of real examples in a padded
+    Poisson batch). Every method gives the same result; the ghost path takes
+    the sum from the same pass as the norms (no second backward pass).
+
+    Returns:
+      ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` norms.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(w * x)
+        >>> x = jnp.asarray([[3.0, 4.0], [0.0, 0.5]])
+        >>> summed, norms = clip_and_sum(loss, jnp.ones(2), x, clip_norm=1.0)
+        >>> [round(v, 4) for v in summed.tolist()], norms.tolist()
+        ([0.6, 1.3], [5.0, 0.5])
+    """
+    n = _check(loss_single, params, batch, method, chunk_size, memory_budget)
+    check_clip_norm(clip_norm)
+    w = weights_of(weights, n)
+    program, chunk = _resolve(loss_single, params, batch, method, chunk_size, memory_budget)
+    if program is None:
+        return vmap_clip_and_sum(loss_single, params, batch, clip_norm, w, chunk)
+    leaves, treedef = jax.tree.flatten(params)
+    example = jax.tree.leaves(batch)
+    _, acts, grads = _ghost.output_grads(program, leaves, example)
+    sq, pe = _ghost.sq_norms(program, leaves, acts, grads)
+    norms = jax.numpy.sqrt(sq)
+    factor = jax.lax.stop_gradient(clip_factor(norms, clip_norm) * w)
+    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, factor)
+    return jax.tree.unflatten(treedef, summed), norms
+
+
+def ghost_coverage(loss_single: LossSingle, params: Any, *example: Any) -> list[CoverageRow]:
+    """How each parameter leaf's per-example norm is computed by ``method="ghost"``.
+
+    Traces ``loss_single`` for ONE example (``example`` arrays without a batch
+    axis; nothing is computed) and returns one :class:`CoverageRow` per leaf,
+    in ``jax.tree.leaves`` order: ``"dense"`` (``dot_general`` with a batched
+    activation), ``"conv"`` (``conv_general_dilated`` kernel), ``"embedding"``
+    (row lookup from a table), ``"elementwise"`` (biases, scales: small
+    per-example gradients computed directly), ``"fallback"`` (exact
+    per-example gradients of that leaf) or ``"unused"``.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
+        >>> loss = lambda p, x: jnp.sum(jnp.tanh(x @ p["w"] + p["b"]))
+        >>> [(row.path, row.kind) for row in ghost_coverage(loss, params, jnp.ones(3))]
+        [('b', 'elementwise'), ('w', 'dense')]
+    """
+    check_loss(loss_single)
+    check_params(params)
+    if not example:
+        raise ValueError(
+            "`example` is empty: pass one example's arrays (e.g. x, y), without a batch axis"
+        )
+    batched = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct((1, *jax.numpy.shape(x)), jax.numpy.result_type(x)), example
+    )
+    try:
+        program = trace(loss_single, params, batched)
+    except Unsupported as err:
+        raise ValueError(f"method='ghost' does not apply to this `loss_single`: {err}") from err
+    return coverage(program, params)
+
+
+def mlp_loss(loss_from_logits: Callable[[jax.Array, jax.Array], jax.Array]) -> LossSingle:
+    """``loss_single(params, x, y) = loss_from_logits(mlp_apply(params, x), y)`` for a jaxwise MLP.
+
+    A convenience: any ``loss_single`` works with every method.
+
+    Args:
+      loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
+        e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise.models import init_mlp
+        >>> loss = mlp_loss(lambda z, y: -jax.nn.log_softmax(z)[y])
+        >>> p, x, y = init_mlp(0, (2, 8, 3)), jnp.ones((4, 2)), jnp.zeros(4, jnp.int32)
+        >>> bool(jnp.allclose(per_example_grad_norms(loss, p, x, y, method="ghost"),
+        ...                   per_example_grad_norms(loss, p, x, y, method="vmap"), rtol=1e-5))
+        True
+    """
+    check_callable(loss_from_logits, "loss_from_logits")
+
+    def loss_single(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+        return loss_from_logits(mlp_apply(params, x), y)
+
+    return loss_single

@@ -1,0 +1,94 @@
+"""Shared validation and small helpers of :mod:`jaxwise.per_example`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise._checks import check_callable, check_choice, check_int, concrete_float
+from jaxwise.tree import path_names
+
+LossSingle = Callable[..., jax.Array]
+METHODS = ("auto", "ghost", "vmap", "chunked")
+
+
+def batch_size_of(batch: tuple[Any, ...], name: str = "batch") -> int:
+    """The shared leading size of the batch arrays (ValueError naming any mismatch)."""
+    if not batch:
+        raise ValueError(f"`{name}` is empty: pass the per-example arrays (e.g. x, y)")
+    sizes = []
+    for i, arg in enumerate(batch):
+        for path, leaf in zip(path_names(arg), jax.tree.leaves(arg)):
+            shape = np.shape(leaf)
+            label = f"{name}[{i}]" + (f".{path}" if path else "")
+            if len(shape) == 0:
+                raise ValueError(
+                    f"`{label}` is a scalar; every batch array needs a leading example axis"
+                )
+            sizes.append((label, shape[0]))
+    if not sizes:
+        raise ValueError(f"`{name}` has no arrays")
+    if len({s for _, s in sizes}) != 1:
+        listing = ", ".join(f"`{label}`: {s}" for label, s in sizes)
+        raise ValueError(
+            f"batch arrays must share their leading (example) dimension, got {listing}"
+        )
+    return int(sizes[0][1])
+
+
+def check_chunk(chunk_size: Any) -> None:
+    """``chunk_size`` is None, ``"auto"`` or a positive int."""
+    if chunk_size is None or (isinstance(chunk_size, str) and chunk_size == "auto"):
+        return
+    if isinstance(chunk_size, str):
+        raise ValueError(f"`chunk_size` must be a positive int, 'auto' or None, got {chunk_size!r}")
+    check_int(chunk_size, "chunk_size", min_value=1)
+
+
+def check_loss(loss_single: Any) -> None:
+    """``loss_single`` must be callable."""
+    check_callable(loss_single, "loss_single")
+
+
+def check_method(method: Any) -> str:
+    """One of ``"auto"``, ``"ghost"``, ``"vmap"``, ``"chunked"``."""
+    return check_choice(method, "method", METHODS)
+
+
+def check_clip_norm(clip_norm: Any) -> None:
+    """``clip_norm`` must be a positive number (``inf`` allowed: no clipping)."""
+    try:
+        value = concrete_float(clip_norm)
+    except TypeError:
+        value = None
+    if value is None or not value > 0:
+        raise ValueError(f"`clip_norm` must be a number > 0, got {clip_norm!r}")
+
+
+def check_params(params: Any) -> None:
+    """Every parameter leaf must be a float array (gradients are taken with respect to it)."""
+    for path, leaf in zip(path_names(params), jax.tree.leaves(params)):
+        dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype
+        if not jnp.issubdtype(dtype, jnp.inexact):
+            raise TypeError(
+                f"`params` leaf `{path or '<root>'}` has dtype {dtype}; per-example gradients "
+                "need float parameters (keep integer state out of `params`)"
+            )
+
+
+def clip_factor(norms: jax.Array, clip_norm: float) -> jax.Array:
+    """``min(1, C / ‖g‖)`` with 1 for ``‖g‖ = 0`` (and for ``C = inf``)."""
+    safe = jnp.where(norms > 0, norms, 1.0)
+    return jnp.where(norms > clip_norm, clip_norm / safe, 1.0).astype(jnp.float32)
+
+
+def weights_of(weights: Any, n: int) -> jax.Array:
+    """Per-example weights ``(n,)`` float32 (ones by default)."""
+    w = jnp.ones((n,), jnp.float32) if weights is None else jnp.asarray(weights).astype(jnp.float32)
+    if w.shape != (n,):
+        raise ValueError(f"`weights` must have shape ({n},), got {w.shape}")
+    return w

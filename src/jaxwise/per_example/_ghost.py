@@ -1,0 +1,309 @@
+"""Ghost norms and clipped sums for any per-example loss, from one forward and one backward pass.
+
+The program of :mod:`._graph` is re-evaluated under ``vmap`` with a zero *probe* added
+to the output of every use; the gradient of the summed loss with respect to the probes
+is each example's output gradient ``g`` of that use, and the use's example input is its
+activation ``a``. Then, per use kind:
+
+- ``dense`` (``dot_general``): the per-example weight gradient is ``Σ_t a_t g_tᵀ``; its
+  squared norm is ``‖a‖²‖g‖²`` without extra (time) axes, else the cheaper of the Gram
+  form ``Σ_{t,s} (a_t·a_s)(g_t·g_s)`` and the materialised ``‖Aᵀ G‖²`` (per layer).
+- ``conv``: the same on the unfolded patches (``conv_general_dilated_patches``).
+- ``embedding`` (row-lookup ``gather``): ``Σ_{t,s} [i_t = i_s] (g_t·g_s)`` — repeated
+  rows combine.
+- ``elementwise`` / ``fallback``: exact per-example gradients of those leaves only, by a
+  per-example vector-Jacobian product of just the using equations.
+
+The clipped sum is book-keeping from the same quantities: one batched vector-Jacobian
+product of the ghost uses at ``f·g`` (``f`` the clip factors) — the cost of a weight
+gradient — plus ``Σ_i f_i ∇_i`` for the materialised leaves. No second backward pass.
+
+References:
+  Goodfellow, Efficient Per-Example Gradient Computations, 2015, arXiv:1510.01799;
+  Li et al., Large Language Models Can Be Strong Differentially Private Learners
+  (ghost clipping), ICLR 2022, arXiv:2110.05679; Bu et al., Differentially Private
+  Optimization on Large Model at Small Cost (mixed ghost clipping), ICML 2023,
+  arXiv:2210.00038.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise.per_example._graph import (
+    EXAMPLE,
+    Const,
+    Node,
+    Program,
+    Use,
+    bind,
+    embedding_layout,
+    read,
+)
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+GHOST_KINDS = ("dense", "conv", "embedding")
+
+
+# --------------------------------------------------------------------------
+# Evaluating the program
+# --------------------------------------------------------------------------
+
+
+def _example_positions(program: Program, node: Node) -> list[int]:
+    return [
+        i
+        for i, r in enumerate(node.inputs)
+        if not isinstance(r, Const) and program.dep[r] == EXAMPLE
+    ]
+
+
+def _static(program: Program, leaves: Sequence[Any]) -> dict[int, Any]:
+    """Every value that does not depend on the example, as a function of the leaves."""
+    env: dict[int, Any] = dict(enumerate(leaves))
+    for node in program.nodes:
+        if node.outputs and program.dep[node.outputs[0]] != EXAMPLE:
+            for o, val in zip(node.outputs, bind(node, [read(env, r) for r in node.inputs])):
+                env[o] = val
+    return env
+
+
+def _apply_use(program: Program, use: Use, env: dict[int, Any], acts: Sequence[Any]) -> list[Any]:
+    """The use's probed outputs, with its example inputs taken from ``acts``."""
+    node = program.nodes[use.node]
+    it = iter(acts)
+    ins = [
+        next(it) if i in _example_positions(program, node) else read(env, r)
+        for i, r in enumerate(node.inputs)
+    ]
+    outs = bind(node, ins)
+    return [outs[p] for p in use.probes]
+
+
+def _forward(
+    program: Program, leaves: list[Any], example: list[Any], probes: list[list[Any]]
+) -> tuple[Any, list[list[Any]]]:
+    """Loss of ONE example with probes added at every use; also each use's example inputs."""
+    env: dict[int, Any] = dict(enumerate([*leaves, *example]))
+    use_at = {u.node: j for j, u in enumerate(program.uses)}
+    acts: list[list[Any]] = []
+    for k, node in enumerate(program.nodes):
+        ins = [read(env, r) for r in node.inputs]
+        outs = bind(node, ins)
+        j = use_at.get(k)
+        if j is not None:
+            acts.append([ins[p] for p in _example_positions(program, node)])
+            for pos, probe in zip(program.uses[j].probes, probes[j]):
+                outs[pos] = outs[pos] + probe
+        for o, val in zip(node.outputs, outs):
+            env[o] = val
+    return read(env, program.output), acts
+
+
+def output_grads(
+    program: Program, leaves: list[Any], example: list[Any]
+) -> tuple[jax.Array, list[list[Any]], list[list[Any]]]:
+    """One forward and one backward pass: ``(losses (B,), acts, g)`` per use."""
+    b = int(np.shape(example[0])[0])
+    zeros = [
+        [
+            jnp.zeros(
+                (b, *program.avals[program.nodes[u.node].outputs[p]].shape),
+                program.avals[program.nodes[u.node].outputs[p]].dtype,
+            )
+            for p in u.probes
+        ]
+        for u in program.uses
+    ]
+
+    def total(probes: list[list[Any]]) -> tuple[jax.Array, tuple[jax.Array, list[list[Any]]]]:
+        losses, acts = jax.vmap(lambda ex, pr: _forward(program, leaves, ex, pr))(example, probes)
+        return jnp.sum(losses), (losses, acts)
+
+    grads, (losses, acts) = jax.grad(total, has_aux=True)(zeros)
+    return losses, acts, grads
+
+
+# --------------------------------------------------------------------------
+# Ghost norms per use kind
+# --------------------------------------------------------------------------
+
+
+def _outer_sq(a: jax.Array, g: jax.Array) -> jax.Array:
+    """``‖Σ_t a_t g_tᵀ‖²`` per example, ``a (B, T, K)``, ``g (B, T, N)``: Gram or outer by cost."""
+    a, g = a.astype(jnp.float32), g.astype(jnp.float32)
+    _, t, k = a.shape
+    n = g.shape[2]
+    if t == 1:
+        return jnp.sum(jnp.square(a), axis=(1, 2)) * jnp.sum(jnp.square(g), axis=(1, 2))
+    if t * (k + n) <= k * n:  # Gram matrices are cheaper than the per-example gradient
+        aa = jnp.einsum("btk,bsk->bts", a, a, precision=_HIGHEST)
+        gg = jnp.einsum("btn,bsn->bts", g, g, precision=_HIGHEST)
+        return jnp.sum(aa * gg, axis=(1, 2))
+    return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g, precision=_HIGHEST)), axis=(1, 2))
+
+
+def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Array:
+    (lc, rc), _ = node.params["dimension_numbers"]
+    contract = tuple(rc if param_side == 0 else lc)
+    free = [d for d in range(a.ndim - 1) if d not in contract]
+    b = a.shape[0]
+    t = int(np.prod([a.shape[1 + d] for d in free], dtype=np.int64))
+    a2 = jnp.transpose(a, (0, *[1 + d for d in free], *[1 + d for d in contract])).reshape(b, t, -1)
+    n_free_w = g.ndim - 1 - len(free)
+    if param_side == 0:  # output (w_free..., a_free...)
+        g = jnp.transpose(g, (0, *range(1 + n_free_w, g.ndim), *range(1, 1 + n_free_w)))
+    return _outer_sq(a2, g.reshape(b, t, -1))
+
+
+def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array) -> jax.Array:
+    lhs_spec, rhs_spec, out_spec = node.params["dimension_numbers"]
+    b, n_axis = x.shape[0], lhs_spec[0]
+    x = jnp.moveaxis(x, 0, n_axis)  # fold the batch into the example's own N axis
+    x = x.reshape(*x.shape[:n_axis], -1, *x.shape[n_axis + 2 :])
+    spatial = sorted(set(range(len(rhs_shape))) - {rhs_spec[0], rhs_spec[1]})
+    patches = jax.lax.conv_general_dilated_patches(
+        x,
+        [rhs_shape[d] for d in spatial],
+        node.params["window_strides"],
+        node.params["padding"],
+        node.params["lhs_dilation"],
+        node.params["rhs_dilation"],
+        node.params["dimension_numbers"],
+        precision=_HIGHEST,
+    )
+    patches = jnp.moveaxis(patches, (out_spec[0], out_spec[1]), (0, -1))
+    a = patches.reshape(b, -1, patches.shape[-1])
+    g = jnp.moveaxis(g, (1 + out_spec[0], 1 + out_spec[1]), (1, -1))
+    return _outer_sq(a, g.reshape(b, a.shape[1], -1))
+
+
+def _embedding_sq(
+    node: Node, operand_shape: tuple[int, ...], idx: jax.Array, g: jax.Array
+) -> jax.Array:
+    layout = embedding_layout(node, operand_shape)
+    assert layout is not None
+    largest, offset_dims = layout
+    b = idx.shape[0]
+    keys = idx.reshape(b, -1, len(largest))
+    upper = jnp.asarray(largest, keys.dtype)
+    valid = jnp.all((keys >= 0) & (keys <= upper), axis=-1)
+    if node.params["mode"] != jax.lax.GatherScatterMode.FILL_OR_DROP:
+        valid = jnp.ones_like(valid)  # clip / promise-in-bounds: indices are clamped
+    keys = jnp.clip(keys, 0, upper)
+    g = jnp.moveaxis(
+        g, [1 + d for d in offset_dims], list(range(g.ndim - len(offset_dims), g.ndim))
+    )
+    g = g.reshape(b, keys.shape[1], -1).astype(jnp.float32)
+    same = (
+        jnp.all(keys[:, :, None, :] == keys[:, None, :, :], axis=-1)
+        & valid[:, :, None]
+        & valid[:, None, :]
+    )
+    gg = jnp.einsum("btd,bsd->bts", g, g, precision=_HIGHEST)
+    return jnp.sum(jnp.where(same, gg, 0.0), axis=(1, 2))
+
+
+def _ghost_sq(program: Program, use: Use, acts: list[Any], grads: list[Any]) -> jax.Array:
+    node = program.nodes[use.node]
+    side = next(
+        i
+        for i, r in enumerate(node.inputs)
+        if not isinstance(r, Const) and program.dep[r] != EXAMPLE
+    )
+    param_shape = program.avals[node.inputs[side]].shape
+    if use.kind == "dense":
+        return _dense_sq(node, side, acts[0], grads[0])
+    if use.kind == "conv":
+        return _conv_sq(node, param_shape, acts[0], grads[0])
+    return _embedding_sq(node, param_shape, acts[0], grads[0])
+
+
+# --------------------------------------------------------------------------
+# Materialised leaves and the clipped sum
+# --------------------------------------------------------------------------
+
+
+def _materialised(
+    program: Program, leaves: list[Any], acts: list[list[Any]], grads: list[list[Any]]
+) -> dict[int, jax.Array]:
+    """Exact per-example gradients ``(B, *shape)`` of the elementwise/fallback leaves."""
+    which = [i for i, k in enumerate(program.leaf_kind) if k in ("elementwise", "fallback")]
+    if not which:
+        return {}
+    picked = [j for j, u in enumerate(program.uses) if u.kind in ("elementwise", "fallback")]
+
+    def one(acts_i: list[list[Any]], grads_i: list[list[Any]]) -> list[Any]:
+        def uses_of(sub: list[Any]) -> list[list[Any]]:
+            full = list(leaves)
+            for i, v in zip(which, sub):
+                full[i] = v
+            env = _static(program, full)
+            return [_apply_use(program, program.uses[j], env, a) for j, a in zip(picked, acts_i)]
+
+        _, vjp = jax.vjp(uses_of, [leaves[i] for i in which])
+        return vjp(grads_i)[0]
+
+    per_example = jax.vmap(one)([acts[j] for j in picked], [grads[j] for j in picked])
+    return dict(zip(which, per_example))
+
+
+def sq_norms(
+    program: Program, leaves: list[Any], acts: list[list[Any]], grads: list[list[Any]]
+) -> tuple[jax.Array, dict[int, jax.Array]]:
+    """Squared per-example gradient norms ``(B,)`` float32, and the materialised gradients."""
+    b = int(np.shape(jax.tree.leaves(grads)[0])[0]) if jax.tree.leaves(grads) else 0
+    total = jnp.zeros((b,), jnp.float32)
+    for use, a, g in zip(program.uses, acts, grads):
+        if use.kind in GHOST_KINDS:
+            total = total + _ghost_sq(program, use, a, g)
+    pe = _materialised(program, leaves, acts, grads)
+    for grad in pe.values():
+        total = total + jnp.sum(
+            jnp.square(grad.astype(jnp.float32)).reshape(grad.shape[0], -1), axis=1
+        )
+    return total, pe
+
+
+def weighted_sum(
+    program: Program,
+    leaves: list[Any],
+    acts: list[list[Any]],
+    grads: list[list[Any]],
+    pe: dict[int, jax.Array],
+    factor: jax.Array,
+) -> list[Any]:
+    """``Σ_i f_i ∇_i`` for every leaf, from the pass's quantities (book-keeping)."""
+    out: list[Any] = [jnp.zeros_like(x) for x in leaves]
+    for i, grad in pe.items():
+        out[i] = jnp.tensordot(factor, grad.astype(jnp.float32), axes=1).astype(leaves[i].dtype)
+    ghost = [j for j, u in enumerate(program.uses) if u.kind in GHOST_KINDS]
+    if not ghost:
+        return out
+    which = sorted({i for j in ghost for i in program.uses[j].leaves})
+
+    def uses_of(sub: list[Any]) -> list[list[Any]]:
+        full = list(leaves)
+        for i, v in zip(which, sub):
+            full[i] = v
+        env = _static(program, full)
+        return [jax.vmap(_use_fn(program, program.uses[j], env))(acts[j]) for j in ghost]
+
+    _, vjp = jax.vjp(uses_of, [leaves[i] for i in which])
+    cot = [[g * _expand(factor, g) for g in grads[j]] for j in ghost]
+    for i, grad in zip(which, vjp(cot)[0]):
+        out[i] = grad
+    return out
+
+
+def _use_fn(program: Program, use: Use, env: dict[int, Any]) -> Callable[[list[Any]], list[Any]]:
+    return lambda a: _apply_use(program, use, env, a)
+
+
+def _expand(factor: jax.Array, like: jax.Array) -> jax.Array:
+    return factor.astype(like.dtype).reshape(-1, *([1] * (like.ndim - 1)))

@@ -1,0 +1,339 @@
+"""The per-example program as a flat graph, and how each parameter leaf is used in it.
+
+``loss_single(params, *example)`` is traced ONCE for one example to a jaxpr, calls to
+``jit``/``closed_call`` are inlined, and every value is classified as *constant*, *param*
+(computed from the parameters alone) or *example* (depends on the example). An equation
+where a param value meets an example value is a **use**: the per-example gradient of a
+parameter leaf is the sum over its uses of the vector-Jacobian product of that equation
+with respect to its param input, at the gradient of the equation's output. Uses of known
+structure get a ghost norm (``"dense"``, ``"conv"``, ``"embedding"``); the rest are
+materialised per example for the leaves they touch (``"elementwise"``, ``"fallback"``).
+
+This module reads jaxprs through ``jax.extend.core`` only; :func:`bind` is the one place
+that re-applies an equation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.extend.core as jex
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise.tree import path_names
+
+CONST, PARAM, EXAMPLE = 0, 1, 2
+KINDS = ("dense", "conv", "embedding", "elementwise", "fallback", "unused")
+
+# Equations that only reorder or re-type their single input (norm-preserving views).
+_VIEWS = frozenset(
+    {
+        "convert_element_type",
+        "transpose",
+        "reshape",
+        "squeeze",
+        "expand_dims",
+        "copy",
+        "copy_p",
+        "reduce_precision",
+    }
+)
+_INLINE = frozenset({"jit", "pjit", "closed_call", "core_call"})
+_ELEMENTWISE = frozenset(
+    {
+        "add",
+        "add_any",
+        "sub",
+        "mul",
+        "div",
+        "max",
+        "min",
+        "select_n",
+        "pow",
+        "clamp",
+        "rem",
+        "atan2",
+    }
+)
+
+
+class Unsupported(Exception):
+    """The program cannot be analysed (the caller falls back to ``vmap``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Const:
+    """A literal or closed-over constant input of a node."""
+
+    value: Any
+
+
+Ref = "int | Const"
+
+
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """One primitive application of the flattened per-example program."""
+
+    prim: Any
+    params: dict[str, Any]
+    inputs: tuple[Any, ...]  # value ids (int) or Const
+    outputs: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Use:
+    """A node where param values meet example values.
+
+    Attributes:
+      node: index into ``Program.nodes``.
+      kind: ``"dense"``, ``"conv"``, ``"embedding"`` (ghost norms) or ``"elementwise"`` /
+        ``"fallback"`` (materialised per example).
+      leaves: indices of the parameter leaves its param inputs depend on.
+      probes: output positions with a float dtype (their gradients are the ``g``).
+    """
+
+    node: int
+    kind: str
+    leaves: frozenset[int]
+    probes: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+    """The flattened per-example program with its dependence classes and uses."""
+
+    nodes: tuple[Node, ...]
+    avals: tuple[Any, ...]
+    n_leaves: int
+    n_inputs: int
+    output: Any
+    dep: tuple[int, ...]
+    uses: tuple[Use, ...]
+    leaf_kind: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class CoverageRow:
+    """How one parameter leaf's per-example gradient norm is computed.
+
+    Attributes:
+      path: dotted path of the leaf in ``params`` (``"dense_0.w"``).
+      kind: ``"dense"`` / ``"conv"`` / ``"embedding"`` (ghost norm from activations and
+        output gradients, nothing per-example materialised), ``"elementwise"`` (small
+        per-example gradients computed directly: biases, scales), ``"fallback"`` (exact
+        per-example gradients for this leaf), ``"unused"`` (the loss does not depend on it).
+      shape: the leaf's shape.
+    """
+
+    path: str
+    kind: str
+    shape: tuple[int, ...]
+
+    def __str__(self) -> str:
+        return f"{self.path:<32} {self.kind:<11} {self.shape}"
+
+
+def bind(node: Node, inputs: Sequence[Any]) -> list[Any]:
+    """Apply ``node``'s primitive to ``inputs`` (a list of outputs)."""
+    out = node.prim.bind(*inputs, **node.prim.get_bind_params(node.params))
+    return list(out) if node.prim.multiple_results else [out]
+
+
+def read(env: dict[int, Any], ref: Any) -> Any:
+    return ref.value if isinstance(ref, Const) else env[ref]
+
+
+# --------------------------------------------------------------------------
+# Tracing and flattening
+# --------------------------------------------------------------------------
+
+
+def trace(loss_single: Callable[..., Any], params: Any, batch: tuple[Any, ...]) -> Program:
+    """Trace ``loss_single`` for one example (shapes from ``batch[i].shape[1:]``) and analyse it."""
+    leaves, treedef = jax.tree.flatten(params)
+    ex_leaves, ex_def = jax.tree.flatten(batch)
+    spec = [jax.ShapeDtypeStruct(np.shape(x)[1:], x.dtype) for x in ex_leaves]
+    pspec = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in leaves]
+
+    def single(p: list[Any], ex: list[Any]) -> Any:
+        return loss_single(jax.tree.unflatten(treedef, p), *jax.tree.unflatten(ex_def, ex))
+
+    closed = jax.make_jaxpr(single)(pspec, spec)
+    out_aval: Any = closed.out_avals[0] if len(closed.out_avals) == 1 else None
+    if out_aval is None or out_aval.shape != () or not jnp.issubdtype(out_aval.dtype, jnp.floating):
+        raise TypeError(
+            f"`loss_single` must return a float scalar for one example, got {closed.out_avals}"
+        )
+    nodes: list[Node] = []
+    avals: list[Any] = []
+
+    def new(aval: Any) -> int:
+        avals.append(aval)
+        return len(avals) - 1
+
+    inputs = [new(v.aval) for v in closed.jaxpr.invars]
+    (output,) = _walk(closed.jaxpr, closed.consts, inputs, nodes, new)
+    return _analyse(nodes, avals, len(leaves), len(inputs), output)
+
+
+def _walk(
+    jaxpr: Any,
+    consts: Sequence[Any],
+    in_refs: Sequence[Any],
+    nodes: list[Node],
+    new: Callable[[Any], int],
+) -> list[Any]:
+    env: dict[Any, Any] = {v: Const(c) for v, c in zip(jaxpr.constvars, consts)}
+    env.update(zip(jaxpr.invars, in_refs))
+
+    def get(atom: Any) -> Any:
+        return Const(atom.val) if isinstance(atom, jex.Literal) else env[atom]
+
+    for eqn in jaxpr.eqns:
+        ins = [get(a) for a in eqn.invars]
+        inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
+        if eqn.primitive.name in _INLINE and inner is not None:
+            sub, sub_consts = (
+                (inner.jaxpr, inner.consts) if hasattr(inner, "consts") else (inner, ())
+            )
+            outs = _walk(sub, sub_consts, ins, nodes, new)
+        else:
+            outs = [new(v.aval) for v in eqn.outvars]
+            nodes.append(Node(eqn.primitive, dict(eqn.params), tuple(ins), tuple(outs)))
+        for v, o in zip(eqn.outvars, outs):
+            if not isinstance(v, jex.DropVar):
+                env[v] = o
+    return [get(a) for a in jaxpr.outvars]
+
+
+# --------------------------------------------------------------------------
+# Dependence analysis and use classification
+# --------------------------------------------------------------------------
+
+
+def _analyse(
+    nodes: list[Node], avals: list[Any], n_leaves: int, n_inputs: int, output: Any
+) -> Program:
+    dep = [PARAM if i < n_leaves else EXAMPLE for i in range(n_inputs)] + [CONST] * (
+        len(avals) - n_inputs
+    )
+    leaves_of: dict[int, frozenset[int]] = {i: frozenset({i}) for i in range(n_leaves)}
+    view_of: dict[int, int] = {i: i for i in range(n_leaves)}  # value -> leaf it is a pure view of
+    raw_uses: list[tuple[int, frozenset[int], str | None]] = []
+    for k, node in enumerate(nodes):
+        deps = [CONST if isinstance(r, Const) else dep[r] for r in node.inputs]
+        value_ins = [r for r in node.inputs if not isinstance(r, Const) and dep[r] == PARAM]
+        touched = (
+            frozenset().union(*(leaves_of[r] for r in value_ins)) if value_ins else frozenset()
+        )
+        if EXAMPLE in deps and PARAM in deps:
+            raw_uses.append((k, touched, _ghost_kind(node, deps, view_of, avals)))
+            out_dep = EXAMPLE
+        else:
+            out_dep = max(deps, default=CONST)
+        for o in node.outputs:
+            dep[o] = out_dep
+            if out_dep == PARAM:
+                leaves_of[o] = touched
+                if node.prim.name in _VIEWS and len(value_ins) == 1 and value_ins[0] in view_of:
+                    view_of[o] = view_of[value_ins[0]]
+    if isinstance(output, Const) or dep[output] != EXAMPLE:
+        raise Unsupported("the loss does not depend on the example")
+    per_leaf: list[list[tuple[int, frozenset[int], str | None]]] = [[] for _ in range(n_leaves)]
+    for use in raw_uses:
+        for leaf in use[1]:
+            per_leaf[leaf].append(use)
+    leaf_kind = []
+    for i in range(n_leaves):
+        uses_i = per_leaf[i]
+        if not uses_i:
+            leaf_kind.append("unused")
+        elif len(uses_i) == 1 and uses_i[0][2] is not None:
+            leaf_kind.append(uses_i[0][2])
+        elif all(nodes[k].prim.name in _ELEMENTWISE for k, _, _ in uses_i):
+            leaf_kind.append("elementwise")
+        else:
+            leaf_kind.append("fallback")
+    uses = []
+    for k, touched, ghost in raw_uses:
+        kinds = {leaf_kind[i] for i in touched}
+        kind = (
+            ghost
+            if ghost is not None and kinds == {ghost}
+            else ("elementwise" if kinds == {"elementwise"} else "fallback")
+        )
+        probes = tuple(
+            j for j, o in enumerate(nodes[k].outputs) if jnp.issubdtype(avals[o].dtype, jnp.inexact)
+        )
+        if probes:
+            uses.append(Use(k, kind, touched, probes))
+    leaf_kind = [
+        kind if kind == "unused" or any(i in u.leaves for u in uses) else "unused"
+        for i, kind in enumerate(leaf_kind)
+    ]
+    return Program(
+        tuple(nodes),
+        tuple(avals),
+        n_leaves,
+        n_inputs,
+        output,
+        tuple(dep),
+        tuple(uses),
+        tuple(leaf_kind),
+    )
+
+
+def _ghost_kind(
+    node: Node, deps: list[int], view_of: dict[int, int], avals: list[Any]
+) -> str | None:
+    """``"dense"``/``"conv"``/``"embedding"`` if the node has a ghost norm, else None."""
+    name = node.prim.name
+    params = [i for i, d in enumerate(deps) if d == PARAM]
+    if len(params) != 1 or node.inputs[params[0]] not in view_of or len(node.inputs) != 2:
+        return None
+    side = params[0]
+    if deps[1 - side] != EXAMPLE:
+        return None
+    if name == "dot_general":
+        (_, _), (lb, rb) = node.params["dimension_numbers"]
+        return "dense" if not lb and not rb else None
+    if name == "conv_general_dilated" and side == 1:
+        ok = node.params["feature_group_count"] == 1 and node.params["batch_group_count"] == 1
+        return "conv" if ok else None
+    if name == "gather" and side == 0:
+        shape = avals[node.inputs[0]].shape
+        return "embedding" if embedding_layout(node, shape) is not None else None
+    return None
+
+
+def embedding_layout(
+    node: Node, operand_shape: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """For a row-lookup gather: ``(largest start index per component, offset_dims)``, else None.
+
+    A row lookup takes whole slices (along each indexed operand dimension either size 1 or
+    the full dimension; full along the others), so two lookups touch the same gradient
+    entries iff their (clamped) indices are equal.
+    """
+    dn = node.params["dimension_numbers"]
+    sizes = tuple(node.params["slice_sizes"])
+    if getattr(dn, "operand_batching_dims", ()) or getattr(dn, "start_indices_batching_dims", ()):
+        return None
+    index_map = tuple(dn.start_index_map)
+    if any(sizes[d] not in (1, operand_shape[d]) for d in index_map):
+        return None
+    if any(sizes[d] != operand_shape[d] for d in range(len(sizes)) if d not in index_map):
+        return None
+    return tuple(operand_shape[d] - sizes[d] for d in index_map), tuple(dn.offset_dims)
+
+
+def coverage(program: Program, params: Any) -> list[CoverageRow]:
+    """One :class:`CoverageRow` per parameter leaf, in ``jax.tree.leaves`` order."""
+    names = path_names(params)
+    shapes = [tuple(np.shape(x)) for x in jax.tree.leaves(params)]
+    return [CoverageRow(n or "<root>", k, s) for n, k, s in zip(names, program.leaf_kind, shapes)]

@@ -1,0 +1,159 @@
+"""The materialising paths: per-example gradients by ``vmap``, whole-batch or in chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise._checks import check_int
+from jaxwise.optim import global_norm
+from jaxwise.per_example._common import LossSingle, batch_size_of, check_loss, clip_factor
+
+
+def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
+    """Gradients of every example: a pytree like ``params`` with a leading batch axis.
+
+    ``vmap(grad(loss_single), in_axes=(None, 0, …))``: the parameters are
+    shared, only the batch is mapped. Memory ``B × P``; see
+    :func:`per_example_grad_norms` and :func:`clip_and_sum` for cheaper paths.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> x = jnp.asarray([[1.0, 2.0], [3.0, 4.0]])
+        >>> g = per_example_grads(lambda w, x: jnp.sum(w * x), jnp.ones(2), x)
+        >>> g.tolist()
+        [[1.0, 2.0], [3.0, 4.0]]
+    """
+    check_loss(loss_single)
+    batch_size_of(batch)
+    return jax.vmap(jax.grad(loss_single), in_axes=(None, *([0] * len(batch))))(params, *batch)
+
+
+def _norm_single(loss_single: LossSingle) -> Callable[..., jax.Array]:
+    def norm(params: Any, *example: Any) -> jax.Array:
+        return global_norm(jax.grad(loss_single)(params, *example))
+
+    return norm
+
+
+def _axes(batch: tuple) -> tuple:
+    return (None, *([0] * len(batch)))
+
+
+def _clipped_sum_chunk(
+    loss_single: LossSingle, params: Any, batch: tuple, weights: jax.Array, clip_norm: float
+) -> tuple[Any, jax.Array]:
+    """Clipped sum of one chunk: ``vmap`` norms, then ONE weighted backward pass."""
+    norms = jax.vmap(_norm_single(loss_single), in_axes=_axes(batch))(params, *batch)
+    factor = jax.lax.stop_gradient(clip_factor(norms, clip_norm) * weights)
+
+    def weighted(p: Any) -> jax.Array:
+        losses = jax.vmap(loss_single, in_axes=_axes(batch))(p, *batch)
+        return jnp.sum(losses * factor.astype(losses.dtype))
+
+    return jax.grad(weighted)(params), norms
+
+
+def _chunked(batch: tuple, chunk: int) -> tuple[tuple, jax.Array, int]:
+    """Batch as ``(n_chunks, chunk, …)`` (padded with example 0), and the real-example mask."""
+    n = batch_size_of(batch)
+    n_chunks = -(-n // chunk)
+    pad = n_chunks * chunk - n
+
+    def reshape(x: jax.Array) -> jax.Array:
+        if pad:
+            x = jnp.concatenate([x, jnp.broadcast_to(x[:1], (pad, *x.shape[1:]))], axis=0)
+        return x.reshape(n_chunks, chunk, *x.shape[1:])
+
+    mask = (jnp.arange(n_chunks * chunk) < n).reshape(n_chunks, chunk)
+    return jax.tree.map(reshape, batch), mask, n
+
+
+def vmap_norms(
+    loss_single: LossSingle, params: Any, batch: tuple, chunk_size: int | None
+) -> jax.Array:
+    """Per-example norms by ``vmap``, all at once or ``chunk_size`` at a time in a ``lax.scan``."""
+    n = batch_size_of(batch)
+    norm = _norm_single(loss_single)
+    if chunk_size is None or chunk_size >= n:
+        return jax.vmap(norm, in_axes=_axes(batch))(params, *batch)
+    chunks, _, n = _chunked(batch, chunk_size)
+
+    def one_chunk(_: None, chunk: tuple) -> tuple[None, jax.Array]:
+        return None, jax.vmap(norm, in_axes=_axes(batch))(params, *chunk)
+
+    _, norms = jax.lax.scan(one_chunk, None, chunks)
+    return norms.reshape(-1)[:n]
+
+
+def vmap_clip_and_sum(
+    loss_single: LossSingle,
+    params: Any,
+    batch: tuple,
+    clip_norm: float,
+    w: jax.Array,
+    chunk_size: int | None,
+) -> tuple[Any, jax.Array]:
+    """Clipped sum by ``vmap`` norms and one weighted backward pass (per chunk)."""
+    n = batch_size_of(batch)
+    if chunk_size is None or chunk_size >= n:
+        return _clipped_sum_chunk(loss_single, params, batch, w, clip_norm)
+    chunks, mask, n = _chunked(batch, chunk_size)
+    padded = jnp.concatenate([w, jnp.zeros((mask.size - n,), w.dtype)]).reshape(mask.shape)
+    chunk_weights = jnp.where(mask, padded, 0.0)
+    zero = jax.tree.map(jnp.zeros_like, params)
+
+    def one_chunk(total: Any, xs: tuple) -> tuple[Any, jax.Array]:
+        chunk, cw = xs
+        summed, norms = _clipped_sum_chunk(loss_single, params, chunk, cw, clip_norm)
+        return jax.tree.map(jnp.add, total, summed), norms
+
+    total, norms = jax.lax.scan(one_chunk, zero, (chunks, chunk_weights))
+    return total, norms.reshape(-1)[:n]
+
+
+def auto_chunk_size(
+    loss_single: LossSingle, params: Any, *batch: Any, memory_budget: int = 256 * 2**20
+) -> int:
+    """The largest power-of-two chunk whose compiled temporary memory fits ``memory_budget`` bytes.
+
+    Compiles the chunked norm computation for candidate chunk sizes
+    (``jit(...).lower(...).compile().memory_analysis().temp_size_in_bytes``,
+    binary search, a few compilations) — do it once per model and batch
+    shape, not per step. Returns at least 1.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
+        >>> w, x = jnp.ones((256, 256)), jnp.ones((64, 256))
+        >>> auto_chunk_size(loss, w, x, memory_budget=2**22) < 64
+        True
+    """
+    n = batch_size_of(batch)
+    check_int(memory_budget, "memory_budget", min_value=1)
+    spec = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), (params, batch)
+    )
+
+    def temp_bytes(chunk: int) -> int:
+        fn = jax.jit(lambda p, b: vmap_norms(loss_single, p, b, chunk))
+        analysis = fn.lower(*spec).compile().memory_analysis()
+        return int(getattr(analysis, "temp_size_in_bytes", 0))
+
+    candidates = [1 << k for k in range(int(np.log2(n)) + 1)]
+    if candidates[-1] != n:
+        candidates.append(n)
+    lo, hi = 0, len(candidates) - 1  # invariant: candidates[lo] fits or lo == 0
+    if temp_bytes(candidates[hi]) <= memory_budget:
+        return candidates[hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if temp_bytes(candidates[mid]) <= memory_budget:
+            lo = mid
+        else:
+            hi = mid
+    return candidates[lo]
