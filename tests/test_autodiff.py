@@ -5,7 +5,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise.autodiff import cg_solve, hvp, jacobian, jacobian_mode, jvp_many, newton_cg, newton_cg_step
+from jaxwise.autodiff import (
+    cg_solve,
+    hvp,
+    jacobian,
+    jacobian_mode,
+    jvp_many,
+    newton_cg,
+    newton_cg_step,
+)
 from jaxwise.compilation import CompileBudget
 
 
@@ -59,8 +67,9 @@ def test_jacobian_pytrees_and_aux():
 def test_jacobian_under_jit():
     f = tanh_map(jnp.eye(3))
     jitted = jax.jit(jacobian(f))
-    with CompileBudget(1):
+    with CompileBudget(1) as budget:
         jitted(jnp.ones(3)), jitted(jnp.zeros(3))
+    assert budget.count == 1  # the cost-based pick lowers both candidates but compiles neither
 
 
 def logistic(x, a, lam):
@@ -135,8 +144,11 @@ def test_cg_converges_in_one_step_then_idles_without_nan():
     assert np.asarray(zero).tolist() == [0.0, 0.0, 0.0]
     g = jax.grad(lambda b: jnp.sum(cg_solve(lambda v: 2.0 * v, b, iters=6)))(b)
     np.testing.assert_allclose(np.asarray(g), 0.5 * np.ones(3), rtol=1e-6)
-    assert np.isfinite(np.asarray(jax.grad(lambda b: jnp.sum(cg_solve(lambda v: 2.0 * v, b, iters=4)))(
-        jnp.zeros(3)))).all()
+    assert np.isfinite(
+        np.asarray(
+            jax.grad(lambda b: jnp.sum(cg_solve(lambda v: 2.0 * v, b, iters=4)))(jnp.zeros(3))
+        )
+    ).all()
 
 
 def test_cg_tolerance_and_pytrees(rng):
@@ -158,15 +170,21 @@ def test_cg_tolerance_and_pytrees(rng):
 def test_newton_cg_first_direction_and_quadratic_convergence(logistic_problem):
     a, x0, lam = logistic_problem
     aj = jnp.asarray(a, jnp.float32)
-    x_new, grad, direction = newton_cg_step(logistic, jnp.asarray(x0, jnp.float32), aj, lam, cg_iters=6)
+    x_new, grad, direction = newton_cg_step(
+        logistic, jnp.asarray(x0, jnp.float32), aj, lam, cg_iters=6
+    )
     expected = np.linalg.solve(logistic_hessian64(x0, a, lam), -logistic_grad64(x0, a, lam))
     np.testing.assert_allclose(np.asarray(grad), logistic_grad64(x0, a, lam), rtol=1e-4)
     assert np.linalg.norm(np.asarray(direction) - expected) / np.linalg.norm(expected) < 1e-3
-    with CompileBudget(1, name="_newton_cg_step"):
-        x, history = newton_cg(logistic, jnp.asarray(x0, jnp.float32), aj, lam, steps=6, tol=1e-3, cg_iters=6)
+    start = jnp.asarray(x0, jnp.float32)
+    with CompileBudget(0) as budget:  # the step above compiled this exact program already
+        x, history = newton_cg(logistic, start, aj, lam, steps=6, tol=1e-3, cg_iters=6)
+    assert budget.count == 0
     assert history[-1] < 1e-3 and len(history) <= 7
     with jax.enable_x64(True):
-        _, h64 = newton_cg(logistic, jnp.asarray(x0), jnp.asarray(a), lam, steps=10, tol=1e-13, cg_iters=6)
+        _, h64 = newton_cg(
+            logistic, jnp.asarray(x0), jnp.asarray(a), lam, steps=10, tol=1e-13, cg_iters=6
+        )
     # Quadratic convergence: near the optimum ‖g_{k+1}‖ ≤ C ‖g_k‖² (the exponent doubles).
     tail = h64[-4:]
     assert all(tail[i + 1] <= 10 * tail[i] ** 2 for i in range(len(tail) - 1)), h64
@@ -184,8 +202,112 @@ def test_newton_cg_first_direction_and_quadratic_convergence(logistic_problem):
         (lambda: cg_solve("A", jnp.ones(2), iters=2), TypeError, "matvec"),
         (lambda: newton_cg_step(jnp.sum, jnp.ones(2), cg_iters=0), ValueError, "cg_iters"),
         (lambda: newton_cg(jnp.sum, jnp.ones(2), steps=0), ValueError, "steps"),
+        (lambda: newton_cg(jnp.sum, jnp.ones(2), damping=float("nan")), ValueError, "`damping`"),
+        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), damping=-1.0), ValueError, "`damping`"),
+        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), damping="0"), TypeError, "`damping`"),
+        (lambda: newton_cg(jnp.sum, jnp.ones(2), tol=float("inf")), ValueError, "`tol`"),
+        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), hvp_method="x"), ValueError, "`hvp_method`"),
+        (lambda: cg_solve(lambda v: v, jnp.ones(2), iters=2, tol=-1.0), ValueError, "`tol`"),
+        (lambda: cg_solve(lambda v: v, jnp.ones(2), iters=2.0), TypeError, "`iters`"),
     ],
 )
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+# ---------------------------------------------------------------------------
+# Newton-CG with negative curvature (issue #20)
+# ---------------------------------------------------------------------------
+
+
+def double_well(x):
+    return jnp.sum(0.25 * x**4 - 0.5 * x**2) + 0.1 * x[0] * x[1]
+
+
+def test_newton_cg_from_negative_curvature_ends_at_a_minimum():
+    x0 = jnp.asarray([0.1, -0.05])
+    assert np.all(
+        np.linalg.eigvalsh(np.asarray(jax.hessian(double_well)(x0))) < 0
+    )  # a maximum's basin
+    x, history = newton_cg(double_well, x0, steps=30, tol=1e-5, cg_iters=5)
+    hessian = np.asarray(jax.hessian(double_well)(x), np.float64)
+    assert np.all(np.linalg.eigvalsh(hessian) > 0) and history[-1] < 1e-5
+    assert float(double_well(x)) < float(double_well(x0)) - 0.5
+    # float64 referee: a stationary point of the NumPy gradient with a positive definite Hessian
+    x64 = np.asarray(x, np.float64)
+    grad64 = x64**3 - x64 + 0.1 * x64[::-1]
+    assert np.max(np.abs(grad64)) < 1e-5
+    # every step decreased f (descent directions + Armijo line search)
+    xs = [x0]
+    for _ in range(5):
+        xs.append(newton_cg_step(double_well, xs[-1], cg_iters=5)[0])
+    values = [float(double_well(v)) for v in xs]
+    assert all(b < a for a, b in zip(values, values[1:]))
+
+
+def test_negative_curvature_at_the_first_cg_iteration_takes_steepest_descent():
+    x0 = jnp.asarray([0.1, -0.05])
+    _, grad, direction = newton_cg_step(double_well, x0, cg_iters=5)
+    np.testing.assert_allclose(np.asarray(direction), -np.asarray(grad), rtol=1e-6)
+
+
+def test_newton_cg_compiles_step_and_final_norm_exactly_once(logistic_problem):
+    a, x0, lam = logistic_problem
+    aj, xj = jnp.asarray(a, jnp.float32), jnp.asarray(x0, jnp.float32)
+    from jaxwise.autodiff import _grad_norm, _newton_cg_step
+
+    def problem(x, a, lam):  # a fresh function object: its programs are not cached yet
+        return logistic(x, a, lam)
+
+    other_start = xj + 1.0
+    with CompileBudget(2) as budget:
+        newton_cg(problem, xj, aj, lam, steps=3, tol=0.0, cg_iters=4)
+        newton_cg(problem, other_start, aj, lam, steps=3, tol=0.0, cg_iters=4)
+    assert budget.count == 2
+    assert sorted(name for name, _ in budget.events) == sorted(
+        [f"jit({_newton_cg_step.__name__})", f"jit({_grad_norm.__name__})"]
+    )
+
+
+# ---------------------------------------------------------------------------
+# Jacobian mode by cost (issue #20)
+# ---------------------------------------------------------------------------
+
+
+def tanh_ax(a, x):
+    return jnp.tanh(a @ x)
+
+
+@pytest.mark.parametrize(
+    ("n", "m", "expected"),
+    [
+        (4, 256, "fwd"),
+        (16, 256, "fwd"),
+        (64, 256, "fwd"),
+        (256, 256, "rev"),  # a tie in cost: reverse mode is faster on CPU (benchmark sweep)
+        (1024, 256, "rev"),
+        (2048, 256, "rev"),
+        (256, 4, "rev"),
+        (256, 16, "rev"),
+        (256, 64, "rev"),
+        (256, 1024, "fwd"),
+        (256, 2048, "fwd"),
+    ],
+)
+def test_jacobian_pick_on_the_benchmark_sweep(n, m, expected):
+    a = jax.ShapeDtypeStruct((m, n), jnp.float32)
+    x = jax.ShapeDtypeStruct((n,), jnp.float32)
+    with CompileBudget(0) as budget:
+        assert jacobian_mode(tanh_ax, a, x, argnums=1) == expected
+    assert budget.count == 0  # candidates are lowered and analysed, never compiled
+
+
+def test_jacobian_mode_falls_back_to_sizes_inside_a_closure_over_tracers():
+    @jax.jit
+    def outer(a, x):
+        inner = jacobian(lambda y: jnp.tanh(a @ y))  # closes over the traced `a`
+        return inner(x)
+
+    out = outer(jnp.eye(3), jnp.zeros(3))
+    np.testing.assert_allclose(np.asarray(out), np.eye(3))
