@@ -225,6 +225,39 @@ def test_label_errors_reruns_with_the_same_run_dir_and_force(tmp_path, small_csv
     assert len(read_rows(tmp_path / "s.csv")) == 5
 
 
+def test_label_errors_default_method_is_out_of_fold(tmp_path, capsys):
+    from jaxwise.data import flip_labels
+
+    x, y = make_blobs(300, 4, 3, seed=1)
+    noisy, flipped = flip_labels(y, 15, 3, seed=2)
+    path = write_csv(tmp_path / "noisy.csv", x, [["ant", "bee", "cat"][i] for i in noisy])
+    code, out, err = run(
+        [
+            "label-errors",
+            str(path),
+            "--label",
+            "kind",
+            "--epochs",
+            "20",
+            "--top",
+            "15",
+            "--out",
+            str(tmp_path / "s.csv"),
+            "--run-dir",
+            str(tmp_path / "le"),
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["method"] == "oof" and len(summary["suspects"]) == 15
+    found = {r["row"] for r in summary["suspects"]}
+    assert len(found & set(flipped.tolist())) >= 10  # precision@K of the out-of-fold ranking
+    for r in summary["suspects"]:
+        assert r["suggested_label"] != r["given_label"] and 0.0 <= r["p_given"] <= 1.0
+
+
 def test_train_refuses_to_overwrite_a_foreign_file_but_tolerates_others(
     tmp_path, small_csv, capsys
 ):

@@ -108,24 +108,29 @@ def _oof(prep: tabular.Prepared, folds: int) -> tuple[np.ndarray, np.ndarray]:
             "use --method gradnorm"
         ) from None
     cfg = prep.cfg
-    counts = np.bincount(prep.table.y, minlength=len(prep.table.classes))
-    if counts.min() < 1 or len(prep.table.y) < folds:
+    if len(prep.table.y) < folds:
         raise UserError(
             f"--method oof needs at least --folds ({folds}) rows; "
             f"{cfg.path} has {len(prep.table.y)}"
         )
-    issues = find_label_errors(
-        prep.x_all,
-        prep.table.y,
-        num_classes=len(prep.table.classes),
-        hidden=cfg.hidden,
-        folds=folds,
-        epochs=cfg.epochs,
-        batch_size=prep.batch_size,
-        seed=cfg.seed,
-    )
-    oof: Any = issues.oof
-    return np.asarray(issues.indices), np.asarray(oof.probs, np.float64)
+    try:
+        issues = find_label_errors(
+            prep.x_all,
+            prep.table.y,
+            num_classes=len(prep.table.classes),
+            hidden=cfg.hidden,
+            folds=folds,
+            epochs=cfg.epochs,
+            batch_size=cfg.batch_size,  # None: the module's measured default
+            seed=cfg.seed,
+        )
+    except ValueError as err:
+        raise UserError(f"--method oof: {str(err).replace('`', '')}") from None
+    found: Any = issues
+    probs = getattr(found, "pred_probs", None)
+    if probs is None:  # an older form of the module: one out-of-fold run attached
+        probs = found.oof.probs
+    return np.asarray(issues.indices), np.asarray(probs, np.float64)
 
 
 def rank(
