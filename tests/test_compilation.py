@@ -247,6 +247,20 @@ def test_distinct_functions_through_one_helper_are_each_first():
     assert "re-created" not in counter.report()
 
 
+def test_grad_of_a_jitted_function_is_not_a_recreated_function():
+    @jax.jit
+    def energy(x):
+        return jnp.sum(jnp.sin(x))
+
+    x = jnp.ones(3)
+    energy(x)
+    with CompileCounter(include_eager=False) as counter:
+        jax.grad(energy)(x)
+    kinds = [r.explanation.kind for r in counter.records if r.explanation is not None]
+    assert "new_function" not in kinds, counter.report()
+    assert "re-created" not in counter.report()
+
+
 def test_several_differences_are_all_listed_headline_first():
     f = jax.jit(lambda x, y, n: (x * n, y), static_argnums=2)
     a, half = jnp.ones(3), jnp.ones(3, jnp.float16)

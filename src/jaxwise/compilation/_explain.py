@@ -290,6 +290,12 @@ def from_context(
         between equally close earlier keys in favour of the newest).
     """
     head = f"{ctx.name}{_where(ctx.defined_at)}"
+    if not ctx.previous and ctx.wrapper:
+        reason = (
+            f"first compile of `{ctx.name}`{_where(ctx.defined_at)} as transformed by JAX "
+            f"(`{ctx.wrapper}`, e.g. the transpose that grad needs)"
+        )
+        return _build(ctx, "first", (), (reason,), reason, jax_text)
     if not ctx.previous and (seen_before or ctx.same_source_alive):
         reason = (
             f"new function object `{ctx.name}`{_where(ctx.defined_at)}: a function defined at the "

@@ -69,7 +69,10 @@ class CompileEvent:
         elif self.internal:
             reason = "an eager operation outside jit (a program defined inside JAX)"
         else:
-            reason = "no explanation (an AOT compile of an already traced function)"
+            reason = (
+                "no tracing-cache miss: a program derived from an earlier trace (by grad, "
+                "vmap…) or an AOT compile of a traced function"
+            )
         return f"{self.fun_name:<24} {1e3 * self.seconds:8.1f} ms  {reason}"
 
 
@@ -188,7 +191,11 @@ class _Hub:
         ctx = _jaxkeys.miss_context()
         fun_id = id(ctx.fun) if ctx is not None and ctx.fun is not None else None
         if ctx is not None:
-            source = f"{ctx.name} at {ctx.defined_at}"
+            # A JAX-internal wrapper (grad's transpose…) keeps its own history: its programs
+            # are not re-created copies of the user's function.
+            source = f"{ctx.name} at {ctx.defined_at}" + (
+                f" via {ctx.wrapper}" if ctx.wrapper else ""
+            )
             recent = self._sources.setdefault(source, [])
             miss = from_context(ctx, bool(recent) and not ctx.previous, jax_text, recent)
             recent.append(ctx.new)

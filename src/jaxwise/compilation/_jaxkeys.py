@@ -21,6 +21,7 @@ functions return ``None`` and the caller falls back to JAX's prose;
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import sys
@@ -76,6 +77,7 @@ class MissContext:
     new: CallSig
     previous: tuple[CallSig, ...]  # earlier keys of the same function object (JAX cache order)
     same_source_alive: bool  # another live function object with the same definition is cached
+    wrapper: str = ""  # a JAX-internal function traced for the user's one (grad's transpose…)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +102,18 @@ def _find_frame(code_name: str, file_suffix: str) -> Any:
             return frame
         frame = frame.f_back
     return None
+
+
+def _jax_wrapper(fun: Any) -> str:
+    """The name of ``fun`` if it is a function defined inside JAX (a transformation's wrapper
+    traced on behalf of a user function, e.g. ``transposed`` for ``grad``), else ``""``."""
+    fn = inspect.unwrap(fun)
+    while isinstance(fn, functools.partial):
+        fn = inspect.unwrap(fn.func)
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    if code is None or not os.path.abspath(code.co_filename).startswith(_JAX_DIR):
+        return ""
+    return str(getattr(fn, "__name__", "?"))
 
 
 def _src_info(debug_info: Any) -> tuple[str, str | None]:
@@ -254,10 +268,12 @@ def miss_context() -> MissContext | None:
             for key in local["keys"]
             if isinstance(key, (list, tuple))
         )
-        alive = not previous and _same_source_alive(fun, str(debug_info.func_src_info))
-        return MissContext(
-            fun, name, defined_at, str(local.get("callsite") or "") or None, new, previous, alive
+        wrapper = _jax_wrapper(fun)
+        alive = (
+            not previous and not wrapper and _same_source_alive(fun, str(debug_info.func_src_info))
         )
+        site = str(local.get("callsite") or "") or None
+        return MissContext(fun, name, defined_at, site, new, previous, alive, wrapper)
     except Exception:
         return None
     finally:
