@@ -208,6 +208,8 @@ def test_a_second_writer_fails_at_once_and_nothing_is_lost(tmp_path, key):
         with pytest.raises(CheckpointError, match="a checkpoint for step 2 already exists"):
             first.save(make_state(jax.random.key(5), step=2))
     assert sorted(p.name for p in ck.iterdir() if p.name.isdigit()) == ["1", "2"]
+    with pytest.raises(CheckpointError, match="is closed"):
+        first.save(make_state(key, step=3))
     assert_same(restore(ck, like=make_state(key)), make_state(key, step=2))
     save(ck, make_state(key, step=3), keep=2)  # the lock was released by `with`
     assert sorted(p.name for p in ck.iterdir() if p.name.isdigit()) == ["2", "3"]

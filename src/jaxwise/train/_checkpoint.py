@@ -172,10 +172,11 @@ class Checkpointer:
         handler = ocp.CompositeCheckpointHandler()
         self._writer = ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
         self._pending: int | None = None
+        self._closed = False
 
     def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Path:
         """Write ``state`` (and JSON ``metadata``) as step ``int(state.step)``; return its dir."""
-        if self._lock is None and jax.process_index() == 0:
+        if self._closed:
             raise CheckpointError(f"this Checkpointer of {self.path} is closed")
         if not isinstance(state, TrainState):
             raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
@@ -230,7 +231,10 @@ class Checkpointer:
         _sync(f"jaxwise-checkpoint-done-{step}")
 
     def close(self) -> None:
-        """Finish pending writes and release the directory lock."""
+        """Finish pending writes and release the directory lock (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self.wait()
             self._writer.close()

@@ -19,7 +19,9 @@ __all__ = [
     "data_mesh",
     "data_size",
     "fsdp_mesh",
+    "keep_layout",
     "place_batch",
+    "place_for_mesh",
     "place_state",
     "replicated",
     "state_shardings",
@@ -204,3 +206,32 @@ def constrain_state(state: Any, mesh: Mesh | None) -> Any:
     if mesh is None or "model" not in mesh.axis_names:
         return state
     return jax.lax.with_sharding_constraint(state, state_shardings(state, mesh))
+
+
+def keep_layout(fn: Any, mesh: Mesh | None) -> Any:
+    """Wrap a program ``fn(state, data) -> (state, out)`` so its output state keeps its layout.
+
+    With a ``"model"`` axis the output state is pinned to :func:`state_shardings` (the input
+    layout), so donation reuses the buffers and the next call compiles nothing; otherwise
+    ``fn`` is returned unchanged.
+    """
+    if mesh is None or "model" not in mesh.axis_names:
+        return fn
+
+    def program(state: Any, data: Any) -> Any:
+        new_state, out = fn(state, data)
+        return constrain_state(new_state, mesh), out
+
+    return program
+
+
+def place_for_mesh(state: Any, mesh: Mesh) -> Any:
+    """Place ``state`` for a step on ``mesh``: replicated, or the FSDP layout with a "model" axis.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> placed = place_for_mesh({"w": jnp.zeros(3)}, data_mesh())
+        >>> placed["w"].sharding.spec
+        P()
+    """
+    return place_state(state, state_shardings(state, mesh))
