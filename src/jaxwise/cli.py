@@ -20,15 +20,13 @@ Example:
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from jaxwise import _cli_commands as commands
 from jaxwise._checks import UserError
 from jaxwise._version import __version__
 
@@ -59,122 +57,6 @@ def _positive_int(text: str) -> int:
     return value
 
 
-# --------------------------------------------------------------------------
-# Output
-# --------------------------------------------------------------------------
-
-
-def _emit(args: argparse.Namespace, summary: dict[str, Any]) -> None:
-    if args.json:
-        print(json.dumps(summary, allow_nan=False))
-        return
-    from jaxwise.jobs._render import render
-
-    render(summary)
-
-
-# --------------------------------------------------------------------------
-# Commands (each imports what it needs)
-# --------------------------------------------------------------------------
-
-
-def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {"cache": not args.no_cache}
-
-
-def _cmd_spiral(args: argparse.Namespace) -> int:
-    from jaxwise.jobs import SpiralConfig, run_spiral
-
-    cfg = SpiralConfig(
-        epochs=args.epochs,
-        batch_size=args.batch_size or 128,
-        noise=args.noise,
-        seed=args.seed,
-        out=args.out,
-        dp=args.dp,
-        clip_norm=args.clip_norm,
-        noise_multiplier=args.noise_multiplier,
-        progress=not args.no_progress,
-        plots=not args.no_plots,
-        **_cache_options(args),
-    )
-    summary = run_spiral(cfg)
-    _emit(args, summary)
-    return 0 if summary["ok"] else 1
-
-
-def _tabular_config(args: argparse.Namespace, out: str) -> Any:
-    from jaxwise.jobs import TabularConfig
-
-    return TabularConfig(
-        path=args.csv,
-        label=args.label,
-        hidden=args.hidden,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        val_fraction=args.val_fraction,
-        seed=args.seed,
-        out=out,
-        drop_na=args.drop_na,
-        resume=getattr(args, "resume", False),
-        stop_after=getattr(args, "stop_after", None),
-        dp=args.dp,
-        clip_norm=args.clip_norm,
-        noise_multiplier=args.noise_multiplier,
-        progress=not args.no_progress,
-        plots=not getattr(args, "no_plots", False),
-        early_stopping=getattr(args, "early_stopping", None),
-        **_cache_options(args),
-    )
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    from jaxwise.jobs import run_train
-
-    _emit(args, run_train(_tabular_config(args, args.out)))
-    return 0
-
-
-def _cmd_label_errors(args: argparse.Namespace) -> int:
-    from jaxwise.jobs import run_label_errors
-
-    _emit(
-        args,
-        run_label_errors(
-            _tabular_config(args, args.run_dir),
-            args.top,
-            args.out,
-            method=args.method,
-            force=args.force,
-            folds=args.folds,
-        ),
-    )
-    return 0
-
-
-def _cmd_predict(args: argparse.Namespace) -> int:
-    from jaxwise.jobs import PredictConfig, run_predict
-
-    cfg = PredictConfig(
-        run_dir=args.run_dir,
-        path=args.csv,
-        out=args.out,
-        force=args.force,
-        drop_na=args.drop_na,
-        **_cache_options(args),
-    )
-    _emit(args, run_predict(cfg))
-    return 0
-
-
-def _cmd_doctor(args: argparse.Namespace) -> int:
-    from jaxwise import doctor
-
-    print(doctor.report(as_json=args.json), end="" if not args.json else "\n")
-    return 0
-
-
 def _codes(text: str) -> list[str]:
     from jaxwise.lint import RULES
 
@@ -185,74 +67,6 @@ def _codes(text: str) -> list[str]:
             f"unknown rule code(s) {', '.join(unknown)}; known: {', '.join(RULES)}"
         )
     return codes
-
-
-def _cmd_lint(args: argparse.Namespace) -> int:
-    from jaxwise.lint import lint_paths
-
-    try:
-        findings, errors, count = lint_paths(args.paths, select=args.select, ignore=args.ignore)
-    except FileNotFoundError as err:
-        raise UserError(str(err)) from None
-    for error in errors:
-        print(error.format(), file=sys.stderr)
-    if args.format == "json":
-        print(
-            json.dumps(
-                {
-                    "files": count,
-                    "findings": [f.to_dict() for f in findings],
-                    "errors": [{"path": e.path, "message": e.message} for e in errors],
-                }
-            )
-        )
-    else:
-        for finding in findings:
-            print(finding.format())
-        summary = f"{len(findings)} finding(s) in {count} file(s)" + (
-            f", {len(errors)} unreadable" if errors else ""
-        )
-        print(summary, file=sys.stderr)
-    return 1 if findings or errors else 0
-
-
-def _benchmarks_dir(explicit: str | None) -> Path:
-    """The benchmark scripts: ``--benchmarks DIR``, this checkout's, or ./benchmarks."""
-    if explicit:
-        candidates = [Path(explicit)]
-    else:
-        package = Path(__file__).resolve().parent
-        candidates = [package.parents[1] / "benchmarks", Path.cwd() / "benchmarks"]
-    for candidate in candidates:
-        if (candidate / "bench_all.py").is_file():
-            return candidate.resolve()
-    if explicit:
-        raise UserError(
-            f"--benchmarks {explicit}: no bench_all.py there (give the benchmarks/ folder of a "
-            "jaxwise source checkout)"
-        )
-    raise UserError(
-        "the benchmarks are not installed with the package (they live in a source checkout): "
-        "run `jaxwise bench` inside a jaxwise checkout, or pass --benchmarks CHECKOUT/benchmarks"
-    )
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    bench = _benchmarks_dir(args.benchmarks)
-    out = Path(args.out).resolve() if args.out else bench
-    package = Path(__file__).resolve().parent
-    if out == package or package in out.parents:
-        raise UserError(
-            f"--out {out}: inside the installed jaxwise package; choose another directory"
-        )
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserError(f"--out {out}: not writable ({err.strerror or err})") from None
-    extra = (["--only", *args.only] if args.only else []) + (["--quick"] if args.quick else [])
-    return subprocess.run(
-        [sys.executable, str(bench / "bench_all.py"), *extra, "--out", str(out)]
-    ).returncode
 
 
 # --------------------------------------------------------------------------
@@ -336,7 +150,7 @@ def _add_spiral(sub: Any) -> None:
         "--out", default="runs/spiral", help="directory for the PNG plots (default runs/spiral)"
     )
     spiral.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    spiral.set_defaults(run=_cmd_spiral)
+    spiral.set_defaults(run=commands.cmd_spiral)
 
 
 def _add_train(sub: Any) -> None:
@@ -365,7 +179,7 @@ def _add_train(sub: Any) -> None:
         help="stop after PATIENCE epochs without a lower validation loss; keep the best",
     )
     train.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
-    train.set_defaults(run=_cmd_train)
+    train.set_defaults(run=commands.cmd_train)
 
 
 def _add_label_errors(sub: Any) -> None:
@@ -393,7 +207,7 @@ def _add_label_errors(sub: Any) -> None:
         default="runs/label-errors",
         help="directory for metrics and plots; re-runs may reuse it (default runs/label-errors)",
     )
-    errors.set_defaults(run=_cmd_label_errors)
+    errors.set_defaults(run=commands.cmd_label_errors)
 
 
 def _add_predict(sub: Any) -> None:
@@ -415,7 +229,7 @@ def _add_predict(sub: Any) -> None:
         "--no-cache", action="store_true", help="do not use the persistent compilation cache"
     )
     _add_common(predict)
-    predict.set_defaults(run=_cmd_predict)
+    predict.set_defaults(run=commands.cmd_predict)
 
 
 def _add_tools(sub: Any) -> None:
@@ -435,13 +249,13 @@ def _add_tools(sub: Any) -> None:
     lint.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
-    lint.set_defaults(run=_cmd_lint)
+    lint.set_defaults(run=commands.cmd_lint)
 
     doctor = sub.add_parser(
         "doctor", help="print versions and devices; check known JAX pitfalls live"
     )
     _add_common(doctor, json_help="print one JSON object")
-    doctor.set_defaults(run=_cmd_doctor)
+    doctor.set_defaults(run=commands.cmd_doctor)
 
     bench = sub.add_parser(
         "bench", help="run the benchmarks of a source checkout and write RESULTS.md"
@@ -460,7 +274,7 @@ def _add_tools(sub: Any) -> None:
     bench.add_argument(
         "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
-    bench.set_defaults(run=_cmd_bench)
+    bench.set_defaults(run=commands.cmd_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,209 @@
+"""The ``jaxwise`` subcommands: each turns parsed arguments into a job and prints its summary.
+
+Each command imports what it needs when it runs (``lint`` and ``bench`` never import JAX).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from jaxwise._checks import UserError
+
+__all__ = [
+    "cmd_bench",
+    "cmd_doctor",
+    "cmd_label_errors",
+    "cmd_lint",
+    "cmd_predict",
+    "cmd_spiral",
+    "cmd_train",
+]
+
+
+# --------------------------------------------------------------------------
+# Output
+# --------------------------------------------------------------------------
+
+
+def _emit(args: argparse.Namespace, summary: dict[str, Any]) -> None:
+    if args.json:
+        print(json.dumps(summary, allow_nan=False))
+        return
+    from jaxwise.jobs._render import render
+
+    render(summary)
+
+
+# --------------------------------------------------------------------------
+# Commands (each imports what it needs)
+# --------------------------------------------------------------------------
+
+
+def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
+    return {"cache": not args.no_cache}
+
+
+def cmd_spiral(args: argparse.Namespace) -> int:
+    from jaxwise.jobs import SpiralConfig, run_spiral
+
+    cfg = SpiralConfig(
+        epochs=args.epochs,
+        batch_size=args.batch_size or 128,
+        noise=args.noise,
+        seed=args.seed,
+        out=args.out,
+        dp=args.dp,
+        clip_norm=args.clip_norm,
+        noise_multiplier=args.noise_multiplier,
+        progress=not args.no_progress,
+        plots=not args.no_plots,
+        **_cache_options(args),
+    )
+    summary = run_spiral(cfg)
+    _emit(args, summary)
+    return 0 if summary["ok"] else 1
+
+
+def _tabular_config(args: argparse.Namespace, out: str) -> Any:
+    from jaxwise.jobs import TabularConfig
+
+    return TabularConfig(
+        path=args.csv,
+        label=args.label,
+        hidden=args.hidden,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        val_fraction=args.val_fraction,
+        seed=args.seed,
+        out=out,
+        drop_na=args.drop_na,
+        resume=getattr(args, "resume", False),
+        stop_after=getattr(args, "stop_after", None),
+        dp=args.dp,
+        clip_norm=args.clip_norm,
+        noise_multiplier=args.noise_multiplier,
+        progress=not args.no_progress,
+        plots=not getattr(args, "no_plots", False),
+        early_stopping=getattr(args, "early_stopping", None),
+        **_cache_options(args),
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from jaxwise.jobs import run_train
+
+    _emit(args, run_train(_tabular_config(args, args.out)))
+    return 0
+
+
+def cmd_label_errors(args: argparse.Namespace) -> int:
+    from jaxwise.jobs import run_label_errors
+
+    _emit(
+        args,
+        run_label_errors(
+            _tabular_config(args, args.run_dir),
+            args.top,
+            args.out,
+            method=args.method,
+            force=args.force,
+            folds=args.folds,
+        ),
+    )
+    return 0
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from jaxwise.jobs import PredictConfig, run_predict
+
+    cfg = PredictConfig(
+        run_dir=args.run_dir,
+        path=args.csv,
+        out=args.out,
+        force=args.force,
+        drop_na=args.drop_na,
+        **_cache_options(args),
+    )
+    _emit(args, run_predict(cfg))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from jaxwise import doctor
+
+    print(doctor.report(as_json=args.json), end="" if not args.json else "\n")
+    return 0
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    from jaxwise.lint import lint_paths
+
+    try:
+        findings, errors, count = lint_paths(args.paths, select=args.select, ignore=args.ignore)
+    except FileNotFoundError as err:
+        raise UserError(str(err)) from None
+    for error in errors:
+        print(error.format(), file=sys.stderr)
+    if args.format == "json":
+        print(
+            json.dumps(
+                {
+                    "files": count,
+                    "findings": [f.to_dict() for f in findings],
+                    "errors": [{"path": e.path, "message": e.message} for e in errors],
+                }
+            )
+        )
+    else:
+        for finding in findings:
+            print(finding.format())
+        summary = f"{len(findings)} finding(s) in {count} file(s)" + (
+            f", {len(errors)} unreadable" if errors else ""
+        )
+        print(summary, file=sys.stderr)
+    return 1 if findings or errors else 0
+
+
+def _benchmarks_dir(explicit: str | None) -> Path:
+    """The benchmark scripts: ``--benchmarks DIR``, this checkout's, or ./benchmarks."""
+    if explicit:
+        candidates = [Path(explicit)]
+    else:
+        package = Path(__file__).resolve().parent
+        candidates = [package.parents[1] / "benchmarks", Path.cwd() / "benchmarks"]
+    for candidate in candidates:
+        if (candidate / "bench_all.py").is_file():
+            return candidate.resolve()
+    if explicit:
+        raise UserError(
+            f"--benchmarks {explicit}: no bench_all.py there (give the benchmarks/ folder of a "
+            "jaxwise source checkout)"
+        )
+    raise UserError(
+        "the benchmarks are not installed with the package (they live in a source checkout): "
+        "run `jaxwise bench` inside a jaxwise checkout, or pass --benchmarks CHECKOUT/benchmarks"
+    )
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    bench = _benchmarks_dir(args.benchmarks)
+    out = Path(args.out).resolve() if args.out else bench
+    package = Path(__file__).resolve().parent
+    if out == package or package in out.parents:
+        raise UserError(
+            f"--out {out}: inside the installed jaxwise package; choose another directory"
+        )
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"--out {out}: not writable ({err.strerror or err})") from None
+    extra = (["--only", *args.only] if args.only else []) + (["--quick"] if args.quick else [])
+    return subprocess.run(
+        [sys.executable, str(bench / "bench_all.py"), *extra, "--out", str(out)]
+    ).returncode
