@@ -18,6 +18,7 @@ __all__ = [
     "constrain_state",
     "data_mesh",
     "data_size",
+    "feeding_processes",
     "fsdp_mesh",
     "keep_layout",
     "place_batch",
@@ -91,7 +92,8 @@ def _copy_program(impls: tuple[str | None, ...], shardings: tuple[Any, ...]) -> 
 
 
 def _place_global(leaves: list[Any], shardings: list[Any]) -> list[Any]:
-    """Multi-process placement: every process holds the full value and builds its own shards.
+    """Multi-process placement: every process holds the full value and builds its own shards
+    (global arrays on another layout are resharded).
 
     ``make_array_from_callback`` may alias the host buffers (on CPU two local devices can
     share one), so one compiled copy per state structure gives every device its own buffer.
@@ -99,7 +101,11 @@ def _place_global(leaves: list[Any], shardings: list[Any]) -> list[Any]:
     raw, impls = [], []
     for leaf, sharding in zip(leaves, shardings):
         impls.append(str(jax.random.key_impl(leaf)) if _is_key(leaf) else None)
-        host = np.asarray(jax.random.key_data(leaf) if _is_key(leaf) else leaf)
+        data = jax.random.key_data(leaf) if _is_key(leaf) else leaf
+        if isinstance(data, jax.Array) and not data.is_fully_addressable:
+            raw.append(data)  # already a global array: the compiled copy reshards it
+            continue
+        host = np.asarray(data)
         raw.append(jax.make_array_from_callback(host.shape, sharding, lambda i, h=host: h[i]))
     return _copy_program(tuple(impls), tuple(shardings))(raw, tuple(impls))
 
@@ -235,3 +241,23 @@ def place_for_mesh(state: Any, mesh: Mesh) -> Any:
         P()
     """
     return place_state(state, state_shardings(state, mesh))
+
+
+def feeding_processes(batch: Any, mesh: Mesh) -> int:
+    """How many processes each pass their own slice of ``batch`` to a step on ``mesh``.
+
+    1 in a single process, or when every leaf already is a global array; otherwise the
+    number of processes whose devices the mesh spans (each passes its local rows).
+
+    Example:
+        >>> import numpy as np
+        >>> feeding_processes(np.zeros((8, 2)), data_mesh())
+        1
+    """
+    processes = len({d.process_index for d in mesh.devices.flat})
+    leaves = jax.tree.leaves(batch)
+    if processes == 1 or all(
+        isinstance(x, jax.Array) and not x.is_fully_addressable for x in leaves
+    ):
+        return 1
+    return processes
