@@ -468,3 +468,18 @@ def test_installed_jax_libraries_lint_without_errors():
     findings, errors, count = lint_paths(roots)
     assert errors == [] and count > 250
     assert {f.code for f in findings} <= set(RULES)
+
+
+def test_lines_are_numbered_as_python_numbers_them():
+    """A form feed (common in older code) is not a line break for Python: noqa and the
+    hot-text pre-filter must use Python's line numbers."""
+    src = (
+        "import jax\n\x0c\ndef f(key):\n\x0c    a = jax.random.normal(key)\n"
+        "    b = jax.random.normal(key)  # noqa: JW003\n    return jax.random.uniform(key)\n"
+    )
+    assert [(f.code, f.line) for f in lint_source(src)] == [("JW003", 6)]
+
+
+def test_old_mac_line_endings():
+    src = "import jax\rdef f(key):\r    a = jax.random.normal(key)\r    return jax.random.uniform(key)\r"
+    assert [(f.code, f.line) for f in lint_source(src)] == [("JW003", 4)]

@@ -108,7 +108,7 @@ def lint_source(
     findings = _analyse(tree, text, filename, _codes(select, ignore))
     if not findings:
         return findings
-    lines = text.splitlines()
+    lines = text.split("\n")  # numbered as Python does (not at form feeds)
     return [f for f in findings if not _suppressed(f, lines)]
 
 

@@ -9,7 +9,6 @@ top-level statements.
 from __future__ import annotations
 
 import ast
-import itertools
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -66,7 +65,6 @@ _ALWAYS_HOT = (
     "pmap",
     "random",
     "make_train_",
-    "global ",
     "jax.tree_map",
     "jax.tree_leaves",
     "jax.tree_flatten",
@@ -78,6 +76,7 @@ _ALWAYS_HOT = (
     "PRNGKey",
     "randn",
 )
+_GLOBAL = re.compile(r"^[ \t]*global\s", re.MULTILINE)
 _SINGULAR_MARKS = ("/", "log", "sqrt", "arc", "reciprocal", "power")
 
 
@@ -147,22 +146,32 @@ class _HotLines:
 
     def __init__(self, text: str, tree: ast.Module) -> None:
         aliases = Aliases([n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)])
-        local = tuple(
-            name
-            for name, full in aliases.names.items()
-            if full.startswith(("jax.random", "jax.vmap"))
+        names = aliases.names.items()
+        self.words = _ALWAYS_HOT + tuple(n for n, full in names if full.startswith("jax.random"))
+        self.wheres = ("np.where", "numpy.where") + tuple(
+            n for n, full in names if full == "jax.numpy.where"
         )
-        self.words = _ALWAYS_HOT + local
         self.donation = "donate_arg" in text or "make_train_" in text
-        self.text = text
-        self.starts = [0, *itertools.accumulate(map(len, text.splitlines(keepends=True)))]
+        # Lines as Python numbers them: only "\n" ends a line (str.splitlines also splits at
+        # form feeds and other separators).
+        if "\r" in text:
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        self.lines = text.split("\n")
 
-    def any(self, first: int, last: int) -> bool:
-        """Whether lines ``first..last`` hold text that some rule needs."""
-        seg = self.text[self.starts[first - 1] : self.starts[min(last, len(self.starts) - 1)]]
-        if any(w in seg for w in self.words):
+    def segment(self, node: ast.AST) -> str:
+        """The source text of ``node``'s lines."""
+        first, last = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or 1
+        return "\n".join(self.lines[first - 1 : last])
+
+    def any(self, node: ast.AST) -> bool:
+        """Whether ``node``'s lines hold text that some rule needs."""
+        seg = self.segment(node)
+        for word in self.words:
+            if word in seg:
+                return True
+        if any(w in seg for w in self.wheres) and any(m in seg for m in _SINGULAR_MARKS):
             return True
-        if "where" in seg and any(m in seg for m in _SINGULAR_MARKS):
+        if "global " in seg and _GLOBAL.search(seg):
             return True
         return ("vmap" in seg and "grad" in seg) or (self.donation and "array" in seg)
 
@@ -202,9 +211,8 @@ class Index:
         self.outer: dict[int, Scope] = {}
         self._watch = frozenset(self.bindings)
         self._deferred: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
-        self._lines = text.splitlines() if text is not None else []
         self._cache: dict[str, Any] = {}
-        hot = _HotLines(text, tree) if text is not None else None
+        hot = self._hot = _HotLines(text, tree) if text is not None else None
         self._traverse(list(tree.body), [None], hot)
         self.aliases = Aliases(self.imports)
         self._finish_deferred()
@@ -294,7 +302,7 @@ class Index:
                     for x in [*a.posonlyargs, *a.args, *a.kwonlyargs]
                     if x.annotation is not None
                 )
-                if hot is not None and not hot.any(node.lineno, node.end_lineno or node.lineno):
+                if hot is not None and not hot.any(node):
                     self._deferred.append(node)  # nothing any rule looks for, unless it is jitted
                     return
                 inner = list(node.body)
@@ -318,18 +326,13 @@ class Index:
                 for c, _ in self.calls.get(factory, ())
                 if id(c) in self.assigned_name()
             )
-        pattern = (
-            re.compile(r"\b(?:" + "|".join(map(re.escape, sorted(names))) + r")\b")
-            if names
-            else None
-        )
-        todo = []
-        for fn in self._deferred:
-            if self.enclosing_jitted(fn) is not None or (
-                pattern is not None
-                and pattern.search("\n".join(self._lines[fn.lineno - 1 : fn.end_lineno]))
-            ):
-                todo.append(fn)
+        hot = self._hot
+        todo = [
+            fn
+            for fn in self._deferred
+            if self.enclosing_jitted(fn) is not None
+            or (hot is not None and any(n in hot.segment(fn) for n in names))
+        ]
         for fn in todo:
             self._traverse(list(fn.body), [*reversed(list(self.scope_chain(fn)))], None)
         self.aliases = Aliases(self.imports)  # imports inside the visited bodies count too
