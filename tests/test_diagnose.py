@@ -8,8 +8,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxwise.buckets import plan_buckets
 from jaxwise.compilation import CompileCounter
-from jaxwise.diagnose import FIXES, captured_constants, why_recompiled
+from jaxwise.diagnose import FIXES, _is_user_function, captured_constants, why_recompiled
 
 WEIGHTS = jnp.asarray(np.random.default_rng(1).normal(size=(256, 256)), jnp.float32)
 SCALE = 2.0
@@ -78,6 +79,27 @@ def test_captured_closure_scalar_and_python_loop_bound():
         ("factor", "3", "closure"),
     ]
     assert report.constants == () and report.flagged
+
+
+LEARNING_RATE = 0.1
+
+
+def _helper_reads_a_global(x):
+    return x * LEARNING_RATE
+
+
+def test_globals_read_by_called_user_functions_are_reported():
+    def loss(x):
+        return _helper_reads_a_global(x) + 1.0
+
+    report = captured_constants(jax.jit(loss), jnp.ones(2))
+    assert [(s.name, s.value, s.scope) for s in report.scalars] == [
+        ("LEARNING_RATE", "0.1", "global")
+    ]
+    assert report.flagged
+    # Library code is not followed (plan_buckets reads a NumPy scalar module constant).
+    assert _is_user_function(_helper_reads_a_global) and not _is_user_function(plan_buckets)
+    assert not _is_user_function(jnp.sum) and not _is_user_function(np.mean)
 
 
 def test_captured_constants_bad_arguments():

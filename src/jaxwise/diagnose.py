@@ -133,11 +133,32 @@ def _global_reads(code: types.CodeType) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _variables(fn: Any) -> list[tuple[str, str, Any]]:
-    """(name, scope, value) of every global and closure variable ``fn`` reads."""
-    py = _python_function(fn)
+_LIBRARIES = frozenset({"jaxwise", "jax", "jaxlib", "numpy", "optax", "flax", "equinox"})
+
+
+def _is_user_function(value: Any) -> bool:
+    """A Python function written by the user (not in an installed library)."""
+    py = _python_function(value)
     if py is None:
+        return False
+    filename = py.__code__.co_filename
+    package = str(getattr(py, "__module__", "") or "").split(".")[0]
+    if package in _LIBRARIES or filename.startswith("<frozen"):
+        return False
+    return "site-packages" not in filename and "dist-packages" not in filename
+
+
+def _variables(fn: Any, depth: int = 3, seen: set[int] | None = None) -> list[tuple[str, str, Any]]:
+    """(name, scope, value) of every global and closure variable ``fn`` reads.
+
+    User functions it calls by a global or closure name are followed too (``depth`` levels),
+    since their reads are traced into the same program.
+    """
+    py = _python_function(fn)
+    seen = set() if seen is None else seen
+    if py is None or id(py) in seen:
         return []
+    seen.add(id(py))
     out: list[tuple[str, str, Any]] = []
     for name in _global_reads(py.__code__):
         if name in py.__globals__:
@@ -147,7 +168,11 @@ def _variables(fn: Any) -> list[tuple[str, str, Any]]:
             out.append((name, "closure", cell.cell_contents))
         except ValueError:  # an empty cell
             continue
-    return out
+    if depth > 0:
+        for _, _, value in list(out):
+            if _is_user_function(value):
+                out.extend(_variables(value, depth - 1, seen))
+    return list({(n, scope): (n, scope, v) for n, scope, v in out}.values())
 
 
 def _is_scalar(value: Any) -> bool:
