@@ -481,5 +481,6 @@ def test_lines_are_numbered_as_python_numbers_them():
 
 
 def test_old_mac_line_endings():
-    src = "import jax\rdef f(key):\r    a = jax.random.normal(key)\r    return jax.random.uniform(key)\r"
+    src = "import jax\rdef f(key):\r    a = jax.random.normal(key)\r"
+    src += "    return jax.random.uniform(key)\r"
     assert [(f.code, f.line) for f in lint_source(src)] == [("JW003", 4)]
