@@ -575,7 +575,8 @@ def _python(code, env=None, timeout=300):
 def test_help_version_and_lint_do_not_import_jax(tmp_path):
     source = tmp_path / "ok.py"
     source.write_text("x = 1\n")
-    for argv in (["--help"], ["--version"], ["lint", str(source)], ["train", "--help"]):
+    refused = ["train", str(source), "--label", "y", "--hidden", "100000,100000"]  # refused at once
+    for argv in (["--help"], ["--version"], ["lint", str(source)], ["train", "--help"], refused):
         proc = _python(
             "import sys\nfrom jaxwise.cli import main\n"
             f"try:\n    main({argv!r})\nexcept SystemExit:\n    pass\n"

@@ -44,11 +44,21 @@ def _emit(args: argparse.Namespace, summary: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------
 
 
+def _precheck(args: argparse.Namespace) -> None:
+    """The training options, checked before JAX is imported (a bad option is refused at once)."""
+    from types import SimpleNamespace
+
+    from jaxwise._cli_options import check_training_options
+
+    check_training_options(SimpleNamespace(**{"lr": 1e-2, "hidden": (64, 64), **vars(args)}))
+
+
 def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"cache": not args.no_cache}
 
 
 def cmd_spiral(args: argparse.Namespace) -> int:
+    _precheck(args)
     from jaxwise.jobs import SpiralConfig, run_spiral
 
     cfg = SpiralConfig(
@@ -96,6 +106,7 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    _precheck(args)
     from jaxwise.jobs import run_train
 
     _emit(args, run_train(_tabular_config(args, args.out)))
@@ -103,6 +114,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_label_errors(args: argparse.Namespace) -> int:
+    _precheck(args)
     from jaxwise.jobs import run_label_errors
 
     _emit(
