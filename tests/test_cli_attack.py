@@ -656,3 +656,32 @@ def test_bench_all_assembles_into_the_named_directory(tmp_path):
     (tmp_path / "results" / f"{name}.md").write_text("## a section\n")
     path = bench_all.assemble(tmp_path)
     assert path == tmp_path / "RESULTS.md" and "## a section" in path.read_text()
+
+
+def test_compile_tally_tells_compiles_from_cache_loads(tmp_path):
+    import jax
+    import jax.numpy as jnp
+
+    from jaxwise.jobs import CompileTally, persistent_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    x = jnp.arange(5.0)
+
+    def tripled(v):
+        return v * 3.0 + 1.0
+
+    with persistent_cache(tmp_path / "cache"):
+        fn = jax.jit(tripled)
+        first, second, third = CompileTally(), CompileTally(), CompileTally()
+        with first.measure():
+            fn(x).block_until_ready()
+        with second.measure():
+            fn(x).block_until_ready()  # in memory: nothing to compile or load
+        fn.clear_cache()
+        with third.measure():
+            fn(x).block_until_ready()  # from the persistent cache on disk
+    assert (first.compiled, first.loaded) == (1, 0) and first.describe("f") == "f compiled 1×"
+    assert (second.compiled, second.loaded) == (0, 0)
+    assert (third.compiled, third.loaded) == (0, 1)
+    assert third.describe("f") == "f loaded from the compilation cache 1×"
+    assert jax.config.jax_compilation_cache_dir == before  # settings restored after the block
