@@ -484,3 +484,25 @@ def test_old_mac_line_endings():
     src = "import jax\rdef f(key):\r    a = jax.random.normal(key)\r"
     src += "    return jax.random.uniform(key)\r"
     assert [(f.code, f.line) for f in lint_source(src)] == [("JW003", 4)]
+
+
+def test_deep_structures_the_parser_accepts_do_not_stop_the_analysis():
+    """Deeply nested loops (key flow) and long constant sums stay fast and are analysed."""
+    body = "import jax\ndef f(key):\n"
+    for depth in range(40):
+        body += "    " * (depth + 1) + f"for i{depth} in range(3):\n"
+    body += "    " * 41 + "x = jax.random.normal(key)\n"
+    assert [(f.code, f.line) for f in lint_source(body)] == [("JW003", 43)]
+    table = "import jax\nN = " + " + ".join(["1"] * 500) + "\nk = jax.random.PRNGKey(0)\n"
+    assert [(f.code, f.line) for f in lint_source(table)] == [("JW004", 3)]
+
+
+def test_const_int_evaluates_sizes_and_gives_up_on_tables():
+    from jaxwise.lint._core import const_int
+
+    def value(expr, consts=None):
+        return const_int(ast.parse(expr, mode="eval").body, consts or {})
+
+    assert value("2 ** 10 - 24") == 1000 and value("N * 3", {"N": 5}) == 15
+    assert value("1.5") is None and value("True") is None and value("x") is None
+    assert value(" + ".join(["1"] * 10)) == 10 and value(" + ".join(["1"] * 40)) is None

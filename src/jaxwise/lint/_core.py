@@ -154,8 +154,11 @@ def donated_names(site: ast.AST, names: Sequence[str]) -> set[str]:
     return found
 
 
-def const_int(node: ast.AST | None, consts: Mapping[str, int]) -> int | None:
-    """Value of an integer expression made of literals and known module constants, else ``None``."""
+def const_int(node: ast.AST | None, consts: Mapping[str, int], depth: int = 0) -> int | None:
+    """Value of an integer expression made of literals and known module constants, else ``None``
+    (also for expressions nested deeper than 32 levels: a table, not a size)."""
+    if depth > 32:
+        return None
     if isinstance(node, ast.Constant):
         return (
             node.value if isinstance(node.value, int) and not isinstance(node.value, bool) else None
@@ -163,12 +166,13 @@ def const_int(node: ast.AST | None, consts: Mapping[str, int]) -> int | None:
     if isinstance(node, ast.Name):
         return consts.get(node.id)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-        value = const_int(node.operand, consts)
+        value = const_int(node.operand, consts, depth + 1)
         return None if value is None else -value
     if isinstance(node, ast.BinOp) and isinstance(
         node.op, (ast.Add, ast.Sub, ast.Mult, ast.FloorDiv, ast.Pow)
     ):
-        left, right = const_int(node.left, consts), const_int(node.right, consts)
+        left = const_int(node.left, consts, depth + 1)
+        right = const_int(node.right, consts, depth + 1)
         if left is None or right is None:
             return None
         if isinstance(node.op, ast.Add):
@@ -179,7 +183,7 @@ def const_int(node: ast.AST | None, consts: Mapping[str, int]) -> int | None:
             return left * right
         if isinstance(node.op, ast.FloorDiv):
             return left // right if right else None
-        return left**right if 0 <= right <= 64 and abs(left) < 2**16 else None
+        return left**right if 0 <= right <= 64 and abs(left) < 2**16 else None  # no huge powers
     return None
 
 

@@ -102,10 +102,13 @@ def lint_source(
         >>> [f.format() for f in lint_source(src, "m.py")][0].split(":")[:4]
         ['m.py', '3', '12', ' JW001 jax.jit of a lambda created and called inside `f`']
     """
-    tree = ast.parse(text, filename=filename)
+    return _findings(ast.parse(text, filename=filename), text, filename, _codes(select, ignore))
+
+
+def _findings(tree: ast.Module, text: str, filename: str, codes: set[str]) -> list[Finding]:
     if not _TRIGGER.search(text):
         return []
-    findings = _analyse(tree, text, filename, _codes(select, ignore))
+    findings = _analyse(tree, text, filename, codes)
     if not findings:
         return findings
     lines = text.split("\n")  # numbered as Python does (not at form feeds)
@@ -182,23 +185,31 @@ class LintSkip(Exception):
     """A file that cannot be linted (the message says why)."""
 
 
-def _lint_file(path: Path, codes: set[str], max_bytes: int) -> list[Finding]:
-    """Findings of one file; raises ``LintSkip`` with a one-line reason on any failure."""
-    text = read_source(path, max_bytes)
+def _parse(text: str, filename: str) -> ast.Module:
+    """``ast.parse``, with every parser failure turned into a one-line ``LintSkip``."""
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         raise LintSkip(f"null byte at line {line}: not Python source; skipped")
     try:
-        return lint_source(text, str(path), select=codes)
+        return ast.parse(text, filename=filename)
     except SyntaxError as err:
         where = f" at line {err.lineno}" if err.lineno else ""
         raise LintSkip(f"syntax error{where}: {err.msg}; skipped") from err
     except (RecursionError, MemoryError) as err:
-        raise LintSkip(
-            f"too deeply nested for Python's parser ({type(err).__name__}); skipped"
-        ) from err
+        reason = f"too deeply nested for Python's parser ({type(err).__name__})"
+        raise LintSkip(f"{reason}; skipped") from err
     except ValueError as err:
         raise LintSkip(f"cannot parse ({err}); skipped") from err
+
+
+def _lint_file(path: Path, codes: set[str], max_bytes: int) -> list[Finding]:
+    """Findings of one file; raises ``LintSkip`` with a one-line reason on any failure."""
+    text = read_source(path, max_bytes)
+    tree = _parse(text, str(path))
+    try:
+        return _findings(tree, text, str(path), codes)
+    except RecursionError as err:
+        raise LintSkip("too deeply nested to analyse (RecursionError); skipped") from err
     except Exception as err:  # a bug in a rule must not stop the other files
         raise LintSkip(
             f"internal error in jaxwise lint ({type(err).__name__}: {err}); please report "

@@ -82,22 +82,30 @@ class _Flow:
     def __init__(self, ix: Index) -> None:
         self.ix = ix
 
-    def run(self, body: list[ast.stmt], used: set[str]) -> set[str]:
-        """Walk statements in order, tracking keys already consumed; returns the state after."""
+    def run(self, body: list[ast.stmt], used: set[str], repeat: bool = True) -> set[str]:
+        """Walk statements in order, tracking keys already consumed; returns the state after.
+
+        A loop body is walked a second time (``repeat``) to expose reuse across iterations;
+        loops inside that second walk are walked once, so the work stays polynomial in the
+        nesting depth (not ``2**depth``).
+        """
         for stmt in body:
             if isinstance(stmt, ast.If):
                 self.uses(stmt.test, used)
-                used = self.run(stmt.body, set(used)) | self.run(stmt.orelse, set(used))
+                used = self.run(stmt.body, set(used), repeat) | self.run(
+                    stmt.orelse, set(used), repeat
+                )
             elif isinstance(stmt, (ast.For, ast.While)):
                 if isinstance(stmt, ast.For):
                     self.uses(stmt.iter, used)
                     _reassign(stmt.target, used)
-                first = self.run(stmt.body, set(used))
-                self.run(stmt.body, first)  # a second iteration exposes reuse across iterations
-                used = first | self.run(stmt.orelse, set(used))
+                first = self.run(stmt.body, set(used), repeat)
+                if repeat:  # a second iteration exposes reuse across iterations
+                    self.run(stmt.body, first, repeat=False)
+                used = first | self.run(stmt.orelse, set(used), repeat)
             elif isinstance(stmt, (ast.With, ast.Try)):
                 inner = stmt.body + (stmt.finalbody if isinstance(stmt, ast.Try) else [])
-                used = self.run(inner, used)
+                used = self.run(inner, used, repeat)
             elif isinstance(stmt, (*FUNCS, ast.ClassDef)):
                 continue
             else:
