@@ -152,6 +152,8 @@ def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
     try:
         info = os.stat(path)  # follows a symlink: its target decides
     except OSError as err:
+        if os.path.islink(path):
+            raise LintSkip("broken symlink; skipped") from err
         raise LintSkip(f"cannot stat ({err.strerror}); skipped") from err
     if not stat.S_ISREG(info.st_mode):
         target = f" (symlink to {os.path.realpath(path)})" if path.is_symlink() else ""
