@@ -60,9 +60,14 @@ def _root(node: ast.AST) -> str | None:
 
 
 def _views(ix: Index) -> list[tuple[ast.Call, ast.AST | None, str]]:
+    """Views kept in a variable (``v = np.asarray(x)``); a temporary view inside an expression
+    (``assert np.asarray(x).all()``) is gone before any later call."""
     out = []
+    kept = ix.assigned_name()
     for key in ("asarray", "array"):
         for call, scope in ix.calls.get(key, ()):
+            if id(call) not in kept:
+                continue
             name = ix.aliases.qualify(call.func)
             no_copy = any(
                 k.arg == "copy" and isinstance(k.value, ast.Constant) and k.value.value is False
