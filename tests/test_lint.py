@@ -216,6 +216,12 @@ def _one_error(paths, **kwargs):
     return findings, errors[0], count
 
 
+def test_a_fifo_swapped_in_after_the_check_does_not_block(tmp_path, alarm):
+    os.mkfifo(tmp_path / "late.py")
+    with pytest.raises(OSError, match="not a regular file any more"):
+        _driver._read_regular(tmp_path / "late.py", 100)
+
+
 def test_fifo_is_skipped_not_opened(tmp_path, alarm):
     os.mkfifo(tmp_path / "pipe.py")
     (tmp_path / "ok.py").write_text("import jax\nk = jax.random.PRNGKey(0)\n")
@@ -320,12 +326,12 @@ def test_undecodable_and_binary_files(tmp_path, data, reason):
 def test_unreadable_file_and_directory(tmp_path, monkeypatch):
     (tmp_path / "ok.py").write_text("import jax\nk = jax.random.PRNGKey(0)\n")
     (tmp_path / "secret.py").write_text("x = 1\n")
-    real_open, real_scandir = open, os.scandir
+    real_read, real_scandir = _driver._read_regular, os.scandir
 
-    def guarded_open(path, *args, **kwargs):
+    def guarded_read(path, limit):
         if str(path).endswith("secret.py"):
             raise PermissionError(13, "Permission denied")
-        return real_open(path, *args, **kwargs)
+        return real_read(path, limit)
 
     def guarded_scandir(path):
         if str(path).endswith("locked"):
@@ -333,7 +339,7 @@ def test_unreadable_file_and_directory(tmp_path, monkeypatch):
         return real_scandir(path)
 
     (tmp_path / "locked").mkdir()
-    monkeypatch.setattr(_driver, "open", guarded_open, raising=False)  # root reads anything
+    monkeypatch.setattr(_driver, "_read_regular", guarded_read)  # root reads anything
     monkeypatch.setattr(_driver.os, "scandir", guarded_scandir)
     findings, errors, count = lint_paths([tmp_path])
     assert [(Path(e.path).name, e.message) for e in errors] == [

@@ -161,8 +161,7 @@ def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
     if info.st_size > max_bytes:
         raise LintSkip(f"{info.st_size:,} bytes, over the {max_bytes:,}-byte limit; skipped")
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(max_bytes + 1)
+        data = _read_regular(path, max_bytes + 1)
     except OSError as err:
         raise LintSkip(f"unreadable ({err.strerror}); skipped") from err
     if len(data) > max_bytes:
@@ -181,6 +180,16 @@ def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
             f"{err.reason} at byte {err.start}" if isinstance(err, UnicodeDecodeError) else str(err)
         )
         raise LintSkip(f"cannot decode: not valid {encoding} ({detail}); skipped") from err
+
+
+def _read_regular(path: Path, limit: int) -> bytes:
+    """At most ``limit`` bytes of a regular file. Opened without blocking and checked again
+    after opening, so a file swapped for a FIFO after the ``stat`` cannot hang the linter."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file any more")
+        return handle.read(limit)
 
 
 class LintSkip(Exception):
