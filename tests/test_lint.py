@@ -513,3 +513,18 @@ def test_const_int_evaluates_sizes_and_gives_up_on_tables():
     assert value("2 ** 10 - 24") == 1000 and value("N * 3", {"N": 5}) == 15
     assert value("1.5") is None and value("True") is None and value("x") is None
     assert value(" + ".join(["1"] * 10)) == 10 and value(" + ".join(["1"] * 40)) is None
+
+
+@pytest.mark.slow
+def test_linting_imports_neither_jax_nor_numpy(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "m.py").write_text("import jax\nk = jax.random.PRNGKey(0)\n")
+    code = (
+        "import sys\nfrom jaxwise.lint import lint_paths\n"
+        f"findings, errors, count = lint_paths([{str(tmp_path)!r}])\n"
+        "print(len(findings), 'jax' in sys.modules, 'numpy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["1", "False", "False"]
