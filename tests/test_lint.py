@@ -528,3 +528,13 @@ def test_linting_imports_neither_jax_nor_numpy(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "False", "False"]
+
+
+def test_renamed_imports_still_make_a_body_checked():
+    src = (
+        "from jax import vmap as vm, grad as g, jit as J\n"
+        "def loss(params, x):\n    return (params * x).sum()\n"
+        "def per_example(params, xs):\n    return vm(g(loss))(params, xs)\n"
+        "def predict(x):\n    return J(lambda v: v + 1)(x)\n"
+    )
+    assert [(f.code, f.line) for f in lint_source(src)] == [("JW010", 5), ("JW001", 7)]

@@ -76,6 +76,23 @@ _ALWAYS_HOT = (
     "PRNGKey",
     "randn",
 )
+# Imported under another name (`from jax import jit as J`), these make a body hot by that name.
+_ALIASED = frozenset(
+    {
+        "jax.jit",
+        "jax.pmap",
+        "jax.vmap",
+        "equinox.filter_jit",
+        "jax.tree_map",
+        "jax.tree_leaves",
+        "jax.tree_flatten",
+        "jax.tree_unflatten",
+        "jax.numpy.randn",
+        "jax.tree_structure",
+        "jax.tree_transpose",
+        "functools.partial",
+    }
+)
 _GLOBAL = re.compile(r"^[ \t]*global\s", re.MULTILINE)
 _SINGULAR_MARKS = ("/", "log", "sqrt", "arc", "reciprocal", "power")
 
@@ -147,7 +164,9 @@ class _HotLines:
     def __init__(self, text: str, tree: ast.Module) -> None:
         aliases = Aliases([n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)])
         names = aliases.names.items()
-        self.words = _ALWAYS_HOT + tuple(n for n, full in names if full.startswith("jax.random"))
+        self.words = _ALWAYS_HOT + tuple(
+            n for n, full in names if full.startswith("jax.random") or full in _ALIASED
+        )
         self.wheres = ("np.where", "numpy.where") + tuple(
             n for n, full in names if full == "jax.numpy.where"
         )
@@ -323,7 +342,7 @@ class Index:
         for factory in ("make_train_step", "make_train_epoch", "make_dp_train_epoch"):
             names.update(
                 self.assigned_name()[id(c)]
-                for c, _ in self.calls.get(factory, ())
+                for c, _ in self.calls_named(factory)
                 if id(c) in self.assigned_name()
             )
         hot = self._hot
@@ -339,6 +358,20 @@ class Index:
         self._cache.clear()
 
     # -- derived views (computed once, on demand) ----------------------------------------
+    def calls_named(self, name: str) -> list[tuple[ast.Call, Scope]]:
+        """Calls of ``…name(…)``, also through a renamed import (``from jax import vmap as vm``)."""
+        if "renamed" not in self._cache:
+            renamed: dict[str, list[str]] = {}
+            for local, full in self.aliases.names.items():
+                last = full.rsplit(".", 1)[-1]
+                if local != last:
+                    renamed.setdefault(last, []).append(local)
+            self._cache["renamed"] = renamed
+        out = self.calls.get(name, [])
+        for local in self._cache["renamed"].get(name, ()):
+            out = out + self.calls.get(local, [])
+        return out
+
     def consts(self) -> dict[str, int]:
         """Module-level integer constants (bound once, to an integer expression)."""
         if "consts" not in self._cache:
@@ -381,7 +414,9 @@ class Index:
         if "jit_calls" not in self._cache:
             found = []
             for key in ("jit", "pmap", "filter_jit", "filter_pmap", "()"):
-                for call, scope in self.calls.get(key, ()):
+                for call, scope in (
+                    self.calls_named(key) if key != "()" else self.calls.get(key, ())
+                ):
                     if self.aliases.jit_target(call) is not None:
                         found.append((call, scope))
             self._cache["jit_calls"] = found

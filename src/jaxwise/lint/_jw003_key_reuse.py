@@ -67,7 +67,7 @@ def check(ix: Index) -> None:
     """Follow keys statement by statement in every body that draws random numbers."""
     scopes: dict[int, ast.AST | None] = {}
     for name in DRAWS:
-        for call, scope in ix.calls.get(name, ()):
+        for call, scope in ix.calls_named(name):
             if _draw_name(ix, call) is None:
                 continue
             fn = scope

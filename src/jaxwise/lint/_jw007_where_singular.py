@@ -105,7 +105,7 @@ def _tested(
 def check(ix: Index) -> None:
     """Flag where calls whose condition tests the very value a branch is singular at."""
     masks: dict[tuple[int, str], list[tuple[int, ast.AST]]] = {}
-    for node, scope in ix.calls.get("where", ()):
+    for node, scope in ix.calls_named("where"):
         if len(node.args) < 2 or ix.aliases.qualify(node.func) != "jax.numpy.where":
             continue
         operands = [(b, o) for b in node.args[1:3] for o in _operands(ix, b)]

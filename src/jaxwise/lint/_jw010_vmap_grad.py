@@ -60,7 +60,7 @@ def _arity(ix: Index, fn: ast.AST, outer: ast.Call | None) -> int | None:
 def check(ix: Index) -> None:
     """Flag per-example gradients whose parameter argument is batched by default in_axes."""
     outer_of = {id(c.func): c for c, _ in ix.calls.get("()", ())}
-    for vmap, _ in ix.calls.get("vmap", ()):
+    for vmap, _ in ix.calls_named("vmap"):
         if not vmap.args or ix.aliases.qualify(vmap.func) != "jax.vmap":
             continue
         grad = vmap.args[0]

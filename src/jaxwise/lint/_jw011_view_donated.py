@@ -39,7 +39,7 @@ def _donors(ix: Index) -> dict[str, Donor]:
             }
             donors[assigned[id(call)]] = Donor(frozenset(positions), frozenset())
     for factory in _TRAIN_FACTORIES:
-        for call, _ in ix.calls.get(factory, ()):
+        for call, _ in ix.calls_named(factory):
             off = any(
                 k.arg == "donate" and isinstance(k.value, ast.Constant) and not k.value.value
                 for k in call.keywords
@@ -65,7 +65,7 @@ def _views(ix: Index) -> list[tuple[ast.Call, ast.AST | None, str]]:
     out = []
     kept = ix.assigned_name()
     for key in ("asarray", "array"):
-        for call, scope in ix.calls.get(key, ()):
+        for call, scope in ix.calls_named(key):
             if id(call) not in kept:
                 continue
             name = ix.aliases.qualify(call.func)
