@@ -149,11 +149,12 @@ def segment_softmax(
     )
     if mask is not None:
         e = jnp.where(mask, e, jnp.zeros((), e.dtype))
-    total = jax.ops.segment_sum(e, segment_ids, num_segments)[segment_ids]
-    ok = ~(total <= 0)  # NaN totals stay NaN
-    return jnp.where(
-        ok, e / jnp.where(ok, total, jnp.ones((), total.dtype)), jnp.zeros((), e.dtype)
-    )
+    total = jax.ops.segment_sum(e, segment_ids, num_segments)
+    # one reciprocal per segment (not per entry); 0 for empty segments, NaN totals stay NaN
+    ok = ~(total <= 0)
+    safe_total = jnp.where(ok, total, jnp.ones((), total.dtype))
+    inverse = jnp.where(ok, 1 / safe_total, jnp.zeros((), e.dtype))
+    return e * inverse[segment_ids]
 
 
 def segment_mean(values: Array, segment_ids: Array, num_segments: int) -> Array:

@@ -165,7 +165,7 @@ def run_rnn(
             raise ValueError(
                 f"`mask` must be a bool array of shape {xs.shape[:1]}, got shape {mask.shape}"
             )
-    step_cell, inputs = _fused(cell, params, xs)
+    step_cell, inputs = cell, xs
 
     def step(carry: Any, x: Array) -> tuple[Any, Array]:
         return step_cell(params, carry, x)
@@ -181,19 +181,6 @@ def run_rnn(
         body = jax.checkpoint(body)
     scanned: Any = inputs if mask is None else (inputs, mask)
     return jax.lax.scan(body, carry0, scanned, reverse=reverse)
-
-
-def _fused(cell: Cell, params: Any, xs: Array) -> tuple[Cell, Array]:
-    """For the built-in cells: one input projection ``xs W + b`` for all steps before the scan.
-
-    A single (T, D) × (D, kH) matrix product replaces T small ones inside the loop (as
-    Flax's ``OptimizedLSTMCell`` does); the scanned step then adds only ``h U``.
-    """
-    if cell is lstm_cell:
-        return _lstm_projected, xs @ params["w"] + params["b"]
-    if cell is gru_cell:
-        return _gru_projected, xs @ params["w"] + params["b"]
-    return cell, xs
 
 
 def run_bidirectional(
