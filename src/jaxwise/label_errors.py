@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwise._checks import check_array, check_choice, check_float, check_int
+from jaxwise._checks import check_array, check_callable, check_choice, check_float, check_int
 from jaxwise.models import init_mlp, mlp_apply
 
 __all__ = [
@@ -105,8 +105,9 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarra
     >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
     3
     """
-    labels = np.asarray(labels)
-    rng = np.random.default_rng(seed)
+    labels = np.asarray(check_array(labels, "labels", ndim=1))
+    folds = check_int(folds, "folds", min_value=1)
+    rng = np.random.default_rng(check_int(seed, "seed", min_value=0))
     fold_of = np.empty(len(labels), np.int32)
     offset = 0
     for cls in np.unique(labels):
@@ -150,6 +151,11 @@ def confident_learning(
         )
     if not np.all(np.isfinite(probs)):
         raise ValueError("`pred_probs` must be finite")
+    if probs.min() < 0.0 or probs.max() > 1.0 + 1e-6:
+        raise ValueError(
+            f"`pred_probs` must be probabilities in [0, 1], got values in "
+            f"[{probs.min():.3g}, {probs.max():.3g}]"
+        )
     rows = np.arange(n)
     p_given = probs[rows, given]
     thresholds = np.array(
@@ -300,6 +306,7 @@ def out_of_fold_probabilities(
     Returns:
       :class:`OutOfFold`.
     """
+    check_callable(apply_fn, "apply_fn")
     folds = check_int(folds, "folds", min_value=2)
     epochs = check_int(epochs, "epochs", min_value=1)
     patience = epochs + 1 if patience is None else check_int(patience, "patience", min_value=1)
@@ -444,6 +451,8 @@ def find_label_errors(
     if (apply_fn is None) != (init is None):
         raise TypeError("pass both `apply_fn` and `init` for a custom model, or neither")
     if apply_fn is None:
+        if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Iterable):
+            raise TypeError(f"`hidden` must be a sequence of layer widths, got {hidden!r}")
         sizes = (int(x_arr.shape[1]), *(check_int(h, "hidden", min_value=1) for h in hidden), k)
         apply_fn, init = mlp_apply, mlp_init(sizes)
     n = int(x_arr.shape[0])

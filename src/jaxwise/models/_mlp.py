@@ -10,12 +10,14 @@ Example:
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from jaxwise._checks import check_array, check_int, check_key, is_int
 
 __all__ = ["init_mlp", "mlp_apply", "mlp_layers"]
 
@@ -41,14 +43,27 @@ def init_mlp(key: Any, sizes: Sequence[int] = (2, 64, 64, 3), dtype: Any = jnp.f
         >>> sorted(p), p["dense_1"]["w"].shape
         (['dense_0', 'dense_1'], (8, 2))
     """
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Iterable):
+        raise TypeError(
+            f"`sizes` must be a sequence of layer widths such as (2, 64, 3), got {sizes!r}"
+        )
     sizes = tuple(sizes)
-    if len(sizes) < 2 or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+    if len(sizes) < 2 or any(not is_int(s) or s < 1 for s in sizes):
         raise ValueError(
             f"`sizes` must be at least two positive ints (input, …, output), got {sizes}"
         )
-    if isinstance(key, int):
-        key = jax.random.key(key)
-    return _init_mlp(key, sizes, jnp.dtype(dtype))
+    sizes = tuple(int(s) for s in sizes)
+    if is_int(key):
+        key = jax.random.key(check_int(key, "key", min_value=0, max_value=2**32 - 1))
+    else:
+        check_key(key)
+    try:
+        dtype = jnp.dtype(dtype)
+    except TypeError as err:
+        raise TypeError(f"`dtype` must be a floating dtype, got {dtype!r}") from err
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise TypeError(f"`dtype` must be a floating dtype, got {dtype}")
+    return _init_mlp(key, sizes, dtype)
 
 
 @functools.partial(jax.jit, static_argnames=("sizes", "dtype"))
@@ -66,7 +81,14 @@ def _init_mlp(key: jax.Array, sizes: tuple[int, ...], dtype: Any) -> Params:
 
 def mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
     """The layers ``dense_0, dense_1, …`` in order (checks the naming)."""
+    if not isinstance(params, Mapping):
+        raise TypeError(
+            "`params` must be the dict of an MLP ({'dense_0': {'w': ..., 'b': ...}, ...}), got "
+            f"{type(params).__name__}"
+        )
     n = len(params)
+    if n == 0:
+        raise ValueError("`params` is empty: expected MLP layers dense_0, dense_1, …")
     try:
         return [params[f"dense_{i}"] for i in range(n)]
     except KeyError as err:
@@ -84,6 +106,9 @@ def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
         [0.0, 0.0, 0.0]
     """
     layers = mlp_layers(params)
+    x = check_array(x, "x", dtype_kind="fiu")
+    if x.ndim == 0:
+        raise ValueError("`x` must be one example (d,) or a batch (B, d), got a scalar")
     if x.shape[-1] != layers[0]["w"].shape[0]:
         raise ValueError(
             f"`x` has {x.shape[-1]} features, the MLP expects {layers[0]['w'].shape[0]}"

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwise._checks import check_float
+from jaxwise._checks import check_array, check_float
 from jaxwise.tree import mask_by_path, path_names
 
 GradientTransformation = optax.GradientTransformation
@@ -122,6 +122,15 @@ def apply_updates(params: Params, updates: Updates) -> Params:
             "`updates` must have the structure of `params`: "
             + tree_difference(params, updates, "params", "updates")
         )
+    for name, p, u in zip(path_names(params), jax.tree.leaves(params), jax.tree.leaves(updates)):
+        check_array(p, f"params.{name}" if name else "params")
+        check_array(u, f"updates.{name}" if name else "updates")
+        if np.shape(p) != np.shape(u):
+            where = f" at `{name}`" if name else ""
+            raise ValueError(
+                f"`updates` must have the shapes of `params`: {np.shape(u)} for "
+                f"{np.shape(p)}{where}"
+            )
     with jax.numpy_dtype_promotion("standard"):
         return optax.apply_updates(params, updates)
 
@@ -143,7 +152,7 @@ def global_norm(updates: Updates) -> jax.Array:
         >>> float(global_norm({"a": jnp.asarray([3.0]), "b": jnp.asarray([4.0])}))
         5.0
     """
-    leaves = jax.tree.leaves(updates)
+    leaves = [check_array(x, "updates") for x in jax.tree.leaves(updates)]
     if not leaves:
         return jnp.zeros((), jnp.float32)
     dtype = jnp.float64 if any(jnp.asarray(x).dtype == jnp.float64 for x in leaves) else jnp.float32
@@ -271,7 +280,12 @@ def mask_fn(mask: MaskOrFn, name: str = "mask") -> Callable[[Params], Any]:
             f"`{name}` must be a bool tree, a path regex or a function of params, got None"
         )
     if isinstance(mask, (str, re.Pattern)):
-        pattern = re.compile(mask)
+        try:
+            pattern = re.compile(mask)
+        except re.error as err:
+            raise ValueError(
+                f"`{name}` is not a valid regular expression: {mask!r} ({err})"
+            ) from err
         return lambda tree: mask_by_path(tree, pattern)
     return lambda tree: resolve_mask(mask, tree, name)
 

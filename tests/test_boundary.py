@@ -1,0 +1,1351 @@
+"""Every bad call at the library boundary gets a clear answer (issue #16, library part).
+
+One table of bad calls across the public modules that ``tests/test_bad_input.py`` does not
+cover (optim, models, train, per_example, privacy, label_errors, compilation, buckets, tree,
+data, diagnose). Each row is ``(id, call, expected exception type, substring)``: the call
+must raise that type (``TypeError``/``ValueError`` or a documented subclass), the message
+must contain the substring (the argument's name), and the error must be raised by jaxwise's
+own code — an error that merely escapes from deep inside JAX, NumPy, Optax, dp-accounting or
+orbax does not count, however it is worded. A second, smaller table checks that finite input
+gives finite output where that is promised.
+"""
+
+from __future__ import annotations
+
+import math
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise import (
+    buckets,
+    compilation,
+    data,
+    diagnose,
+    label_errors,
+    models,
+    optim,
+    privacy,
+    train,
+    tree,
+)
+from jaxwise import per_example as pe
+
+NAN = float("nan")
+INF = float("inf")
+KEY = jax.random.key(0)
+P = {"w": jnp.ones((3,)), "b": jnp.zeros(())}
+X = jnp.ones((4, 3))
+Y = jnp.zeros((4,), jnp.int32)
+MLP = models.init_mlp(0, (3, 4, 2))
+
+
+def loss_single(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+    """Squared error of a linear model on ONE example."""
+    del y
+    return (x @ params["w"] + params["b"]) ** 2
+
+
+def loss_batch(params: Any, batch: Any) -> jax.Array:
+    """Mean of ``loss_single`` over a batch ``(x, y)``."""
+    x, y = batch
+    return jnp.mean(jax.vmap(loss_single, (None, 0, 0))(params, x, y))
+
+
+def _state() -> train.TrainState:
+    return train.TrainState.create(P, optim.sgd(0.1), KEY)
+
+
+def _jitted() -> Any:
+    return jax.jit(lambda x: x + 1)
+
+
+Row = tuple[str, Callable[[], Any], type[Exception], str]
+
+OPTIM: list[Row] = [
+    ("sgd-lr-str", lambda: optim.sgd("0.1"), TypeError, "learning_rate"),
+    ("sgd-lr-none", lambda: optim.sgd(None), ValueError, "learning_rate"),
+    ("sgd-lr-nan", lambda: optim.sgd(NAN), ValueError, "learning_rate"),
+    ("sgd-lr-inf", lambda: optim.sgd(INF), ValueError, "learning_rate"),
+    ("sgd-lr-neg", lambda: optim.sgd(-0.1), ValueError, "learning_rate"),
+    ("sgd-lr-bool", lambda: optim.sgd(True), TypeError, "learning_rate"),
+    ("sgd-lr-list", lambda: optim.sgd([0.1]), TypeError, "learning_rate"),
+    ("sgd-momentum-1", lambda: optim.sgd(0.1, momentum=1.0), ValueError, "momentum"),
+    ("sgd-momentum-neg", lambda: optim.sgd(0.1, momentum=-0.1), ValueError, "momentum"),
+    ("sgd-momentum-nan", lambda: optim.sgd(0.1, momentum=NAN), ValueError, "momentum"),
+    ("sgd-nesterov-str", lambda: optim.sgd(0.1, nesterov="yes"), TypeError, "nesterov"),
+    (
+        "sgd-acc-dtype",
+        lambda: optim.sgd(0.1, 0.9, accumulator_dtype="nope"),
+        TypeError,
+        "accumulator_dtype",
+    ),
+    ("adam-lr-nan", lambda: optim.adam(NAN), ValueError, "learning_rate"),
+    ("adam-b1-one", lambda: optim.adam(1e-3, b1=1.0), ValueError, "b1"),
+    ("adam-b1-neg", lambda: optim.adam(1e-3, b1=-0.5), ValueError, "b1"),
+    ("adam-b2-nan", lambda: optim.adam(1e-3, b2=NAN), ValueError, "b2"),
+    ("adam-b2-big", lambda: optim.adam(1e-3, b2=1.5), ValueError, "b2"),
+    ("adam-eps-neg", lambda: optim.adam(1e-3, eps=-1e-8), ValueError, "eps"),
+    ("adam-eps-nan", lambda: optim.adam(1e-3, eps=NAN), ValueError, "eps"),
+    ("adam-eps-root-neg", lambda: optim.adam(1e-3, eps_root=-1.0), ValueError, "eps_root"),
+    ("adam-mu-dtype", lambda: optim.adam(1e-3, mu_dtype="bogus"), TypeError, "mu_dtype"),
+    ("adam-nesterov-int", lambda: optim.adam(1e-3, nesterov=1), TypeError, "nesterov"),
+    ("adamw-wd-neg", lambda: optim.adamw(1e-3, weight_decay=-1.0), ValueError, "weight_decay"),
+    ("adamw-wd-nan", lambda: optim.adamw(1e-3, weight_decay=NAN), ValueError, "weight_decay"),
+    ("adamw-mask-regex", lambda: optim.adamw(1e-3, mask="(w"), ValueError, "mask"),
+    ("adamw-mask-int", lambda: optim.adamw(1e-3, mask=3).init(P), TypeError, "mask"),
+    ("lion-b1-big", lambda: optim.lion(1e-4, b1=2.0), ValueError, "b1"),
+    ("lion-wd-str", lambda: optim.lion(1e-4, weight_decay="x"), TypeError, "weight_decay"),
+    ("lion-lr-inf", lambda: optim.lion(INF), ValueError, "learning_rate"),
+    ("scale-str", lambda: optim.scale("a"), TypeError, "step_size"),
+    ("scale-nan", lambda: optim.scale(NAN), ValueError, "step_size"),
+    ("scale-by-lr-nan", lambda: optim.scale_by_learning_rate(NAN), ValueError, "learning_rate"),
+    (
+        "scale-by-lr-flip",
+        lambda: optim.scale_by_learning_rate(0.1, flip_sign="no"),
+        TypeError,
+        "flip_sign",
+    ),
+    ("scale-by-schedule-float", lambda: optim.scale_by_schedule(3.0), TypeError, "step_size_fn"),
+    ("trace-decay-one", lambda: optim.trace(1.0), ValueError, "decay"),
+    ("trace-decay-nan", lambda: optim.trace(NAN), ValueError, "decay"),
+    ("scale-by-adam-b1-nan", lambda: optim.scale_by_adam(b1=NAN), ValueError, "b1"),
+    ("scale-by-lion-mode", lambda: optim.scale_by_lion(mode="soft"), ValueError, "mode"),
+    (
+        "scale-by-lion-beta",
+        lambda: optim.scale_by_lion(mode="smooth", smooth_beta=0.0),
+        ValueError,
+        "smooth_beta",
+    ),
+    ("decay-neg", lambda: optim.add_decayed_weights(-1.0), ValueError, "weight_decay"),
+    ("decay-mask-regex", lambda: optim.add_decayed_weights(0.1, mask="["), ValueError, "mask"),
+    (
+        "decay-mask-fn-int",
+        lambda: optim.add_decayed_weights(0.1, mask=lambda p: 3).init(P),
+        TypeError,
+        "mask",
+    ),
+    (
+        "decay-mask-structure",
+        lambda: optim.add_decayed_weights(0.1, mask={"v": True}).init(P),
+        ValueError,
+        "mask",
+    ),
+    ("clip-zero", lambda: optim.clip_by_global_norm(0.0), ValueError, "max_norm"),
+    ("clip-neg", lambda: optim.clip_by_global_norm(-1.0), ValueError, "max_norm"),
+    ("clip-nan", lambda: optim.clip_by_global_norm(NAN), ValueError, "max_norm"),
+    ("clip-str", lambda: optim.clip_by_global_norm("1"), TypeError, "max_norm"),
+    ("freeze-none", lambda: optim.freeze(None), ValueError, "mask"),
+    ("freeze-regex", lambda: optim.freeze("(w"), ValueError, "mask"),
+    ("freeze-structure", lambda: optim.freeze({"x": True}).init(P), ValueError, "mask"),
+    ("freeze-leaf-int", lambda: optim.freeze({"w": 1, "b": 0}).init(P), TypeError, "mask"),
+    ("chain-int", lambda: optim.chain(optim.sgd(0.1), 3), TypeError, "chain argument 1"),
+    ("apply-structure", lambda: optim.apply_updates(P, {"w": jnp.ones(3)}), ValueError, "updates"),
+    ("apply-none", lambda: optim.apply_updates(P, None), ValueError, "updates"),
+    ("apply-params-none", lambda: optim.apply_updates(None, P), ValueError, "updates"),
+    ("apply-leaf-str", lambda: optim.apply_updates({"w": "a"}, {"w": "b"}), TypeError, "params"),
+    (
+        "apply-update-leaf-str",
+        lambda: optim.apply_updates(P, {"w": "a", "b": "b"}),
+        TypeError,
+        "updates",
+    ),
+    ("apply-str", lambda: optim.apply_updates(P, "x"), ValueError, "updates"),
+    (
+        "apply-shape",
+        lambda: optim.apply_updates(P, {"w": jnp.ones(4), "b": jnp.zeros(())}),
+        ValueError,
+        "updates",
+    ),
+    ("global-norm-str", lambda: optim.global_norm("abc"), TypeError, "updates"),
+    (
+        "update-needs-params",
+        lambda: optim.add_decayed_weights(0.1).update(P, optim.add_decayed_weights(0.1).init(P)),
+        ValueError,
+        "params",
+    ),
+]
+
+SCHEDULES: list[Row] = [
+    ("const-nan", lambda: optim.constant_schedule(NAN), ValueError, "value"),
+    ("const-str", lambda: optim.constant_schedule("1"), TypeError, "value"),
+    (
+        "linear-steps-neg",
+        lambda: optim.linear_schedule(1.0, 0.0, -1),
+        ValueError,
+        "transition_steps",
+    ),
+    (
+        "linear-steps-float",
+        lambda: optim.linear_schedule(1.0, 0.0, 1.5),
+        TypeError,
+        "transition_steps",
+    ),
+    ("linear-init-nan", lambda: optim.linear_schedule(NAN, 0.0, 10), ValueError, "init_value"),
+    ("linear-end-inf", lambda: optim.linear_schedule(1.0, INF, 10), ValueError, "end_value"),
+    (
+        "linear-begin-neg",
+        lambda: optim.linear_schedule(1.0, 0.0, 10, -1),
+        ValueError,
+        "transition_begin",
+    ),
+    ("cosine-steps-zero", lambda: optim.cosine_decay_schedule(1.0, 0), ValueError, "decay_steps"),
+    (
+        "cosine-alpha-neg",
+        lambda: optim.cosine_decay_schedule(1.0, 10, alpha=-1.0),
+        ValueError,
+        "alpha",
+    ),
+    ("cosine-init-str", lambda: optim.cosine_decay_schedule("1", 10), TypeError, "init_value"),
+    (
+        "cosine-exponent-nan",
+        lambda: optim.cosine_decay_schedule(1.0, 10, exponent=NAN),
+        ValueError,
+        "exponent",
+    ),
+    (
+        "warmup-order",
+        lambda: optim.warmup_cosine_decay_schedule(0.0, 1.0, 10, 5),
+        ValueError,
+        "warmup_steps",
+    ),
+    (
+        "warmup-neg",
+        lambda: optim.warmup_cosine_decay_schedule(0.0, 1.0, -1, 5),
+        ValueError,
+        "warmup_steps",
+    ),
+    (
+        "warmup-peak-inf",
+        lambda: optim.warmup_cosine_decay_schedule(0.0, INF, 1, 5),
+        ValueError,
+        "peak_value",
+    ),
+    (
+        "piecewise-list",
+        lambda: optim.piecewise_constant_schedule(1.0, [1, 2]),
+        TypeError,
+        "boundaries_and_scales",
+    ),
+    (
+        "piecewise-neg-key",
+        lambda: optim.piecewise_constant_schedule(1.0, {-1: 0.1}),
+        ValueError,
+        "boundaries_and_scales",
+    ),
+    (
+        "piecewise-nan-scale",
+        lambda: optim.piecewise_constant_schedule(1.0, {10: NAN}),
+        ValueError,
+        "boundaries_and_scales",
+    ),
+    (
+        "join-length",
+        lambda: optim.join_schedules([optim.constant_schedule(1.0)], [5]),
+        ValueError,
+        "schedules",
+    ),
+    (
+        "join-neg",
+        lambda: optim.join_schedules([optim.constant_schedule(1.0)] * 2, [-1]),
+        ValueError,
+        "boundaries",
+    ),
+    (
+        "join-not-callable",
+        lambda: optim.join_schedules([optim.constant_schedule(1.0), 3], [5]),
+        TypeError,
+        "schedules[1]",
+    ),
+    (
+        "join-decreasing",
+        lambda: optim.join_schedules([optim.constant_schedule(1.0)] * 3, [10, 5]),
+        ValueError,
+        "boundaries",
+    ),
+]
+
+
+class _NotAModel:
+    pass
+
+
+MODELS: list[Row] = [
+    ("mlp-sizes-short", lambda: models.init_mlp(0, (2,)), ValueError, "sizes"),
+    ("mlp-sizes-zero", lambda: models.init_mlp(0, (2, 0)), ValueError, "sizes"),
+    ("mlp-sizes-neg", lambda: models.init_mlp(0, (2, -1)), ValueError, "sizes"),
+    ("mlp-sizes-float", lambda: models.init_mlp(0, (2, 3.0)), ValueError, "sizes"),
+    ("mlp-sizes-int", lambda: models.init_mlp(0, 5), TypeError, "sizes"),
+    ("mlp-sizes-none", lambda: models.init_mlp(0, None), TypeError, "sizes"),
+    ("mlp-key-str", lambda: models.init_mlp("seed", (2, 3)), TypeError, "key"),
+    ("mlp-key-none", lambda: models.init_mlp(None, (2, 3)), TypeError, "key"),
+    ("mlp-key-bool", lambda: models.init_mlp(True, (2, 3)), TypeError, "key"),
+    ("mlp-dtype-bogus", lambda: models.init_mlp(0, (2, 3), dtype="bogus"), TypeError, "dtype"),
+    ("mlp-dtype-int", lambda: models.init_mlp(0, (2, 3), dtype=jnp.int32), TypeError, "dtype"),
+    ("apply-x-str", lambda: models.mlp_apply(MLP, "x"), TypeError, "x"),
+    ("apply-x-none", lambda: models.mlp_apply(MLP, None), TypeError, "x"),
+    ("apply-x-scalar", lambda: models.mlp_apply(MLP, jnp.ones(())), ValueError, "x"),
+    ("apply-x-features", lambda: models.mlp_apply(MLP, jnp.ones((5, 2))), ValueError, "x"),
+    ("apply-params-str", lambda: models.mlp_apply("params", X), TypeError, "params"),
+    (
+        "apply-params-names",
+        lambda: models.mlp_apply({"a": MLP["dense_0"]}, X),
+        ValueError,
+        "params",
+    ),
+    ("apply-params-empty", lambda: models.mlp_apply({}, X), ValueError, "params"),
+    ("from-nnx-object", lambda: models.from_nnx(_NotAModel()), TypeError, "module"),
+    ("from-nnx-int", lambda: models.from_nnx(3), TypeError, "module"),
+    ("from-linen-object", lambda: models.from_linen(_NotAModel(), {}), TypeError, "module"),
+    ("from-equinox-int", lambda: models.from_equinox(3), TypeError, "module"),
+    ("from-equinox-dict", lambda: models.from_equinox({"w": jnp.ones(2)}), TypeError, "module"),
+]
+
+
+def _linen_dense() -> Any:
+    import flax.linen as nn
+
+    return nn.Dense(2)
+
+
+def _nnx_linear() -> Any:
+    from flax import nnx
+
+    return nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+
+
+def _eqx_linear() -> Any:
+    import equinox as eqx
+
+    return eqx.nn.Linear(3, 2, key=KEY)
+
+
+MODELS += [
+    ("from-nnx-linen", lambda: models.from_nnx(_linen_dense()), TypeError, "module"),
+    ("from-nnx-tuple", lambda: models.from_nnx((_nnx_linear(), {})), TypeError, "module"),
+    ("from-linen-nnx", lambda: models.from_linen(_nnx_linear(), {}), TypeError, "module"),
+    ("from-equinox-nnx", lambda: models.from_equinox(_nnx_linear()), TypeError, "module"),
+    (
+        "from-equinox-state",
+        lambda: models.from_equinox(_eqx_linear(), state="s"),
+        TypeError,
+        "state",
+    ),
+    (
+        "nnx-apply-state",
+        lambda: (lambda m: m.apply(m.params, {"s": 1}, X))(models.from_nnx(_nnx_linear())),
+        ValueError,
+        "model_state",
+    ),
+    (
+        "from-linen-vars-str",
+        lambda: models.from_linen(_linen_dense(), "vars"),
+        TypeError,
+        "variables",
+    ),
+    (
+        "from-linen-vars-none",
+        lambda: models.from_linen(_linen_dense(), None),
+        TypeError,
+        "variables",
+    ),
+]
+
+TRAIN: list[Row] = [
+    (
+        "create-params-str",
+        lambda: train.TrainState.create("p", optim.sgd(0.1), KEY),
+        TypeError,
+        "params",
+    ),
+    (
+        "create-params-empty",
+        lambda: train.TrainState.create({}, optim.sgd(0.1), KEY),
+        ValueError,
+        "params",
+    ),
+    (
+        "create-params-leaf-str",
+        lambda: train.TrainState.create({"w": "a"}, optim.sgd(0.1), KEY),
+        TypeError,
+        "params",
+    ),
+    (
+        "create-params-none",
+        lambda: train.TrainState.create(None, optim.sgd(0.1), KEY),
+        ValueError,
+        "params",
+    ),
+    (
+        "create-optimizer-str",
+        lambda: train.TrainState.create(P, "adam", KEY),
+        TypeError,
+        "optimizer",
+    ),
+    (
+        "create-optimizer-none",
+        lambda: train.TrainState.create(P, None, KEY),
+        TypeError,
+        "optimizer",
+    ),
+    ("create-key-str", lambda: train.TrainState.create(P, optim.sgd(0.1), "k"), TypeError, "key"),
+    ("create-key-float", lambda: train.TrainState.create(P, optim.sgd(0.1), 1.5), TypeError, "key"),
+    (
+        "create-key-batch",
+        lambda: train.TrainState.create(P, optim.sgd(0.1), jax.random.split(KEY, 2)),
+        ValueError,
+        "key",
+    ),
+    (
+        "create-model-state-str",
+        lambda: train.TrainState.create(P, optim.sgd(0.1), KEY, model_state={"s": "x"}),
+        TypeError,
+        "model_state",
+    ),
+    (
+        "create-static-unhashable",
+        lambda: train.TrainState.create(P, optim.sgd(0.1), KEY, tag=[1]),
+        TypeError,
+        "tag",
+    ),
+    ("step-loss-str", lambda: train.make_train_step("loss", optim.sgd(0.1)), TypeError, "loss_fn"),
+    (
+        "step-optimizer-none",
+        lambda: train.make_train_step(loss_batch, None),
+        TypeError,
+        "optimizer",
+    ),
+    (
+        "step-mesh-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), mesh="m"),
+        TypeError,
+        "mesh",
+    ),
+    (
+        "step-compute-dtype",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), compute_dtype="bogus"),
+        TypeError,
+        "compute_dtype",
+    ),
+    (
+        "step-compute-dtype-int",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), compute_dtype=jnp.int32),
+        TypeError,
+        "compute_dtype",
+    ),
+    (
+        "step-loss-scale-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale="static"),
+        ValueError,
+        "loss_scale",
+    ),
+    (
+        "step-loss-scale-neg",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale=-1.0),
+        ValueError,
+        "loss_scale",
+    ),
+    (
+        "step-loss-scale-nan",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale=NAN),
+        ValueError,
+        "loss_scale",
+    ),
+    (
+        "epoch-bs-zero",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 0),
+        ValueError,
+        "batch_size",
+    ),
+    (
+        "epoch-bs-neg",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), -4),
+        ValueError,
+        "batch_size",
+    ),
+    (
+        "epoch-bs-float",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2.5),
+        TypeError,
+        "batch_size",
+    ),
+    (
+        "epoch-bs-str",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), "8"),
+        TypeError,
+        "batch_size",
+    ),
+    (
+        "epoch-bs-bool",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), True),
+        TypeError,
+        "batch_size",
+    ),
+    (
+        "epoch-mesh-int",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, mesh=3),
+        TypeError,
+        "mesh",
+    ),
+    (
+        "epoch-loss-none",
+        lambda: train.make_train_epoch(None, optim.sgd(0.1), 2),
+        TypeError,
+        "loss_fn",
+    ),
+    (
+        "epoch-data-mismatch",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2)(_state(), (X, Y[:3])),
+        ValueError,
+        "data",
+    ),
+    (
+        "epoch-data-small",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 8)(_state(), (X, Y)),
+        ValueError,
+        "batch_size",
+    ),
+    (
+        "step-state-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1))("s", (X, Y)),
+        TypeError,
+        "state",
+    ),
+    (
+        "step-optimizer-mismatch",
+        lambda: train.make_train_step(loss_batch, optim.adam(0.1))(_state(), (X, Y)),
+        ValueError,
+        "opt",
+    ),
+    ("donatable-deleted", lambda: train.check_donatable(_deleted_tree()), ValueError, "w"),
+    ("save-state-str", lambda: train.save(_tmp() / "ck", "state"), TypeError, "state"),
+    ("save-keep-zero", lambda: train.save(_tmp() / "ck", _state(), keep=0), ValueError, "keep"),
+    (
+        "save-metadata-obj",
+        lambda: train.save(_tmp() / "ck", _state(), {"x": object()}),
+        TypeError,
+        "metadata",
+    ),
+    ("restore-like-str", lambda: train.restore(_tmp() / "ck", "like"), TypeError, "like"),
+    (
+        "restore-step-neg",
+        lambda: train.restore(_tmp() / "ck", _state(), step=-1),
+        ValueError,
+        "step",
+    ),
+    (
+        "restore-step-str",
+        lambda: train.restore(_tmp() / "ck", _state(), step="1"),
+        TypeError,
+        "step",
+    ),
+    ("checkpointer-keep", lambda: train.Checkpointer(_tmp() / "ck", keep=0), ValueError, "keep"),
+    ("fsdp-zero", lambda: train.fsdp_mesh(0), ValueError, "model"),
+    ("fsdp-divide", lambda: train.fsdp_mesh(3), ValueError, "model"),
+    ("fsdp-float", lambda: train.fsdp_mesh(2.0), TypeError, "model"),
+    ("fit-state-str", lambda: train.fit(lambda s, b: (s, {}), "state", []), TypeError, "state"),
+    (
+        "fit-steps-zero",
+        lambda: train.fit(lambda s, b: (s, {}), _state(), [], steps=0),
+        ValueError,
+        "steps",
+    ),
+    ("fit-step-str", lambda: train.fit("step", _state(), []), TypeError, "step"),
+    (
+        "fit-every-no-dir",
+        lambda: train.fit(lambda s, b: (s, {}), _state(), [], checkpoint_every=2),
+        ValueError,
+        "checkpoint_every",
+    ),
+    (
+        "loss-scale-nan",
+        lambda: train.DynamicLossScale(initial_scale=NAN),
+        ValueError,
+        "initial_scale",
+    ),
+    (
+        "loss-scale-interval",
+        lambda: train.DynamicLossScale(growth_interval=0),
+        ValueError,
+        "growth_interval",
+    ),
+    ("loss-scale-factor", lambda: train.DynamicLossScale(factor=1.0), ValueError, "factor"),
+]
+
+_TMP: list[Path] = []
+
+
+def _tmp() -> Path:
+    return _TMP[0]
+
+
+def _deleted_tree() -> Any:
+    w = jnp.ones(3) + 1
+    w.delete()
+    return {"w": w}
+
+
+PREFETCH: list[Row] = [
+    ("prefetch-size-zero", lambda: data.prefetch_to_device([X], size=0), ValueError, "size"),
+    ("prefetch-size-str", lambda: data.prefetch_to_device([X], size="2"), TypeError, "size"),
+    ("prefetch-iter-none", lambda: data.prefetch_to_device(None), TypeError, "iterator"),
+    ("prefetch-iter-int", lambda: data.prefetch_to_device(3), TypeError, "iterator"),
+    ("prefetch-mesh-str", lambda: data.prefetch_to_device([X], mesh="m"), TypeError, "mesh"),
+]
+
+PER_EXAMPLE: list[Row] = [
+    ("grads-loss-str", lambda: pe.per_example_grads("loss", P, X, Y), TypeError, "loss_single"),
+    ("grads-no-batch", lambda: pe.per_example_grads(loss_single, P), ValueError, "batch"),
+    (
+        "grads-batch-mismatch",
+        lambda: pe.per_example_grads(loss_single, P, X, Y[:3]),
+        ValueError,
+        "batch",
+    ),
+    (
+        "grads-batch-scalar",
+        lambda: pe.per_example_grads(loss_single, P, jnp.ones(()), Y),
+        ValueError,
+        "batch",
+    ),
+    (
+        "norms-chunk-zero",
+        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size=0),
+        ValueError,
+        "chunk_size",
+    ),
+    (
+        "norms-chunk-neg",
+        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size=-2),
+        ValueError,
+        "chunk_size",
+    ),
+    (
+        "norms-chunk-float",
+        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size=2.5),
+        TypeError,
+        "chunk_size",
+    ),
+    (
+        "norms-chunk-str",
+        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size="big"),
+        ValueError,
+        "chunk_size",
+    ),
+    (
+        "norms-method",
+        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, method="fast"),
+        ValueError,
+        "method",
+    ),
+    (
+        "norms-budget-zero",
+        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, memory_budget=0),
+        ValueError,
+        "memory_budget",
+    ),
+    (
+        "norms-params-str",
+        lambda: pe.per_example_grad_norms(loss_single, "p", X, Y),
+        TypeError,
+        "params",
+    ),
+    ("norms-loss-none", lambda: pe.per_example_grad_norms(None, P, X, Y), TypeError, "loss_single"),
+    (
+        "clip-zero",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=0.0),
+        ValueError,
+        "clip_norm",
+    ),
+    (
+        "clip-neg",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=-1.0),
+        ValueError,
+        "clip_norm",
+    ),
+    (
+        "clip-nan",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=NAN),
+        ValueError,
+        "clip_norm",
+    ),
+    (
+        "clip-weights-shape",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=1.0, weights=jnp.ones(3)),
+        ValueError,
+        "weights",
+    ),
+    ("hardest-k-zero", lambda: pe.hardest_examples(loss_single, P, X, Y, k=0), ValueError, "k"),
+    ("hardest-k-big", lambda: pe.hardest_examples(loss_single, P, X, Y, k=5), ValueError, "k"),
+    ("hardest-k-float", lambda: pe.hardest_examples(loss_single, P, X, Y, k=2.5), TypeError, "k"),
+    ("hardest-k-str", lambda: pe.hardest_examples(loss_single, P, X, Y, k="3"), TypeError, "k"),
+    ("pe-label-errors-k", lambda: pe.find_label_errors(loss_single, P, X, Y, k=0), ValueError, "k"),
+    ("coverage-no-example", lambda: pe.ghost_coverage(loss_single, P), ValueError, "example"),
+    ("mlp-loss-int", lambda: pe.mlp_loss(3), TypeError, "loss_from_logits"),
+    (
+        "auto-chunk-budget",
+        lambda: pe.auto_chunk_size(loss_single, P, X, Y, memory_budget=0),
+        ValueError,
+        "memory_budget",
+    ),
+]
+
+PRIVACY: list[Row] = [
+    (
+        "noise-nm-nan",
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, NAN, 4),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "noise-nm-neg",
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, -1.0, 4),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "noise-nm-inf",
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, INF, 4),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "noise-nm-str",
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, "1", 4),
+        TypeError,
+        "noise_multiplier",
+    ),
+    (
+        "noise-nm-none",
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, None, 4),
+        TypeError,
+        "noise_multiplier",
+    ),
+    ("noise-clip-nan", lambda: privacy.add_dp_noise(P, KEY, NAN, 1.0, 4), ValueError, "clip_norm"),
+    ("noise-clip-zero", lambda: privacy.add_dp_noise(P, KEY, 0.0, 1.0, 4), ValueError, "clip_norm"),
+    ("noise-key-str", lambda: privacy.add_dp_noise(P, "k", 1.0, 1.0, 4), TypeError, "key"),
+    (
+        "dpg-batch-list",
+        lambda: privacy.dp_gradient(loss_single, P, [X, Y], KEY, 1.0, 1.0),
+        TypeError,
+        "batch",
+    ),
+    (
+        "dpg-batch-array",
+        lambda: privacy.dp_gradient(loss_single, P, X, KEY, 1.0, 1.0),
+        TypeError,
+        "batch",
+    ),
+    (
+        "dpg-key-str",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), "k", 1.0, 1.0),
+        TypeError,
+        "key",
+    ),
+    (
+        "dpg-key-none",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), None, 1.0, 1.0),
+        TypeError,
+        "key",
+    ),
+    (
+        "dpg-clip-zero",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 0.0, 1.0),
+        ValueError,
+        "clip_norm",
+    ),
+    (
+        "dpg-clip-nan",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, NAN, 1.0),
+        ValueError,
+        "clip_norm",
+    ),
+    (
+        "dpg-nm-nan",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, NAN),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "dpg-nm-neg",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, -0.5),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "dpg-chunk-zero",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, 1.0, chunk_size=0),
+        ValueError,
+        "chunk_size",
+    ),
+    (
+        "dpg-method",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, 1.0, method="magic"),
+        ValueError,
+        "method",
+    ),
+    (
+        "dpg-loss-str",
+        lambda: privacy.dp_gradient("loss", P, (X, Y), KEY, 1.0, 1.0),
+        TypeError,
+        "loss_single",
+    ),
+    ("poisson-n-zero", lambda: privacy.poisson_batch(KEY, 0, 0.5, 4), ValueError, "n"),
+    ("poisson-n-neg", lambda: privacy.poisson_batch(KEY, -5, 0.5, 4), ValueError, "n"),
+    ("poisson-n-str", lambda: privacy.poisson_batch(KEY, "10", 0.5, 4), TypeError, "n"),
+    ("poisson-n-float", lambda: privacy.poisson_batch(KEY, 10.0, 0.5, 4), TypeError, "n"),
+    (
+        "poisson-rate-zero",
+        lambda: privacy.poisson_batch(KEY, 10, 0.0, 4),
+        ValueError,
+        "sample_rate",
+    ),
+    ("poisson-rate-big", lambda: privacy.poisson_batch(KEY, 10, 1.5, 4), ValueError, "sample_rate"),
+    ("poisson-rate-nan", lambda: privacy.poisson_batch(KEY, 10, NAN, 4), ValueError, "sample_rate"),
+    (
+        "poisson-rate-str",
+        lambda: privacy.poisson_batch(KEY, 10, "0.5", 4),
+        TypeError,
+        "sample_rate",
+    ),
+    (
+        "poisson-max-zero",
+        lambda: privacy.poisson_batch(KEY, 10, 0.5, 0),
+        ValueError,
+        "max_batch_size",
+    ),
+    (
+        "poisson-max-float",
+        lambda: privacy.poisson_batch(KEY, 10, 0.5, 4.5),
+        TypeError,
+        "max_batch_size",
+    ),
+    ("poisson-key-str", lambda: privacy.poisson_batch("k", 10, 0.5, 4), TypeError, "key"),
+    ("shuffled-bs-zero", lambda: privacy.shuffled_batches(KEY, 10, 0), ValueError, "batch_size"),
+    ("shuffled-bs-big", lambda: privacy.shuffled_batches(KEY, 10, 11), ValueError, "batch_size"),
+    ("shuffled-n-zero", lambda: privacy.shuffled_batches(KEY, 0, 1), ValueError, "n"),
+    ("shuffled-n-str", lambda: privacy.shuffled_batches(KEY, "10", 2), TypeError, "n"),
+    ("shuffled-key-str", lambda: privacy.shuffled_batches("k", 10, 2), TypeError, "key"),
+    ("eps-nm-nan", lambda: privacy.epsilon(NAN, 0.01, 100, 1e-5), ValueError, "noise_multiplier"),
+    ("eps-nm-neg", lambda: privacy.epsilon(-1.0, 0.01, 100, 1e-5), ValueError, "noise_multiplier"),
+    ("eps-nm-bool", lambda: privacy.epsilon(True, 0.01, 100, 1e-5), TypeError, "noise_multiplier"),
+    ("eps-rate-zero", lambda: privacy.epsilon(1.0, 0.0, 100, 1e-5), ValueError, "sample_rate"),
+    ("eps-rate-big", lambda: privacy.epsilon(1.0, 1.5, 100, 1e-5), ValueError, "sample_rate"),
+    ("eps-rate-nan", lambda: privacy.epsilon(1.0, NAN, 100, 1e-5), ValueError, "sample_rate"),
+    ("eps-rate-str", lambda: privacy.epsilon(1.0, "0.01", 100, 1e-5), TypeError, "sample_rate"),
+    ("eps-steps-zero", lambda: privacy.epsilon(1.0, 0.01, 0, 1e-5), ValueError, "steps"),
+    ("eps-steps-float", lambda: privacy.epsilon(1.0, 0.01, 2.5, 1e-5), TypeError, "steps"),
+    ("eps-steps-str", lambda: privacy.epsilon(1.0, 0.01, "100", 1e-5), TypeError, "steps"),
+    ("eps-delta-zero", lambda: privacy.epsilon(1.0, 0.01, 100, 0.0), ValueError, "delta"),
+    ("eps-delta-one", lambda: privacy.epsilon(1.0, 0.01, 100, 1.0), ValueError, "delta"),
+    ("eps-delta-nan", lambda: privacy.epsilon(1.0, 0.01, 100, NAN), ValueError, "delta"),
+    ("eps-delta-str", lambda: privacy.epsilon(1.0, 0.01, 100, "1e-5"), TypeError, "delta"),
+    (
+        "eps-accountant",
+        lambda: privacy.epsilon(1.0, 0.01, 100, 1e-5, accountant="moments"),
+        ValueError,
+        "accountant",
+    ),
+    (
+        "nmf-eps-zero",
+        lambda: privacy.noise_multiplier_for(0.0, 1e-5, 0.01, 100),
+        ValueError,
+        "target_epsilon",
+    ),
+    (
+        "nmf-eps-nan",
+        lambda: privacy.noise_multiplier_for(NAN, 1e-5, 0.01, 100),
+        ValueError,
+        "target_epsilon",
+    ),
+    (
+        "nmf-eps-inf",
+        lambda: privacy.noise_multiplier_for(INF, 1e-5, 0.01, 100),
+        ValueError,
+        "target_epsilon",
+    ),
+    (
+        "nmf-eps-str",
+        lambda: privacy.noise_multiplier_for("1", 1e-5, 0.01, 100),
+        TypeError,
+        "target_epsilon",
+    ),
+    (
+        "nmf-delta-zero",
+        lambda: privacy.noise_multiplier_for(1.0, 0.0, 0.01, 100),
+        ValueError,
+        "delta",
+    ),
+    (
+        "nmf-rate-nan",
+        lambda: privacy.noise_multiplier_for(1.0, 1e-5, NAN, 100),
+        ValueError,
+        "sample_rate",
+    ),
+    (
+        "nmf-steps-neg",
+        lambda: privacy.noise_multiplier_for(1.0, 1e-5, 0.01, -1),
+        ValueError,
+        "steps",
+    ),
+    (
+        "nmf-accountant",
+        lambda: privacy.noise_multiplier_for(1.0, 1e-5, 0.01, 100, accountant="x"),
+        ValueError,
+        "accountant",
+    ),
+    (
+        "dp-epoch-bs-zero",
+        lambda: privacy.make_dp_train_epoch(
+            loss_single, optim.sgd(0.1), 0, clip_norm=1.0, noise_multiplier=1.0
+        ),
+        ValueError,
+        "batch_size",
+    ),
+    (
+        "dp-epoch-clip-zero",
+        lambda: privacy.make_dp_train_epoch(
+            loss_single, optim.sgd(0.1), 2, clip_norm=0.0, noise_multiplier=1.0
+        ),
+        ValueError,
+        "clip_norm",
+    ),
+    (
+        "dp-epoch-nm-nan",
+        lambda: privacy.make_dp_train_epoch(
+            loss_single, optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=NAN
+        ),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "dp-epoch-sampling",
+        lambda: privacy.make_dp_train_epoch(
+            loss_single, optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0, sampling="x"
+        ),
+        ValueError,
+        "sampling",
+    ),
+]
+
+PROBS = np.asarray([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])
+LABELS = np.asarray([0, 1, 1, 0])
+
+LABEL_ERRORS: list[Row] = [
+    ("cl-probs-str", lambda: label_errors.confident_learning("p", LABELS), TypeError, "pred_probs"),
+    (
+        "cl-probs-1d",
+        lambda: label_errors.confident_learning(PROBS[:, 0], LABELS),
+        ValueError,
+        "pred_probs",
+    ),
+    (
+        "cl-probs-empty",
+        lambda: label_errors.confident_learning(PROBS[:0], LABELS[:0]),
+        ValueError,
+        "pred_probs",
+    ),
+    (
+        "cl-probs-nan",
+        lambda: label_errors.confident_learning(np.where(PROBS > 0.85, NAN, PROBS), LABELS),
+        ValueError,
+        "pred_probs",
+    ),
+    (
+        "cl-probs-neg",
+        lambda: label_errors.confident_learning(PROBS - 0.5, LABELS),
+        ValueError,
+        "pred_probs",
+    ),
+    (
+        "cl-labels-len",
+        lambda: label_errors.confident_learning(PROBS, LABELS[:3]),
+        ValueError,
+        "labels",
+    ),
+    (
+        "cl-labels-range",
+        lambda: label_errors.confident_learning(PROBS, LABELS + 1),
+        ValueError,
+        "labels",
+    ),
+    (
+        "cl-labels-float",
+        lambda: label_errors.confident_learning(PROBS, LABELS * 1.0),
+        TypeError,
+        "labels",
+    ),
+    ("cl-labels-none", lambda: label_errors.confident_learning(PROBS, None), TypeError, "labels"),
+    (
+        "cl-ranked-by",
+        lambda: label_errors.confident_learning(PROBS, LABELS, ranked_by="loss"),
+        ValueError,
+        "ranked_by",
+    ),
+    (
+        "fle-num-classes",
+        lambda: label_errors.find_label_errors(X, Y, num_classes=0),
+        ValueError,
+        "num_classes",
+    ),
+    (
+        "fle-hidden-zero",
+        lambda: label_errors.find_label_errors(X, LABELS, hidden=(0,)),
+        ValueError,
+        "hidden",
+    ),
+    (
+        "fle-hidden-int",
+        lambda: label_errors.find_label_errors(X, LABELS, hidden=4),
+        TypeError,
+        "hidden",
+    ),
+    ("fle-x-str", lambda: label_errors.find_label_errors("x", LABELS), TypeError, "x"),
+    (
+        "fle-x-nan",
+        lambda: label_errors.find_label_errors(np.full((4, 3), NAN), LABELS),
+        ValueError,
+        "x",
+    ),
+    ("fle-y-len", lambda: label_errors.find_label_errors(X, LABELS[:3]), ValueError, "y"),
+    ("fle-y-neg", lambda: label_errors.find_label_errors(X, LABELS - 1), ValueError, "y"),
+    (
+        "fle-folds-one",
+        lambda: label_errors.find_label_errors(X, LABELS, folds=1),
+        ValueError,
+        "folds",
+    ),
+    (
+        "fle-repeats-zero",
+        lambda: label_errors.find_label_errors(X, LABELS, repeats=0),
+        ValueError,
+        "repeats",
+    ),
+    (
+        "fle-seed-neg",
+        lambda: label_errors.find_label_errors(X, LABELS, seed=-1),
+        ValueError,
+        "seed",
+    ),
+    (
+        "fle-batch-zero",
+        lambda: label_errors.find_label_errors(X, LABELS, batch_size=0),
+        ValueError,
+        "batch_size",
+    ),
+    (
+        "fle-epochs-zero",
+        lambda: label_errors.find_label_errors(X, LABELS, epochs=0),
+        ValueError,
+        "epochs",
+    ),
+    (
+        "fle-apply-no-init",
+        lambda: label_errors.find_label_errors(X, LABELS, apply_fn=models.mlp_apply),
+        TypeError,
+        "init",
+    ),
+    (
+        "cl-probs-int",
+        lambda: label_errors.confident_learning(np.eye(2, dtype=int)[LABELS], LABELS),
+        TypeError,
+        "pred_probs",
+    ),
+    ("top-k-neg", lambda: label_errors.confident_learning(PROBS, LABELS).top(-1), ValueError, "k"),
+    (
+        "fle-ranked-by",
+        lambda: label_errors.find_label_errors(X, LABELS, ranked_by="x"),
+        ValueError,
+        "ranked_by",
+    ),
+    (
+        "oof-folds-one",
+        lambda: label_errors.out_of_fold_probabilities(models.mlp_apply, MLP, X, LABELS, folds=1),
+        ValueError,
+        "folds",
+    ),
+    (
+        "oof-epochs-zero",
+        lambda: label_errors.out_of_fold_probabilities(
+            models.mlp_apply, MLP, X, LABELS, folds=2, epochs=0
+        ),
+        ValueError,
+        "epochs",
+    ),
+    (
+        "oof-batch-zero",
+        lambda: label_errors.out_of_fold_probabilities(
+            models.mlp_apply, MLP, X, LABELS, folds=2, batch_size=0
+        ),
+        ValueError,
+        "batch_size",
+    ),
+    (
+        "oof-patience-zero",
+        lambda: label_errors.out_of_fold_probabilities(
+            models.mlp_apply, MLP, X, LABELS, folds=2, patience=0
+        ),
+        ValueError,
+        "patience",
+    ),
+    (
+        "oof-apply-str",
+        lambda: label_errors.out_of_fold_probabilities("apply", MLP, X, LABELS, folds=2),
+        TypeError,
+        "apply_fn",
+    ),
+    ("folds-zero", lambda: label_errors.stratified_folds(LABELS, 0), ValueError, "folds"),
+    ("folds-str", lambda: label_errors.stratified_folds(LABELS, "2"), TypeError, "folds"),
+    ("folds-labels-str", lambda: label_errors.stratified_folds("abc", 2), TypeError, "labels"),
+]
+
+COMPILATION: list[Row] = [
+    ("counter-target-int", lambda: compilation.CompileCounter(3), TypeError, "target"),
+    ("budget-neg", lambda: compilation.CompileBudget(-1), ValueError, "max_compiles"),
+    ("budget-float", lambda: compilation.CompileBudget(1.5), TypeError, "max_compiles"),
+    ("budget-str", lambda: compilation.CompileBudget("2"), TypeError, "max_compiles"),
+    ("budget-bool", lambda: compilation.CompileBudget(True), TypeError, "max_compiles"),
+    (
+        "budget-on-exceed",
+        lambda: compilation.CompileBudget(1, on_exceed="ignore"),
+        ValueError,
+        "on_exceed",
+    ),
+    ("budget-target-float", lambda: compilation.CompileBudget(1, 2.5), TypeError, "target"),
+    ("decorator-neg", lambda: compilation.compile_budget(-1), ValueError, "max_compiles"),
+    (
+        "decorator-on-exceed",
+        lambda: compilation.compile_budget(1, on_exceed="x"),
+        ValueError,
+        "on_exceed",
+    ),
+    (
+        "decorator-not-callable",
+        lambda: compilation.compile_budget(1)(3),
+        TypeError,
+        "decorates a function",
+    ),
+    ("stage-str", lambda: compilation.stage_report("f"), TypeError, "jitted"),
+]
+
+BUCKETS: list[Row] = [
+    ("bucket-too-big", lambda: buckets.bucket_for(10, [4, 8]), ValueError, "n"),
+    ("bucket-neg", lambda: buckets.bucket_for(-1, [4]), ValueError, "n"),
+    ("bucket-float", lambda: buckets.bucket_for(3.5, [4]), TypeError, "n"),
+    ("bucket-empty", lambda: buckets.bucket_for(3, []), ValueError, "buckets"),
+    ("bucket-zero", lambda: buckets.bucket_for(3, [0, 4]), ValueError, "buckets"),
+    ("bucket-str", lambda: buckets.bucket_for(3, "48"), TypeError, "buckets"),
+    ("pad-x-str", lambda: buckets.pad_to_bucket("x", [4]), TypeError, "x"),
+    ("pad-axis", lambda: buckets.pad_to_bucket(np.ones(3), [4], axis=2), ValueError, "axis"),
+    ("pad-too-long", lambda: buckets.pad_to_bucket(np.ones(9), [4, 8]), ValueError, "buckets"),
+    ("plan-max-zero", lambda: buckets.plan_buckets([3, 4], 0), ValueError, "max_buckets"),
+    ("plan-empty", lambda: buckets.plan_buckets([], 2), ValueError, "lengths"),
+    ("plan-neg", lambda: buckets.plan_buckets([-1, 3], 2), ValueError, "lengths"),
+    ("plan-str", lambda: buckets.plan_buckets("abc", 2), TypeError, "lengths"),
+    ("pow2-neg", lambda: buckets.power_of_two_buckets(-1), ValueError, "max_len"),
+    (
+        "pow2-min-zero",
+        lambda: buckets.power_of_two_buckets(8, min_bucket=0),
+        ValueError,
+        "min_bucket",
+    ),
+    ("waste-too-long", lambda: buckets.padding_waste([5], [4]), ValueError, "largest bucket"),
+    (
+        "bf-fn-str",
+        lambda: buckets.BucketedFunction("f", [4], [buckets.Padded((None,), jnp.float32)]),
+        TypeError,
+        "fn",
+    ),
+    (
+        "bf-buckets-empty",
+        lambda: buckets.BucketedFunction(lambda x: x, [], [buckets.Padded((None,), jnp.float32)]),
+        ValueError,
+        "buckets",
+    ),
+]
+
+TREE: list[Row] = [
+    ("mask-regex", lambda: tree.mask_by_path(P, "(w"), ValueError, "predicate_or_regex"),
+    ("mask-int", lambda: tree.mask_by_path(P, 3), TypeError, "predicate_or_regex"),
+    ("mask-none", lambda: tree.mask_by_path(P, None), TypeError, "predicate_or_regex"),
+    ("allclose-rtol-neg", lambda: tree.tree_allclose(P, P, rtol=-1.0), ValueError, "rtol"),
+    ("allclose-rtol-nan", lambda: tree.tree_allclose(P, P, rtol=NAN), ValueError, "rtol"),
+    ("allclose-atol-str", lambda: tree.tree_allclose(P, P, atol="x"), TypeError, "atol"),
+]
+
+DATA: list[Row] = [
+    ("spiral-n-zero", lambda: data.make_spiral(0), ValueError, "n_per_class"),
+    ("spiral-n-neg", lambda: data.make_spiral(-1), ValueError, "n_per_class"),
+    ("spiral-n-float", lambda: data.make_spiral(2.5), ValueError, "n_per_class"),
+    ("spiral-classes-zero", lambda: data.make_spiral(10, 0), ValueError, "n_classes"),
+    ("spiral-noise-neg", lambda: data.make_spiral(10, noise=-1.0), ValueError, "noise"),
+    ("spiral-noise-nan", lambda: data.make_spiral(10, noise=NAN), ValueError, "noise"),
+    ("blobs-n-zero", lambda: data.make_blobs(0), ValueError, "n"),
+    ("blobs-features-zero", lambda: data.make_blobs(10, n_features=0), ValueError, "n_features"),
+    ("blobs-classes-zero", lambda: data.make_blobs(10, n_classes=0), ValueError, "n_classes"),
+    ("flip-neg", lambda: data.flip_labels(LABELS, -1, 2), ValueError, "n_flip"),
+    ("flip-too-many", lambda: data.flip_labels(LABELS, 5, 2), ValueError, "n_flip"),
+    ("flip-classes", lambda: data.flip_labels(LABELS, 1, 1), ValueError, "n_classes"),
+    (
+        "split-zero",
+        lambda: data.train_test_split(np.ones(4), test_fraction=0.0),
+        ValueError,
+        "test_fraction",
+    ),
+    (
+        "split-one",
+        lambda: data.train_test_split(np.ones(4), test_fraction=1.0),
+        ValueError,
+        "test_fraction",
+    ),
+    (
+        "split-nan",
+        lambda: data.train_test_split(np.ones(4), test_fraction=NAN),
+        ValueError,
+        "test_fraction",
+    ),
+    ("split-none", lambda: data.train_test_split(), ValueError, "array"),
+    ("split-mismatch", lambda: data.train_test_split(np.ones(4), np.ones(3)), ValueError, "arrays"),
+    ("csv-label-int", lambda: data.load_csv(_csv(), 3), ValueError, "label column"),
+    ("csv-label-missing", lambda: data.load_csv(_csv(), "nope"), ValueError, "nope"),
+]
+
+
+def _csv() -> Path:
+    path = _tmp() / "tiny.csv"
+    if not path.exists():
+        path.write_text("a,b,label\n1,2,x\n3,4,y\n5,6,x\n")
+    return path
+
+
+DIAGNOSE: list[Row] = [
+    ("consts-fn-str", lambda: diagnose.captured_constants("f"), TypeError, "fn"),
+    (
+        "consts-threshold",
+        lambda: diagnose.captured_constants(lambda x: x, 1.0, threshold_bytes=-1),
+        ValueError,
+        "threshold_bytes",
+    ),
+    ("why-fn-str", lambda: diagnose.why_recompiled("f", [(1.0,)]), TypeError, "fn"),
+    ("why-calls-str", lambda: diagnose.why_recompiled(lambda x: x, "abc"), TypeError, "calls"),
+    ("why-calls-int", lambda: diagnose.why_recompiled(lambda x: x, 3), TypeError, "calls"),
+]
+
+GROUPS = {
+    "optim": OPTIM,
+    "schedules": SCHEDULES,
+    "models": MODELS,
+    "train": TRAIN,
+    "prefetch": PREFETCH,
+    "per_example": PER_EXAMPLE,
+    "privacy": PRIVACY,
+    "label_errors": LABEL_ERRORS,
+    "compilation": COMPILATION,
+    "buckets": BUCKETS,
+    "tree": TREE,
+    "data": DATA,
+    "diagnose": DIAGNOSE,
+}
+ROWS: list[Row] = [(f"{g}:{r[0]}", *r[1:]) for g, rows in GROUPS.items() for r in rows]
+
+
+@pytest.fixture(autouse=True)
+def _tmp_dir(tmp_path: Path) -> Any:
+    _TMP.insert(0, tmp_path)
+    yield
+    _TMP.remove(tmp_path)
+
+
+def _raised_in_jaxwise(err: BaseException) -> bool:
+    """True when the innermost frame that raised ``err`` is jaxwise's own source."""
+    frames = traceback.extract_tb(err.__traceback__)
+    return bool(frames) and "/jaxwise/" in frames[-1].filename.replace("\\", "/")
+
+
+def test_rows_are_unique_and_enough() -> None:
+    ids = [row[0] for row in ROWS]
+    assert len(ids) == len(set(ids))
+    assert len(ROWS) >= 150
+
+
+@pytest.mark.parametrize(("call", "kind", "name"), [r[1:] for r in ROWS], ids=[r[0] for r in ROWS])
+def test_bad_call_names_the_argument(
+    call: Callable[[], Any], kind: type[Exception], name: str
+) -> None:
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    err = info.value
+    assert isinstance(err, kind), f"{type(err).__name__}: {err}"
+    assert name in str(err), f"message does not name {name!r}: {err}"
+    assert _raised_in_jaxwise(err), f"raised outside jaxwise: {type(err).__name__}: {err}"
+
+
+# --------------------------------------------------------------------------
+# Finite in, finite out (no silent NaN/inf from finite input)
+# --------------------------------------------------------------------------
+
+
+def _finite(tree_: Any) -> bool:
+    return all(bool(np.all(np.isfinite(np.asarray(x)))) for x in jax.tree.leaves(tree_))
+
+
+Z = jnp.zeros((4, 3))  # zero inputs: every per-example gradient of `loss_single` is 0
+
+FINITE: list[tuple[str, Callable[[], Any]]] = [
+    (
+        "norms-vmap-zero-grad",
+        lambda: pe.per_example_grad_norms(loss_single, P, Z, Y, method="vmap"),
+    ),
+    (
+        "norms-ghost-zero-grad",
+        lambda: pe.per_example_grad_norms(loss_single, P, Z, Y, method="ghost"),
+    ),
+    ("clip-zero-grad", lambda: pe.clip_and_sum(loss_single, P, Z, Y, clip_norm=1.0)),
+    ("clip-tiny-norm", lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=1e-30)),
+    ("dp-gradient-zero-grad", lambda: privacy.dp_gradient(loss_single, P, (Z, Y), KEY, 1.0, 0.0)),
+    ("dp-noise-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 0.0, 4)),
+    ("epsilon-small-rate", lambda: privacy.epsilon(1.0, 1e-6, 10, 1e-5)),
+    ("epsilon-full-batch", lambda: privacy.epsilon(0.5, 1.0, 1, 1e-5)),
+    ("global-norm-zero", lambda: optim.global_norm({"a": jnp.zeros(3)})),
+    ("global-norm-big-f16", lambda: optim.global_norm({"a": jnp.full(4, 6e4, jnp.float16)})),
+    (
+        "clip-zero-update",
+        lambda: optim.clip_by_global_norm(1.0).update(
+            {"a": jnp.zeros(3)}, optim.clip_by_global_norm(1.0).init(None)
+        )[0],
+    ),
+    ("cosine-far-step", lambda: optim.cosine_decay_schedule(1.0, 10)(10**6)),
+    ("linear-zero-steps", lambda: optim.linear_schedule(1.0, 0.0, 0)(5)),
+    ("warmup-zero-steps", lambda: optim.warmup_cosine_decay_schedule(0.0, 1.0, 0, 10)(0)),
+    (
+        "cl-hard-probs",
+        lambda: (
+            label_errors.confident_learning(
+                np.asarray([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]), LABELS
+            ).score
+        ),
+    ),
+    ("mlp-big-input", lambda: models.mlp_apply(MLP, jnp.full((2, 3), 1e3))),
+]
+
+
+@pytest.mark.parametrize("call", [r[1] for r in FINITE], ids=[r[0] for r in FINITE])
+def test_finite_in_finite_out(call: Callable[[], Any]) -> None:
+    out = call()
+    assert _finite(out), out
+
+
+def test_adam_zero_eps_zero_gradient_is_not_applied() -> None:
+    """adam(eps=0) turns a zero gradient into 0/0: the NaN guard must skip that update."""
+    step = train.make_train_step(lambda p, b: jnp.sum(p["w"] * 0.0), optim.adam(0.1, eps=0.0))
+    state = train.TrainState.create({"w": jnp.ones(3)}, optim.adam(0.1, eps=0.0), KEY)
+    state, metrics = step(state, X)
+    assert _finite(state.params)
+    assert int(metrics["skipped"]) == 1
+    assert math.isfinite(float(metrics["loss"]))
