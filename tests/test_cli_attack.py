@@ -685,3 +685,14 @@ def test_compile_tally_tells_compiles_from_cache_loads(tmp_path):
     assert (third.compiled, third.loaded) == (0, 1)
     assert third.describe("f") == "f loaded from the compilation cache 1×"
     assert jax.config.jax_compilation_cache_dir == before  # settings restored after the block
+
+
+def test_unwritable_cache_directory_runs_without_the_cache(tmp_path):
+    from jaxwise.jobs import persistent_cache
+
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with persistent_cache(blocker / "cache") as used:
+        assert used is None
+    with persistent_cache(tmp_path / "ok") as used:
+        assert used == tmp_path / "ok" and used.is_dir()

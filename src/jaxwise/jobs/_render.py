@@ -29,9 +29,14 @@ def _fmt(value: Any, spec: str) -> str:
 
 def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     compile_info = summary.get("compile", {})
-    compiled = f"compiled {compile_info.get('compiled', summary['compiles'])}×"
-    if compile_info.get("loaded_from_cache"):
-        compiled += f", loaded from the compilation cache {compile_info['loaded_from_cache']}×"
+    fresh, loaded = (
+        compile_info.get("compiled", summary["compiles"]),
+        compile_info.get("loaded_from_cache"),
+    )
+    parts = [f"compiled {fresh}×"] if fresh or not loaded else []
+    if loaded:
+        parts.append(f"loaded from the compilation cache {loaded}×")
+    compiled = ", ".join(parts)
     rows = []
     if "train_accuracy" in summary:
         rows.append(("train accuracy", _fmt(summary["train_accuracy"], ".4f")))

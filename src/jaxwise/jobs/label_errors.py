@@ -67,7 +67,7 @@ def run_label_errors(
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir):
+    with persistent_cache(cache_dir) as cache_dir:
         prep = tabular.prepare(cfg, RUN_OUTPUTS, "label-errors")
         fitted = tabular.fit(prep)
         tabular.verify(prep, fitted)

@@ -50,7 +50,7 @@ def run_predict(cfg: PredictConfig) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir):
+    with persistent_cache(cache_dir) as cache_dir:
         features, y = prepare(cfg, meta)
         params = _restore(ckpt, meta)
         tally = CompileTally()
@@ -155,7 +155,7 @@ def report(
         "schema": 1,
         "job": "predict",
         "run_dir": str(cfg.run_dir),
-        "checkpoint": meta.get("epoch"),
+        "checkpoint_epoch": meta.get("epoch"),
         "rows": len(rows),
         "dropped_rows": features.dropped,
         "classes": classes,

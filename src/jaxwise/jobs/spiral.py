@@ -97,7 +97,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir):
+    with persistent_cache(cache_dir) as cache_dir:
         run = prepare(cfg)
         fit(run)
         checks, f64, hard = verify(run)

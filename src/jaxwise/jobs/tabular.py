@@ -182,7 +182,7 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir):
+    with persistent_cache(cache_dir) as cache_dir:
         prep = prepare(cfg)
         fitted = fit(prep)
         verify(prep, fitted)
