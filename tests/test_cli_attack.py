@@ -696,3 +696,39 @@ def test_unwritable_cache_directory_runs_without_the_cache(tmp_path):
         assert used is None
     with persistent_cache(tmp_path / "ok") as used:
         assert used == tmp_path / "ok" and used.is_dir()
+
+
+def test_strict_json_on_a_run_with_non_finite_metrics(tmp_path, capsys):
+    x, y = make_blobs(150, 3, 3, seed=0)
+    x = x.astype(np.float64)
+    val_row = int(
+        np.sort(np.random.default_rng(0).permutation(150)[:30])[0]
+    )  # in the validation split
+    x[val_row] = (
+        3e38  # finite in float32, but its logits overflow: the validation loss is not finite
+    )
+    path = write_csv(tmp_path / "wild.csv", x, [["ant", "bee", "cat"][i] for i in y])
+    out = tmp_path / "run"
+    code, text, err = run(
+        [
+            "train",
+            str(path),
+            "--label",
+            "kind",
+            "--epochs",
+            "3",
+            "--json",
+            "--early-stopping",
+            "2",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    assert "NaN" not in text and "Infinity" not in text
+    summary = json.loads(text)
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["val_loss"] is None for r in records)  # not finite: null, never NaN
+    assert all(r["loss"] is not None for r in records)  # the training rows are fine
+    assert summary["skipped"] == 0 and summary["best_epoch"] is None
