@@ -155,3 +155,14 @@ def test_load_features(tmp_path):
         load_features(write(tmp_path, "a,b,c\n1,2,3\n", "e.csv"), ("a", "b"))
     with pytest.raises(DataError, match="no header row"):
         load_features(write(tmp_path, "1,2\n3,4\n", "h.csv"), ("a", "b"))
+
+
+def test_load_csv_refuses_devices_and_fifos(tmp_path):
+    import os
+
+    with pytest.raises(DataError, match="not a regular file"):
+        load_csv("/dev/zero", "y")
+    fifo = tmp_path / "pipe.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="not a regular file"):
+        load_csv(fifo, "y")

@@ -290,6 +290,8 @@ def _read_csv(path: Path, expect: tuple[str, ...]) -> tuple[list[str], list[list
         raise DataError(f"{path}: no such file")
     if path.is_dir():
         raise DataError(f"{path}: is a directory, expected a CSV file")
+    if not path.is_file():  # a FIFO or a device (/dev/zero) would be read forever
+        raise DataError(f"{path}: not a regular file, expected a CSV file")
     try:
         with path.open(newline="", encoding="utf-8-sig") as f:
             records = list(csv.reader(f))
