@@ -76,6 +76,16 @@ OPTIM: list[Row] = [
     ("sgd-lr-neg", lambda: optim.sgd(-0.1), ValueError, "learning_rate"),
     ("sgd-lr-bool", lambda: optim.sgd(True), TypeError, "learning_rate"),
     ("sgd-lr-list", lambda: optim.sgd([0.1]), TypeError, "learning_rate"),
+    ("sgd-lr-np-neg", lambda: optim.sgd(np.float32(-1.0)), ValueError, "learning_rate"),
+    ("adam-lr-jax-nan", lambda: optim.adam(jnp.asarray(NAN)), ValueError, "learning_rate"),
+    ("adam-lr-jax-vector", lambda: optim.adam(jnp.ones(2)), TypeError, "learning_rate"),
+    ("clip-jax-inf", lambda: optim.clip_by_global_norm(jnp.inf), ValueError, "max_norm"),
+    (
+        "linear-np-neg",
+        lambda: optim.linear_schedule(1.0, 0.0, np.int64(-1)),
+        ValueError,
+        "transition_steps",
+    ),
     ("sgd-momentum-1", lambda: optim.sgd(0.1, momentum=1.0), ValueError, "momentum"),
     ("sgd-momentum-neg", lambda: optim.sgd(0.1, momentum=-0.1), ValueError, "momentum"),
     ("sgd-momentum-nan", lambda: optim.sgd(0.1, momentum=NAN), ValueError, "momentum"),
@@ -835,6 +845,18 @@ PRIVACY: list[Row] = [
     ("eps-nm-nan", lambda: privacy.epsilon(NAN, 0.01, 100, 1e-5), ValueError, "noise_multiplier"),
     ("eps-nm-neg", lambda: privacy.epsilon(-1.0, 0.01, 100, 1e-5), ValueError, "noise_multiplier"),
     ("eps-nm-bool", lambda: privacy.epsilon(True, 0.01, 100, 1e-5), TypeError, "noise_multiplier"),
+    (
+        "eps-nm-np-nan",
+        lambda: privacy.epsilon(np.float64(NAN), 0.01, 100, 1e-5),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "eps-steps-np-zero",
+        lambda: privacy.epsilon(1.0, 0.01, np.int64(0), 1e-5),
+        ValueError,
+        "steps",
+    ),
     ("eps-rate-zero", lambda: privacy.epsilon(1.0, 0.0, 100, 1e-5), ValueError, "sample_rate"),
     ("eps-rate-big", lambda: privacy.epsilon(1.0, 1.5, 100, 1e-5), ValueError, "sample_rate"),
     ("eps-rate-nan", lambda: privacy.epsilon(1.0, NAN, 100, 1e-5), ValueError, "sample_rate"),
@@ -1296,6 +1318,7 @@ def _finite(tree_: Any) -> bool:
 
 
 Z = jnp.zeros((4, 3))  # zero inputs: every per-example gradient of `loss_single` is 0
+ZERO_P = jax.tree.map(jnp.zeros_like, P)  # a zero gradient
 
 FINITE: list[tuple[str, Callable[[], Any]]] = [
     (
@@ -1332,6 +1355,33 @@ FINITE: list[tuple[str, Callable[[], Any]]] = [
         ),
     ),
     ("mlp-big-input", lambda: models.mlp_apply(MLP, jnp.full((2, 3), 1e3))),
+    (
+        "cl-hard-probs-margin",
+        lambda: (
+            label_errors.confident_learning(
+                np.asarray([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]]),
+                LABELS,
+                ranked_by="normalized_margin",
+            ).score
+        ),
+    ),
+    (
+        "adam-zero-grad",
+        lambda: (lambda tx: tx.update(ZERO_P, tx.init(P), P)[0])(
+            optim.adamw(0.1, weight_decay=0.0)
+        ),
+    ),
+    ("lion-zero-grad", lambda: (lambda tx: tx.update(ZERO_P, tx.init(P), P)[0])(optim.lion(0.1))),
+    (
+        "norms-ghost-mlp-zero-input",
+        lambda: pe.per_example_grad_norms(
+            pe.mlp_loss(lambda logits, y: -jax.nn.log_softmax(logits)[y]),
+            MLP,
+            jnp.zeros((4, 3)),
+            Y,
+            method="ghost",
+        ),
+    ),
 ]
 
 

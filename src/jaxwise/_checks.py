@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import pathlib
 from collections.abc import Callable
 from typing import Any
 
@@ -23,11 +25,13 @@ import numpy as np
 __all__ = [
     "UserError",
     "check_array",
+    "check_bool",
     "check_callable",
     "check_choice",
     "check_float",
     "check_int",
     "check_key",
+    "check_path",
     "check_probability",
     "concrete_float",
     "is_int",
@@ -230,6 +234,30 @@ def check_key(key: Any, name: str = "key") -> None:
         if dtype == np.uint32 and tuple(key.shape)[-1:] == (2,):
             return
     raise TypeError(f"`{name}` must be a JAX PRNG key (jax.random.key(seed)), got {_describe(key)}")
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a Python bool (``np.bool_`` accepted), else ``TypeError`` naming ``name``.
+
+    >>> check_bool(np.True_, "donate")
+    True
+    """
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be a bool, got {_describe(value)}")
+    return bool(value)
+
+
+def check_path(value: Any, name: str = "path") -> Any:
+    """``value`` as a ``pathlib.Path`` if it is a ``str`` or ``os.PathLike``, else ``TypeError``.
+
+    >>> check_path("runs/a", "out").name
+    'a'
+    """
+    if isinstance(value, (bytes, bytearray)) or not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"`{name}` must be a path (str or os.PathLike), got {_describe(value)}")
+    if isinstance(value, str) and not value:
+        raise ValueError(f"`{name}` must not be empty")
+    return pathlib.Path(value)
 
 
 def steps_per_epoch(n: int, batch_size: int) -> int:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwise._checks import check_array, check_float
+from jaxwise._checks import check_array, check_bool, check_float
 from jaxwise.tree import mask_by_path, path_names
 
 GradientTransformation = optax.GradientTransformation
@@ -257,9 +257,7 @@ def dtype_or_none(value: Any, name: str) -> Any:
 
 def flag(value: Any, name: str) -> bool:
     """A Python/NumPy bool."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be a bool, got {type(value).__name__} {value!r}")
-    return bool(value)
+    return check_bool(value, name)
 
 
 # --------------------------------------------------------------------------
