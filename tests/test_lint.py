@@ -538,3 +538,9 @@ def test_renamed_imports_still_make_a_body_checked():
         "def predict(x):\n    return J(lambda v: v + 1)(x)\n"
     )
     assert [(f.code, f.line) for f in lint_source(src)] == [("JW010", 5), ("JW001", 7)]
+
+
+def test_each_file_is_linted_once(tmp_path):
+    (tmp_path / "m.py").write_text("import jax\nk = jax.random.PRNGKey(0)\n")
+    findings, errors, count = lint_paths([tmp_path, tmp_path / "m.py", f"{tmp_path}/./m.py"])
+    assert (len(findings), errors, count) == (1, [], 1)

@@ -244,7 +244,10 @@ def _expand(paths: Sequence[str | Path], errors: list[LintError]) -> list[Path]:
             files += found
         else:
             files.append(p)  # checked when read: FIFOs, devices and huge files are refused there
-    return files
+    unique: dict[str, Path] = {}  # `lint src src/a.py`: each file once
+    for file in files:
+        unique.setdefault(os.path.normpath(os.path.abspath(file)), file)
+    return list(unique.values())
 
 
 def lint_paths(
