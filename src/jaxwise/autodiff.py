@@ -204,8 +204,8 @@ def jvp_many(f: Callable[[Any], Any], x: Any, tangents: Any) -> tuple[Any, Any]:
     for t, p in zip(jax.tree.leaves(tangents), jax.tree.leaves(x)):
         if np.shape(t)[1:] != np.shape(p):
             raise ValueError(
-                f"each tangent must have the shape of `x` {np.shape(p)} after the batch axis, "
-                f"got {np.shape(t)[1:]}"
+                f"each `tangents` leaf must have the shape of `x` {np.shape(p)} after the "
+                f"batch axis, got {np.shape(t)[1:]}"
             )
     y, linear = jax.linearize(f, x)
     return y, jax.vmap(linear)(tangents)
@@ -293,9 +293,9 @@ def cg_solve(matvec: Callable[[Any], Any], b: Any, iters: int, tol: float | None
     ):
         shapes = [np.shape(leaf) for leaf in jax.tree.leaves(out)]
         raise ValueError(
-            "`matvec(b)` must have the shapes of `b` "
+            "`matvec` must return arrays of the shapes of `b` "
             f"{[np.shape(leaf) for leaf in jax.tree.leaves(b)]}, "
-            f"got {shapes}"
+            f"got {shapes} from matvec(b)"
         )
     if tol is not None:
         tol = check_float(tol, "tol", min_value=0.0)
