@@ -174,7 +174,7 @@ def check_numpy_view_donation() -> Check:
             name, "PASS", f"not applicable on {jax.default_backend()} (no zero-copy host views)"
         )
     x = jnp.arange(1024.0)
-    view = np.asarray(x)
+    view = np.asarray(x)  # noqa: JW011 - the pitfall this check demonstrates
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _donating_increment(x).block_until_ready()
