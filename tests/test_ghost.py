@@ -12,6 +12,7 @@ import pytest
 
 from jaxwise import numerics
 from jaxwise.compilation import CompileCounter
+from jaxwise.models import from_equinox, from_linen, from_nnx
 from jaxwise.per_example import clip_and_sum, ghost_coverage, per_example_grad_norms
 from jaxwise.privacy import dp_gradient, dp_gradient_accumulated
 
@@ -181,16 +182,15 @@ def nnx_model():
             h = nnx.relu(self.norm(self.conv(x)))
             return self.out(h.reshape(h.shape[0], -1))
 
-    graphdef, state = nnx.split(Net(nnx.Rngs(0)))
+    model = from_nnx(Net(nnx.Rngs(0)))
 
     def loss(p, x, y):
-        return xent(nnx.merge(graphdef, p)(x[None])[0], y)
+        logits, _ = model.apply(p, model.model_state, x[None])
+        return xent(logits[0], y)
 
     rng = np.random.default_rng(5)
-    batch = (
-        jnp.asarray(rng.normal(size=(7, 6, 6, 2)), jnp.float32),
-        jnp.asarray(rng.integers(0, 3, 7), jnp.int32),
-    )
+    x = jnp.asarray(rng.normal(size=(7, 6, 6, 2)), jnp.float32)
+    batch = (x, jnp.asarray(rng.integers(0, 3, 7), jnp.int32))
     kinds = {
         "conv.bias.value": "elementwise",
         "conv.kernel.value": "conv",
@@ -199,27 +199,60 @@ def nnx_model():
         "out.bias.value": "elementwise",
         "out.kernel.value": "dense",
     }
-    return loss, state, batch, kinds
+    return loss, model.params, batch, kinds
+
+
+def linen_model():
+    import flax.linen as nn
+
+    class Net(nn.Module):
+        @nn.compact
+        def __call__(self, tokens):
+            h = nn.Embed(10, 6)(tokens)
+            h = nn.LayerNorm()(nn.gelu(nn.Dense(8)(h)))
+            return nn.Dense(3)(h.mean(0))
+
+    rng = np.random.default_rng(10)
+    tokens = jnp.asarray(rng.integers(0, 10, (9, 5)), jnp.int32)
+    module = Net()
+    model = from_linen(module, module.init(jax.random.key(0), tokens[0]))
+
+    def loss(p, t, y):
+        return xent(model.apply(p, model.model_state, t)[0], y)
+
+    kinds = {
+        "Dense_0.bias": "elementwise",
+        "Dense_0.kernel": "dense",
+        "Dense_1.bias": "elementwise",
+        "Dense_1.kernel": "dense",
+        "Embed_0.embedding": "embedding",
+        "LayerNorm_0.bias": "elementwise",
+        "LayerNorm_0.scale": "elementwise",
+    }
+    return loss, model.params, (tokens, jnp.asarray(rng.integers(0, 3, 9), jnp.int32)), kinds
 
 
 def equinox_model():
     import equinox as eqx
 
-    keys = jax.random.split(jax.random.key(6), 3)
-    model = eqx.nn.Sequential([eqx.nn.Embedding(9, 6, key=keys[0]), eqx.nn.Lambda(jnp.tanh)])
-    mlp_ = eqx.nn.MLP(6, 3, 12, 2, key=keys[1])
-    params, static = eqx.partition((model, mlp_), eqx.is_array)
+    class Net(eqx.Module):
+        embed: eqx.nn.Embedding
+        head: eqx.nn.MLP
+
+        def __call__(self, tokens):
+            return self.head(jnp.tanh(jax.vmap(self.embed)(tokens)).mean(0))
+
+    keys = jax.random.split(jax.random.key(6), 2)
+    model = from_equinox(
+        Net(eqx.nn.Embedding(9, 6, key=keys[0]), eqx.nn.MLP(6, 3, 12, 2, key=keys[1]))
+    )
 
     def loss(p, tokens, y):
-        embed, head = eqx.combine(p, static)
-        return xent(head(jax.vmap(embed)(tokens).mean(0)), y)
+        return xent(model.apply(p, model.model_state, tokens)[0], y)
 
     rng = np.random.default_rng(6)
-    batch = (
-        jnp.asarray(rng.integers(0, 9, (8, 5)), jnp.int32),
-        jnp.asarray(rng.integers(0, 3, 8), jnp.int32),
-    )
-    return loss, params, batch, None
+    tokens = jnp.asarray(rng.integers(0, 9, (8, 5)), jnp.int32)
+    return loss, model.params, (tokens, jnp.asarray(rng.integers(0, 3, 8), jnp.int32)), None
 
 
 MODELS = {
@@ -228,6 +261,7 @@ MODELS = {
     "embedding": (embedding_model, 6.0),
     "transformer": (transformer, 2.5),
     "nnx": (nnx_model, 8.0),
+    "linen": (linen_model, 2.5),
     "equinox": (equinox_model, 1.4),
 }
 
@@ -330,7 +364,9 @@ def test_bfloat16_compute_matches_vmap():
     ref_sum, ref = f(params16, batch16, "vmap")
     summed, norms = f(params16, batch16, "ghost")
     np.testing.assert_allclose(norms, ref32, rtol=3e-2)  # bf16 rounding vs the float32 program
-    np.testing.assert_allclose(np.asarray(norms, np.float64), np.asarray(ref, np.float64), rtol=2e-2)
+    np.testing.assert_allclose(
+        np.asarray(norms, np.float64), np.asarray(ref, np.float64), rtol=2e-2
+    )
     assert all(leaf.dtype == jnp.bfloat16 for leaf in jax.tree.leaves(summed))
     _close(summed, ref_sum, rtol=3e-2, atol=1e-2)  # ghost and vmap agree in bf16
     _close(summed, ref_sum32, rtol=0.3, atol=0.35)  # both differ from float32 where ReLUs flip
@@ -394,3 +430,57 @@ def test_auto_falls_back_to_vmap_when_ghost_cannot_apply():
 def test_bad_input(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_jit_and_remat_inside_the_loss_are_seen_through():
+    params = {"w": _normal(jax.random.key(11), (3, 4)), "b": jnp.full((4,), 0.1)}
+    layer = jax.jit(jax.checkpoint(lambda p, x: jnp.tanh(x @ p["w"] + p["b"])))
+
+    def loss(p, x):
+        return jnp.sum(jnp.square(layer(p, x)))
+
+    rows = ghost_coverage(loss, params, jnp.ones(3))
+    assert [(r.path, r.kind) for r in rows] == [("b", "elementwise"), ("w", "dense")]
+    x = jnp.asarray(np.random.default_rng(12).normal(size=(6, 3)), jnp.float32)
+    np.testing.assert_allclose(
+        per_example_grad_norms(loss, params, x, method="ghost"),
+        per_example_grad_norms(loss, params, x, method="vmap"),
+        rtol=1e-4,
+    )
+
+
+@pytest.mark.parametrize(
+    "x_shape, k_shape, dn, strides, padding, lhs_dil, rhs_dil",
+    [
+        ((1, 9, 9, 3), (3, 3, 3, 5), ("NHWC", "HWIO", "NHWC"), (1, 1), "SAME", (1, 1), (1, 1)),
+        (
+            (2, 3, 9, 8),
+            (4, 3, 3, 2),
+            ("NCHW", "OIHW", "NCHW"),
+            (2, 1),
+            ((1, 0), (2, 2)),
+            (1, 1),
+            (2, 1),
+        ),
+        ((1, 10, 4), (3, 4, 6), ("NWC", "WIO", "NWC"), (3,), ((1, -1),), (2,), (1,)),
+        ((1, 5, 5, 40), (2, 2, 40, 3), ("NHWC", "HWIO", "NHWC"), (1, 1), "VALID", (1, 1), (1, 1)),
+    ],
+    ids=["same", "nchw-strided-dilated", "1d-lhs-dilated", "gram"],
+)
+def test_conv_layouts(x_shape, k_shape, dn, strides, padding, lhs_dil, rhs_dil):
+    rng = np.random.default_rng(13)
+    kernel = jnp.asarray(rng.normal(size=k_shape), jnp.float32)
+    x = jnp.asarray(rng.normal(size=(4, *x_shape)), jnp.float32)
+
+    def loss(k, x):
+        out = jax.lax.conv_general_dilated(
+            x, k, strides, padding, lhs_dilation=lhs_dil, rhs_dilation=rhs_dil, dimension_numbers=dn
+        )
+        return jnp.sum(jnp.sin(out))
+
+    assert [r.kind for r in ghost_coverage(loss, kernel, x[0])] == ["conv"]
+    np.testing.assert_allclose(
+        per_example_grad_norms(loss, kernel, x, method="ghost"),
+        per_example_grad_norms(loss, kernel, x, method="vmap"),
+        rtol=1e-4,
+    )

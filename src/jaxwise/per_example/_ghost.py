@@ -162,25 +162,52 @@ def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Ar
 
 
 def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array) -> jax.Array:
+    """Per-example kernel-gradient norms² of a convolution, from its input and output gradient.
+
+    The kernel gradient of one example is, per kernel offset, ``Σ_t x_shifted_tᵀ g_t``
+    (``x_shifted``: the input window at that offset for every output position). Either
+    those blocks are formed offset by offset (no unfolded copy of the input), or — when
+    ``T (K + N) < K N`` — the unfolded patches give the Gram form.
+    """
     lhs_spec, rhs_spec, out_spec = node.params["dimension_numbers"]
-    b, n_axis = x.shape[0], lhs_spec[0]
-    x = jnp.moveaxis(x, 0, n_axis)  # fold the batch into the example's own N axis
-    x = x.reshape(*x.shape[:n_axis], -1, *x.shape[n_axis + 2 :])
-    spatial = sorted(set(range(len(rhs_shape))) - {rhs_spec[0], rhs_spec[1]})
-    patches = jax.lax.conv_general_dilated_patches(
-        x,
-        [rhs_shape[d] for d in spatial],
-        node.params["window_strides"],
-        node.params["padding"],
-        node.params["lhs_dilation"],
-        node.params["rhs_dilation"],
-        node.params["dimension_numbers"],
-        precision=_HIGHEST,
+    b, n_sp = x.shape[0], len(lhs_spec) - 2
+    x = jnp.moveaxis(
+        x, [1 + d for d in (lhs_spec[0], *lhs_spec[2:], lhs_spec[1])], range(1, x.ndim)
     )
-    patches = jnp.moveaxis(patches, (out_spec[0], out_spec[1]), (0, -1))
-    a = patches.reshape(b, -1, patches.shape[-1])
-    g = jnp.moveaxis(g, (1 + out_spec[0], 1 + out_spec[1]), (1, -1))
-    return _outer_sq(a, g.reshape(b, a.shape[1], -1))
+    g = jnp.moveaxis(
+        g, [1 + d for d in (out_spec[0], *out_spec[2:], out_spec[1])], range(1, g.ndim)
+    )
+    kernel = [rhs_shape[d] for d in rhs_spec[2:]]
+    strides, rhs_dil = node.params["window_strides"], node.params["rhs_dilation"]
+    pads = [
+        (lo, hi, ld - 1)
+        for (lo, hi), ld in zip(node.params["padding"], node.params["lhs_dilation"])
+    ]
+    xp = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0), *pads, (0, 0, 0)])
+    out_sp = g.shape[2:-1]
+    t = int(np.prod(g.shape[1:-1], dtype=np.int64))
+    g2 = g.reshape(b, t, -1).astype(jnp.float32)
+
+    def window(offset: tuple[int, ...]) -> jax.Array:
+        start = [0, 0, *[o * r for o, r in zip(offset, rhs_dil)], 0]
+        limit = [
+            b,
+            xp.shape[1],
+            *[s + (n - 1) * st + 1 for s, n, st in zip(start[2:], out_sp, strides)],
+            xp.shape[-1],
+        ]
+        shifted = jax.lax.slice(xp, start, limit, [1, 1, *strides, 1])
+        return shifted.reshape(b, t, -1).astype(jnp.float32)
+
+    offsets = list(np.ndindex(*kernel)) if n_sp else [()]
+    k, n = len(offsets) * x.shape[-1], g2.shape[-1]
+    if t * (k + n) <= k * n:
+        return _outer_sq(jnp.concatenate([window(o) for o in offsets], axis=-1), g2)
+    total = jnp.zeros((b,), jnp.float32)
+    for offset in offsets:
+        block = jnp.einsum("btc,bto->bco", window(offset), g2, precision=_HIGHEST)
+        total = total + jnp.sum(jnp.square(block), axis=(1, 2))
+    return total
 
 
 def _embedding_sq(

@@ -42,7 +42,7 @@ _VIEWS = frozenset(
         "reduce_precision",
     }
 )
-_INLINE = frozenset({"jit", "pjit", "closed_call", "core_call"})
+_INLINE = frozenset({"jit", "pjit", "closed_call", "core_call", "checkpoint", "remat", "remat2"})
 _ELEMENTWISE = frozenset(
     {
         "add",
@@ -216,26 +216,29 @@ def _walk(
 # --------------------------------------------------------------------------
 
 
+# node, the leaves it touches, its ghost kind (or None), its probed outputs
+RawUse = tuple[int, frozenset[int], "str | None", tuple[int, ...]]
+
+
 def _analyse(
     nodes: list[Node], avals: list[Any], n_leaves: int, n_inputs: int, output: Any
 ) -> Program:
-    dep = [PARAM if i < n_leaves else EXAMPLE for i in range(n_inputs)] + [CONST] * (
-        len(avals) - n_inputs
-    )
+    dep = [PARAM if i < n_leaves else EXAMPLE for i in range(n_inputs)]
+    dep += [CONST] * (len(avals) - n_inputs)
     leaves_of: dict[int, frozenset[int]] = {i: frozenset({i}) for i in range(n_leaves)}
     view_of: dict[int, int] = {i: i for i in range(n_leaves)}  # value -> leaf it is a pure view of
-    raw_uses: list[tuple[int, frozenset[int], str | None]] = []
+    raw_uses: list[RawUse] = []
     for k, node in enumerate(nodes):
         deps = [CONST if isinstance(r, Const) else dep[r] for r in node.inputs]
         value_ins = [r for r in node.inputs if not isinstance(r, Const) and dep[r] == PARAM]
-        touched = (
-            frozenset().union(*(leaves_of[r] for r in value_ins)) if value_ins else frozenset()
-        )
+        touched = frozenset().union(*(leaves_of[r] for r in value_ins))
+        out_dep = EXAMPLE if EXAMPLE in deps else max(deps, default=CONST)
         if EXAMPLE in deps and PARAM in deps:
-            raw_uses.append((k, touched, _ghost_kind(node, deps, view_of, avals)))
-            out_dep = EXAMPLE
-        else:
-            out_dep = max(deps, default=CONST)
+            probes = tuple(
+                j for j, o in enumerate(node.outputs) if jnp.issubdtype(avals[o].dtype, jnp.inexact)
+            )
+            if probes:  # an integer-valued use passes no gradient
+                raw_uses.append((k, touched, _ghost_kind(node, deps, view_of, avals), probes))
         for o in node.outputs:
             dep[o] = out_dep
             if out_dep == PARAM:
@@ -244,38 +247,15 @@ def _analyse(
                     view_of[o] = view_of[value_ins[0]]
     if isinstance(output, Const) or dep[output] != EXAMPLE:
         raise Unsupported("the loss does not depend on the example")
-    per_leaf: list[list[tuple[int, frozenset[int], str | None]]] = [[] for _ in range(n_leaves)]
-    for use in raw_uses:
-        for leaf in use[1]:
-            per_leaf[leaf].append(use)
-    leaf_kind = []
-    for i in range(n_leaves):
-        uses_i = per_leaf[i]
-        if not uses_i:
-            leaf_kind.append("unused")
-        elif len(uses_i) == 1 and uses_i[0][2] is not None:
-            leaf_kind.append(uses_i[0][2])
-        elif all(nodes[k].prim.name in _ELEMENTWISE for k, _, _ in uses_i):
-            leaf_kind.append("elementwise")
-        else:
-            leaf_kind.append("fallback")
+    leaf_kind = _leaf_kinds(nodes, n_leaves, raw_uses)
     uses = []
-    for k, touched, ghost in raw_uses:
+    for k, touched, ghost, probes in raw_uses:
         kinds = {leaf_kind[i] for i in touched}
-        kind = (
-            ghost
-            if ghost is not None and kinds == {ghost}
-            else ("elementwise" if kinds == {"elementwise"} else "fallback")
-        )
-        probes = tuple(
-            j for j, o in enumerate(nodes[k].outputs) if jnp.issubdtype(avals[o].dtype, jnp.inexact)
-        )
-        if probes:
-            uses.append(Use(k, kind, touched, probes))
-    leaf_kind = [
-        kind if kind == "unused" or any(i in u.leaves for u in uses) else "unused"
-        for i, kind in enumerate(leaf_kind)
-    ]
+        if ghost is not None and kinds == {ghost}:
+            kind = ghost
+        else:
+            kind = "elementwise" if kinds == {"elementwise"} else "fallback"
+        uses.append(Use(k, kind, touched, probes))
     return Program(
         tuple(nodes),
         tuple(avals),
@@ -286,6 +266,25 @@ def _analyse(
         tuple(uses),
         tuple(leaf_kind),
     )
+
+
+def _leaf_kinds(nodes: list[Node], n_leaves: int, raw_uses: list[RawUse]) -> list[str]:
+    """A ghost kind for a leaf with exactly one ghost-able use, else elementwise/fallback/unused."""
+    per_leaf: list[list[RawUse]] = [[] for _ in range(n_leaves)]
+    for use in raw_uses:
+        for leaf in use[1]:
+            per_leaf[leaf].append(use)
+    kinds = []
+    for uses_i in per_leaf:
+        if not uses_i:
+            kinds.append("unused")
+        elif len(uses_i) == 1 and uses_i[0][2] is not None:
+            kinds.append(str(uses_i[0][2]))
+        elif all(nodes[use[0]].prim.name in _ELEMENTWISE for use in uses_i):
+            kinds.append("elementwise")
+        else:
+            kinds.append("fallback")
+    return kinds
 
 
 def _ghost_kind(
