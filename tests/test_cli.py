@@ -337,7 +337,9 @@ def test_bad_options_are_usage_errors(capsys):
         with pytest.raises(SystemExit) as info:
             main(args)
         assert info.value.code == 2
-    capsys.readouterr()
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "--help" in err  # one line, like every other error
+        assert err.startswith("jaxwise ") and ": error: " in err
 
 
 # ---------------------------------------------------------------------------

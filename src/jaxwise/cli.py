@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
 from jaxwise._checks import UserError
@@ -277,9 +277,16 @@ def _add_tools(sub: Any) -> None:
     bench.set_defaults(run=commands.cmd_bench)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line (exit code 2) like every other jaxwise error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="jaxwise",
         description="JAX training that compiles once, stays finite and is verified in float64.",
     )
