@@ -20,7 +20,8 @@ from jaxwise.tree import host_copy
 
 
 def spiral_loss(params, batch):
-    return numerics.cross_entropy(mlp_apply(params, batch[0]), batch[1])
+    logits = mlp_apply(params, batch[0]).astype(jnp.float32)  # the loss itself in float32
+    return numerics.cross_entropy(logits, batch[1])
 
 
 def linear_loss(params, batch):

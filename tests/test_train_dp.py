@@ -27,9 +27,9 @@ def make_problem(n=96, seed=0):
 def sampled_rows(state_key, n, batch_size, multiple):
     """The rows each step of one Poisson epoch samples (the sampler's plan replayed outside)."""
     sampler = PoissonSampler(batch_size, multiple)
-    _, plan_key = jax.random.split(state_key)
+    keys, _ = sampler.plan(state_key, jnp.int32(0), n)
     rows = []
-    for k in sampler.plan(plan_key, n):
+    for k in keys:
         idx, mask, _ = poisson_batch(k, n, batch_size / n, sampler.width(n))
         rows.append(set(np.asarray(idx)[np.asarray(mask)].tolist()))
     return rows

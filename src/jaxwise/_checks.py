@@ -210,7 +210,7 @@ def check_array(
             raise ValueError(
                 f"`{name}` must have {want} dimension(s), got shape {tuple(value.shape)}"
             )
-    if dtype_kind is not None and np.dtype(value.dtype).kind not in dtype_kind:
+    if dtype_kind is not None and _kind(value.dtype) not in dtype_kind:
         raise TypeError(
             f"`{name}` must have a {_KIND_NAMES.get(dtype_kind, dtype_kind)} dtype, "
             f"got {value.dtype}"
@@ -269,6 +269,12 @@ def steps_per_epoch(n: int, batch_size: int) -> int:
     if batch_size > n:
         raise ValueError(f"`batch_size` ({batch_size}) must be <= the number of examples ({n})")
     return n // batch_size
+
+
+def _kind(dtype: Any) -> str:
+    """NumPy's kind code, with ml_dtypes' bfloat16/float8 (kind ``"V"``) counted as floating."""
+    dt = np.dtype(dtype)
+    return "f" if dt.kind == "V" and "float" in dt.name else dt.kind
 
 
 _KIND_NAMES = {

@@ -358,8 +358,10 @@ class PoissonSampler:
         cap = int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
         return -(-cap // self.multiple) * self.multiple
 
-    def plan(self, key: jax.Array, n: int) -> jax.Array:
-        return jax.random.split(key, self.steps(n))
+    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        del step
+        key, plan_key = jax.random.split(key)
+        return jax.random.split(plan_key, self.steps(n)), key
 
     def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
         idx, mask, overflow = poisson_batch(x, n, self.batch_size / n, self.width(n))  # x: a key
@@ -368,7 +370,13 @@ class PoissonSampler:
 
 @dataclasses.dataclass(frozen=True)
 class _DPShuffleSampler(ShuffleSampler):
-    """Fixed-size shuffled batches, reporting ``overflow = False`` like :class:`PoissonSampler`."""
+    """Fixed-size batches from a ``jax.random.permutation``; ``overflow = False`` always."""
+
+    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        del step
+        key, plan_key = jax.random.split(key)
+        order = jax.random.permutation(plan_key, n)[: self.steps(n) * self.batch_size]
+        return order.reshape(self.steps(n), self.batch_size), key
 
     def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, None, dict[str, Any]]:
         del n

@@ -144,11 +144,7 @@ def _typ(entry: tuple[str, tuple[int, ...], str, bool]) -> str:
 def _check_signature_stable(before: Any, after: Any) -> None:
     """Raise if a step changes the state's types (recompiles every step; donation unusable)."""
     old, new = type_signature(before), type_signature(after)
-    changed = [
-        f"`{a[0]}`: {_typ(a)} → {_typ(b)}"
-        for a, b in zip(old, new)
-        if a != b
-    ]
+    changed = [f"`{a[0]}`: {_typ(a)} → {_typ(b)}" for a, b in zip(old, new) if a != b]
     if len(old) != len(new):
         changed.append("the tree structure changes")
     if changed:
@@ -163,8 +159,8 @@ _LIVE_VIEW = (
     "was not deleted by the donating call: something still holds its buffer, so JAX silently "
     "skipped the donation (a second copy stays in memory and the old state stays readable). The "
     "usual cause is a live NumPy view: `np.asarray(...)` of a state array on CPU shares its "
-    "memory. Keep host copies with `jaxwise.tree.host_copy(...)` (a real copy) instead. The call's result "
-    "is in this error's `.result`"
+    "memory. Keep host copies with `jaxwise.tree.host_copy(...)` (a real copy) instead. The "
+    "call's result is in this error's `.result`"
 )
 
 
