@@ -355,9 +355,10 @@ def test_rnn_runner_compiles_once(rng):
     batches = [
         (jnp.asarray(rng.normal(size=(10, 3)), jnp.float32), jnp.arange(10) < k) for k in (3, 7, 10)
     ]
-    with CompileBudget(1, name="<lambda>"):
+    with CompileBudget(1, name="<lambda>") as budget:
         for xs, m in batches:
             runner(p, xs, m)
+    assert budget.count == 1
 
 
 def test_rnn_bad_input():
