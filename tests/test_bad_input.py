@@ -1,9 +1,14 @@
 """Table-driven bad calls at the public boundary of numerics, debug, autodiff and sequence.
 
 Every row is one bad call: it must raise the expected exception type (``TypeError`` for a
-wrong kind of value, ``ValueError`` for a wrong value) *at the boundary*, and the message
-must name the argument in backticks — never a failure deep inside JAX or NumPy.
+wrong kind of value, ``ValueError`` for a wrong value) from jaxwise's own code (the raising
+frame is in the jaxwise package), and the message must name the argument in backticks —
+never a failure deep inside JAX or NumPy.
 """
+
+
+import os
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -541,6 +546,8 @@ def test_bad_call_names_the_argument(name, call, error, argument):
     assert f"`{argument}`" in str(info.value), (
         f"{name}: message does not name `{argument}`: {info.value}"
     )
+    raised_in = traceback.extract_tb(info.tb)[-1].filename
+    assert f"{os.sep}jaxwise{os.sep}" in raised_in, f"{name}: raised in {raised_in}, not by jaxwise"
 
 
 def test_the_table_is_large_and_names_are_unique():
