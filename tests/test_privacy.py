@@ -36,7 +36,9 @@ def problem():
 
 def test_infinite_clip_and_zero_noise_is_the_mean_gradient(problem):
     params, x, y = problem
-    g, _ = dp_gradient(LOSS, params, (x, y), jax.random.key(0), clip_norm=float("inf"), noise_multiplier=0.0)
+    g, _ = dp_gradient(
+        LOSS, params, (x, y), jax.random.key(0), clip_norm=float("inf"), noise_multiplier=0.0
+    )
     mean = jax.grad(lambda p: jnp.mean(jax.vmap(LOSS, in_axes=(None, 0, 0))(p, x, y)))(params)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(mean)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
@@ -48,7 +50,7 @@ def test_clipping_bounds_every_example_and_really_clips(problem):
     norms = np.asarray(per_example_grad_norms(LOSS, params, x, y))
     assert (norms > clip).sum() >= 5 and (norms < clip).sum() >= 1
     for i in range(len(norms)):
-        summed, _ = clip_and_sum(LOSS, params, x[i:i + 1], y[i:i + 1], clip_norm=clip)
+        summed, _ = clip_and_sum(LOSS, params, x[i : i + 1], y[i : i + 1], clip_norm=clip)
         clipped = np.sqrt(sum(float(jnp.sum(leaf**2)) for leaf in jax.tree.leaves(summed)))
         assert clipped <= clip * (1 + 1e-5)
         if norms[i] > clip:
@@ -61,18 +63,49 @@ def test_noise_is_standard_normal_after_standardising():
     sigma, clip = 1.3, 0.7
     zeros = {"a": jnp.zeros(60_000), "b": jnp.zeros((200, 300))}
     noisy = add_dp_noise(zeros, jax.random.key(42), clip, sigma, batch_size=1)
-    z = np.concatenate([np.asarray(leaf).ravel() for leaf in jax.tree.leaves(noisy)]) / (sigma * clip)
+    z = np.concatenate([np.asarray(leaf).ravel() for leaf in jax.tree.leaves(noisy)]) / (
+        sigma * clip
+    )
     assert z.size >= 100_000
     assert abs(z.mean()) < 0.01 and abs(z.std() - 1.0) < 0.01
     a, b = np.asarray(noisy["a"][:1000]), np.asarray(noisy["b"]).ravel()[:1000]
-    assert abs(np.corrcoef(a, b)[0, 1]) < 0.1  # independent keys per leaf
+    assert abs(np.corrcoef(a, b)[0, 1]) < 0.1  # leaves get different slices of the one draw
     halved = add_dp_noise(zeros, jax.random.key(42), clip, sigma, batch_size=2)
     np.testing.assert_allclose(np.asarray(halved["a"]), np.asarray(noisy["a"]) / 2, rtol=1e-6)
 
 
+def test_dp_noise_std_is_sigma_c_over_b_over_many_draws():
+    sigma, clip, batch = 1.1, 0.5, 64
+    zeros = {"w": jnp.zeros((50, 40)), "b": jnp.zeros(40), "s": jnp.zeros(())}
+    draw = jax.jit(jax.vmap(lambda k: add_dp_noise(zeros, k, clip, sigma, batch)))
+    samples = draw(jax.random.split(jax.random.key(3), 200))  # 200 draws of 2,041 parameters
+    flat = np.concatenate(
+        [np.asarray(leaf, np.float64).reshape(200, -1) for leaf in jax.tree.leaves(samples)], 1
+    )
+    expected = sigma * clip / batch
+    assert abs(flat.std() / expected - 1) < 0.02
+    per_param = (
+        flat.std(axis=0) / expected
+    )  # every parameter, the scalar leaf included, gets the same noise
+    assert abs(per_param.mean() - 1) < 0.02 and per_param.min() > 0.7
+    corr = np.corrcoef(flat[:, :50].T)
+    assert np.abs(corr[np.triu_indices(50, 1)]).max() < 0.35  # independent entries
+    assert abs(np.corrcoef(flat[:, 0], flat[:, -1])[0, 1]) < 0.3
+
+
+def test_noise_draw_is_one_random_kernel():
+    zeros = {f"l{i}": jnp.zeros((8, 8)) for i in range(6)}
+    jaxpr = str(jax.make_jaxpr(lambda k: add_dp_noise(zeros, k, 1.0, 1.0, 4))(jax.random.key(0)))
+    assert jaxpr.count("random_bits") == 1 and "random_split" not in jaxpr
+
+
 def test_same_key_same_result_different_key_different(problem):
     params, x, y = problem
-    run = lambda k: dp_gradient(LOSS, params, (x, y), jax.random.key(k), clip_norm=1.0, noise_multiplier=1.0)[0]  # noqa: E731
+
+    def run(k):
+        key = jax.random.key(k)
+        return dp_gradient(LOSS, params, (x, y), key, clip_norm=1.0, noise_multiplier=1.0)[0]
+
     a, b, c = run(1), run(1), run(2)
     for la, lb, lc in zip(jax.tree.leaves(a), jax.tree.leaves(b), jax.tree.leaves(c)):
         np.testing.assert_array_equal(np.asarray(la), np.asarray(lb))
@@ -82,8 +115,8 @@ def test_same_key_same_result_different_key_different(problem):
 def test_ghost_and_chunked_dp_gradients_agree(problem):
     params, x, y = problem
     key = jax.random.key(3)
-    ref, ref_norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8)
-    for kwargs in ({"method": "ghost"}, {"chunk_size": 5}):
+    ref, ref_norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8, method="vmap")
+    for kwargs in ({"method": "ghost"}, {"method": "auto"}, {"chunk_size": 5, "method": "chunked"}):
         g, norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8, **kwargs)
         np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
         for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref)):
@@ -93,22 +126,45 @@ def test_ghost_and_chunked_dp_gradients_agree(problem):
 def test_accumulation_adds_noise_once(problem):
     params, x, y = problem
     micro = (x.reshape(4, 8, 6), y.reshape(4, 8))
-    clean_acc, norms = dp_gradient_accumulated(LOSS, params, micro, jax.random.key(0), 1.0, 0.0, expected_batch_size=32)
+    clean_acc, norms = dp_gradient_accumulated(
+        LOSS, params, micro, jax.random.key(0), 1.0, 0.0, expected_batch_size=32
+    )
     clean, _ = dp_gradient(LOSS, params, (x, y), jax.random.key(0), 1.0, 0.0)
     for a, b in zip(jax.tree.leaves(clean_acc), jax.tree.leaves(clean)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
     assert norms.shape == (4, 8)
     sigma = 2.0
     samples = []
+    noisy_fn = jax.jit(
+        lambda k: dp_gradient_accumulated(
+            LOSS, params, micro, k, 1.0, sigma, expected_batch_size=32
+        )
+    )
     for k in range(40):
-        noisy, _ = dp_gradient_accumulated(LOSS, params, micro, jax.random.key(k), 1.0, sigma, expected_batch_size=32)
-        samples.append(np.concatenate([(np.asarray(a) - np.asarray(b)).ravel()
-                                       for a, b in zip(jax.tree.leaves(noisy), jax.tree.leaves(clean))]))
+        noisy, _ = noisy_fn(jax.random.key(k))
+        samples.append(
+            np.concatenate(
+                [
+                    (np.asarray(a) - np.asarray(b)).ravel()
+                    for a, b in zip(jax.tree.leaves(noisy), jax.tree.leaves(clean))
+                ]
+            )
+        )
     std = np.std(np.concatenate(samples)) * 32 / sigma
     assert 0.9 < std < 1.1  # once: σC/B; per micro-batch it would be √4 = 2 times larger
-    masked, _ = dp_gradient_accumulated(LOSS, params, micro, jax.random.key(0), 1.0, 0.0, expected_batch_size=32,
-                                        mask=jnp.ones((4, 8), bool).at[3].set(False))
-    first_three, _ = dp_gradient(LOSS, params, (x[:24], y[:24]), jax.random.key(0), 1.0, 0.0, expected_batch_size=32)
+    masked, _ = dp_gradient_accumulated(
+        LOSS,
+        params,
+        micro,
+        jax.random.key(0),
+        1.0,
+        0.0,
+        expected_batch_size=32,
+        mask=jnp.ones((4, 8), bool).at[3].set(False),
+    )
+    first_three, _ = dp_gradient(
+        LOSS, params, (x[:24], y[:24]), jax.random.key(0), 1.0, 0.0, expected_batch_size=32
+    )
     for a, b in zip(jax.tree.leaves(masked), jax.tree.leaves(first_three)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
@@ -116,9 +172,17 @@ def test_accumulation_adds_noise_once(problem):
 @pytest.mark.parametrize("accountant", ["rdp", "pld"])
 def test_epsilon_equals_dp_accounting(accountant):
     sigma, q, steps, delta = 1.1, 0.01, 500, 1e-5
-    direct = dp_accounting.rdp.RdpAccountant() if accountant == "rdp" else dp_accounting.pld.PLDAccountant()
-    direct.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
-    assert epsilon(sigma, q, steps, delta, accountant=accountant) == pytest.approx(direct.get_epsilon(delta), rel=1e-9)
+    direct = (
+        dp_accounting.rdp.RdpAccountant()
+        if accountant == "rdp"
+        else dp_accounting.pld.PLDAccountant()
+    )
+    direct.compose(
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
+    )
+    assert epsilon(sigma, q, steps, delta, accountant=accountant) == pytest.approx(
+        direct.get_epsilon(delta), rel=1e-9
+    )
     assert epsilon(0.0, q, steps, delta) == float("inf")
 
 
@@ -142,8 +206,17 @@ def test_noise_multiplier_for_round_trips():
         (lambda: epsilon(1.0, 0.1, 10, 1e-5, accountant="moments"), ValueError, "accountant"),
         (lambda: noise_multiplier_for(1e-9, 1e-5, 1.0, 10**6), ValueError, "unreachable"),
         (lambda: noise_multiplier_for(0.0, 1e-5, 0.1, 10), ValueError, "target_epsilon"),
-        (lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 0.0, 1.0, 1), ValueError, "clip_norm"),
-        (lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 1.0, -0.5, 1), ValueError, "noise_multiplier"),
+        (
+            lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 0.0, 1.0, 1),
+            ValueError,
+            "clip_norm",
+        ),
+        (
+            lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 1.0, -0.5, 1),
+            ValueError,
+            "noise_multiplier",
+        ),
+        (lambda: add_dp_noise({"a": jnp.zeros(2)}, 0, 1.0, 0.5, 1), TypeError, "key"),
         (lambda: poisson_batch(jax.random.key(0), 10, 0.0, 5), ValueError, "sample_rate"),
         (lambda: shuffled_batches(jax.random.key(0), 10, 11), ValueError, "batch_size"),
     ],
@@ -182,7 +255,9 @@ def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampling):
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.25, seed=1)
     train = (jnp.asarray(xtr), jnp.asarray(ytr))
     tx = optim.sgd(0.5, momentum=0.9)
-    dp_epoch = make_dp_train_epoch(LOSS, tx, batch_size=100, clip_norm=1.0, noise_multiplier=1.1, sampling=sampling)
+    dp_epoch = make_dp_train_epoch(
+        LOSS, tx, batch_size=100, clip_norm=1.0, noise_multiplier=1.1, sampling=sampling
+    )
     state = TrainState.create(init_mlp(jax.random.key(0), (20, 10)), tx, jax.random.key(1))
     with CompileBudget(1, dp_epoch, exact=True):
         state, metrics = _train(dp_epoch, state, train, 8)
@@ -198,7 +273,10 @@ def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampling):
     from jaxwise.train import make_train_epoch
 
     plain, _ = _train(make_train_epoch(loss, tx, 100), plain, train, 8)
-    assert float(jnp.mean(mlp_apply(plain.params, jnp.asarray(xte)).argmax(-1) == jnp.asarray(yte))) > 0.9
+    assert (
+        float(jnp.mean(mlp_apply(plain.params, jnp.asarray(xte)).argmax(-1) == jnp.asarray(yte)))
+        > 0.9
+    )
 
 
 def test_dp_epoch_input_checks():
@@ -210,4 +288,6 @@ def test_dp_epoch_input_checks():
     with pytest.raises(TypeError, match="tuple"):
         epoch(state, [jnp.ones((100, 3)), jnp.zeros(100, jnp.int32)])
     with pytest.raises(ValueError, match="sampling"):
-        make_dp_train_epoch(LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, sampling="uniform")
+        make_dp_train_epoch(
+            LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, sampling="uniform"
+        )

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxwise._checks import check_choice, check_int
+from jaxwise._checks import check_choice, check_float, check_int, check_key, check_probability
 from jaxwise.per_example import LossSingle, batch_size_of, check_clip_norm, clip_and_sum
 from jaxwise.train import Gradients, ShuffleSampler, TrainEpoch, make_train_epoch
 
@@ -61,18 +61,21 @@ __all__ = [
 
 
 def _check_noise(noise_multiplier: Any) -> None:
-    if isinstance(noise_multiplier, bool) or not isinstance(noise_multiplier, (int, float, np.floating)):
-        raise TypeError(f"`noise_multiplier` must be a number, got {noise_multiplier!r}")
-    if not np.isfinite(noise_multiplier) or noise_multiplier < 0:
-        raise ValueError(f"`noise_multiplier` must be a finite number >= 0, got {noise_multiplier!r}")
+    check_float(noise_multiplier, "noise_multiplier", min_value=0.0)
 
 
-def add_dp_noise(summed: Any, key: jax.Array, clip_norm: float, noise_multiplier: float, batch_size: Any) -> Any:
-    """``(summed + N(0, σ²C²)) / batch_size`` with an independent key per leaf.
+def add_dp_noise(
+    summed: Any, key: jax.Array, clip_norm: float, noise_multiplier: float, batch_size: Any
+) -> Any:
+    """``(summed + N(0, σ²C²)) / batch_size``: ONE normal draw over all parameters.
+
+    The noise for every leaf comes from a single ``jax.random.normal`` of the
+    total parameter count, sliced per leaf (no per-leaf key splitting, one
+    random-bits kernel); entries are independent across and within leaves.
 
     Args:
-      summed: the sum of clipped per-example gradients (a pytree).
-      key: a PRNG key, split once per leaf.
+      summed: the sum of clipped per-example gradients (a pytree of float arrays).
+      key: a PRNG key.
       clip_norm: ``C``; noise_multiplier: ``σ``.
       batch_size: the denominator (the *expected* batch size under Poisson
         sampling, see the module notes).
@@ -84,11 +87,22 @@ def add_dp_noise(summed: Any, key: jax.Array, clip_norm: float, noise_multiplier
     """
     check_clip_norm(clip_norm)
     _check_noise(noise_multiplier)
+    check_key(key)
     leaves, treedef = jax.tree.flatten(summed)
-    keys = jax.random.split(key, len(leaves))
-    std = noise_multiplier * clip_norm if noise_multiplier else 0.0  # σ = 0: no noise, even with C = inf
-    noisy = [(x + std * jax.random.normal(k, x.shape, x.dtype) if std else x) / jnp.asarray(batch_size, x.dtype)
-             for x, k in zip(leaves, keys)]
+    std = (
+        float(noise_multiplier) * float(clip_norm) if noise_multiplier else 0.0
+    )  # σ = 0: none, even with C = inf
+    if not std or not leaves:
+        return jax.tree.unflatten(treedef, [x / jnp.asarray(batch_size, x.dtype) for x in leaves])
+    sizes = [int(np.size(x)) for x in leaves]
+    dtypes = {jnp.dtype(x.dtype) for x in leaves}
+    dtype = dtypes.pop() if len(dtypes) == 1 else jnp.dtype(jnp.float32)
+    noise = jax.random.normal(key, (sum(sizes),), dtype)
+    offsets = np.cumsum([0, *sizes])
+    noisy = [
+        (x + std * noise[a:b].reshape(x.shape).astype(x.dtype)) / jnp.asarray(batch_size, x.dtype)
+        for x, a, b in zip(leaves, offsets[:-1], offsets[1:])
+    ]
     return jax.tree.unflatten(treedef, noisy)
 
 
@@ -100,7 +114,7 @@ def dp_gradient(
     clip_norm: float,
     noise_multiplier: float,
     chunk_size: int | str | None = None,
-    method: str = "vmap",
+    method: str = "auto",
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
 ) -> tuple[Any, jax.Array]:
@@ -126,11 +140,20 @@ def dp_gradient(
         ([0.3, 0.9], [5.0, 1.0])
     """
     if not isinstance(batch, tuple):
-        raise TypeError(f"`batch` must be a tuple of arrays (e.g. (x, y)), got {type(batch).__name__}")
+        raise TypeError(
+            f"`batch` must be a tuple of arrays (e.g. (x, y)), got {type(batch).__name__}"
+        )
     n = batch_size_of(batch)
     weights = None if mask is None else jnp.asarray(mask).astype(jnp.float32)
-    summed, norms = clip_and_sum(loss_single, params, *batch, clip_norm=clip_norm, chunk_size=chunk_size,
-                                 method=method, weights=weights)
+    summed, norms = clip_and_sum(
+        loss_single,
+        params,
+        *batch,
+        clip_norm=clip_norm,
+        chunk_size=chunk_size,
+        method=method,
+        weights=weights,
+    )
     denominator = n if expected_batch_size is None else expected_batch_size
     return add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator), norms
 
@@ -145,7 +168,7 @@ def dp_gradient_accumulated(
     expected_batch_size: float,
     mask: jax.Array | None = None,
     chunk_size: int | None = None,
-    method: str = "vmap",
+    method: str = "auto",
 ) -> tuple[Any, jax.Array]:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.
 
@@ -159,18 +182,29 @@ def dp_gradient_accumulated(
       ``(noisy mean gradient, norms (M, m))``.
     """
     if not isinstance(microbatches, tuple):
-        raise TypeError(f"`microbatches` must be a tuple of arrays, got {type(microbatches).__name__}")
+        raise TypeError(
+            f"`microbatches` must be a tuple of arrays, got {type(microbatches).__name__}"
+        )
     m = batch_size_of(microbatches, "microbatches")
     inner = jax.tree.leaves(microbatches)[0].shape[1]
-    weights = jnp.ones((m, inner), jnp.float32) if mask is None else jnp.asarray(mask).astype(jnp.float32)
+    weights = (
+        jnp.ones((m, inner), jnp.float32) if mask is None else jnp.asarray(mask).astype(jnp.float32)
+    )
     if weights.shape != (m, inner):
         raise ValueError(f"`mask` must have shape ({m}, {inner}), got {weights.shape}")
     zero = jax.tree.map(jnp.zeros_like, params)
 
     def accumulate(total: Any, xs: tuple) -> tuple[Any, jax.Array]:
         micro, w = xs
-        summed, norms = clip_and_sum(loss_single, params, *micro, clip_norm=clip_norm, chunk_size=chunk_size,
-                                     method=method, weights=w)
+        summed, norms = clip_and_sum(
+            loss_single,
+            params,
+            *micro,
+            clip_norm=clip_norm,
+            chunk_size=chunk_size,
+            method=method,
+            weights=w,
+        )
         return jax.tree.map(jnp.add, total, summed), norms
 
     total, norms = jax.lax.scan(accumulate, zero, (microbatches, weights))
@@ -182,7 +216,9 @@ def dp_gradient_accumulated(
 # --------------------------------------------------------------------------
 
 
-def poisson_batch(key: jax.Array, n: int, sample_rate: float, max_batch_size: int) -> tuple[jax.Array, jax.Array, jax.Array]:
+def poisson_batch(
+    key: jax.Array, n: int, sample_rate: float, max_batch_size: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Poisson sampling inside ``jit``: ``(indices (max,), mask (max,), overflow)``.
 
     Each of the ``n`` examples is included independently with probability
@@ -199,10 +235,10 @@ def poisson_batch(key: jax.Array, n: int, sample_rate: float, max_batch_size: in
         >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over)
         ((100,), True, False)
     """
-    if not 0.0 < sample_rate <= 1.0:
-        raise ValueError(f"`sample_rate` must be in (0, 1], got {sample_rate}")
-    if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
-        raise ValueError(f"`max_batch_size` must be a positive int, got {max_batch_size!r}")
+    check_probability(sample_rate, "sample_rate", open_low=True)
+    check_int(max_batch_size, "max_batch_size", min_value=1)
+    check_int(n, "n", min_value=1)
+    check_key(key)
     chosen = jax.random.bernoulli(key, sample_rate, (n,))
     count = jnp.sum(chosen.astype(jnp.int32))
     (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
@@ -211,12 +247,13 @@ def poisson_batch(key: jax.Array, n: int, sample_rate: float, max_batch_size: in
 
 
 def shuffled_batches(key: jax.Array, n: int, batch_size: int) -> jax.Array:
-    """Fixed-size batches from one shuffle: indices ``(n // batch_size, batch_size)`` (remainder dropped).
+    """Fixed-size batches from one shuffle: indices ``(n // batch_size, batch_size)``, rest dropped.
 
     Not covered by the Poisson-sampling analysis of :func:`epsilon`.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= n:
-        raise ValueError(f"`batch_size` must be an int in [1, {n}], got {batch_size!r}")
+    check_int(n, "n", min_value=1)
+    check_int(batch_size, "batch_size", min_value=1, max_value=n)
+    check_key(key)
     steps = n // batch_size
     return jax.random.permutation(key, n)[: steps * batch_size].reshape(steps, batch_size)
 
@@ -227,12 +264,9 @@ def shuffled_batches(key: jax.Array, n: int, batch_size: int) -> jax.Array:
 
 
 def _check_accounting(sample_rate: float, steps: int, delta: float) -> None:
-    if not 0.0 < sample_rate <= 1.0:
-        raise ValueError(f"`sample_rate` must be in (0, 1], got {sample_rate}")
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"`steps` must be a positive int, got {steps!r}")
-    if not 0.0 < delta < 1.0:
-        raise ValueError(f"`delta` must be in (0, 1), got {delta}")
+    check_probability(sample_rate, "sample_rate", open_low=True)
+    check_int(steps, "steps", min_value=1)
+    check_probability(delta, "delta", open_low=True, open_high=True)
 
 
 def _accountant(kind: str) -> Any:
@@ -249,11 +283,16 @@ def _event(noise_multiplier: float, sample_rate: float, steps: int) -> Any:
     import dp_accounting
 
     return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)), int(steps)
+        dp_accounting.PoissonSampledDpEvent(
+            sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)
+        ),
+        int(steps),
     )
 
 
-def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "rdp") -> float:
+def epsilon(
+    noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "rdp"
+) -> float:
     """ε of DP-SGD with Poisson sampling, from dp-accounting (RDP by default, ``"pld"`` optional).
 
     Args:
@@ -279,7 +318,7 @@ def epsilon(noise_multiplier: float, sample_rate: float, steps: int, delta: floa
 def noise_multiplier_for(
     target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "rdp"
 ) -> float:
-    """The smallest σ whose ε (Poisson-sampled Gaussian, ``steps`` steps) is at most ``target_epsilon``.
+    """The smallest σ whose ε (Poisson-sampled Gaussian, ``steps`` steps) is ``<= target_epsilon``.
 
     Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection). Raises
     ``ValueError`` if the target is unreachable with σ ≤ 1e4.
@@ -291,24 +330,26 @@ def noise_multiplier_for(
     """
     import dp_accounting
 
-    if isinstance(target_epsilon, bool) or not isinstance(target_epsilon, (int, float)) or not target_epsilon > 0:
-        raise ValueError(f"`target_epsilon` must be a number > 0, got {target_epsilon!r}")
+    check_float(target_epsilon, "target_epsilon", min_value=0.0, min_inclusive=False)
     _check_accounting(sample_rate, steps, delta)
     _accountant(accountant)
     upper = 1e4
     if epsilon(upper, sample_rate, steps, delta, accountant) > target_epsilon:
         raise ValueError(
-            f"`target_epsilon` {target_epsilon} is unreachable: even noise_multiplier={upper:g} gives more "
+            f"`target_epsilon` {target_epsilon} is unreachable: even "
+            f"noise_multiplier={upper:g} gives more "
             f"(sample_rate={sample_rate}, steps={steps}, delta={delta})"
         )
-    return float(dp_accounting.calibrate_dp_mechanism(
-        lambda: _accountant(accountant),
-        lambda sigma: _event(sigma, sample_rate, steps),
-        target_epsilon,
-        delta,
-        bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
-        tol=1e-4,
-    ))
+    return float(
+        dp_accounting.calibrate_dp_mechanism(
+            lambda: _accountant(accountant),
+            lambda sigma: _event(sigma, sample_rate, steps),
+            target_epsilon,
+            delta,
+            bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
+            tol=1e-4,
+        )
+    )
 
 
 # --------------------------------------------------------------------------
@@ -393,8 +434,15 @@ def _dp_gradient_fn(loss_single: LossSingle, config: DPConfig) -> Callable[..., 
                 f"{type(batch).__name__}"
             )
         grads, norms = dp_gradient(
-            loss_single, params, batch, key, config.clip_norm, config.noise_multiplier,
-            chunk_size=config.chunk_size, method=config.method, mask=mask,
+            loss_single,
+            params,
+            batch,
+            key,
+            config.clip_norm,
+            config.noise_multiplier,
+            chunk_size=config.chunk_size,
+            method=config.method,
+            mask=mask,
             expected_batch_size=float(config.batch_size),
         )
         real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
@@ -459,15 +507,22 @@ def make_dp_train_epoch(
     _check_noise(noise_multiplier)
     sampling = check_choice(sampling, "sampling", ("poisson", "shuffle"))
     batch_size = check_int(batch_size, "batch_size", min_value=1)
-    config = DPConfig(float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size,
-                      method)
+    config = DPConfig(
+        float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size, method
+    )
     multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
     sampler: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
     if sampling == "poisson":
         sampler = PoissonSampler(batch_size, multiple)
     epoch = make_train_epoch(
-        loss_single, optimizer, batch_size, gradient=_dp_gradient_fn(loss_single, config),
-        sampler=sampler, mesh=mesh, skip_nonfinite=skip_nonfinite, donate=donate,
+        loss_single,
+        optimizer,
+        batch_size,
+        gradient=_dp_gradient_fn(loss_single, config),
+        sampler=sampler,
+        mesh=mesh,
+        skip_nonfinite=skip_nonfinite,
+        donate=donate,
     )
     epoch.config = config
     return epoch
