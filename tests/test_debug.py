@@ -252,13 +252,15 @@ def test_nan_in_an_argument_is_reported_as_such():
 
 
 def test_cond_branch_is_followed():
+    def log_branch(v):
+        return jnp.log(v)  # LINE: cond_branch
+
     def branchy(x):
-        return jax.lax.cond(
-            x[0] > 0, lambda v: v + 1.0, lambda v: jnp.log(v), x
-        )  # LINE: cond_branch
+        return jax.lax.cond(x[0] > 0, lambda v: v + 1.0, log_branch, x)
 
     report = locate_nan(jax.jit(branchy), jnp.asarray([-1.0, 2.0]))
     assert report.primitive == "log" and report.frame.line == _line_of("cond_branch")
+    assert report.frame.function.endswith("log_branch")
 
 
 def test_locate_nan_does_not_recompile_the_users_program():
