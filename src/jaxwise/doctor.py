@@ -152,7 +152,8 @@ def check_debug_nans_after_vmap(isolated: bool = True) -> Check:
         name,
         "WARN",
         "jax_debug_nans silently stops checking already-compiled jit functions once vmap ran in "
-        "the process; call jax.clear_caches() after enabling it (jaxwise.debug.locate_nan does)",
+        "the process; call jax.clear_caches() after enabling it, or use jaxwise.debug.locate_nan "
+        "(an equation-by-equation replay that needs no flag)",
     )
 
 
