@@ -4,6 +4,12 @@
   with vs without donation: the saving should equal one copy of the state.
 - One epoch of the spiral MLP as one ``lax.scan`` program vs the idiomatic
   Python loop of jitted steps (NumPy shuffling, one dispatch per batch).
+- The per-call donation audit (every call checks that no state leaf was
+  already deleted, that the batch is not part of the state, and afterwards
+  that every donated leaf really was deleted): spiral epoch with the audit
+  vs without (target: ≤ 1.05×).
+- Mixed precision: a bf16-compute step vs float32 (CPU: context only, CPUs
+  have no bf16 arithmetic units).
 - Data parallel on 4 fake CPU devices vs 1 (context only: fake devices share
   the same two cores).
 """
@@ -16,8 +22,8 @@ import functools  # noqa: E402
 
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
-
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section  # noqa: E402
+
 from jaxwise import data, models, numerics, optim  # noqa: E402
 from jaxwise.train import TrainState, data_mesh, make_train_epoch, make_train_step  # noqa: E402
 from jaxwise.tree import param_table  # noqa: E402
@@ -25,6 +31,11 @@ from jaxwise.tree import param_table  # noqa: E402
 
 def loss_fn(params, batch):
     return numerics.cross_entropy(models.mlp_apply(params, batch[0]), batch[1])
+
+
+def bf16_loss_fn(params, batch):
+    logits = models.mlp_apply(params, batch[0]).astype(jnp.float32)
+    return numerics.cross_entropy(logits, batch[1])
 
 
 def donation_memory():
@@ -42,7 +53,10 @@ def donation_memory():
         ["without donation", f"{peaks[False] / 2**20:.2f} MiB"],
         ["with donation", f"{peaks[True] / 2**20:.2f} MiB"],
         ["saving", f"{saving / 2**20:.2f} MiB"],
-        ["one copy of the state (params + Adam moments + step + key)", f"{state_bytes / 2**20:.2f} MiB"],
+        [
+            "one copy of the state (params + Adam moments + step + key)",
+            f"{state_bytes / 2**20:.2f} MiB",
+        ],
         ["saving / state size", f"**{saving / state_bytes:.3f}**"],
     ]
     return table(["AdamW step, MLP " + "→".join(map(str, sizes)), "peak memory"], rows)
@@ -71,16 +85,66 @@ def epoch_vs_loop():
     def python_loop():
         order = rng.permutation(len(xtr))
         for i in range(n_batches):
-            idx = order[i * 128:(i + 1) * 128]
+            idx = order[i * 128 : (i + 1) * 128]
             box_loop["s"], metrics = step(box_loop["s"], (xtr[idx], ytr[idx]))
         return metrics["loss"]
 
-    t_scan, t_loop = interleaved_times([scanned, python_loop], repeat=15 if not QUICK else 5, number=5)
+    t_scan, t_loop = interleaved_times(
+        [scanned, python_loop], repeat=15 if not QUICK else 5, number=5
+    )
     rows = [
-        ["one `lax.scan` program per epoch (`make_train_epoch`)", fmt_time(t_scan), f"**{t_scan / t_loop:.2f}**"],
+        [
+            "one `lax.scan` program per epoch (`make_train_epoch`)",
+            fmt_time(t_scan),
+            f"**{t_scan / t_loop:.2f}**",
+        ],
         [f"Python loop of {n_batches} jitted steps (NumPy shuffle)", fmt_time(t_loop), "1.00"],
     ]
     return table(["spiral epoch (1440 examples, batch 128)", "time per epoch", "ratio"], rows)
+
+
+def audit_overhead():
+    tx, device_data, _ = spiral_setup()
+    audited = make_train_epoch(loss_fn, tx, 128)
+    unaudited = make_train_epoch(loss_fn, tx, 128, audit=False)
+    boxes = [{"s": TrainState.create(models.init_mlp(0), tx, 1)} for _ in range(2)]
+
+    def run(epoch, box):
+        box["s"], metrics = epoch(box["s"], device_data)
+        return metrics["loss"]
+
+    t_on, t_off = interleaved_times(
+        [functools.partial(run, audited, boxes[0]), functools.partial(run, unaudited, boxes[1])],
+        repeat=21 if not QUICK else 5,
+        number=5,
+    )
+    rows = [
+        ["audited on every call (default)", fmt_time(t_on), f"**{t_on / t_off:.3f}**"],
+        ["`audit=False`", fmt_time(t_off), "1.000"],
+    ]
+    return table(["spiral epoch, donation audit", "time per epoch", "ratio"], rows)
+
+
+def mixed_precision():
+    tx = optim.adam(1e-3)
+    sizes = (64, 512, 512, 10)
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(256, 64)), jnp.float32)
+    y = jnp.asarray(np.random.default_rng(1).integers(0, 10, 256), jnp.int32)
+    steps = {
+        "float32": make_train_step(loss_fn, tx),
+        "bfloat16 compute, float32 master weights": make_train_step(
+            bf16_loss_fn, tx, compute_dtype=jnp.bfloat16
+        ),
+    }
+    boxes = {name: {"s": TrainState.create(models.init_mlp(0, sizes), tx, 0)} for name in steps}
+
+    def run(name):
+        boxes[name]["s"], m = steps[name](boxes[name]["s"], (x, y))
+        return m["loss"]
+
+    times = interleaved_times([functools.partial(run, n) for n in steps], repeat=9, number=3)
+    rows = [[n, fmt_time(t), f"{t / times[0]:.2f}"] for n, t in zip(steps, times)]
+    return table(["Adam step, batch 256, MLP 64→512→512→10 (CPU)", "time", "ratio"], rows)
 
 
 def data_parallel():
@@ -97,17 +161,34 @@ def data_parallel():
         box["s"], m = step(box["s"], batch)
         return m["loss"]
 
-    t1, t4 = interleaved_times([functools.partial(run, single, boxes[0], (x, y)),
-                                functools.partial(run, parallel, boxes[1], sharded)], repeat=9, number=3)
-    rows = [["1 device", fmt_time(t1), "1.00"], ["4 fake CPU devices (same 2 cores)", fmt_time(t4), f"{t4 / t1:.2f}"]]
+    t1, t4 = interleaved_times(
+        [
+            functools.partial(run, single, boxes[0], (x, y)),
+            functools.partial(run, parallel, boxes[1], sharded),
+        ],
+        repeat=9,
+        number=3,
+    )
+    rows = [
+        ["1 device", fmt_time(t1), "1.00"],
+        ["4 fake CPU devices (same 2 cores)", fmt_time(t4), f"{t4 / t1:.2f}"],
+    ]
     return table(["data-parallel Adam step, batch 1024, MLP 64→512→512→10", "time", "ratio"], rows)
 
 
 def run() -> None:
-    body = "\n\n".join([donation_memory(), epoch_vs_loop(), data_parallel()])
-    body += ("\n\nFake CPU devices share the machine's cores, so the data-parallel line is context "
-             "only (it measures the partitioning overhead, not a speed-up).")
-    write_section("train", "Training: donation, scanned epochs, data parallelism", body)
+    body = "\n\n".join(
+        [donation_memory(), epoch_vs_loop(), audit_overhead(), mixed_precision(), data_parallel()]
+    )
+    body += (
+        "\n\nFake CPU devices share the machine's cores, so the data-parallel line is context "
+        "only (it measures the partitioning overhead, not a speed-up)."
+    )
+    write_section(
+        "train",
+        "Training: donation, scanned epochs, audit, mixed precision, data parallelism",
+        body,
+    )
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
-from jaxwise.compilation import CompileBudget
+from jaxwise.compilation import CompileBudget, CompileCounter
 from jaxwise.train import (
     CheckpointError,
     DonationError,
@@ -900,3 +900,15 @@ def test_nnx_batchnorm_trains_with_model_state(kind):
     assert int(metrics["skipped"]) == 1
     for a, b in zip(jax.tree.leaves(host_copy(state)), jax.tree.leaves(snapshot), strict=True):
         assert a.tobytes() == b.tobytes()
+
+
+def test_create_compiles_one_program_for_any_number_of_states(key):
+    from jaxwise.train._state import _build_jit
+
+    params, stats = bn_init(key)
+    tx = optim.adamw(1e-3)
+    with CompileCounter(_build_jit) as counter:
+        states = [TrainState.create(params, tx, i, model_state=stats) for i in range(3)]
+    assert counter.count == 1
+    assert all(s.params["dense_0"]["w"] is not params["dense_0"]["w"] for s in states)
+    assert all(not s.model_state["mean"].is_deleted() for s in states)

@@ -144,7 +144,8 @@ class TrainEpoch(Program):
 
             def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
                 idx, mask, drawn = sampler.draw(x, n)
-                batch = jax.tree.map(lambda a: jnp.take(a, idx, axis=0), data)
+                # indices are always in range: "clip" skips the out-of-bounds fill selects
+                batch = jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="clip"), data)
                 carry, metrics = update(carry, batch, mask)
                 return carry, {**metrics, **drawn}
 
