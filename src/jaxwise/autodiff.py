@@ -10,7 +10,7 @@ of two gradients, :func:`cg_solve` solves ``H d = −g`` with those products, an
 :func:`newton_cg_step` combines them (truncated CG that stops at negative
 curvature, and a backtracking line search, so it descends from any start).
 
-Example:
+Examples:
     >>> import jax.numpy as jnp
     >>> f = lambda x: jnp.sum(x ** 3)
     >>> hvp(f, jnp.asarray([1.0, 2.0]), jnp.asarray([1.0, 0.0])).tolist()
@@ -121,7 +121,7 @@ def jacobian_mode(
     lowered on its own (e.g. it closes over values traced by an outer ``jit``), the size
     rule decides: forward when the inputs are fewer than the outputs.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tall = jacobian_mode(lambda x: jnp.tile(x, 100), jnp.ones(3))
         >>> tall, jacobian_mode(jnp.sum, jnp.ones(300))
@@ -156,7 +156,7 @@ def jacobian(
     ``"fwd"``/``"rev"`` force ``jax.jacfwd``/``jax.jacrev``. Pytree inputs
     and outputs and ``has_aux`` work as in JAX.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> a = jnp.asarray([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
         >>> jacobian(lambda x: a @ x)(jnp.ones(2)).tolist()
@@ -191,7 +191,7 @@ def jvp_many(f: Callable[[Any], Any], x: Any, tangents: Any) -> tuple[Any, Any]:
       ``(f(x), jvps)`` where ``jvps`` has the structure of ``f(x)`` with a
       leading batch axis.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> y, jvps = jvp_many(lambda x: x ** 2, jnp.asarray([1.0, 3.0]), jnp.eye(2))
         >>> jvps.tolist()
@@ -225,7 +225,7 @@ def hvp(f: Callable[..., jax.Array], x: Any, v: Any, *args: Any, method: str = "
     ``"rev_fwd"`` (``grad`` of the directional derivative). All cost a small
     constant times a gradient and memory linear in ``x``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> f = lambda x, a: 0.5 * x @ a @ x
         >>> a = jnp.asarray([[2.0, 1.0], [1.0, 3.0]])
@@ -278,7 +278,7 @@ def cg_solve(matvec: Callable[[Any], Any], b: Any, iters: int, tol: float | None
     Returns:
       ``x`` (a pytree like ``b``).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> a = jnp.asarray([[4.0, 1.0], [1.0, 3.0]])
         >>> x = cg_solve(lambda v: a @ v, jnp.asarray([1.0, 2.0]), iters=2)
@@ -447,7 +447,7 @@ def newton_cg_step(
       Newton-CG); Steihaug, "The conjugate gradient method and trust regions in large scale
       optimization", SIAM J. Numer. Anal. 1983.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> f = lambda x: jnp.sum((x - 3.0) ** 2)
         >>> newton_cg_step(f, jnp.zeros(2), cg_iters=2)[0].tolist()
@@ -476,7 +476,7 @@ def newton_cg(
     start with negative curvature it still ends at a minimum (truncated CG + line search).
     Compiles two programs (the step and the final gradient norm), once per shape.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> f = lambda x: jnp.sum(jnp.cosh(x))
         >>> x, history = newton_cg(f, jnp.asarray([1.0, -2.0]), steps=10)

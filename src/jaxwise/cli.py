@@ -12,7 +12,7 @@ option, bad file, existing output): one line ``jaxwise: error: …`` on stderr; 
 Pillars are imported lazily, per subcommand: ``jaxwise --help``, ``--version`` and
 ``jaxwise lint`` never import JAX.
 
-Example:
+Examples:
     >>> build_parser().parse_args(["spiral", "--epochs", "3"]).epochs
     3
 """

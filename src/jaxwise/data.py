@@ -3,7 +3,7 @@
 Generators use NumPy's seeded ``Generator`` (no JAX compilation, identical
 on every machine for a given seed).
 
-Example:
+Examples:
     >>> x, y = make_spiral(seed=0)
     >>> x.shape, x.dtype, y.dtype, sorted(set(y.tolist()))
     ((1800, 2), dtype('float32'), dtype('int32'), [0, 1, 2])
@@ -52,7 +52,7 @@ def make_spiral(
     Returns:
       ``(x, y)``: float32 ``(n_classes · n_per_class, 2)`` and int32 labels.
 
-    Example:
+    Examples:
         >>> x, y = make_spiral(10, 3, seed=1)
         >>> x.shape, int(y.max())
         ((30, 2), 2)
@@ -81,7 +81,7 @@ def make_blobs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Gaussian blobs: class centres ``~ N(0, separation²)``, points ``~ N(centre, std²)``.
 
-    Example:
+    Examples:
         >>> x, y = make_blobs(100, 5, 4, seed=0)
         >>> x.shape, np.bincount(y).tolist()
         ((100, 5), [25, 25, 25, 25])
@@ -105,7 +105,7 @@ def flip_labels(
     Returns:
       ``(noisy_labels, flipped_indices)`` (indices sorted).
 
-    Example:
+    Examples:
         >>> noisy, idx = flip_labels(np.zeros(10, np.int32), 3, 4, seed=0)
         >>> len(idx), bool((noisy[idx] != 0).all()), int((noisy != 0).sum())
         (3, True, 3)
@@ -127,7 +127,7 @@ def train_test_split(
 ) -> tuple[np.ndarray, ...]:
     """Split same-length arrays by one seeded permutation: ``(a_train, a_test, b_train, …)``.
 
-    Example:
+    Examples:
         >>> a_tr, a_te = train_test_split(np.arange(10), test_fraction=0.3)
         >>> len(a_tr), len(a_te), sorted(np.concatenate([a_tr, a_te]).tolist()) == list(range(10))
         (7, 3, True)
@@ -194,7 +194,7 @@ def load_csv(path: str | os.PathLike[str], label: str, *, drop_na: bool = False)
 
     Rows are 0-based data rows (the header is not counted).
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "d.csv"
         >>> _ = p.write_text("a,b,kind\\n1,2,cat\\n3,4,dog\\n5,6,cat\\n")
@@ -255,7 +255,7 @@ def load_features(
     label column: a missing or an extra column is a :class:`DataError` naming them. Cells
     are checked as in :func:`load_csv`.
 
-    Example:
+    Examples:
         >>> import tempfile, pathlib
         >>> p = pathlib.Path(tempfile.mkdtemp()) / "new.csv"
         >>> _ = p.write_text("b,a\\n2,1\\n4,3\\n")

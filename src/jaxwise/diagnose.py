@@ -7,7 +7,7 @@ change of the global is silently ignored). :func:`why_recompiled` runs a series 
 classifies every compile from the structured :class:`~jaxwise.compilation.CacheMiss` (kind,
 argument, old, new), with the fix.
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp
     >>> f = jax.jit(lambda x: x * 2.0)
     >>> results = why_recompiled(f, [(jnp.ones(3),), (jnp.ones(4),)])
@@ -236,7 +236,7 @@ def captured_constants(
       threshold_bytes: arrays above this total are flagged.
       **kwargs: example keyword arguments.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> a = jnp.ones((300, 300))
         >>> report = captured_constants(lambda x: a @ x, jnp.ones(300))
@@ -396,7 +396,7 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
       One :class:`Recompile` per compilation, in order, with ``kind``/``argument``/``old``/
       ``new``, a ``category`` among the keys of :data:`FIXES`, and the ``fix`` for it.
 
-    Example:
+    Examples:
         >>> import jax
         >>> f = jax.jit(lambda x, n: x * n, static_argnums=1)
         >>> first, second = why_recompiled(f, [(1.0, 2), (1.0, 3)])

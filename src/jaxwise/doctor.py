@@ -4,7 +4,7 @@ Each check *runs* the pitfall on the installed JAX instead of trusting a
 version table, and reports ``PASS`` (the pitfall does not bite here) or
 ``WARN`` (it does, with what to do about it).
 
-Example:
+Examples:
     >>> check_captured_constant(n=64).status
     'PASS'
 """
@@ -74,7 +74,7 @@ def environment() -> dict[str, str]:
     Lists optax, flax, orbax-checkpoint and dp-accounting (``"not installed"`` when absent)
     and equinox when installed; versions come from package metadata, nothing is imported.
 
-    Example:
+    Examples:
         >>> env = environment()
         >>> sorted(env)[:3], "optax" in env and "orbax-checkpoint" in env
         (['backend', 'devices', 'dp-accounting'], True)

@@ -3,7 +3,7 @@
 Every function writes its PNG atomically (a temporary file renamed into
 place), so an interrupted run never leaves a half-written image over a good one.
 
-Example:
+Examples:
     >>> import tempfile, pathlib, numpy as np
     >>> out = pathlib.Path(tempfile.mkdtemp()) / "cm.png"
     >>> _ = plot_confusion(out, np.asarray([[5, 1], [0, 4]]), ("a", "b"))
@@ -180,7 +180,7 @@ def confusion_focus(matrix: np.ndarray, max_classes: int = MAX_CONFUSION_CLASSES
     support, and the top ``max_classes`` are kept (sorted by index). Cost:
     O(k²) NumPy work, no per-cell Python loop.
 
-    Example:
+    Examples:
         >>> m = np.diag([5, 5, 5, 5]); m[2, 3] = 4
         >>> confusion_focus(m, 2).tolist()
         [2, 3]

@@ -80,7 +80,7 @@ def add_dp_noise(
       batch_size: the denominator (the *expected* batch size under Poisson
         sampling, see the module notes).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> add_dp_noise({"w": jnp.ones(3)}, jax.random.key(0), 1.0, 0.0, 2)["w"].tolist()
         [0.5, 0.5, 0.5]
@@ -131,7 +131,7 @@ def dp_gradient(
       expected_batch_size: the denominator; default ``B`` (fixed-size
         batches). Pass ``q·N`` with Poisson batches.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
         >>> g, norms = dp_gradient(loss, jnp.ones(2), (jnp.asarray([[3.0, 4.0], [0.0, 1.0]]),),
@@ -229,7 +229,7 @@ def poisson_batch(
     ``max_batch_size`` several standard deviations above ``q·n``, e.g.
     ``q·n + 6·sqrt(q·n)``.
 
-    Example:
+    Examples:
         >>> import jax
         >>> idx, mask, over = poisson_batch(jax.random.key(0), 1000, 0.05, 100)
         >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over)
@@ -302,7 +302,7 @@ def epsilon(
       delta: δ in (0, 1), typically < 1 / dataset size.
       accountant: ``"rdp"`` or ``"pld"``.
 
-    Example:
+    Examples:
         >>> epsilon(1.0, 0.01, 100, 1e-5) < epsilon(1.0, 0.01, 1000, 1e-5)
         True
     """
@@ -323,7 +323,7 @@ def noise_multiplier_for(
     Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection). Raises
     ``ValueError`` if the target is unreachable with σ ≤ 1e4.
 
-    Example:
+    Examples:
         >>> s = noise_multiplier_for(3.0, 1e-5, 256 / 60000, 10000)
         >>> round(epsilon(s, 256 / 60000, 10000, 1e-5), 2) <= 3.0
         True
@@ -377,7 +377,7 @@ class PoissonSampler:
     expected size plus six standard deviations, rounded up to a multiple of ``multiple``, e.g.
     the devices of a mesh) with a mask; ``round(n / batch_size)`` steps per epoch.
 
-    Example:
+    Examples:
         >>> PoissonSampler(64).width(60000), PoissonSampler(64).steps(60000)
         (113, 938)
     """
@@ -491,7 +491,7 @@ def make_dp_train_epoch(
     ``.sample_rate(n)`` for the accountant, ``.config`` (a :class:`DPConfig`) and ``.jitted``
     (compiled under ``<loss_single's name>_train_epoch``).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> from jaxwise.train import TrainState

@@ -4,7 +4,7 @@ Names come from JAX key paths (``jax.tree_util.tree_flatten_with_path``),
 never from zipping dict keys with leaves (dict leaves are flattened in
 sorted-key order, which silently mismatches insertion order).
 
-Example:
+Examples:
     >>> import jax.numpy as jnp
     >>> params = {"dense_0": {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}}
     >>> path_names(params)
@@ -52,7 +52,7 @@ def path_names(tree: Any) -> list[str]:
     Dict keys, attribute names (dataclasses, NamedTuples) and sequence
     indices are joined with dots: ``"dense_0.w"``, ``"opt_state.0.mu.dense_0.w"``.
 
-    Example:
+    Examples:
         >>> path_names({"b": 1, "a": [2, 3]})
         ['a.0', 'a.1', 'b']
     """
@@ -116,7 +116,7 @@ def _is_key(leaf: Any) -> bool:
 def param_table(params: Any) -> ParamTable:
     """A table of every array leaf: path, shape, dtype, count, bytes, with totals.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> t = param_table({"w": jnp.ones((3, 4)), "b": jnp.zeros(4)})
         >>> t.total_count, [r.path for r in t.rows]
@@ -151,7 +151,7 @@ def mask_by_path(
       predicate_or_regex: a regular expression searched in each path
         (``re.search``), or a function ``path -> bool``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> mask_by_path({"dense_0": {"w": jnp.ones(2), "b": jnp.ones(2)}}, r"\\.w$")
         {'dense_0': {'b': False, 'w': True}}
@@ -181,7 +181,7 @@ def tree_allclose(
 ) -> bool:
     """Whether two pytrees have the same structure, shapes and ``allclose`` leaves.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> a = {"w": jnp.ones(2)}
         >>> tree_allclose(a, {"w": jnp.ones(2) + 1e-9}), tree_allclose([1.0], [1.0, 2.0])
@@ -207,7 +207,7 @@ def host_copy(tree: Any) -> Any:
     alias the device buffer (which would silently block donating it). Typed
     PRNG keys are copied as their raw ``key_data``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> type(host_copy({"w": jnp.ones(2)})["w"]).__name__
         'ndarray'

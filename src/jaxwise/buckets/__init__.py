@@ -11,7 +11,7 @@ The helpers here (:func:`bucket_for`, :func:`pad_to_bucket`,
 :func:`plan_buckets`, :func:`padding_waste`) are pure NumPy and never trigger a
 JAX compilation.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> padded, mask = pad_to_bucket(np.arange(5.0), (4, 8, 16))
     >>> padded.shape, int(mask.sum())

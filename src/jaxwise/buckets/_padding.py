@@ -42,7 +42,7 @@ def bucket_for(n: int, buckets: Sequence[int]) -> int:
     Raises:
       ValueError: ``n`` exceeds the largest bucket.
 
-    Example:
+    Examples:
         >>> bucket_for(5, (4, 8, 16))
         8
     """
@@ -73,7 +73,7 @@ def pad_to_bucket(
       replaced by the bucket; ``mask`` is a bool vector of the bucket's
       length, ``True`` for real entries.
 
-    Example:
+    Examples:
         >>> p, m = pad_to_bucket([[1, 2, 3]], (2, 4), axis=1, fill=-1)
         >>> p.tolist(), m.tolist()
         ([[1, 2, 3, -1]], [True, True, True, False])
@@ -99,7 +99,7 @@ def pad_to_bucket(
 def power_of_two_buckets(max_len: int, min_bucket: int = 1) -> tuple[int, ...]:
     """Power-of-two buckets ``min_bucket, 2·min_bucket, …`` up to cover ``max_len``.
 
-    Example:
+    Examples:
         >>> power_of_two_buckets(100, 8)
         (8, 16, 32, 64, 128)
     """
@@ -118,7 +118,7 @@ def padding_waste(lengths: Sequence[int] | np.ndarray, buckets: Sequence[int]) -
       ``(padding, fraction)`` where ``padding = Σ (bucket_for(n) − n)`` and
       ``fraction = padding / Σ bucket_for(n)``.
 
-    Example:
+    Examples:
         >>> padding_waste([3, 4, 5], (4, 8))
         (4, 0.25)
     """

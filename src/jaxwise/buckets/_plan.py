@@ -32,7 +32,7 @@ def plan_buckets(lengths: Sequence[int] | np.ndarray, max_buckets: int) -> tuple
     Returns:
       Sorted tuple of at most ``max_buckets`` bucket sizes.
 
-    Example:
+    Examples:
         >>> plan_buckets([1, 1, 2, 9, 10, 10], 2)
         (2, 10)
     """

@@ -23,7 +23,7 @@ class Padded:
     ``shape`` contains exactly one ``None``: the variable-length axis that is
     padded up to the bucket with ``fill``.
 
-    Example:
+    Examples:
         >>> Padded((None, 16), "float32").axis
         0
     """
@@ -105,7 +105,7 @@ class BucketedFunction:
         ``CompileBudget(n, served)`` counts exactly its compiles.
       stats: per-bucket :class:`BucketStats`.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> def total(x, *, mask):
         ...     return jnp.sum(jnp.where(mask, x, 0.0)), 2 * x

@@ -17,7 +17,7 @@ Modules: ``_explain`` (cache-miss explanations), ``_hub`` (the process-wide list
 ``_counter`` (counters, budgets, targets), ``_stage`` (stage reports) and ``_jaxkeys`` (the one
 place that reads JAX internals).
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp
     >>> f = jax.jit(lambda x: 2 * x)
     >>> a, b = jnp.ones(3), jnp.ones(4)

@@ -118,7 +118,7 @@ class CompileCounter:
       records: the same as :class:`CompileEvent` objects with explanations.
       others: programs that compiled in the block but did not match the target.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> def f(x): return x + 1
         >>> jf = jax.jit(f)
@@ -253,7 +253,7 @@ class CompileBudget(CompileCounter):
       exact: require exactly ``max_compiles`` compilations.
       include_eager: as for :class:`CompileCounter`.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> step = jax.jit(lambda x, lr: x - lr * x)
         >>> x = jnp.ones(3)
@@ -344,7 +344,7 @@ def compile_budget(
       max_compiles: the budget, an int >= 0.
       on_exceed: ``"raise"`` or ``"warn"``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> @compile_budget(1)
         ... def double(x):

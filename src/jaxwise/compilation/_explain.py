@@ -389,7 +389,7 @@ def parse_cache_miss(text: str, seen_before: bool = False) -> CacheMiss:
     arguments; jaxwise reads the real cache keys instead and uses this parser only when
     they are unavailable.
 
-    Example:
+    Examples:
         >>> m = parse_cache_miss("TRACING CACHE MISS at a.py:3 (g):\\n  for f defined at a.py:1\\n"
         ...     "  all previously seen cache keys differ. For the closest previous key:\\n"
         ...     "  different input types:\\n  * at x, now f32[4] and before f32[3]")

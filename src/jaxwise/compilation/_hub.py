@@ -257,7 +257,7 @@ class explain_recompiles:
     ``jax_explain_cache_misses`` and the logger are restored on exit, also when the block
     raises.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> def g(x): return x * 2
         >>> jg = jax.jit(g)

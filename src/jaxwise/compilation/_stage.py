@@ -87,7 +87,7 @@ def _fmt(value: Any, unit: str) -> str:
 def count_eqns(jaxpr: Any) -> int:
     """Number of equations in a jaxpr, counting nested bodies recursively.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> count_eqns(jax.make_jaxpr(lambda x: jnp.sin(x) * 2)(1.0).jaxpr)
         2
@@ -111,7 +111,7 @@ def stage_report(jitted: Callable[..., Any], *args: Any, **kwargs: Any) -> Stage
     Returns:
       A :class:`StageReport`. The program is compiled (one compilation) but never run.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> r = stage_report(jax.jit(lambda a, b: a @ b), jnp.ones((64, 64)), jnp.ones((64, 64)))
         >>> r.jaxpr_eqns, r.flops >= 2 * 64**3

@@ -7,7 +7,7 @@ Problems with the user's input raise :class:`UserError` (one line; the CLI exits
 before anything is written, and nothing already on disk that jaxwise did not write is
 overwritten; a run that produced no usable model raises :class:`RunFailed` (exit code 1).
 
-Example:
+Examples:
     >>> cfg = SpiralConfig(epochs=2, n_per_class=60, out=None, progress=False, cache=False)
     >>> summary = run_spiral(cfg)
     >>> summary["compiles"], 0.0 <= summary["test_accuracy"] <= 1.0

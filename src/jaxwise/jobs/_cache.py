@@ -81,7 +81,7 @@ class CompileTally:
       loaded: programs loaded from the persistent compilation cache.
       seconds: total backend time (compiling or loading).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> x, tally = jnp.ones(4), CompileTally()
         >>> with tally.measure():

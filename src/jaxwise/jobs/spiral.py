@@ -1,6 +1,6 @@
 """``jaxwise spiral``: the main job, in four phases (prepare, fit, verify, report).
 
-Example:
+Examples:
     >>> cfg = SpiralConfig(epochs=2, n_per_class=60, out=None, progress=False, cache=False)
     >>> summary = run_spiral(cfg)
     >>> summary["compiles"], summary["skipped"], 0.0 <= summary["test_accuracy"] <= 1.0

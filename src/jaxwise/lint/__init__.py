@@ -23,7 +23,7 @@ JW011     ``np.asarray`` view of an array that is later donated
 Suppress one line with ``# noqa: JW001`` (or a bare ``# noqa``). The package
 imports neither JAX nor NumPy, so ``jaxwise lint`` starts fast.
 
-Example:
+Examples:
     >>> [f.code for f in lint_source("import jax\\nk = jax.random.PRNGKey(0)\\n")]
     ['JW004']
 """

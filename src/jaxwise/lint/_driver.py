@@ -97,7 +97,7 @@ def lint_source(
       SyntaxError: the text is not valid Python (also for null bytes).
       RecursionError, MemoryError: the text is too deeply nested for Python's parser.
 
-    Example:
+    Examples:
         >>> src = "import jax\\ndef f(x):\\n    return jax.jit(lambda y: y + 1)(x)\\n"
         >>> [f.format() for f in lint_source(src, "m.py")][0].split(":")[:4]
         ['m.py', '3', '12', ' JW001 jax.jit of a lambda created and called inside `f`']
@@ -277,7 +277,7 @@ def lint_paths(
     Raises:
       FileNotFoundError: a path does not exist (checked before any work).
 
-    Example:
+    Examples:
         >>> import pathlib, tempfile
         >>> folder = pathlib.Path(tempfile.mkdtemp())
         >>> _ = (folder / "m.py").write_text("import jax\\nt = jax.tree_map(abs, [1])\\n")

@@ -7,7 +7,7 @@ libraries into ``Model(params, model_state, apply)`` with a pure ``apply(params,
 function accepts. ``check_params`` and ``check_not_foreign_train_state`` give clear errors
 when a model object or a Flax train state arrives where arrays are expected.
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp
     >>> params = init_mlp(jax.random.key(0), (2, 64, 64, 3))
     >>> mlp_apply(params, jnp.ones((5, 2))).shape

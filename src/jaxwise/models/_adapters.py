@@ -71,7 +71,7 @@ def from_nnx(module: Any, trainable: Any = None) -> Model:
       ``Model(params, model_state, apply)``; ``model_state`` is ``None`` when the module has
       no variables besides its parameters.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> from flax import nnx
         >>> model = from_nnx(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
@@ -128,7 +128,7 @@ def from_linen(module: Any, variables: Any) -> Model:
       ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections, or
       ``None`` when ``variables`` holds only ``"params"``.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import flax.linen as nn
         >>> net = nn.Dense(2)
@@ -197,7 +197,7 @@ def from_equinox(module: Any, state: Any = None) -> Model:
     Returns:
       ``Model(params, model_state, apply)`` with ``model_state`` the ``state``.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp, equinox as eqx
         >>> model = from_equinox(eqx.nn.MLP(3, 2, 8, 2, key=jax.random.key(0)))
         >>> batched = jax.vmap(model.apply, in_axes=(None, None, 0))  # one example per call

@@ -36,7 +36,7 @@ _TRAIN_STATES = {
 def model_library(obj: Any) -> str | None:
     """``"flax.nnx"``, ``"flax.linen"`` or ``"equinox"`` if ``obj`` is such a module, else None.
 
-    Example:
+    Examples:
         >>> model_library({"w": 1.0}) is None
         True
     """
@@ -63,7 +63,7 @@ def check_params(tree: Any, name: str = "params") -> None:
     the adapter to use; any other non-array leaf is named by its dotted path. Call it at a
     public boundary that takes parameters, before tracing.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> check_params({"w": jnp.ones(2)})
         >>> check_params({"w": "oops"})
@@ -116,7 +116,7 @@ def check_not_foreign_train_state(state: Any, name: str = "state") -> None:
     jaxwise steps take a ``jaxwise.train.TrainState``; the message says how to build one
     from the Flax object. Anything else passes (the caller checks its own type).
 
-    Example:
+    Examples:
         >>> check_not_foreign_train_state(object())
     """
     kind = _train_state_kind(state)

@@ -1,6 +1,6 @@
 """A small MLP as plain functions: parameters are a nested dict ``dense_i/{w, b}``.
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp
     >>> params = init_mlp(jax.random.key(0), (2, 64, 64, 3))
     >>> mlp_apply(params, jnp.ones((5, 2))).shape
@@ -38,7 +38,7 @@ def init_mlp(key: Any, sizes: Sequence[int] = (2, 64, 64, 3), dtype: Any = jnp.f
     References:
       He et al., Delving Deep into Rectifiers, ICCV 2015, https://arxiv.org/abs/1502.01852
 
-    Example:
+    Examples:
         >>> p = init_mlp(0, (3, 8, 2))
         >>> sorted(p), p["dense_1"]["w"].shape
         (['dense_0', 'dense_1'], (8, 2))
@@ -100,7 +100,7 @@ def mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
 def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
     """Logits of the ReLU MLP for one example ``(d,)`` or a batch ``(B, d)``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> mlp_apply(init_mlp(0, (2, 4, 3)), jnp.zeros(2)).tolist()
         [0.0, 0.0, 0.0]

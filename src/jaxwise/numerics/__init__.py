@@ -11,7 +11,7 @@ Masks follow ``jax.nn``: ``where=`` marks the entries that take part. Masked
 logits are filled with ``finfo(dtype).min`` — never ``-inf``, because a fully
 masked row would compute ``-inf - (-inf) = NaN``.
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp
     >>> float(jax.grad(lambda x: safe_sqrt(x))(0.0))
     0.0

@@ -88,7 +88,7 @@ def double_where(
     Returns:
       Array of ``x``'s broadcast shape.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> f = lambda x: double_where(jnp.log, x, x > 0, 1.0, 0.0)
         >>> float(jax.grad(f)(0.0)), float(jax.grad(f)(2.0))

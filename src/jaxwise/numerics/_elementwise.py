@@ -27,7 +27,7 @@ def safe_sqrt(x: Array) -> Array:
 
     Safe at the singular point, not a filter: ``safe_sqrt(nan)`` is NaN.
 
-    Example:
+    Examples:
         >>> import jax
         >>> float(jax.grad(safe_sqrt)(0.0)), float(jax.grad(safe_sqrt)(4.0))
         (0.0, 0.25)
@@ -43,7 +43,7 @@ def safe_log(x: Array, fill: float | None = None) -> Array:
     dtype (≈ −87.3 for float32; float16 and bfloat16 use their own): finite, so
     ``0 · safe_log(0) = 0``. A NaN input gives NaN.
 
-    Example:
+    Examples:
         >>> import jax
         >>> float(jax.grad(safe_log)(0.0)), float(jax.grad(safe_log)(0.5))
         (0.0, 2.0)
@@ -64,7 +64,7 @@ def sinc(x: Array) -> Array:
     float32 resolution there), so ``grad`` gives 0 and ``grad(grad)`` gives
     ``−π²/3`` at ``x = 0``.
 
-    Example:
+    Examples:
         >>> float(sinc(0.0)), round(float(sinc(0.5)), 6)
         (1.0, 0.63662)
     """
@@ -87,7 +87,7 @@ def entropy(p: Array, axis: Axis = -1, where: Array | None = None) -> Array:
       axis: the axis (or axes) summed over.
       where: optional boolean mask of entries taking part.
 
-    Example:
+    Examples:
         >>> round(float(entropy(jnp.array([0.5, 0.5, 0.0]))), 6)
         0.693147
     """
@@ -108,7 +108,7 @@ def logit(p: Array) -> Array:
     (0, 1) (where the value is within ±20); ``p ≤ 0`` gives −20 and
     ``p ≥ 1`` gives 20, both with gradient 0. ``logit(nan)`` is NaN.
 
-    Example:
+    Examples:
         >>> float(logit(0.5)), float(logit(1.0)), float(logit(0.0))
         (0.0, 20.0, -20.0)
     """
@@ -129,7 +129,7 @@ def straight_through(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
 
     ``fn`` must preserve shape and dtype (quantisers, rounding, sign, …).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> sign_ste = straight_through(jnp.sign)
         >>> float(sign_ste(-0.3)), float(jax.grad(sign_ste)(-0.3))
@@ -154,7 +154,7 @@ def straight_through(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
 def round_ste(x: Array) -> Array:
     """``round(x)`` forward, identity gradient (the straight-through estimator).
 
-    Example:
+    Examples:
         >>> import jax
         >>> float(round_ste(1.7)), float(jax.grad(round_ste)(1.7))
         (2.0, 1.0)

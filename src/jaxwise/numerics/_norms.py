@@ -95,7 +95,7 @@ def safe_norm(x: Array, axis: Axis = None, keepdims: bool = False) -> Array:
       axis: axis or axes to reduce (``None``: all).
       keepdims: keep reduced axes with size 1.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> jax.grad(safe_norm)(jnp.zeros(3)).tolist(), float(safe_norm(jnp.array([3.0, 4.0])))
         ([0.0, 0.0, 0.0], 5.0)
@@ -118,7 +118,7 @@ def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
     Returns:
       Array with ``axis`` removed.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> float(cosine_similarity(jnp.array([1.0, 0.0]), jnp.array([2.0, 0.0])))
         1.0

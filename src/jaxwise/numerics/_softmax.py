@@ -45,7 +45,7 @@ def logsumexp(
     A fully masked reduction gives ``finfo(dtype).min`` (finite) instead of
     ``-inf``, and zero gradients.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> float(logsumexp(jnp.array([1000.0, 1000.0])))
         1000.6931762695312
@@ -71,7 +71,7 @@ def softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     A fully masked row gives all zeros (``jax.nn.softmax`` gives NaN there in
     the gradient); gradients are finite everywhere.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> softmax(jnp.array([0.0, 0.0, 5.0]), where=jnp.array([True, True, False])).tolist()
         [0.5, 0.5, 0.0]
@@ -95,7 +95,7 @@ def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     entry of a fully masked row) are ``finfo(dtype).min`` — finite, so that
     ``p · log p`` and gradients stay NaN-free.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> [round(v, 4) for v in log_softmax(jnp.array([0.0, 0.0])).tolist()]
         [-0.6931, -0.6931]
@@ -116,7 +116,7 @@ def mask_logits(logits: Array, mask: Array) -> Array:
 
     Works for float16/bfloat16 (their own ``finfo.min``, no overflow).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> mask_logits(jnp.array([1.0, 2.0], jnp.float16), jnp.array([True, False])).tolist()
         [1.0, -65504.0]
@@ -191,7 +191,7 @@ def cross_entropy(
     Raises:
       ValueError: an empty batch, no classes, labels out of range, or shape mismatches.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> round(float(cross_entropy(jnp.zeros((2, 4)), jnp.array([1, 3]))), 4)
         1.3863

@@ -10,7 +10,7 @@ that keeps frozen parameters bit-identical, ``apply_updates`` that names a struc
 difference, a ``global_norm`` accumulated in float32, and everything runnable under strict
 dtype promotion.
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp, optax
     >>> from jaxwise import optim
     >>> params = {"w": jnp.ones(3), "b": jnp.zeros(())}

@@ -31,7 +31,7 @@ def sgd(
       Sutskever et al., On the importance of initialization and momentum in deep learning,
       ICML 2013.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = sgd(0.1, momentum=0.9)
         >>> round(float(tx.update(jnp.ones(()), tx.init(jnp.zeros(())))[0]), 6)
@@ -63,7 +63,7 @@ def adam(
       Kingma & Ba, Adam: A Method for Stochastic Optimization, ICLR 2015,
       https://arxiv.org/abs/1412.6980
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = adam(1e-3)
         >>> round(float(tx.update(jnp.asarray(42.0), tx.init(jnp.zeros(())))[0]), 6)
@@ -105,7 +105,7 @@ def adamw(
       Loshchilov & Hutter, Decoupled Weight Decay Regularization, ICLR 2019,
       https://arxiv.org/abs/1711.05101
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = adamw(0.1, weight_decay=0.5)
         >>> p = jnp.asarray(2.0)
@@ -142,7 +142,7 @@ def lion(
       Chen et al., Symbolic Discovery of Optimization Algorithms, 2023,
       https://arxiv.org/abs/2302.06675
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = lion(0.01, weight_decay=0.0)
         >>> g, p = jnp.asarray([3.0, -1e-6]), jnp.zeros(2)

@@ -63,7 +63,7 @@ def wrap(
 def identity() -> optax.GradientTransformationExtraArgs:
     """Leave updates unchanged (``optax.identity``).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = identity()
         >>> tx.update(jnp.ones(2), tx.init(None))[0].tolist()
@@ -78,7 +78,7 @@ def chain(*args: optax.GradientTransformation) -> optax.GradientTransformationEx
     Accepts jaxwise and Optax transformations alike; extra keyword arguments of ``update``
     reach the transformations that take them.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = chain(scale(2.0), scale(-0.5))
         >>> float(tx.update(jnp.ones(()), tx.init(None))[0])
@@ -96,7 +96,7 @@ def chain(*args: optax.GradientTransformation) -> optax.GradientTransformationEx
 def scale(step_size: Any) -> optax.GradientTransformationExtraArgs:
     """Multiply updates by a fixed scalar ``step_size`` (``optax.scale``).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = scale(0.5)
         >>> tx.update({"w": jnp.ones(2)}, tx.init(None))[0]["w"].tolist()
@@ -112,7 +112,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
       ValueError: the two trees differ in structure; the message names the first differing
         path (e.g. updates of another model, or a state's ``opt_state`` passed by mistake).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> apply_updates({"w": jnp.ones(2, jnp.bfloat16)}, {"w": jnp.full(2, 0.5)})["w"].dtype
         dtype(bfloat16)
@@ -147,7 +147,7 @@ def global_norm(updates: Updates) -> jax.Array:
     Returns:
       A scalar array, float32 (float64 when a leaf is float64).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> float(global_norm({"a": jnp.asarray([3.0]), "b": jnp.asarray([4.0])}))
         5.0
@@ -165,7 +165,7 @@ def tree_difference(a: Any, b: Any, a_name: str, b_name: str, *, a_is_prefix: bo
 
     With ``a_is_prefix``, a leaf of ``a`` covers every leaf of ``b`` below its path.
 
-    Example:
+    Examples:
         >>> tree_difference({"w": 1, "b": 2}, {"w": 1, "bias": 2}, "mask", "params")
         '`mask` has `b` where `params` has `bias`'
     """

@@ -5,7 +5,7 @@ inside the compiled program, so it never recompiles and never drifts from the op
 count. Each function returns Optax's schedule, called under standard dtype promotion (so it
 also works under ``jax_numpy_dtype_promotion="strict"``): pass it to any Optax optimizer.
 
-Example:
+Examples:
     >>> sched = warmup_cosine_decay_schedule(0.0, 1e-2, 100, 1000, end_value=1e-4)
     >>> [round(float(sched(s)), 6) for s in (0, 50, 100, 1000)]
     [0.0, 0.005, 0.01, 0.0001]
@@ -34,7 +34,7 @@ def _promoting(schedule: optax.Schedule) -> optax.Schedule:
 def constant_schedule(value: float) -> optax.Schedule:
     """Always ``value`` (``optax.constant_schedule``).
 
-    Example:
+    Examples:
         >>> constant_schedule(0.1)(123)
         0.1
     """
@@ -49,7 +49,7 @@ def linear_schedule(
     ``optax.linear_schedule``: constant before ``transition_begin``; ``transition_steps=0``
     gives a constant ``init_value``.
 
-    Example:
+    Examples:
         >>> [float(linear_schedule(1.0, 0.0, 4)(s)) for s in (0, 2, 4, 9)]
         [1.0, 0.5, 0.0, 0.0]
     """
@@ -74,7 +74,7 @@ def cosine_decay_schedule(
       Loshchilov & Hutter, SGDR: Stochastic Gradient Descent with Warm Restarts, ICLR 2017,
       https://arxiv.org/abs/1608.03983
 
-    Example:
+    Examples:
         >>> [round(float(cosine_decay_schedule(1.0, 10)(s)), 4) for s in (0, 5, 10, 20)]
         [1.0, 0.5, 0.0, 0.0]
     """
@@ -101,7 +101,7 @@ def warmup_cosine_decay_schedule(
     ``optax.warmup_cosine_decay_schedule``: ``decay_steps`` is the *total* length, warm-up
     included, so it must exceed ``warmup_steps``.
 
-    Example:
+    Examples:
         >>> s = warmup_cosine_decay_schedule(0.0, 1.0, 10, 110)
         >>> [round(float(s(t)), 4) for t in (0, 5, 10, 60, 110, 200)]
         [0.0, 0.5, 1.0, 0.5, 0.0, 0.0]
@@ -132,7 +132,7 @@ def piecewise_constant_schedule(
 
     ``optax.piecewise_constant_schedule``.
 
-    Example:
+    Examples:
         >>> s = piecewise_constant_schedule(1.0, {10: 0.1, 20: 0.5})
         >>> [round(float(s(t)), 4) for t in (0, 10, 15, 20, 30)]
         [1.0, 0.1, 0.1, 0.05, 0.05]
@@ -160,7 +160,7 @@ def join_schedules(
 
     ``optax.join_schedules``.
 
-    Example:
+    Examples:
         >>> s = join_schedules([constant_schedule(1.0), linear_schedule(1.0, 0.0, 10)], [5])
         >>> [float(s(t)) for t in (0, 4, 5, 10, 15)]
         [1.0, 1.0, 1.0, 0.5, 0.0]

@@ -37,7 +37,7 @@ def scale_by_schedule(step_size_fn: Schedule) -> optax.GradientTransformationExt
     The count is an int32 array in the state, so the schedule is evaluated inside ``jit``
     and never recompiles; it sees the pre-increment count (0 on the first update).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = scale_by_schedule(lambda count: 1.0 / (1.0 + count))
         >>> s = tx.init(None)
@@ -60,7 +60,7 @@ def scale_by_learning_rate(
 
     ``learning_rate`` is a number >= 0 or a schedule; ``None`` gives the identity.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = scale_by_learning_rate(0.1)
         >>> round(float(tx.update(jnp.ones(()), tx.init(None))[0]), 6)
@@ -77,7 +77,7 @@ def trace(
 
     With ``nesterov=True`` the update is ``g + decay * t``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = trace(0.9)
         >>> u, s = tx.update(jnp.ones(()), tx.init(jnp.zeros(())))
@@ -113,7 +113,7 @@ def scale_by_adam(
       Kingma & Ba, Adam: A Method for Stochastic Optimization, ICLR 2015,
       https://arxiv.org/abs/1412.6980
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = scale_by_adam()
         >>> u, _ = tx.update(jnp.asarray([0.5, -3.0]), tx.init(jnp.zeros(2)))
@@ -149,7 +149,7 @@ def scale_by_lion(
       Chen et al., Symbolic Discovery of Optimization Algorithms, 2023,
       https://arxiv.org/abs/2302.06675
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = scale_by_lion()
         >>> tx.update(jnp.asarray([0.001, -5.0]), tx.init(jnp.zeros(2)))[0].tolist()
@@ -186,7 +186,7 @@ def add_decayed_weights(
       Loshchilov & Hutter, Decoupled Weight Decay Regularization, ICLR 2019,
       https://arxiv.org/abs/1711.05101
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = add_decayed_weights(0.1, mask=r"^w$")
         >>> p = {"w": jnp.ones(()), "b": jnp.ones(())}
@@ -204,7 +204,7 @@ def clip_by_global_norm(max_norm: float) -> optax.GradientTransformationExtraArg
 
     ``optax.clip_by_global_norm``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = clip_by_global_norm(1.0)
         >>> u, _ = tx.update({"a": jnp.asarray([3.0, 4.0])}, tx.init(None))
@@ -238,7 +238,7 @@ def freeze(mask: MaskOrFn) -> optax.GradientTransformationExtraArgs:
     ``+0.0``, which turns a ``-0.0`` parameter into ``+0.0``). ``mask`` is as in
     :func:`add_decayed_weights` (a bool, a path regex, a bool tree or a function).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> tx = freeze({"w": True, "b": False})
         >>> u, _ = tx.update({"w": jnp.ones(()), "b": jnp.ones(())}, tx.init({"w": 0.0, "b": 0.0}))

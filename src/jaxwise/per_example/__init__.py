@@ -26,7 +26,7 @@ References:
   2022, arXiv:2110.05679; Bu et al., Differentially Private Optimization on Large
   Model at Small Cost, 2023, arXiv:2210.00038.
 
-Example:
+Examples:
     >>> import jax.numpy as jnp
     >>> loss = lambda w, x, y: (x @ w - y) ** 2
     >>> per_example_grad_norms(loss, jnp.ones(2), jnp.eye(2), jnp.zeros(2)).tolist()

@@ -83,7 +83,7 @@ def per_example_grad_norms(
         :func:`ghost_coverage`), ``"vmap"`` (materialise per-example
         gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
         >>> x = jnp.asarray([[3.0, 4.0], [0.0, 1.0], [6.0, 8.0]])
@@ -120,7 +120,7 @@ def clip_and_sum(
     Returns:
       ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` norms.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
         >>> x = jnp.asarray([[3.0, 4.0], [0.0, 0.5]])
@@ -155,7 +155,7 @@ def ghost_coverage(loss_single: LossSingle, params: Any, *example: Any) -> list[
     per-example gradients computed directly), ``"fallback"`` (exact
     per-example gradients of that leaf) or ``"unused"``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
         >>> loss = lambda p, x: jnp.sum(jnp.tanh(x @ p["w"] + p["b"]))
@@ -187,7 +187,7 @@ def mlp_loss(loss_from_logits: Callable[[jax.Array, jax.Array], jax.Array]) -> L
       loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
         e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise.models import init_mlp
         >>> loss = mlp_loss(lambda z, y: -jax.nn.log_softmax(z)[y])

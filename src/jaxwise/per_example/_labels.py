@@ -24,7 +24,7 @@ def hardest_examples(
 ) -> tuple[jax.Array, jax.Array]:
     """The ``k`` examples with the largest gradient norm: ``(indices, norms)``, largest first.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
         >>> x = jnp.asarray([[1.0, 0], [5.0, 0], [2.0, 0]])
@@ -69,7 +69,7 @@ def find_label_errors(
     After training, a correctly labeled example is fitted (small gradient);
     one whose label contradicts its neighbours keeps a large gradient.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> loss = lambda w, x, y: (x @ w - y) ** 2
         >>> x, y = jnp.eye(3), jnp.asarray([1.0, 1.0, -5.0])

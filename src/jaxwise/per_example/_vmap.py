@@ -21,7 +21,7 @@ def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
     shared, only the batch is mapped. Memory ``B × P``; see
     :func:`per_example_grad_norms` and :func:`clip_and_sum` for cheaper paths.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> x = jnp.asarray([[1.0, 2.0], [3.0, 4.0]])
         >>> g = per_example_grads(lambda w, x: jnp.sum(w * x), jnp.ones(2), x)
@@ -126,7 +126,7 @@ def auto_chunk_size(
     binary search, a few compilations) — do it once per model and batch
     shape, not per step. Returns at least 1.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
         >>> w, x = jnp.ones((256, 256)), jnp.ones((64, 256))

@@ -10,7 +10,7 @@ Modules: ``_masks`` (masks from lengths, masked and segment reductions), ``_retu
 (discounted, TD(λ) and GAE returns), ``_loops`` (bounded while, linear recurrences,
 piecewise), ``_rnn`` (GRU/LSTM cells and runners), ``_ode`` (RK4).
 
-Example:
+Examples:
     >>> import jax.numpy as jnp
     >>> r, d = jnp.asarray([1.0, 2.0, 3.0, 4.0]), jnp.asarray([0.0, 1.0, 0.0, 1.0])
     >>> discounted_returns(r, d, 0.5).tolist()

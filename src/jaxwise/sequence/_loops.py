@@ -71,7 +71,7 @@ def linear_recurrence(a: Array, b: Array, h0: Array | None = None) -> Array:
     Args:
       a, b: ``(T, …)`` arrays of the same shape (elementwise coefficients).
 
-    Example:
+    Examples:
         >>> linear_recurrence(jnp.asarray([0.5, 0.5, 0.5]), jnp.asarray([1.0, 1.0, 1.0])).tolist()
         [1.0, 1.5, 1.75]
     """
@@ -106,7 +106,7 @@ def piecewise(index: Array, branches: Sequence[Callable[..., Any]], *operands: A
     for some inputs (``log`` of a negative) still runs on them, so make
     branches safe (see :func:`jaxwise.numerics.double_where`).
 
-    Example:
+    Examples:
         >>> piecewise(jnp.asarray(1), [lambda x: x + 1, lambda x: x * 10], 2.0).item()
         20.0
     """
@@ -127,7 +127,7 @@ def piecewise_select(
 
     All ``values`` are computed everywhere (as under ``vmap``); guard them.
 
-    Example:
+    Examples:
         >>> x = jnp.asarray([-2.0, 0.5, 3.0])
         >>> piecewise_select([x < 0, x < 1], [jnp.zeros(3), x], default=1.0).tolist()
         [0.0, 0.5, 1.0]

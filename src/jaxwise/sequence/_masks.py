@@ -20,7 +20,7 @@ def lengths_to_mask(lengths: Array, max_len: int) -> Array:
     Built from the lengths, never from ``value != 0`` (a real zero is not padding).
     Negative lengths or lengths above ``max_len`` raise when concrete.
 
-    Example:
+    Examples:
         >>> lengths_to_mask(jnp.asarray([1, 3]), 3).tolist()
         [[True, False, False], [True, True, True]]
     """
@@ -60,7 +60,7 @@ def _accumulation_dtype(dtype: Any) -> Any:
 def masked_sum(x: Array, mask: Array, axis: int | tuple[int, ...] | None = None) -> Array:
     """Sum of the entries of ``x`` where ``mask`` is True (others contribute exactly 0, NaN too).
 
-    Example:
+    Examples:
         >>> float(masked_sum(jnp.asarray([1.0, jnp.nan, 3.0]), jnp.asarray([True, False, True])))
         4.0
     """
@@ -76,7 +76,7 @@ def masked_mean(x: Array, mask: Array, axis: int | tuple[int, ...] | None = None
     rows. Sums and counts of half-precision inputs accumulate in float32 (a float16 count
     overflows past 65,504 entries); the result has ``x``'s dtype.
 
-    Example:
+    Examples:
         >>> m = jnp.asarray([[True, True, False], [False, False, False]])
         >>> masked_mean(jnp.asarray([[1.0, 3.0, 100.0], [5.0, 5.0, 5.0]]), m, axis=1).tolist()
         [2.0, 0.0]
@@ -129,7 +129,7 @@ def segment_softmax(
     Returns:
       ``(N, …)`` weights that sum to 1 over each non-empty segment.
 
-    Example:
+    Examples:
         >>> segment_softmax(jnp.asarray([1.0, 1.0, 500.0]), jnp.asarray([0, 0, 1]), 3).tolist()
         [0.5, 0.5, 1.0]
     """
@@ -160,7 +160,7 @@ def segment_softmax(
 def segment_mean(values: Array, segment_ids: Array, num_segments: int) -> Array:
     """Mean of ``values`` per segment; empty segments give 0.
 
-    Example:
+    Examples:
         >>> segment_mean(jnp.asarray([1.0, 3.0, 5.0]), jnp.asarray([0, 0, 2]), 3).tolist()
         [2.0, 0.0, 5.0]
     """

@@ -23,7 +23,7 @@ def rk4_step(
 ) -> Any:
     """One classical Runge-Kutta step of ``dy/dt = f(t, y, args)`` (pytree ``y``).
 
-    Example:
+    Examples:
         >>> round(float(rk4_step(lambda t, y, a: -y, 0.0, 1.0, 0.1)), 6)
         0.904837
     """

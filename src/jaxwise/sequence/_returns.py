@@ -88,7 +88,7 @@ def discounted_returns(
       next_values: optional ``(T,)`` estimates ``V(s_{t+1})`` of each step's
         actual next state (required with ``truncated``).
 
-    Example:
+    Examples:
         >>> r, d = jnp.asarray([1.0, 1.0, 1.0]), jnp.zeros(3)
         >>> discounted_returns(r, d, 0.5, truncated=jnp.asarray([0.0, 1.0, 0.0]),
         ...                    next_values=jnp.asarray([0.0, 10.0, 0.0])).tolist()
@@ -131,7 +131,7 @@ def lambda_returns(
       gamma, lam: in [0, 1] (may be traced).
       truncated: optional 0/1 flags of time-limit cuts; needs ``next_values`` ``(T,)``.
 
-    Example:
+    Examples:
         >>> lambda_returns(jnp.ones(2), jnp.zeros(2), jnp.asarray([4.0, 8.0]), 0.5, 0.0).tolist()
         [3.0, 5.0]
     """
@@ -182,7 +182,7 @@ def gae(
       Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
       Estimation", ICLR 2016. https://arxiv.org/abs/1506.02438
 
-    Example:
+    Examples:
         >>> gae(jnp.ones(2), jnp.zeros(2), jnp.asarray([0.0, 0.0, 4.0]), 0.5, 1.0).tolist()
         [2.5, 3.0]
     """

@@ -32,7 +32,7 @@ def _init_key(key: Any, input_dim: Any, hidden_dim: Any) -> Any:
 def init_gru(key: Any, input_dim: int, hidden_dim: int) -> dict[str, Array]:
     """GRU parameters ``w (D, 3H)``, ``u_zr (H, 2H)``, ``u_h (H, H)``, ``b (3H,)``; gates z, r, h.
 
-    Example:
+    Examples:
         >>> {k: v.shape for k, v in init_gru(0, 3, 4).items()}
         {'b': (12,), 'u_h': (4, 4), 'u_zr': (4, 8), 'w': (3, 12)}
     """
@@ -55,7 +55,7 @@ def gru_cell(params: dict[str, Array], h: Array, x: Array) -> tuple[Array, Array
     (z → 1 *keeps* the state) and applies the reset after the matrix product,
     ``r ⊙ (h U_h + b_hn)``. Convert weights accordingly.
 
-    Example:
+    Examples:
         >>> p = init_gru(0, 2, 3)
         >>> gru_cell(p, jnp.zeros(3), jnp.ones(2))[0].shape
         (3,)
@@ -74,7 +74,7 @@ def init_lstm(key: Any, input_dim: int, hidden_dim: int) -> dict[str, Array]:
 
     The forget-gate bias starts at 1 (Jozefowicz et al., 2015).
 
-    Example:
+    Examples:
         >>> init_lstm(0, 3, 2)["b"].tolist()
         [0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
     """
@@ -93,7 +93,7 @@ def lstm_cell(
 ) -> tuple[tuple[Array, Array], Array]:
     """One LSTM step: ``c' = f ⊙ c + i ⊙ g``, ``h' = o ⊙ tanh(c')``; returns ``((h', c'), h')``.
 
-    Example:
+    Examples:
         >>> p = init_lstm(0, 2, 3)
         >>> (h, c), out = lstm_cell(p, (jnp.zeros(3), jnp.zeros(3)), jnp.ones(2))
         >>> h.shape, bool(jnp.all(out == h))
@@ -139,7 +139,7 @@ def run_rnn(
     Returns:
       ``(final_carry, outputs (T, H))``.
 
-    Example:
+    Examples:
         >>> p = init_gru(0, 2, 3)
         >>> h, out = run_rnn(gru_cell, p, jnp.ones((5, 2)), jnp.zeros(3), mask=jnp.arange(5) < 3)
         >>> out.shape, bool(jnp.all(out[3:] == 0))
@@ -188,7 +188,7 @@ def run_bidirectional(
     With padding at the end (``mask``), the reverse pass starts at the last
     real step (padding keeps the initial carry).
 
-    Example:
+    Examples:
         >>> p = init_gru(0, 2, 3)
         >>> _, out = run_bidirectional(gru_cell, p, p, jnp.ones((4, 2)), jnp.zeros(3))
         >>> out.shape
