@@ -21,7 +21,9 @@ from typing import Any
 import jax
 import numpy as np
 
-RESULTS_DIR = Path(os.environ.get("JAXWISE_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
+RESULTS_DIR = Path(
+    os.environ.get("JAXWISE_BENCH_RESULTS") or Path(__file__).resolve().parent / "results"
+)
 QUICK = os.environ.get("JAXWISE_BENCH_QUICK") == "1"
 
 
@@ -30,7 +32,9 @@ def block(out: Any) -> Any:
     return jax.block_until_ready(out)
 
 
-def median_time(fn: Callable[[], Any], *, repeat: int = 7, number: int = 1, warmup: int = 2) -> float:
+def median_time(
+    fn: Callable[[], Any], *, repeat: int = 7, number: int = 1, warmup: int = 2
+) -> float:
     """Median wall time of ``fn()`` in seconds (``number`` calls per sample), results blocked."""
     for _ in range(warmup):
         block(fn())
@@ -44,7 +48,9 @@ def median_time(fn: Callable[[], Any], *, repeat: int = 7, number: int = 1, warm
     return statistics.median(samples)
 
 
-def interleaved_times(fns: Sequence[Callable[[], Any]], *, repeat: int = 15, number: int = 1) -> list[float]:
+def interleaved_times(
+    fns: Sequence[Callable[[], Any]], *, repeat: int = 15, number: int = 1
+) -> list[float]:
     """Median times of several functions measured round-robin (fair under machine noise)."""
     for fn in fns:
         block(fn())
