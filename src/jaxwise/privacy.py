@@ -467,7 +467,7 @@ def make_dp_train_epoch(
     noise_multiplier: float,
     sampling: str = "poisson",
     chunk_size: int | None = None,
-    method: str = "vmap",
+    method: str = "auto",
     mesh: Mesh | None = None,
     skip_nonfinite: bool = True,
     donate: bool = True,
@@ -486,6 +486,9 @@ def make_dp_train_epoch(
     gradient goes through any jaxwise/Optax optimizer. Metrics per step: ``"grad_norm"`` (of
     the noisy gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
     ``"clipped_fraction"``, ``"batch_size"`` (actual) and ``"overflow"``.
+    ``method`` picks the per-example clipping (:func:`dp_gradient`): ``"auto"`` (default)
+    uses ghost clipping wherever the traced loss allows it, ``"vmap"``/``"chunked"``
+    materialise per-example gradients.
 
     The returned :class:`jaxwise.train.TrainEpoch` has ``.steps_per_epoch(n)`` and
     ``.sample_rate(n)`` for the accountant, ``.config`` (a :class:`DPConfig`) and ``.jitted``
