@@ -1,6 +1,6 @@
 """Training: a frozen-dataclass state, donation-safe jitted steps and epochs, checkpoints, meshes.
 
-Example:
+Examples:
     >>> import jax, jax.numpy as jnp
     >>> from jaxwise import optim
     >>> from jaxwise.train import TrainState, make_train_epoch

@@ -49,7 +49,7 @@ def check_donatable(tree: Any, what: str = "state") -> None:
     appearing at two paths (``Attempt to donate the same buffer twice``),
     e.g. one ``zeros`` array used for both ``mu`` and ``nu``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> z = jnp.zeros(3)
         >>> check_donatable({"mu": z, "nu": z})  # doctest: +ELLIPSIS
@@ -108,7 +108,7 @@ def check_optimizer_fits(optimizer: Any, params: Any, opt_state: Any) -> None:
     Compares tree structures (and then leaf shapes/dtypes) with ``jax.eval_shape``: nothing
     is computed or compiled. Catches a state created with one optimizer stepped with another.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp, optax
         >>> p = {"w": jnp.ones(2)}
         >>> check_optimizer_fits(optax.sgd(0.1), p, optax.adam(0.1).init(p))  # doctest: +ELLIPSIS

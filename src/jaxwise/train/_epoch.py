@@ -56,7 +56,7 @@ class ShuffleSampler:
     ``jax.random.bits`` would add a Threefry loop to every epoch program (about a tenth of the
     spiral epoch's compile time). Privacy-critical sampling (DP-SGD) uses ``jax.random``.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> xs, key = ShuffleSampler(4).plan(jax.random.key(0), jnp.int32(0), 10)
         >>> xs.shape
@@ -100,7 +100,7 @@ def _mix(x: jax.Array) -> jax.Array:
 def shuffle_hash(key: jax.Array, step: jax.Array, n: int) -> jax.Array:
     """Distinct keyed 32-bit hashes of ``0..n-1`` (uint32 ``(n,)``); ``argsort`` is a shuffle.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> h = shuffle_hash(jax.random.key(0), jnp.int32(3), 1000)
         >>> len(set(h.tolist()))
@@ -242,7 +242,7 @@ def make_train_epoch(
       fresh ``key`` every step and the sampler's ``mask``. ``loss_fn`` then
       only names the program.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)

@@ -49,7 +49,7 @@ class DynamicLossScale:
       factor: growth and back-off factor (the scale is divided by it on overflow).
       min_scale: the scale never goes below this (1.0).
 
-    Example:
+    Examples:
         >>> DynamicLossScale(growth_interval=100).init().scale.item()
         32768.0
     """
@@ -123,7 +123,7 @@ def check_loss_scale(
 def cast_floating(tree: Any, dtype: Any) -> Any:
     """Cast every floating leaf of ``tree`` to ``dtype`` (integer, bool and key leaves untouched).
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> out = cast_floating({"w": jnp.ones(2), "label": jnp.zeros(2, jnp.int32)}, jnp.bfloat16)
         >>> str(out["w"].dtype), str(out["label"].dtype)

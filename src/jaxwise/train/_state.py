@@ -152,7 +152,7 @@ class TrainState:
     ``@dataclasses.dataclass(frozen=True)``) to add named static fields
     (``dataclasses.field(metadata=dict(static=True))``).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> tx = optim.adam(1e-3)
@@ -240,7 +240,7 @@ class TrainState:
 def type_signature(tree: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
     """``(path, shape, dtype, weak_type)`` of every leaf: what ``jit`` keys its cache on.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> type_signature({"a": jnp.ones(2), "n": 3})
         [('a', (2,), 'float32', False), ('n', (), 'int32', True)]

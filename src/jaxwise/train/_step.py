@@ -264,7 +264,7 @@ def make_train_step(
     step keeps the state's type signature, and that ``optimizer`` fits
     ``state.opt_state`` (``ValueError`` before anything is donated).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
