@@ -127,7 +127,7 @@ def test_early_stopping_keeps_the_best_epoch() -> None:
     out = le.out_of_fold_probabilities(
         mlp_apply, le.mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=25
     )
-    np.testing.assert_array_equal(out.best_epoch, np.argmin(out.val_loss, axis=0) + 1)
+    np.testing.assert_array_equal(out.best_epoch, np.nanargmin(out.val_loss, axis=0) + 1)
     short = le.out_of_fold_probabilities(
         mlp_apply, le.mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=2
     )
@@ -135,6 +135,9 @@ def test_early_stopping_keeps_the_best_epoch() -> None:
         best = short.best_epoch[fold]
         assert best >= 1
         assert np.all(short.val_loss[best - 1, fold] <= short.val_loss[:best, fold] + 1e-7)
+        # the fold stopped `patience` epochs after its best one: no later epoch was computed
+        assert np.all(np.isfinite(short.val_loss[: best + 2, fold]))
+        assert np.all(np.isnan(short.val_loss[best + 2 :, fold]))
 
 
 @pytest.mark.parametrize(

@@ -59,7 +59,8 @@ class OutOfFold:
         ``fold_of[i]``, which never trained on row ``i``.
       fold_of: ``(n,)`` int fold of each row.
       best_epoch: ``(folds,)`` the epoch (1-based) whose parameters each fold kept.
-      val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch.
+      val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch
+        (NaN once the fold has stopped; the loop ends when every fold has stopped).
       params: the ``folds`` best parameter sets, stacked on a leading axis.
     """
 
@@ -226,9 +227,9 @@ def _train_folds(
         keep = functools.partial(_select, active)
         return (jax.tree.map(keep, new_p, p), jax.tree.map(keep, new_opt, opt), active), None
 
-    def epoch(carry: tuple, inputs: tuple) -> tuple:
-        p, opt, best_p, best_loss, best_epoch, waited = carry
-        ekey, number = inputs
+    def epoch(carry: tuple) -> tuple:
+        p, opt, best_p, best_loss, best_epoch, waited, number, history = carry
+        ekey = jax.random.fold_in(key, number)
         order = jax.random.permutation(ekey, n)[: steps * batch_size].reshape(steps, batch_size)
         active = waited < patience
         (p, opt, _), _ = jax.lax.scan(step, (p, opt, active), order)
@@ -236,9 +237,15 @@ def _train_folds(
         val = jnp.sum(jnp.where(held_out, nll, 0.0), axis=1) / held_count
         better = active & ((val < best_loss) | (patience > epochs))
         best_p = jax.tree.map(functools.partial(_select, better), p, best_p)
-        best_epoch = jnp.where(better, number, best_epoch)
+        best_epoch = jnp.where(better, number + 1, best_epoch)
         waited = jnp.where(better, 0, waited + 1)
-        return (p, opt, best_p, jnp.where(better, val, best_loss), best_epoch, waited), val
+        history = history.at[number].set(jnp.where(active, val, jnp.nan))
+        best_loss = jnp.where(better, val, best_loss)
+        return p, opt, best_p, best_loss, best_epoch, waited, number + 1, history
+
+    def unfinished(carry: tuple) -> jax.Array:
+        # Stop as soon as every fold has stopped early (or after `epochs`).
+        return (carry[6] < epochs) & jnp.any(carry[5] < patience)
 
     with jax.numpy_dtype_promotion("standard"):
         opt = jax.vmap(tx.init)(params)
@@ -249,10 +256,11 @@ def _train_folds(
         jnp.full((folds,), jnp.inf),
         jnp.zeros((folds,), jnp.int32),
         jnp.zeros((folds,), jnp.int32),
+        jnp.zeros((), jnp.int32),
+        jnp.full((epochs, folds), jnp.nan),
     )
-    keys = jax.random.split(key, epochs)
-    carry, history = jax.lax.scan(epoch, init, (keys, jnp.arange(1, epochs + 1, dtype=jnp.int32)))
-    return carry[2], carry[4], history
+    carry = jax.lax.while_loop(unfinished, epoch, init)
+    return carry[2], carry[4], carry[7]
 
 
 def _select(flag: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
