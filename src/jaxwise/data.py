@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from jaxwise._checks import check_array, check_float, check_int, check_path
 from jaxwise._prefetch import Prefetcher, prefetch_to_device
 
 __all__ = [
@@ -59,6 +60,8 @@ def make_spiral(
     """
     n_per_class = _check_positive_int(n_per_class, "n_per_class")
     n_classes = _check_positive_int(n_classes, "n_classes")
+    check_float(noise, "noise", min_value=0.0)
+    seed = check_int(seed, "seed", min_value=0)
     if not np.isfinite(noise) or noise < 0:
         raise ValueError(f"`noise` must be a finite number >= 0, got {noise!r}")
     rng = np.random.default_rng(seed)
@@ -89,6 +92,9 @@ def make_blobs(
     n = _check_positive_int(n, "n")
     n_features = _check_positive_int(n_features, "n_features")
     n_classes = _check_positive_int(n_classes, "n_classes")
+    check_float(std, "std", min_value=0.0)
+    check_float(separation, "separation", min_value=0.0)
+    seed = check_int(seed, "seed", min_value=0)
     rng = np.random.default_rng(seed)
     centres = rng.normal(0.0, separation, (n_classes, n_features))
     y = np.arange(n) % n_classes
@@ -110,7 +116,12 @@ def flip_labels(
         >>> len(idx), bool((noisy[idx] != 0).all()), int((noisy != 0).sum())
         (3, True, 3)
     """
-    y = np.asarray(y)
+    y = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu"))
+    n_flip = check_int(n_flip, "n_flip")
+    n_classes = check_int(n_classes, "n_classes")
+    seed = check_int(seed, "seed", min_value=0)
+    if y.size and n_classes >= 2 and (y.min() < 0 or y.max() >= n_classes):
+        raise ValueError(f"`y` must be in [0, {n_classes}), got values in [{y.min()}, {y.max()}]")
     if not 0 <= n_flip <= len(y):
         raise ValueError(f"`n_flip` must be in [0, {len(y)}], got {n_flip}")
     if n_classes < 2:
@@ -134,6 +145,11 @@ def train_test_split(
     """
     if not arrays:
         raise ValueError("give at least one array to split")
+    for i, a in enumerate(arrays):
+        if np.ndim(check_array(a, f"arrays[{i}]")) == 0:
+            raise ValueError(f"`arrays[{i}]` must have a leading (example) axis, got a scalar")
+    check_float(test_fraction, "test_fraction")
+    seed = check_int(seed, "seed", min_value=0)
     n = len(arrays[0])
     if any(len(a) != n for a in arrays):
         raise ValueError(f"arrays must have the same length, got {[len(a) for a in arrays]}")
@@ -202,6 +218,7 @@ def load_csv(path: str | os.PathLike[str], label: str, *, drop_na: bool = False)
         >>> t.x.shape, t.y.tolist(), t.classes
         ((3, 2), [0, 1, 0], ('cat', 'dog'))
     """
+    check_path(path, "path")
     path = Path(path)
     header, body = _read_csv(path, expect=(label,))
     if label not in header:
@@ -262,6 +279,9 @@ def load_features(
         >>> load_features(p, ("a", "b")).x.tolist(), load_features(p, ("a", "b")).labels
         ([[1.0, 2.0], [3.0, 4.0]], None)
     """
+    check_path(path, "path")
+    if isinstance(feature_names, str) or not hasattr(feature_names, "__iter__"):
+        raise TypeError(f"`feature_names` must be a list of column names, got {feature_names!r}")
     path = Path(path)
     names = tuple(feature_names)
     header, body = _read_csv(path, expect=names + ((label,) if label else ()))

@@ -43,7 +43,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxwise._checks import check_choice, check_float, check_int, check_key, check_probability
+from jaxwise._checks import (
+    check_array,
+    check_callable,
+    check_choice,
+    check_float,
+    check_int,
+    check_key,
+    check_probability,
+)
 from jaxwise.per_example import LossSingle, batch_size_of, check_clip_norm, clip_and_sum
 from jaxwise.train import Gradients, ShuffleSampler, TrainEpoch, make_train_epoch
 
@@ -62,6 +70,15 @@ __all__ = [
 
 def _check_noise(noise_multiplier: Any) -> None:
     check_float(noise_multiplier, "noise_multiplier", min_value=0.0)
+
+
+def _check_noise_scale(clip_norm: Any, noise_multiplier: Any) -> None:
+    """Noise std ``σ·C`` must be finite: ``C = inf`` (no clipping) only without noise."""
+    if float(noise_multiplier) > 0 and float(clip_norm) == float("inf"):
+        raise ValueError(
+            "`clip_norm` must be finite when `noise_multiplier` > 0 (the noise std is "
+            "noise_multiplier * clip_norm)"
+        )
 
 
 def add_dp_noise(
@@ -87,7 +104,11 @@ def add_dp_noise(
     """
     check_clip_norm(clip_norm)
     _check_noise(noise_multiplier)
+    _check_noise_scale(clip_norm, noise_multiplier)
     check_key(key)
+    check_float(batch_size, "batch_size", min_value=0.0, min_inclusive=False, allow_traced=True)
+    for leaf in jax.tree.leaves(summed):
+        check_array(leaf, "summed")
     leaves, treedef = jax.tree.flatten(summed)
     std = (
         float(noise_multiplier) * float(clip_norm) if noise_multiplier else 0.0
@@ -385,6 +406,10 @@ class PoissonSampler:
     batch_size: int
     multiple: int = 1
 
+    def __post_init__(self) -> None:
+        check_int(self.batch_size, "batch_size", min_value=1)
+        check_int(self.multiple, "multiple", min_value=1)
+
     def check(self, n: int) -> None:
         if self.batch_size > n:
             raise ValueError(
@@ -506,8 +531,10 @@ def make_dp_train_epoch(
         >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
         (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """
+    check_callable(loss_single, "loss_single")
     check_clip_norm(clip_norm)
     _check_noise(noise_multiplier)
+    _check_noise_scale(clip_norm, noise_multiplier)
     sampling = check_choice(sampling, "sampling", ("poisson", "shuffle"))
     batch_size = check_int(batch_size, "batch_size", min_value=1)
     config = DPConfig(

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import jax
 
-from jaxwise._checks import check_choice, check_int
+from jaxwise._checks import check_bool, check_choice, check_int
 from jaxwise.compilation._hub import HUB, CompileEvent
 
 __all__ = ["CompileBudget", "CompileBudgetExceeded", "CompileCounter", "compile_budget"]
@@ -136,6 +136,8 @@ class CompileCounter:
         include_eager: bool = True,
         name: Any = None,
     ) -> None:
+        check_bool(explain, "explain")
+        check_bool(include_eager, "include_eager")
         if name is not None:
             if target is not None:
                 raise TypeError("pass either `target` or its alias `name`, not both")
@@ -273,6 +275,7 @@ class CompileBudget(CompileCounter):
         name: Any = None,
     ) -> None:
         self.max_compiles = _check_budget_args(max_compiles, on_exceed)
+        check_bool(exact, "exact")
         super().__init__(target, include_eager=include_eager, name=name)
         self.on_exceed = on_exceed
         self.exact = bool(exact)

@@ -396,6 +396,8 @@ def parse_cache_miss(text: str, seen_before: bool = False) -> CacheMiss:
         >>> m.kind, m.argument, m.old, m.new
         ('shape', 'x', 'f32[3]', 'f32[4]')
     """
+    if not isinstance(text, str):
+        raise TypeError(f"`text` must be a cache-miss message (str), got {type(text).__name__}")
     lines = text.splitlines()
     site = m.group("site") if lines and (m := _RE_AT.match(lines[0])) else None
     body = lines[1:]

@@ -9,7 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_callable, check_choice, check_int, concrete_float
+from jaxwise._checks import (
+    check_array,
+    check_callable,
+    check_choice,
+    check_int,
+    concrete_float,
+)
 from jaxwise.tree import path_names
 
 LossSingle = Callable[..., jax.Array]
@@ -22,9 +28,12 @@ def batch_size_of(batch: tuple[Any, ...], name: str = "batch") -> int:
         raise ValueError(f"`{name}` is empty: pass the per-example arrays (e.g. x, y)")
     sizes = []
     for i, arg in enumerate(batch):
+        if arg is None:
+            raise TypeError(f"`{name}[{i}]` must be an array (or a pytree of arrays), got None")
         for path, leaf in zip(path_names(arg), jax.tree.leaves(arg)):
-            shape = np.shape(leaf)
             label = f"{name}[{i}]" + (f".{path}" if path else "")
+            check_array(leaf, label)
+            shape = np.shape(leaf)
             if len(shape) == 0:
                 raise ValueError(
                     f"`{label}` is a scalar; every batch array needs a leading example axis"
@@ -32,6 +41,8 @@ def batch_size_of(batch: tuple[Any, ...], name: str = "batch") -> int:
             sizes.append((label, shape[0]))
     if not sizes:
         raise ValueError(f"`{name}` has no arrays")
+    if sizes[0][1] == 0:
+        raise ValueError(f"`{name}` is empty: its arrays have 0 examples")
     if len({s for _, s in sizes}) != 1:
         listing = ", ".join(f"`{label}`: {s}" for label, s in sizes)
         raise ValueError(
@@ -61,6 +72,8 @@ def check_method(method: Any) -> str:
 
 def check_clip_norm(clip_norm: Any) -> None:
     """``clip_norm`` must be a positive number (``inf`` allowed: no clipping)."""
+    if clip_norm is None or isinstance(clip_norm, (str, bytes)):
+        raise TypeError(f"`clip_norm` must be a number > 0, got {clip_norm!r}")
     try:
         value = concrete_float(clip_norm)
     except TypeError:
@@ -71,6 +84,10 @@ def check_clip_norm(clip_norm: Any) -> None:
 
 def check_params(params: Any) -> None:
     """Every parameter leaf must be a float array (gradients are taken with respect to it)."""
+    if params is None or isinstance(params, (str, bytes)):
+        raise TypeError(f"`params` must be a pytree of float arrays, got {params!r}")
+    if not jax.tree.leaves(params):
+        raise ValueError("`params` has no array leaves")
     for path, leaf in zip(path_names(params), jax.tree.leaves(params)):
         dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype
         if not jnp.issubdtype(dtype, jnp.inexact):
@@ -88,6 +105,8 @@ def clip_factor(norms: jax.Array, clip_norm: float) -> jax.Array:
 
 def weights_of(weights: Any, n: int) -> jax.Array:
     """Per-example weights ``(n,)`` float32 (ones by default)."""
+    if weights is not None:
+        check_array(weights, "weights")
     w = jnp.ones((n,), jnp.float32) if weights is None else jnp.asarray(weights).astype(jnp.float32)
     if w.shape != (n,):
         raise ValueError(f"`weights` must have shape ({n},), got {w.shape}")

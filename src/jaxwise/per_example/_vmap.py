@@ -11,7 +11,13 @@ import numpy as np
 
 from jaxwise._checks import check_int
 from jaxwise.optim import global_norm
-from jaxwise.per_example._common import LossSingle, batch_size_of, check_loss, clip_factor
+from jaxwise.per_example._common import (
+    LossSingle,
+    batch_size_of,
+    check_loss,
+    check_params,
+    clip_factor,
+)
 
 
 def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
@@ -29,6 +35,7 @@ def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
         [[1.0, 2.0], [3.0, 4.0]]
     """
     check_loss(loss_single)
+    check_params(params)
     batch_size_of(batch)
     return jax.vmap(jax.grad(loss_single), in_axes=(None, *([0] * len(batch))))(params, *batch)
 

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int
+from jaxwise._checks import check_int, check_path
 from jaxwise._version import __version__
 from jaxwise.train import _ckpt_format as fmt
 from jaxwise.train._ckpt_format import CheckpointError, Damaged
@@ -165,6 +165,7 @@ class Checkpointer:
         import orbax.checkpoint as ocp
 
         fmt.quiet_orbax()
+        check_path(path, "path")
         self.path = Path(path).absolute()
         self.keep = check_int(keep, "keep", min_value=1)
         self.async_save = bool(async_save)
@@ -180,6 +181,8 @@ class Checkpointer:
             raise CheckpointError(f"this Checkpointer of {self.path} is closed")
         if not isinstance(state, TrainState):
             raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise TypeError(f"`metadata` must be a dict or None, got {type(metadata).__name__}")
         metadata = dict(metadata or {})
         try:
             json.dumps(metadata)
@@ -292,6 +295,7 @@ def latest_step(path: str | Path) -> int | None:
     A cheap check (the arrays are verified by :func:`restore`); steps written by plain
     orbax count too.
     """
+    check_path(path, "path")
     for step, step_dir in sorted(fmt.step_dirs(Path(path).absolute()).items(), reverse=True):
         found = fmt.layout(step_dir)
         if found is not None and (found[0] == "orbax" or _intact_meta(step_dir) is not None):
@@ -301,6 +305,7 @@ def latest_step(path: str | Path) -> int | None:
 
 def load_metadata(path: str | Path, step: int | None = None) -> dict[str, Any]:
     """The user metadata saved with a step (by default the newest step with intact metadata)."""
+    check_path(path, "path")
     root = Path(path).absolute()
     steps = fmt.step_dirs(root)
     if step is not None:
@@ -389,6 +394,7 @@ def restore(
     Resuming is bit-identical: training N epochs straight equals k epochs, save, restore
     (in a fresh process) and N − k more.
     """
+    check_path(path, "path")
     if not isinstance(like, TrainState):
         raise TypeError(f"`like` must be a TrainState, got {type(like).__name__}")
     if step is not None:

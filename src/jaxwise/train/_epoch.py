@@ -19,7 +19,15 @@ from jax.sharding import Mesh
 from jaxwise._checks import check_int
 from jaxwise.train._sharding import data_size as _data_size
 from jaxwise.train._state import TrainState, check_train_state
-from jaxwise.train._step import LossFn, Program, leading_size, program_name, update_config, validate
+from jaxwise.train._step import (
+    LossFn,
+    Program,
+    check_flags,
+    leading_size,
+    program_name,
+    update_config,
+    validate,
+)
 from jaxwise.train._update import GradientFn, Gradients, UpdateConfig, loss_gradient, make_update
 
 __all__ = ["Sampler", "ShuffleSampler", "TrainEpoch", "make_train_epoch", "shuffle_hash"]
@@ -64,6 +72,9 @@ class ShuffleSampler:
     """
 
     batch_size: int
+
+    def __post_init__(self) -> None:
+        check_int(self.batch_size, "batch_size", min_value=1)
 
     def check(self, n: int) -> None:
         if self.batch_size > n:
@@ -254,6 +265,14 @@ def make_train_epoch(
     """
     validate(loss_fn, optimizer, mesh)
     batch_size = check_int(batch_size, "batch_size", min_value=1)
+    check_flags(
+        model_state=model_state,
+        has_aux=has_aux,
+        donate=donate,
+        skip_nonfinite=skip_nonfinite,
+        with_key=with_key,
+        audit=audit,
+    )
     if mesh is not None and sampler is None and batch_size % _data_size(mesh):
         raise ValueError(
             f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the "

@@ -11,6 +11,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwise._checks import check_int
 from jaxwise._prefetch import place_batch
 
 __all__ = [
@@ -40,6 +41,14 @@ def data_mesh(devices: Any = None) -> Mesh:
         >>> data_mesh().axis_names
         ('data',)
     """
+    if devices is not None:
+        if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+            raise TypeError(f"`devices` must be a list of jax devices, got {devices!r}")
+        devices = list(devices)
+        if not devices:
+            raise ValueError("`devices` must not be empty")
+        if not all(isinstance(d, jax.Device) for d in devices):
+            raise TypeError(f"`devices` must be a list of jax devices, got {devices!r}")
     devices = jax.devices() if devices is None else list(devices)
     return Mesh(np.asarray(devices), ("data",))
 
@@ -199,6 +208,9 @@ def state_shardings(state: Any, mesh: Any, *, min_size: int = 1024) -> Any:
         >>> specs["w"].spec, specs["b"].spec
         (P('model',), P())
     """
+    if not isinstance(mesh, (Mesh, jax.sharding.AbstractMesh)):
+        raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    check_int(min_size, "min_size", min_value=0)
     model = int(dict(mesh.shape).get("model", 1))
     return jax.tree.map(lambda leaf: NamedSharding(mesh, _leaf_spec(leaf, model, min_size)), state)
 

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from jaxwise._checks import check_callable
+from jaxwise._checks import check_bool, check_callable
 from jaxwise.train._donation import Audit, check_optimizer_fits
 from jaxwise.train._precision import DynamicLossScale, check_compute_dtype, check_loss_scale
 from jaxwise.train._sharding import batch_sharding as _batch_sharding
@@ -62,6 +62,12 @@ def validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
             raise ValueError(
                 f"`mesh` needs an axis named 'data' to shard the batch over, got {mesh.axis_names}"
             )
+
+
+def check_flags(**flags: Any) -> None:
+    """Every flag a bool (``TypeError`` naming it: ``donate="no"`` would be truthy)."""
+    for name, value in flags.items():
+        check_bool(value, name)
 
 
 def update_config(
@@ -276,6 +282,14 @@ def make_train_step(
         (1, 0, 'lambda_train_step')
     """
     validate(loss_fn, optimizer, mesh)
+    check_flags(
+        model_state=model_state,
+        has_aux=has_aux,
+        donate=donate,
+        skip_nonfinite=skip_nonfinite,
+        with_key=with_key,
+        audit=audit,
+    )
     config, dtype = update_config(
         skip_nonfinite=skip_nonfinite,
         has_aux=has_aux,
