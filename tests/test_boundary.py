@@ -586,6 +586,68 @@ TRAIN: list[Row] = [
         "growth_interval",
     ),
     ("loss-scale-factor", lambda: train.DynamicLossScale(factor=1.0), ValueError, "factor"),
+    (
+        "step-donate-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), donate="y"),
+        TypeError,
+        "donate",
+    ),
+    (
+        "step-skip-int",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), skip_nonfinite=2),
+        TypeError,
+        "skip_nonfinite",
+    ),
+    (
+        "step-has-aux-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), has_aux="no"),
+        TypeError,
+        "has_aux",
+    ),
+    (
+        "step-model-state-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), model_state="no"),
+        TypeError,
+        "model_state",
+    ),
+    (
+        "save-metadata-list",
+        lambda: train.save(_tmp() / "ck", _state(), [1, 2]),
+        TypeError,
+        "metadata",
+    ),
+    ("save-path-none", lambda: train.save(None, _state()), TypeError, "path"),
+    ("restore-path-none", lambda: train.restore(None, _state()), TypeError, "path"),
+    ("latest-step-none", lambda: train.latest_step(None), TypeError, "path"),
+    ("data-mesh-str", lambda: train.data_mesh("cpu"), TypeError, "devices"),
+    ("data-mesh-empty", lambda: train.data_mesh([]), ValueError, "devices"),
+    ("shardings-mesh-str", lambda: train.state_shardings(_state(), "mesh"), TypeError, "mesh"),
+    (
+        "shardings-min-size",
+        lambda: train.state_shardings(_state(), train.fsdp_mesh(2), min_size=-1),
+        ValueError,
+        "min_size",
+    ),
+    ("shuffle-sampler-bs", lambda: train.ShuffleSampler(0), ValueError, "batch_size"),
+    (
+        "step-with-key-str",
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), with_key="y"),
+        TypeError,
+        "with_key",
+    ),
+    (
+        "epoch-donate-str",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, donate="y"),
+        TypeError,
+        "donate",
+    ),
+    (
+        "epoch-has-aux-int",
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, has_aux=1),
+        TypeError,
+        "has_aux",
+    ),
+    ("load-metadata-none", lambda: train.load_metadata(None), TypeError, "path"),
 ]
 
 _TMP: list[Path] = []
@@ -703,6 +765,51 @@ PER_EXAMPLE: list[Row] = [
         lambda: pe.auto_chunk_size(loss_single, P, X, Y, memory_budget=0),
         ValueError,
         "memory_budget",
+    ),
+    ("grads-batch-str", lambda: pe.per_example_grads(loss_single, P, "x", Y), TypeError, "batch"),
+    ("grads-batch-none", lambda: pe.per_example_grads(loss_single, P, None, Y), TypeError, "batch"),
+    (
+        "grads-batch-empty",
+        lambda: pe.per_example_grads(loss_single, P, X[:0], Y[:0]),
+        ValueError,
+        "batch",
+    ),
+    ("grads-params-str", lambda: pe.per_example_grads(loss_single, "p", X, Y), TypeError, "params"),
+    (
+        "norms-params-none",
+        lambda: pe.per_example_grad_norms(loss_single, None, X, Y),
+        TypeError,
+        "params",
+    ),
+    (
+        "norms-batch-empty",
+        lambda: pe.per_example_grad_norms(loss_single, P, X[:0], Y[:0]),
+        ValueError,
+        "batch",
+    ),
+    (
+        "clip-str",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm="1"),
+        TypeError,
+        "clip_norm",
+    ),
+    (
+        "clip-none",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=None),
+        TypeError,
+        "clip_norm",
+    ),
+    (
+        "clip-weights-str",
+        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=1.0, weights="w"),
+        TypeError,
+        "weights",
+    ),
+    (
+        "clip-batch-empty",
+        lambda: pe.clip_and_sum(loss_single, P, X[:0], Y[:0], clip_norm=1.0),
+        ValueError,
+        "batch",
     ),
 ]
 
@@ -954,6 +1061,33 @@ PRIVACY: list[Row] = [
         ValueError,
         "sampling",
     ),
+    ("noise-bs-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, 0), ValueError, "batch_size"),
+    ("noise-bs-neg", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, -3), ValueError, "batch_size"),
+    ("noise-bs-nan", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, NAN), ValueError, "batch_size"),
+    ("noise-bs-str", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, "4"), TypeError, "batch_size"),
+    ("noise-summed-str", lambda: privacy.add_dp_noise("s", KEY, 1.0, 1.0, 4), TypeError, "summed"),
+    (
+        "dpg-batch-empty",
+        lambda: privacy.dp_gradient(loss_single, P, (X[:0], Y[:0]), KEY, 1.0, 1.0),
+        ValueError,
+        "batch",
+    ),
+    (
+        "dp-epoch-loss-str",
+        lambda: privacy.make_dp_train_epoch(
+            "loss", optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0
+        ),
+        TypeError,
+        "loss_single",
+    ),
+    ("poisson-sampler-bs", lambda: privacy.PoissonSampler(0), ValueError, "batch_size"),
+    ("noise-clip-inf", lambda: privacy.add_dp_noise(P, KEY, INF, 1.0, 4), ValueError, "clip_norm"),
+    (
+        "dpg-clip-inf",
+        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, INF, 1.0),
+        ValueError,
+        "clip_norm",
+    ),
 ]
 
 PROBS = np.asarray([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.3, 0.7]])
@@ -1154,6 +1288,15 @@ COMPILATION: list[Row] = [
         "decorates a function",
     ),
     ("stage-str", lambda: compilation.stage_report("f"), TypeError, "jitted"),
+    ("counter-explain-str", lambda: compilation.CompileCounter(explain="y"), TypeError, "explain"),
+    ("parse-int", lambda: compilation.parse_cache_miss(3), TypeError, "text"),
+    ("budget-exact-str", lambda: compilation.CompileBudget(1, exact="y"), TypeError, "exact"),
+    (
+        "counter-include-eager",
+        lambda: compilation.CompileCounter(include_eager=1),
+        TypeError,
+        "include_eager",
+    ),
 ]
 
 BUCKETS: list[Row] = [
@@ -1236,6 +1379,20 @@ DATA: list[Row] = [
     ("split-mismatch", lambda: data.train_test_split(np.ones(4), np.ones(3)), ValueError, "arrays"),
     ("csv-label-int", lambda: data.load_csv(_csv(), 3), ValueError, "label column"),
     ("csv-label-missing", lambda: data.load_csv(_csv(), "nope"), ValueError, "nope"),
+    ("spiral-seed-neg", lambda: data.make_spiral(10, seed=-1), ValueError, "seed"),
+    ("spiral-seed-str", lambda: data.make_spiral(10, seed="a"), TypeError, "seed"),
+    ("blobs-std-neg", lambda: data.make_blobs(10, std=-1.0), ValueError, "std"),
+    ("blobs-std-nan", lambda: data.make_blobs(10, std=NAN), ValueError, "std"),
+    ("blobs-sep-inf", lambda: data.make_blobs(10, separation=INF), ValueError, "separation"),
+    ("flip-y-str", lambda: data.flip_labels("abc", 1, 2), TypeError, "y"),
+    ("flip-y-range", lambda: data.flip_labels(LABELS + 5, 1, 2), ValueError, "y"),
+    ("flip-n-float", lambda: data.flip_labels(LABELS, 1.5, 2), TypeError, "n_flip"),
+    ("split-str", lambda: data.train_test_split("abcd"), TypeError, "arrays"),
+    ("split-seed-str", lambda: data.train_test_split(np.ones(4), seed="s"), TypeError, "seed"),
+    ("csv-path-int", lambda: data.load_csv(123, "label"), TypeError, "path"),
+    ("csv-path-none", lambda: data.load_csv(None, "label"), TypeError, "path"),
+    ("features-names-str", lambda: data.load_features(_csv(), "a"), TypeError, "feature_names"),
+    ("features-path-none", lambda: data.load_features(None, ("a", "b")), TypeError, "path"),
 ]
 
 
