@@ -15,7 +15,13 @@ from jaxwise.train._donation import Audit, check_optimizer_fits
 from jaxwise.train._precision import DynamicLossScale, check_compute_dtype, check_loss_scale
 from jaxwise.train._sharding import batch_sharding as _batch_sharding
 from jaxwise.train._sharding import data_size as _data_size
-from jaxwise.train._sharding import place_batch, place_state, replicated
+from jaxwise.train._sharding import (
+    feeding_processes,
+    keep_layout,
+    place_batch,
+    place_for_mesh,
+    replicated,
+)
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._update import UpdateConfig, loss_gradient, make_update
 from jaxwise.tree import path_names
@@ -125,6 +131,7 @@ class Program:
         audit: bool,
         loss_scale: Any,
     ) -> None:
+        fn = keep_layout(fn, mesh)  # FSDP (a "model" axis): the state keeps its layout
         fn.__name__ = fn.__qualname__ = name
         self.mesh = mesh
         self.optimizer = optimizer
@@ -139,8 +146,9 @@ class Program:
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
             return state, data
-        if getattr(state.step, "sharding", None) != self.replicated:
-            state = place_state(state, self.replicated)
+        fsdp = "model" in self.mesh.axis_names
+        if fsdp or getattr(state.step, "sharding", None) != self.replicated:
+            state = place_for_mesh(state, self.mesh)  # replicated, or the FSDP layout
         return state, place_batch(data, data_sharding)
 
     def _run(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
@@ -205,7 +213,7 @@ class TrainStep(Program):
     def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
         check_train_state(state)
         if self.mesh is not None:
-            n = leading_size(batch, "batch")
+            n = leading_size(batch, "batch") * feeding_processes(batch, self.mesh)
             if n % _data_size(self.mesh):
                 raise ValueError(
                     f"the global batch size {n} is not divisible by the {_data_size(self.mesh)} "
