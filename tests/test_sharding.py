@@ -9,7 +9,14 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
 from jaxwise.compilation import CompileCounter
-from jaxwise.train import TrainState, data_mesh, fsdp_mesh, make_train_epoch, make_train_step, state_shardings
+from jaxwise.train import (
+    TrainState,
+    data_mesh,
+    fsdp_mesh,
+    make_train_epoch,
+    make_train_step,
+    state_shardings,
+)
 from jaxwise.train._sharding import constrain_state, place_batch, place_state, replicated
 
 
@@ -31,7 +38,10 @@ def init_params(key, d_in=64, hidden=256, d_out=8):
 def batches(n, size=32, d_in=64, d_out=8, seed=0):
     rng = np.random.default_rng(seed)
     return [
-        (rng.normal(size=(size, d_in)).astype(np.float32), rng.normal(size=(size, d_out)).astype(np.float32))
+        (
+            rng.normal(size=(size, d_in)).astype(np.float32),
+            rng.normal(size=(size, d_out)).astype(np.float32),
+        )
         for _ in range(n)
     ]
 
@@ -66,8 +76,14 @@ def test_fsdp_mesh_and_state_shardings_rule():
         "key": jax.random.key(0),
     }
     specs = jax.tree.map(lambda s: s.spec, state_shardings(tree, mesh))
-    assert specs == {"big": P(None, "model"), "tall": P("model"), "odd": P(), "small": P(), "count": P(),
-                     "key": P()}
+    assert specs == {
+        "big": P(None, "model"),
+        "tall": P("model"),
+        "odd": P(),
+        "small": P(),
+        "count": P(),
+        "key": P(),
+    }
     assert state_shardings({"x": jnp.zeros((64, 64))}, mesh, min_size=10**6)["x"].spec == P()
     plain = data_mesh(jax.devices()[:4])
     assert state_shardings(tree, plain)["big"].spec == P()
@@ -98,10 +114,15 @@ def test_fsdp_step_compiles_once_and_matches_replicated_training():
     assert fsdp.opt_state[0].trace["w1"].sharding.spec == P(None, "model")  # momentum sharded too
     assert fsdp.params["b1"].sharding.spec == P()
     for name in ("w1", "b1", "w2"):
-        np.testing.assert_allclose(np.asarray(fsdp.params[name]), np.asarray(single.params[name]), rtol=1e-5,
-                                   atol=1e-6)
-        np.testing.assert_allclose(np.asarray(replicated_state.params[name]), np.asarray(single.params[name]),
-                                   rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(
+            np.asarray(fsdp.params[name]), np.asarray(single.params[name]), rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            np.asarray(replicated_state.params[name]),
+            np.asarray(single.params[name]),
+            rtol=1e-5,
+            atol=1e-6,
+        )
 
 
 def _argument_bytes(mesh, optimizer):
@@ -109,7 +130,9 @@ def _argument_bytes(mesh, optimizer):
     state = TrainState.create(init_params(jax.random.key(0), d_in=128, hidden=512), optimizer, 0)
     batch = batches(1, d_in=128)[0]
     state, _ = step(state, batch)
-    return step.jitted.lower(state, batch).compile().memory_analysis().argument_size_in_bytes
+    stats = step.jitted.lower(state, batch).compile().memory_analysis()
+    assert stats is not None
+    return stats.argument_size_in_bytes
 
 
 def test_fsdp_holds_a_quarter_of_params_and_adam_moments_per_device():
