@@ -180,6 +180,34 @@ def test_resume_with_other_settings_is_refused(tmp_path, blob_csv, capsys):
     assert code == 2 and "trained with hidden=[64, 64]" in err
 
 
+def test_resume_on_other_data_is_refused_unless_allowed(tmp_path, blob_csv, capsys):
+    common = ["--label", "colour", "--batch-size", "64", "--epochs", "4", "--out"]
+    out = str(tmp_path / "r")
+    assert run_cli(["train", str(blob_csv), *common, out, "--stop-after", "2"], capsys)[0] == 0
+    rows = blob_csv.read_text().splitlines()
+    other = tmp_path / "other.csv"  # same columns and classes, one value changed
+    first = rows[1].split(",")
+    first[0] = str(float(first[0]) + 1.0)
+    other.write_text("\n".join([rows[0], ",".join(first), *rows[2:]]) + "\n")
+    code, _, err = run_cli(["train", str(other), *common, out, "--resume"], capsys)
+    assert code == 2 and "--allow-different-data" in err and len(err.strip().splitlines()) == 1
+    flags = ["--resume", "--allow-different-data", "--json"]
+    code, resumed, _ = run_cli(["train", str(other), *common, out, *flags], capsys)
+    assert code == 0 and json.loads(resumed)["resumed_from_epoch"] == 2
+
+
+def test_resume_skips_a_damaged_newest_step(tmp_path, blob_csv, capsys):
+    common = ["train", str(blob_csv), "--label", "colour", "--batch-size", "64", "--epochs", "4"]
+    out = tmp_path / "d"
+    assert run_cli([*common, "--out", str(out), "--stop-after", "2"], capsys)[0] == 0
+    steps = sorted(p for p in (out / "checkpoint").iterdir() if p.name.isdigit())
+    stray = out / "checkpoint" / str(int(steps[-1].name) + 1000)
+    stray.mkdir()  # an empty, half-written newer step
+    code, resumed, err = run_cli([*common, "--out", str(out), "--resume", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(resumed)["resumed_from_epoch"] == 2
+
+
 def test_existing_checkpoint_is_never_overwritten(tmp_path, blob_csv, capsys):
     common = [
         "train",

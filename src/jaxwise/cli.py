@@ -165,6 +165,11 @@ def _add_train(sub: Any) -> None:
         "--resume", action="store_true", help="continue the run checkpointed in --out"
     )
     train.add_argument(
+        "--allow-different-data",
+        action="store_true",
+        help="--resume even if the training rows differ from the checkpointed run's",
+    )
+    train.add_argument(
         "--stop-after",
         type=_positive_int,
         default=None,

@@ -33,6 +33,7 @@ def checkpoint_meta(prep: Prepared, epoch: int, progress: dict[str, Any]) -> dic
         "mean": prep.mean.tolist(),
         "std": prep.std.tolist(),
         "batch_size": prep.batch_size,
+        "data": prep.fingerprint,
         **progress,
     }
 

@@ -10,10 +10,13 @@ summary. ``label-errors`` reuses ``prepare`` and ``fit``.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
+import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +31,15 @@ from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
 from jaxwise.jobs._outputs import RunDir
 from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.train import TrainState, latest_step, load_metadata, restore, save
+from jaxwise.train import (
+    CheckpointWarning,
+    TrainState,
+    data_fingerprint,
+    latest_step,
+    load_metadata,
+    restore,
+    save,
+)
 
 __all__ = ["TabularConfig", "fit", "prepare", "run_train"]
 
@@ -51,6 +62,7 @@ class TabularConfig:
     out: str | None = "runs/train"
     drop_na: bool = False
     resume: bool = False
+    allow_different_data: bool = False
     stop_after: int | None = None
     dp: bool = False
     clip_norm: float = 1.0
@@ -117,6 +129,11 @@ class Prepared:
     def split(self, which: str) -> tuple[np.ndarray, np.ndarray]:
         idx = self.train_idx if which == "train" else self.val_idx
         return self.x_all[idx], self.table.y[idx]
+
+    @functools.cached_property
+    def fingerprint(self) -> dict[str, Any]:
+        """Shapes, dtypes and SHA-256 of the training rows (refuses resuming on other data)."""
+        return data_fingerprint(self.split("train"))
 
 
 @dataclasses.dataclass
@@ -209,7 +226,7 @@ def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, 
     cfg, table = prep.cfg, prep.table
     if latest_step(ckpt) is None:
         raise UserError(f"--resume: no checkpoint in {ckpt}")
-    meta = load_metadata(ckpt)
+    meta = load_metadata(ckpt)  # the run's settings: checked before restoring anything
     saved, now = meta.get("config", {}), cfg.fingerprint()
     for key in now:
         if key in saved and saved.get(key) != now[key]:
@@ -223,7 +240,22 @@ def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, 
         raise UserError(
             f"--resume: {cfg.path} has different columns or classes than the checkpointed run"
         )
-    return restore(ckpt, like=state), meta
+    if not cfg.allow_different_data and "data" in meta and meta["data"] != prep.fingerprint:
+        raise UserError(
+            f"--resume: the training rows of {cfg.path} differ from the checkpointed run's "
+            "(pass --allow-different-data to continue anyway)"
+        )
+    # The metadata of the step actually restored: a damaged newest step is skipped, said in
+    # one line on stderr.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CheckpointWarning)
+        restored = restore(ckpt, like=state, with_metadata=True)
+    for warning in caught:
+        if issubclass(warning.category, CheckpointWarning):
+            print(f"jaxwise: warning: {warning.message}", file=sys.stderr)
+        else:  # anything else is not ours to swallow
+            warnings.warn(warning.message, stacklevel=2)
+    return restored
 
 
 def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
