@@ -1342,6 +1342,13 @@ TREE: list[Row] = [
     ("allclose-rtol-neg", lambda: tree.tree_allclose(P, P, rtol=-1.0), ValueError, "rtol"),
     ("allclose-rtol-nan", lambda: tree.tree_allclose(P, P, rtol=NAN), ValueError, "rtol"),
     ("allclose-atol-str", lambda: tree.tree_allclose(P, P, atol="x"), TypeError, "atol"),
+    (
+        "allclose-equal-nan-str",
+        lambda: tree.tree_allclose(P, P, equal_nan="y"),
+        TypeError,
+        "equal_nan",
+    ),
+    ("allclose-leaf-str", lambda: tree.tree_allclose({"a": "x"}, {"a": "y"}), TypeError, "a.a"),
 ]
 
 DATA: list[Row] = [

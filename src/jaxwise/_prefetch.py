@@ -27,7 +27,7 @@ def place_batch(batch: Any, sharding: Any) -> Any:
     is assembled with ``jax.make_array_from_process_local_data``; leaves that
     already are global arrays on ``sharding`` are kept.
 
-    Example:
+    Examples:
         >>> import jax, numpy as np
         >>> from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
         >>> sharding = NamedSharding(Mesh(np.asarray(jax.devices()), ("data",)), P("data"))
@@ -141,7 +141,7 @@ def prefetch_to_device(iterator: Iterable[Any], size: int = 2, mesh: Any = None)
     Returns:
       A :class:`Prefetcher` (an iterator; close it, or use ``with``, when stopping early).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> batches = ((np.full((4, 2), i, np.float32), np.arange(4)) for i in range(3))
         >>> with prefetch_to_device(batches, size=2) as device_batches:

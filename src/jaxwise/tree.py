@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_float
+from jaxwise._checks import check_bool, check_float
 
 __all__ = [
     "ParamRow",
@@ -189,15 +189,23 @@ def tree_allclose(
     """
     rtol = check_float(rtol, "rtol", min_value=0.0)
     atol = check_float(atol, "atol", min_value=0.0)
+    equal_nan = check_bool(equal_nan, "equal_nan")
     la, ta = jax.tree.flatten(a)
     lb, tb = jax.tree.flatten(b)
     if ta != tb:
         return False
-    for x, y in zip(la, lb):
-        x, y = np.asarray(x), np.asarray(y)
+    for name, x, y in zip(path_names(a), la, lb):
+        x, y = _numeric_leaf(x, f"a.{name}"), _numeric_leaf(y, f"b.{name}")
         if x.shape != y.shape or not np.allclose(x, y, rtol=rtol, atol=atol, equal_nan=equal_nan):
             return False
     return True
+
+
+def _numeric_leaf(leaf: Any, name: str) -> np.ndarray:
+    arr = np.asarray(leaf)
+    if arr.dtype.kind not in "biufcV":  # "V": bfloat16 and other ml_dtypes
+        raise TypeError(f"`{name}` must be a numeric array, got dtype {arr.dtype}")
+    return arr
 
 
 def host_copy(tree: Any) -> Any:

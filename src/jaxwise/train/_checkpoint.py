@@ -149,7 +149,7 @@ class Checkpointer:
     next ``save``/``close`` finishes them). Every process of a multi-process job must call
     ``save`` with the same state.
 
-    Example:
+    Examples:
         >>> import tempfile, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> state = TrainState.create({"w": jnp.ones(2)}, optim.sgd(0.1), 0)
@@ -274,7 +274,7 @@ def save(
     Returns:
       The directory of this step's checkpoint.
 
-    Example:
+    Examples:
         >>> import tempfile, jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> params = {"enc.w": jnp.ones(2), "enc": {"w": jnp.zeros(2)}}
@@ -433,7 +433,7 @@ def data_fingerprint(data: Any) -> dict[str, Any]:
     Returns:
       A JSON-serialisable dict ``{"shapes", "dtypes", "sha256"}``; equal dicts mean equal data.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> fp = data_fingerprint((np.zeros((3, 2), np.float32), np.arange(3)))
         >>> fp["shapes"], fp["dtypes"], len(fp["sha256"])

@@ -116,7 +116,7 @@ def fit(
     Returns:
       ``(state, report)``: the final state and a :class:`FitReport`.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp, numpy as np
         >>> from jaxwise import optim
         >>> from jaxwise.train import TrainState, make_train_step

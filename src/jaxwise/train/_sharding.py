@@ -37,7 +37,7 @@ def data_mesh(devices: Any = None) -> Mesh:
     job it spans the devices of all processes (the global mesh every process
     must build identically).
 
-    Example:
+    Examples:
         >>> data_mesh().axis_names
         ('data',)
     """
@@ -56,7 +56,7 @@ def data_mesh(devices: Any = None) -> Mesh:
 def data_size(mesh: Mesh | None) -> int:
     """The number of devices along the mesh's ``"data"`` axis (1 without a mesh).
 
-    Example:
+    Examples:
         >>> data_size(None)
         1
     """
@@ -66,7 +66,7 @@ def data_size(mesh: Mesh | None) -> int:
 def replicated(mesh: Mesh) -> NamedSharding:
     """The sharding that keeps a full copy on every device of ``mesh``.
 
-    Example:
+    Examples:
         >>> replicated(data_mesh()).spec
         P()
     """
@@ -76,7 +76,7 @@ def replicated(mesh: Mesh) -> NamedSharding:
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """The sharding that splits the leading (example) axis over the mesh's ``"data"`` axis.
 
-    Example:
+    Examples:
         >>> batch_sharding(data_mesh()).spec
         P('data',)
     """
@@ -128,7 +128,7 @@ def place_state(state: Any, sharding: Any) -> Any:
     (e.g. the same initialisation from the same seed) and contributes its
     addressable shards. Leaves already on their sharding are kept as they are.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> mesh = data_mesh()
         >>> placed = place_state({"w": jnp.zeros(3)}, replicated(mesh))
@@ -165,7 +165,7 @@ def fsdp_mesh(model: int, devices: Any = None) -> Mesh:
       model: devices per parameter shard; must divide the number of devices.
       devices: the devices (default: every device of every process).
 
-    Example:
+    Examples:
         >>> fsdp_mesh(1).axis_names
         ('data', 'model')
     """
@@ -200,7 +200,7 @@ def state_shardings(state: Any, mesh: Any, *, min_size: int = 1024) -> Any:
     that mirror them get the same layout. Without a ``"model"`` axis all are replicated
     (plain data parallelism). Works on arrays, tracers and ``jax.ShapeDtypeStruct``.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> from jax.sharding import AbstractMesh
         >>> mesh = AbstractMesh((2, 2), ("data", "model"))  # or fsdp_mesh(2) on 4 devices
@@ -246,7 +246,7 @@ def keep_layout(fn: Any, mesh: Mesh | None) -> Any:
 def place_for_mesh(state: Any, mesh: Mesh) -> Any:
     """Place ``state`` for a step on ``mesh``: replicated, or the FSDP layout with a "model" axis.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> placed = place_for_mesh({"w": jnp.zeros(3)}, data_mesh())
         >>> placed["w"].sharding.spec
@@ -261,7 +261,7 @@ def feeding_processes(batch: Any, mesh: Mesh) -> int:
     1 in a single process, or when every leaf already is a global array; otherwise the
     number of processes whose devices the mesh spans (each passes its local rows).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> feeding_processes(np.zeros((8, 2)), data_mesh())
         1
