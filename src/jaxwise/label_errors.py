@@ -195,6 +195,8 @@ def _train_folds(
     x: jax.Array,
     y: jax.Array,
     fold_of: jax.Array,
+    fold_rows: jax.Array,
+    fold_mask: jax.Array,
     key: jax.Array,
     *,
     apply_fn: Callable[..., Any],
@@ -208,8 +210,10 @@ def _train_folds(
     n = x.shape[0]
     steps = n // batch_size
     fold_ids = jnp.arange(folds)
-    held_out = fold_of[None, :] == fold_ids[:, None]  # (folds, n)
-    held_count = jnp.maximum(held_out.sum(axis=1), 1).astype(jnp.float32)
+    # Each fold's held-out rows, padded to one width: evaluating them costs n forward rows per
+    # epoch in all (not folds × n).
+    x_held, y_held = x[fold_rows], y[fold_rows]  # (folds, m, d), (folds, m)
+    held_count = jnp.maximum(fold_mask.sum(axis=1), 1).astype(jnp.float32)
 
     def fold_loss(p: Any, k: jax.Array, xb: jax.Array, yb: jax.Array, fb: jax.Array) -> jax.Array:
         w = (fb != k).astype(jnp.float32)
@@ -233,8 +237,8 @@ def _train_folds(
         order = jax.random.permutation(ekey, n)[: steps * batch_size].reshape(steps, batch_size)
         active = waited < patience
         (p, opt, _), _ = jax.lax.scan(step, (p, opt, active), order)
-        nll = jax.vmap(lambda q: _nll(apply_fn(q, x), y))(p)  # (folds, n)
-        val = jnp.sum(jnp.where(held_out, nll, 0.0), axis=1) / held_count
+        nll = jax.vmap(lambda q, xh, yh: _nll(apply_fn(q, xh), yh))(p, x_held, y_held)
+        val = jnp.sum(jnp.where(fold_mask, nll, 0.0), axis=1) / held_count
         better = active & ((val < best_loss) | (patience > epochs))
         best_p = jax.tree.map(functools.partial(_select, better), p, best_p)
         best_epoch = jnp.where(better, number + 1, best_epoch)
@@ -346,11 +350,14 @@ def out_of_fold_probabilities(
     flat, unravel = _ravel_folds(params)
     tx = optimizer if optimizer is not None else _default_optimizer()
     flat_apply = _FlatApply(apply_fn, unravel)
+    fold_rows, fold_mask = _held_out_rows(fold_of, folds)
     best, best_epoch, history = _train_folds(
         flat,
         x,
         y,
         fold_of,
+        fold_rows,
+        fold_mask,
         train_key,
         apply_fn=flat_apply,
         tx=tx,
@@ -367,6 +374,17 @@ def out_of_fold_probabilities(
         np.asarray(history),
         jax.vmap(unravel)(best),
     )
+
+
+def _held_out_rows(fold_of: np.ndarray, folds: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(folds, m)`` row indices of each fold (padded with row 0) and the mask of real ones."""
+    members = [np.flatnonzero(fold_of == k) for k in range(folds)]
+    width = max(1, max(len(m) for m in members))
+    rows = np.zeros((folds, width), np.int32)
+    mask = np.zeros((folds, width), bool)
+    for k, m in enumerate(members):
+        rows[k, : len(m)], mask[k, : len(m)] = m, True
+    return rows, mask
 
 
 def _ravel_folds(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
