@@ -401,7 +401,7 @@ def test_100_step_jitted_loop_with_schedule_compiles_once():
         updates, state = tx.update(grad_jax(params), state, params)
         return optim.apply_updates(params, updates), state
 
-    with CompileBudget(1, name="train_step"):
+    with CompileBudget(1, train_step, exact=True):
         for _ in range(100):
             params, state = train_step(params, state)
     counts = optax.tree_utils.tree_get_all_with_path(state, "count")

@@ -198,7 +198,7 @@ def test_jitted_norms_compile_once(problem):
         lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=8, method="chunked")
     )
     batches = [(x + i, y) for i in range(3)]
-    with CompileBudget(1, name="<lambda>"):
+    with CompileBudget(1, fn, exact=True):
         for bx, by in batches:
             fn(params, bx, by)
 
