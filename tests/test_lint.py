@@ -464,12 +464,15 @@ def test_all_of_python_3_12_syntax_is_traversed():
 
 @pytest.mark.slow
 def test_installed_jax_libraries_lint_without_errors():
-    """Every file of flax, equinox, chex, jax_privacy and rlax is analysed: no file is skipped."""
+    """Every file of flax, equinox, chex and rlax (test extras) and jax_privacy (bench extra,
+    when installed) is analysed: no file is skipped."""
     import importlib.util
 
     roots = []
-    for name in ("flax", "equinox", "chex", "jax_privacy", "rlax"):
+    for name in ("flax", "equinox", "chex", "rlax", "jax_privacy"):
         spec = importlib.util.find_spec(name)  # located, not imported (their import warns)
+        if name == "jax_privacy" and spec is None:
+            continue
         assert spec is not None and spec.submodule_search_locations, name
         roots.append(Path(spec.submodule_search_locations[0]))
     findings, errors, count = lint_paths(roots)
