@@ -34,8 +34,10 @@ Example (MNIST-sized: 60,000 examples, batches of 256, 60 epochs):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -332,8 +334,21 @@ def epsilon(
     acc = _accountant(accountant)
     if noise_multiplier == 0:
         return float("inf")
-    acc.compose(_event(noise_multiplier, sample_rate, steps))
-    return float(acc.get_epsilon(delta))
+    with _quiet_absl():  # dp-accounting logs orders it excludes; the result already says all
+        acc.compose(_event(noise_multiplier, sample_rate, steps))
+        return float(acc.get_epsilon(delta))
+
+
+@contextlib.contextmanager
+def _quiet_absl() -> Iterator[None]:
+    """Hide absl's WARNING lines (dp-accounting's "failed to converge … excluding this order")."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def noise_multiplier_for(
