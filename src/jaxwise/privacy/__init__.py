@@ -1,0 +1,57 @@
+"""DP-SGD with an honest (ε, δ) from Google's ``dp-accounting``.
+
+DP-SGD (Abadi et al., 2016) clips every example's gradient to norm ``C``,
+sums, adds Gaussian noise ``N(0, σ²C²)`` once per (logical) batch and
+divides by the batch size. The privacy guarantee comes from an accountant;
+we never hand-roll one: :func:`epsilon` composes dp-accounting's
+``PoissonSampledDpEvent(q, GaussianDpEvent(σ))`` over the steps with its RDP
+(default) or PLD accountant.
+
+**What the guarantee covers.** The accountant analyses *Poisson sampling*:
+each example joins each batch independently with probability ``q``.
+:func:`poisson_batch` implements exactly that, inside ``jit``, padded to a
+fixed maximum size with a mask (one compiled shape). Fixed-size batches from
+a shuffle (:func:`shuffled_batches`) are what most code uses, but the
+Poisson analysis does not formally cover them; use them knowingly.
+
+**Normalisation.** We divide the noisy sum by the *expected* batch size
+``q·N`` under Poisson sampling — a data-independent constant, so the result
+is post-processing of the privatised sum. Dividing by the *actual* size
+would reveal how many examples were sampled (whether a given person is in
+the batch), which the analysis does not account for. With fixed-size
+batches the two are the same. Gradient accumulation over micro-batches adds
+the clipped sums first and the noise **once** per logical batch
+(:func:`dp_gradient_accumulated`), never per micro-batch.
+
+References:
+  Abadi et al., Deep Learning with Differential Privacy, CCS 2016,
+  https://arxiv.org/abs/1607.00133
+
+Example (MNIST-sized: 60,000 examples, batches of 256, 60 epochs):
+    >>> round(epsilon(noise_multiplier=1.1, sample_rate=256 / 60000, steps=14062, delta=1e-5), 2)
+    2.6
+"""
+
+from jaxwise.privacy._accounting import epsilon as epsilon
+from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
+from jaxwise.privacy._epoch import DPConfig as DPConfig
+from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
+from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
+from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
+from jaxwise.privacy._noise import dp_gradient as dp_gradient
+from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
+from jaxwise.privacy._sampling import poisson_batch as poisson_batch
+from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
+
+__all__ = [
+    "DPConfig",
+    "PoissonSampler",
+    "add_dp_noise",
+    "dp_gradient",
+    "dp_gradient_accumulated",
+    "epsilon",
+    "make_dp_train_epoch",
+    "noise_multiplier_for",
+    "poisson_batch",
+    "shuffled_batches",
+]

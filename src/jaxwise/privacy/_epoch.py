@@ -1,0 +1,208 @@
+"""A jitted DP-SGD epoch: a configuration of :func:`jaxwise.train.make_train_epoch`."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh
+
+from jaxwise._checks import (
+    check_callable,
+    check_choice,
+    check_int,
+)
+from jaxwise.per_example import LossSingle, check_clip_norm
+from jaxwise.privacy._noise import (
+    _check_noise,
+    _check_noise_scale,
+    dp_gradient,
+)
+from jaxwise.privacy._sampling import poisson_batch
+from jaxwise.train import Gradients, ShuffleSampler, TrainEpoch, make_train_epoch
+
+__all__ = ["DPConfig", "PoissonSampler", "make_dp_train_epoch"]
+
+
+@dataclasses.dataclass(frozen=True)
+class DPConfig:
+    """DP-SGD settings of :func:`make_dp_train_epoch`."""
+
+    clip_norm: float
+    noise_multiplier: float
+    sampling: str
+    batch_size: int
+    chunk_size: int | None
+    method: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PoissonSampler:
+    """Poisson sampling for :func:`jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
+
+    Each step draws its own batch with :func:`poisson_batch`, padded to a fixed width (the
+    expected size plus six standard deviations, rounded up to a multiple of ``multiple``, e.g.
+    the devices of a mesh) with a mask; ``round(n / batch_size)`` steps per epoch.
+
+    Examples:
+        >>> PoissonSampler(64).width(60000), PoissonSampler(64).steps(60000)
+        (113, 938)
+    """
+
+    batch_size: int
+    multiple: int = 1
+
+    def __post_init__(self) -> None:
+        check_int(self.batch_size, "batch_size", min_value=1)
+        check_int(self.multiple, "multiple", min_value=1)
+
+    def check(self, n: int) -> None:
+        if self.batch_size > n:
+            raise ValueError(
+                f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
+            )
+
+    def steps(self, n: int) -> int:
+        return max(1, int(round(n / self.batch_size)))
+
+    def width(self, n: int) -> int:
+        expected = self.batch_size
+        cap = int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
+        return -(-cap // self.multiple) * self.multiple
+
+    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        del step
+        key, plan_key = jax.random.split(key)
+        return jax.random.split(plan_key, self.steps(n)), key
+
+    def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+        idx, mask, overflow = poisson_batch(x, n, self.batch_size / n, self.width(n))  # x: a key
+        return idx, mask, {"overflow": overflow}
+
+
+@dataclasses.dataclass(frozen=True)
+class _DPShuffleSampler(ShuffleSampler):
+    """Fixed-size batches from a ``jax.random.permutation``; ``overflow = False`` always."""
+
+    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        del step
+        key, plan_key = jax.random.split(key)
+        order = jax.random.permutation(plan_key, n)[: self.steps(n) * self.batch_size]
+        return order.reshape(self.steps(n), self.batch_size), key
+
+    def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, None, dict[str, Any]]:
+        del n
+        return x, None, {"overflow": jnp.zeros((), bool)}
+
+
+def _dp_gradient_fn(loss_single: LossSingle, config: DPConfig) -> Callable[..., Gradients]:
+    """The plug-in gradient of a DP-SGD epoch: clipped, summed, noised once per batch."""
+
+    def gradient(params: Any, model_state: Any, batch: Any, key: jax.Array, mask: Any) -> Gradients:
+        if not isinstance(batch, tuple):
+            raise TypeError(
+                "`data` of a DP-SGD epoch must be a tuple of arrays (e.g. (x, y)), got "
+                f"{type(batch).__name__}"
+            )
+        grads, norms = dp_gradient(
+            loss_single,
+            params,
+            batch,
+            key,
+            config.clip_norm,
+            config.noise_multiplier,
+            chunk_size=config.chunk_size,
+            method=config.method,
+            mask=mask,
+            expected_batch_size=float(config.batch_size),
+        )
+        real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+        count = jnp.maximum(real.sum(), 1.0)
+        metrics = {
+            "grad_norm_mean": jnp.sum(norms * real) / count,
+            "clipped_fraction": jnp.sum((norms > config.clip_norm).astype(jnp.float32) * real)
+            / count,
+            "batch_size": jnp.sum(real).astype(jnp.int32),
+        }
+        return Gradients(grads, None, model_state, None, metrics)
+
+    return gradient
+
+
+def make_dp_train_epoch(
+    loss_single: LossSingle,
+    optimizer: Any,
+    batch_size: int,
+    *,
+    clip_norm: float,
+    noise_multiplier: float,
+    sampling: str = "poisson",
+    chunk_size: int | None = None,
+    method: str = "auto",
+    mesh: Mesh | None = None,
+    skip_nonfinite: bool = True,
+    donate: bool = True,
+) -> TrainEpoch:
+    """A jitted DP-SGD epoch ``epoch(state, data) -> (state, metrics)`` over one ``lax.scan``.
+
+    A configuration of :func:`jaxwise.train.make_train_epoch` (the one training loop): the
+    DP gradient (:func:`dp_gradient`) and the sampler plug into it, so DP epochs get the NaN
+    guard (a non-finite noisy gradient or update is skipped), the per-call donation audit and
+    ``mesh`` (data parallelism; the padded batch width is rounded up to the devices).
+
+    ``state`` is a :class:`jaxwise.train.TrainState`; ``data`` a tuple of arrays with a
+    leading example axis. ``sampling="poisson"`` (what :func:`epsilon` analyses): each step
+    samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask, ``round(1
+    / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size batches. The noisy
+    gradient goes through any jaxwise/Optax optimizer. Metrics per step: ``"grad_norm"`` (of
+    the noisy gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
+    ``"clipped_fraction"``, ``"batch_size"`` (actual) and ``"overflow"``.
+    ``method`` picks the per-example clipping (:func:`dp_gradient`): ``"auto"`` (default)
+    uses ghost clipping wherever the traced loss allows it, ``"vmap"``/``"chunked"``
+    materialise per-example gradients.
+
+    The returned :class:`jaxwise.train.TrainEpoch` has ``.steps_per_epoch(n)`` and
+    ``.sample_rate(n)`` for the accountant, ``.config`` (a :class:`DPConfig`) and ``.jitted``
+    (compiled under ``<loss_single's name>_train_epoch``).
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> from jaxwise.train import TrainState
+        >>> def sq(w, x, y): return (jnp.dot(w, x) - y) ** 2
+        >>> x = jax.random.normal(jax.random.key(0), (64, 3)); y = x @ jnp.asarray([1.0, -1.0, 0.5])
+        >>> tx = optim.sgd(0.1)
+        >>> epoch = make_dp_train_epoch(sq, tx, 16, clip_norm=10.0, noise_multiplier=0.5)
+        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), tx, 0), (x, y))
+        >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
+        (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
+    """
+    check_callable(loss_single, "loss_single")
+    check_clip_norm(clip_norm)
+    _check_noise(noise_multiplier)
+    _check_noise_scale(clip_norm, noise_multiplier)
+    sampling = check_choice(sampling, "sampling", ("poisson", "shuffle"))
+    batch_size = check_int(batch_size, "batch_size", min_value=1)
+    config = DPConfig(
+        float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size, method
+    )
+    multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
+    sampler: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
+    if sampling == "poisson":
+        sampler = PoissonSampler(batch_size, multiple)
+    epoch = make_train_epoch(
+        loss_single,
+        optimizer,
+        batch_size,
+        gradient=_dp_gradient_fn(loss_single, config),
+        sampler=sampler,
+        mesh=mesh,
+        skip_nonfinite=skip_nonfinite,
+        donate=donate,
+    )
+    epoch.config = config
+    return epoch

@@ -1,0 +1,56 @@
+"""Poisson sampling (what the accountant analyses), padded to one shape; shuffled batches."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxwise._checks import (
+    check_int,
+    check_key,
+    check_probability,
+)
+
+__all__ = ["poisson_batch", "shuffled_batches"]
+
+
+def poisson_batch(
+    key: jax.Array, n: int, sample_rate: float, max_batch_size: int
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Poisson sampling inside ``jit``: ``(indices (max,), mask (max,), overflow)``.
+
+    Each of the ``n`` examples is included independently with probability
+    ``sample_rate``; the sampled indices are padded (with index 0, masked
+    out) to ``max_batch_size`` so that every step has one compiled shape.
+    ``overflow`` is True when more than ``max_batch_size`` were sampled (the
+    extra ones are dropped, which the accountant does not model): choose
+    ``max_batch_size`` several standard deviations above ``q·n``, e.g.
+    ``q·n + 6·sqrt(q·n)``.
+
+    Examples:
+        >>> import jax
+        >>> idx, mask, over = poisson_batch(jax.random.key(0), 1000, 0.05, 100)
+        >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over)
+        ((100,), True, False)
+    """
+    check_probability(sample_rate, "sample_rate", open_low=True)
+    check_int(max_batch_size, "max_batch_size", min_value=1)
+    check_int(n, "n", min_value=1)
+    check_key(key)
+    chosen = jax.random.bernoulli(key, sample_rate, (n,))
+    count = jnp.sum(chosen.astype(jnp.int32))
+    (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
+    mask = jnp.arange(max_batch_size) < count
+    return indices, mask, count > max_batch_size
+
+
+def shuffled_batches(key: jax.Array, n: int, batch_size: int) -> jax.Array:
+    """Fixed-size batches from one shuffle: indices ``(n // batch_size, batch_size)``, rest dropped.
+
+    Not covered by the Poisson-sampling analysis of :func:`epsilon`.
+    """
+    check_int(n, "n", min_value=1)
+    check_int(batch_size, "batch_size", min_value=1, max_value=n)
+    check_key(key)
+    steps = n // batch_size
+    return jax.random.permutation(key, n)[: steps * batch_size].reshape(steps, batch_size)
