@@ -27,6 +27,7 @@ quick: $(STAMP)
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
 	$(BIN)/pyright
 
 docs: $(STAMP)

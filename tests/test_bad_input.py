@@ -6,7 +6,6 @@ frame is in the jaxwise package), and the message must name the argument in back
 never a failure deep inside JAX or NumPy.
 """
 
-
 import os
 import traceback
 

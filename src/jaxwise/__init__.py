@@ -12,9 +12,22 @@ from typing import Any
 from jaxwise._version import __version__ as __version__
 
 __all__ = [  # the version, then the sub-packages (each imported on first use)
-    "__version__", "autodiff", "buckets", "compilation", "data", "debug", "diagnose",
-    "label_errors", "models", "numerics", "optim", "per_example", "privacy", "sequence",
-    "train", "tree",
+    "__version__",
+    "autodiff",
+    "buckets",
+    "compilation",
+    "data",
+    "debug",
+    "diagnose",
+    "label_errors",
+    "models",
+    "numerics",
+    "optim",
+    "per_example",
+    "privacy",
+    "sequence",
+    "train",
+    "tree",
 ]
 _SUBMODULES = frozenset(__all__[1:])
 

@@ -72,8 +72,10 @@ def check_params(tree: Any, name: str = "params") -> None:
         TypeError: `params` must be a pytree of arrays; leaf `w` is a str
     """
     if type(tree).__name__ == "Model" and type(tree).__module__.startswith("jaxwise.models"):
-        raise TypeError(f"`{name}` must be a pytree of arrays, got a jaxwise.models.Model; pass "
-                        "its `.params` (and `.model_state` where model state is expected)")
+        raise TypeError(
+            f"`{name}` must be a pytree of arrays, got a jaxwise.models.Model; pass "
+            "its `.params` (and `.model_state` where model state is expected)"
+        )
     if isinstance(tree, dict) and "params" in tree and set(tree) & _LINEN_COLLECTIONS:
         raise TypeError(
             f"`{name}` must be the trainable parameters, got what looks like Flax linen "
