@@ -1,0 +1,53 @@
+"""Optional dependencies: one clear ``ImportError`` naming the extra that installs them.
+
+The core of jaxwise needs only jax, numpy and optax. Everything else is an extra of the
+package (``pip install 'jaxwise[NAME]'``); modules that need one call :func:`require` at the
+point of use, never at import time of a core module.
+
+>>> require("math", extra="cli").__name__
+'math'
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+__all__ = ["EXTRAS", "require"]
+
+# extra -> the distributions it installs (what `pip install 'jaxwise[extra]'` brings)
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "checkpoint": ("orbax-checkpoint",),
+    "privacy": ("dp-accounting",),
+    "cli": ("rich", "matplotlib"),
+    "flax": ("flax",),
+    "equinox": ("equinox",),
+}
+
+
+def require(module: str, *, extra: str, feature: str | None = None) -> ModuleType:
+    """Import ``module`` or raise one ``ImportError`` naming the extra that provides it.
+
+    Args:
+      module: the dotted module name to import, e.g. ``"orbax.checkpoint"``.
+      extra: the jaxwise extra that installs it, one of :data:`EXTRAS`.
+      feature: what needs it, for the message (default: the extra's name).
+
+    Returns:
+      The imported module.
+
+    Raises:
+      ImportError: ``module`` is not installed; the message is one line:
+        ``"<feature> needs <module>: pip install 'jaxwise[<extra>]'"``.
+    """
+    if extra not in EXTRAS:
+        raise ValueError(f"`extra` must be one of {sorted(EXTRAS)}, got {extra!r}")
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        what = feature or f"jaxwise's {extra} support"
+        raise ImportError(
+            f"{what} needs {module.split('.')[0]}, which is not installed: "
+            f"pip install 'jaxwise[{extra}]'",
+            name=err.name,
+        ) from None
