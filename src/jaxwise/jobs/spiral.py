@@ -277,7 +277,7 @@ def _plots(run: _Run, hard: list[dict[str, Any]], test_acc: float) -> dict[str, 
 @jax.jit
 def _hardest(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The 5 training examples with the largest gradient norms (chunked per-example gradients)."""
-    return hardest_examples(C.per_example_loss(), params, x, y, k=5, chunk_size=256)
+    return hardest_examples(C.per_example_loss(), params, (x, y), k=5, chunk_size=256)
 
 
 def _describe_examples(

@@ -1,11 +1,12 @@
 """Per-example gradients, their norms and clipped sums — for any JAX loss, in bounded memory.
 
-``loss_single(params, *example)`` is the loss of ONE example (unbatched
-arrays); ``params`` is any pytree (plain dicts, a Flax NNX/linen or Equinox
-model through :mod:`jaxwise.models` adapters). Everything here maps it over
-the leading axis of the batch arrays with ``in_axes=(None, 0, …)`` — never
-the default ``in_axes=0``, which silently maps the parameters too when their
-leading dimension happens to equal the batch size.
+``loss(params, example)`` is the loss of ONE example; ``params`` is any pytree (plain
+dicts, a Flax NNX/linen or Equinox model through the `jaxwise.models` adapters). The
+batch is ONE argument, any pytree (a tuple ``(x, y)``, a dict, a registered dataclass)
+whose leaves share a leading example axis; ``loss`` receives one example, that axis
+removed. Everything here maps ``loss`` over that axis with ``in_axes=(None, 0)`` — never
+the default ``in_axes=0``, which silently maps the parameters too when their leading
+dimension happens to equal the batch size.
 
 Methods (``method=``):
 
@@ -28,8 +29,9 @@ References:
 
 Examples:
     >>> import jax.numpy as jnp
-    >>> loss = lambda w, x, y: (x @ w - y) ** 2
-    >>> per_example_grad_norms(loss, jnp.ones(2), jnp.eye(2), jnp.zeros(2)).tolist()
+    >>> loss = lambda w, example: (example["x"] @ w - example["y"]) ** 2
+    >>> batch = {"x": jnp.eye(2), "y": jnp.zeros(2)}
+    >>> per_example_grad_norms(loss, jnp.ones(2), batch).tolist()
     [2.0, 2.0]
 """
 
@@ -38,7 +40,8 @@ from jaxwise.per_example._api import ghost_coverage as ghost_coverage
 from jaxwise.per_example._api import mlp_loss as mlp_loss
 from jaxwise.per_example._api import per_example_grad_norms as per_example_grad_norms
 from jaxwise.per_example._common import METHODS as METHODS
-from jaxwise.per_example._common import LossSingle as LossSingle
+from jaxwise.per_example._common import LossFn as LossFn
+from jaxwise.per_example._common import Method as Method
 from jaxwise.per_example._common import batch_size_of as batch_size_of
 from jaxwise.per_example._common import check_clip_norm as check_clip_norm
 from jaxwise.per_example._common import check_method as check_method
@@ -52,6 +55,8 @@ from jaxwise.per_example._vmap import per_example_grads as per_example_grads
 __all__ = [
     "CoverageRow",
     "LabelErrors",
+    "LossFn",
+    "Method",
     "auto_chunk_size",
     "clip_and_sum",
     "find_label_errors",

@@ -11,16 +11,17 @@ import numpy as np
 
 from jaxwise._checks import check_int
 from jaxwise.per_example._api import per_example_grad_norms
-from jaxwise.per_example._common import LossSingle, batch_size_of
+from jaxwise.per_example._common import ChunkSize, LossFn, Method, batch_size_of
 
 
 def hardest_examples(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    *batch: Any,
+    batch: Any,
+    *,
     k: int,
-    chunk_size: int | str | None = None,
-    method: str = "auto",
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The ``k`` examples with the largest gradient norm: ``(indices, norms)``, largest first.
 
@@ -34,9 +35,7 @@ def hardest_examples(
     """
     n = batch_size_of(batch)
     check_int(k, "k", min_value=1, max_value=n)
-    norms = per_example_grad_norms(
-        loss_single, params, *batch, chunk_size=chunk_size, method=method
-    )
+    norms = per_example_grad_norms(loss, params, batch, method=method, chunk_size=chunk_size)
     top, idx = jax.lax.top_k(norms, int(k))
     return idx, top
 
@@ -57,12 +56,13 @@ class LabelErrors:
 
 
 def find_label_errors(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    *batch: Any,
+    batch: Any,
+    *,
     k: int,
-    chunk_size: int | str | None = None,
-    method: str = "auto",
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
 ) -> LabelErrors:
     """Rank examples of a *trained* model by gradient norm: mislabeled ones stand out.
 
@@ -71,14 +71,12 @@ def find_label_errors(
 
     Examples:
         >>> import jax.numpy as jnp
-        >>> loss = lambda w, x, y: (x @ w - y) ** 2
+        >>> loss = lambda w, xy: (xy[0] @ w - xy[1]) ** 2
         >>> x, y = jnp.eye(3), jnp.asarray([1.0, 1.0, -5.0])
-        >>> find_label_errors(loss, jnp.ones(3), x, y, k=1).indices.tolist()
+        >>> find_label_errors(loss, jnp.ones(3), (x, y), k=1).indices.tolist()
         [2]
     """
-    idx, norms = hardest_examples(
-        loss_single, params, *batch, k=k, chunk_size=chunk_size, method=method
-    )
-    picked = tuple(jax.tree.map(lambda a: jnp.take(a, idx, axis=0), arg) for arg in batch)
-    losses = jax.vmap(loss_single, in_axes=(None, *([0] * len(batch))))(params, *picked)
+    idx, norms = hardest_examples(loss, params, batch, k=k, method=method, chunk_size=chunk_size)
+    picked = jax.tree.map(lambda a: jnp.take(a, idx, axis=0), batch)
+    losses = jax.vmap(loss, in_axes=(None, 0))(params, picked)
     return LabelErrors(np.asarray(idx), np.asarray(norms), np.asarray(losses))
