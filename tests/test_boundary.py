@@ -752,18 +752,46 @@ PER_EXAMPLE: list[Row] = [
         ValueError,
         "weights",
     ),
-    ("hardest-k-zero", lambda: pe.hardest_examples(loss_single, P, (X, Y), k=0), ValueError, "k"),
-    ("hardest-k-big", lambda: pe.hardest_examples(loss_single, P, (X, Y), k=5), ValueError, "k"),
-    ("hardest-k-float", lambda: pe.hardest_examples(loss_single, P, (X, Y), k=2.5), TypeError, "k"),
-    ("hardest-k-str", lambda: pe.hardest_examples(loss_single, P, (X, Y), k="3"), TypeError, "k"),
     (
-        "pe-label-errors-k",
-        lambda: pe.find_label_errors(loss_single, P, (X, Y), k=0),
+        "hardest-k-zero",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=0),
         ValueError,
         "k",
     ),
+    (
+        "hardest-k-big",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=5),
+        ValueError,
+        "k",
+    ),
+    (
+        "hardest-k-float",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=2.5),
+        TypeError,
+        "k",
+    ),
+    (
+        "hardest-k-str",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k="3"),
+        TypeError,
+        "k",
+    ),
+    (
+        "gradnorm-no-params",
+        lambda: label_errors.find_label_errors(X, Y, method="gradnorm"),
+        TypeError,
+        "params",
+    ),
+    (
+        "gradnorm-int-params",
+        lambda: label_errors.find_label_errors(
+            X, Y, method="gradnorm", params={"w": jnp.ones(2, jnp.int32)}
+        ),
+        TypeError,
+        "params",
+    ),
     ("coverage-no-example", lambda: pe.ghost_coverage(loss_single, P, ()), ValueError, "example"),
-    ("mlp-loss-int", lambda: pe.mlp_loss(3), TypeError, "loss_from_logits"),
+    ("mlp-loss-int", lambda: models.mlp_loss(3), TypeError, "loss_from_logits"),
     (
         "auto-chunk-budget",
         lambda: pe.auto_chunk_size(loss_single, P, (X, Y), memory_budget=0),
@@ -1661,7 +1689,7 @@ FINITE: list[tuple[str, Callable[[], Any]]] = [
     (
         "norms-ghost-mlp-zero-input",
         lambda: pe.per_example_grad_norms(
-            pe.mlp_loss(lambda logits, y: -jax.nn.log_softmax(logits)[y]),
+            models.mlp_loss(lambda logits, y: -jax.nn.log_softmax(logits)[y]),
             MLP,
             (jnp.zeros((4, 3)), Y),
             method="ghost",

@@ -1,4 +1,4 @@
-"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, label errors."""
+"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, batch forms."""
 
 import dataclasses
 
@@ -7,16 +7,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise import data, numerics, optim
+from jaxwise import numerics
 from jaxwise.compilation import CompileBudget
-from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.models import init_mlp, mlp_apply, mlp_loss
 from jaxwise.per_example import (
     auto_chunk_size,
     clip_and_sum,
-    find_label_errors,
     ghost_coverage,
-    hardest_examples,
-    mlp_loss,
     per_example_grad_norms,
     per_example_grads,
 )
@@ -237,7 +234,6 @@ def test_jitted_norms_compile_once(problem):
             ValueError,
             "memory_budget",
         ),
-        (lambda p, x, y: hardest_examples(mlp_single, p, (x, y), k=True), TypeError, "`k`"),
         (lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y[:5])), ValueError, "leading"),
         (lambda p, x, y: per_example_grads("loss", p, (x, y)), TypeError, "`loss`"),
         (
@@ -245,7 +241,6 @@ def test_jitted_norms_compile_once(problem):
             ValueError,
             "method",
         ),
-        (lambda p, x, y: hardest_examples(mlp_single, p, (x, y), k=0), ValueError, "`k`"),
         (
             lambda p, x, y: clip_and_sum(mlp_single, p, (x, y), clip_norm=1.0, weights=jnp.ones(3)),
             ValueError,
@@ -256,33 +251,6 @@ def test_jitted_norms_compile_once(problem):
 def test_bad_input(problem, call, error, match):
     with pytest.raises(error, match=match):
         call(*problem)
-
-
-def test_hardest_examples_and_label_error_recall():
-    x, y = data.make_blobs(2000, 20, 10, seed=0)
-    noisy, flipped = data.flip_labels(y, 20, 10, seed=1)
-    params = init_mlp(jax.random.key(0), (20, 10))  # multinomial logistic regression
-    tx = optim.adam(1e-2)
-    state = tx.init(params)
-    xj, yj = jnp.asarray(x), jnp.asarray(noisy)
-
-    def loss(p):
-        return numerics.cross_entropy(mlp_apply(p, xj), yj)
-
-    @jax.jit
-    def step(p, s):
-        g = jax.grad(loss)(p)
-        u, s = tx.update(g, s, p)
-        return optim.apply_updates(p, u), s
-
-    for _ in range(150):
-        params, state = step(params, state)
-    found = find_label_errors(MLP_LOSS, params, (xj, yj), k=40, chunk_size=512, method="chunked")
-    recall = len(set(found.indices.tolist()) & set(flipped.tolist())) / len(flipped)
-    assert recall >= 0.9, recall
-    assert np.all(np.diff(found.grad_norms) <= 0) and found.losses.shape == (40,)
-    idx, norms = hardest_examples(MLP_LOSS, params, (xj, yj), k=5, method="ghost")
-    np.testing.assert_array_equal(np.asarray(idx), found.indices[:5])
 
 
 # --------------------------------------------------------------------------

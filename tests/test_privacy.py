@@ -12,8 +12,8 @@ import pytest
 
 from jaxwise import data, numerics, optim
 from jaxwise.compilation import CompileBudget
-from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.per_example import clip_and_sum, mlp_loss, per_example_grad_norms
+from jaxwise.models import init_mlp, mlp_apply, mlp_loss
+from jaxwise.per_example import clip_and_sum, per_example_grad_norms
 from jaxwise.privacy import (
     add_dp_noise,
     dp_gradient,

@@ -23,8 +23,8 @@ from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import RunDir
+from jaxwise.label_errors import hardest_examples
 from jaxwise.models import init_mlp
-from jaxwise.per_example import hardest_examples
 from jaxwise.train import TrainState
 from jaxwise.tree import param_table
 

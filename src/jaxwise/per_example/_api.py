@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
 
-from jaxwise._checks import check_array, check_callable, check_int
-from jaxwise.models import mlp_apply
+from jaxwise._checks import check_array, check_int
 from jaxwise.per_example import _ghost
 from jaxwise.per_example._common import (
     DEFAULT_MEMORY_BUDGET,
@@ -222,30 +220,3 @@ def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]
     except Unsupported as err:
         raise ValueError(f"method='ghost' does not apply to this `loss`: {err}") from err
     return coverage(program, params)
-
-
-def mlp_loss(loss_from_logits: Callable[[jax.Array, jax.Array], jax.Array]) -> LossFn:
-    """``loss(params, (x, y)) = loss_from_logits(mlp_apply(params, x), y)`` for a jaxwise MLP.
-
-    A convenience: any ``loss`` works with every method.
-
-    Args:
-      loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
-        e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
-
-    Examples:
-        >>> import jax, jax.numpy as jnp
-        >>> from jaxwise.models import init_mlp
-        >>> loss = mlp_loss(lambda z, y: -jax.nn.log_softmax(z)[y])
-        >>> p, x, y = init_mlp(0, (2, 8, 3)), jnp.ones((4, 2)), jnp.zeros(4, jnp.int32)
-        >>> bool(jnp.allclose(per_example_grad_norms(loss, p, (x, y), method="ghost"),
-        ...                   per_example_grad_norms(loss, p, (x, y), method="vmap"), rtol=1e-5))
-        True
-    """
-    check_callable(loss_from_logits, "loss_from_logits")
-
-    def loss(params: Any, example: tuple[jax.Array, jax.Array]) -> jax.Array:
-        x, y = example
-        return loss_from_logits(mlp_apply(params, x), y)
-
-    return loss
