@@ -42,10 +42,12 @@ CONTRACT = {
         "warmup_cosine_decay_schedule piecewise_constant_schedule join_schedules"
     ),
     "tree": "param_table path_names mask_by_path tree_allclose host_copy",
-    "train": (
-        "TrainState make_train_step make_train_epoch check_donatable data_mesh save "
-        "restore DonationError"
+    "train": "TrainState make_train_step make_train_epoch fit check_donatable DonationError",
+    "checkpoint": (
+        "Checkpointer save restore CheckpointError CheckpointWarning latest_step "
+        "load_metadata data_fingerprint"
     ),
+    "sharding": "data_mesh fsdp_mesh state_shardings place_state place_batch",
     "sequence": (
         "lengths_to_mask masked_sum masked_mean segment_softmax segment_mean "
         "discounted_returns bounded_while linear_recurrence init_gru gru_cell init_lstm "

@@ -8,7 +8,8 @@ import pytest
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import PoissonSampler, add_dp_noise, make_dp_train_epoch, poisson_batch
-from jaxwise.train import DonationError, TrainState, data_mesh
+from jaxwise.sharding import data_mesh
+from jaxwise.train import DonationError, TrainState
 from jaxwise.tree import host_copy
 
 

@@ -15,6 +15,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "__version__",
     "autodiff",
     "buckets",
+    "checkpoint",
     "compilation",
     "data",
     "debug",
@@ -26,6 +27,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "per_example",
     "privacy",
     "sequence",
+    "sharding",
     "train",
     "tree",
 ]

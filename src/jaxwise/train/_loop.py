@@ -7,17 +7,24 @@ import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Sized
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int
 from jaxwise._prefetch import prefetch_to_device
-from jaxwise.train._checkpoint import Checkpointer
 from jaxwise.train._state import TrainState
 
 __all__ = ["FitReport", "fit"]
+
+
+class _Saver(Protocol):
+    """What :func:`fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
+
+    A structural type, so that ``train`` does not import ``checkpoint`` (the layer above it).
+    """
+
+    def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,19 +66,20 @@ def _progress(enabled: bool, total: int | None) -> Iterator[Callable[[float, int
         yield lambda loss, skipped: bar.update(task, advance=1, loss=loss, skipped=skipped)
 
 
-def _check(
-    state: Any, steps: Any, checkpoint_dir: Any, checkpoint_every: Any, prefetch: Any
-) -> None:
+def _check(state: Any, steps: Any, checkpointer: Any, checkpoint_every: Any, prefetch: Any) -> None:
     if not isinstance(state, TrainState):
         raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
     if steps is not None:
         check_int(steps, "steps", min_value=1)
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", min_value=1)
-        if checkpoint_dir is None:
-            raise ValueError("`checkpoint_every` needs `checkpoint_dir`")
-    if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, Path)):
-        raise TypeError(f"`checkpoint_dir` must be a path, got {type(checkpoint_dir).__name__}")
+        if checkpointer is None:
+            raise ValueError("`checkpoint_every` needs `checkpointer`")
+    if checkpointer is not None and not callable(getattr(checkpointer, "save", None)):
+        raise TypeError(
+            "`checkpointer` must be a jaxwise.checkpoint.Checkpointer (an object with "
+            f"`save(state, metadata)`), got {type(checkpointer).__name__}"
+        )
     check_int(prefetch, "prefetch", min_value=0)
 
 
@@ -81,9 +89,8 @@ def fit(
     batches: Iterable[Any],
     *,
     steps: int | None = None,
-    checkpoint_dir: str | Path | None = None,
+    checkpointer: _Saver | None = None,
     checkpoint_every: int | None = None,
-    keep: int = 3,
     metadata: dict[str, Any] | None = None,
     prefetch: int = 2,
     progress: bool = True,
@@ -94,10 +101,10 @@ def fit(
     ahead, in a background thread, sharded over ``step.mesh``'s ``"data"`` axis when
     the step has a mesh) while the device trains on earlier ones; each step's metrics
     are read only after the next step is dispatched, so the host never waits for the
-    device in between. The NaN guard's skipped steps are counted; with
-    ``checkpoint_dir`` the directory is locked for the whole loop (a
-    :class:`~jaxwise.train.Checkpointer`), the state is saved every
-    ``checkpoint_every`` steps and at the end.
+    device in between. The NaN guard's skipped steps are counted; with a
+    ``checkpointer`` (a `jaxwise.checkpoint.Checkpointer`, which holds its directory's
+    writer lock until you close it) the state is saved every ``checkpoint_every`` steps
+    and at the end.
 
     Args:
       step: a :func:`make_train_step` step (or any ``step(state, batch) -> (state,
@@ -106,9 +113,10 @@ def fit(
       batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
         each process's own rows.
       steps: stop after this many batches (default: when ``batches`` ends).
-      checkpoint_dir: where to save (``None``: no checkpoints).
-      checkpoint_every: save every this many steps (and at the end).
-      keep: how many checkpoints to keep.
+      checkpointer: saves the checkpoints, e.g. ``Checkpointer(directory, keep=3)``
+        from `jaxwise.checkpoint` (``None``: no checkpoints). ``fit`` calls its
+        ``save(state, metadata)`` and leaves it open.
+      checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
       metadata: JSON metadata saved with every checkpoint.
       prefetch: batches kept ready on the devices (0: transfer in the loop).
       progress: show a rich progress bar on stderr (loss, skipped steps).
@@ -133,7 +141,7 @@ def fit(
         (200, 0, True)
     """
     check_callable(step, "step")
-    _check(state, steps, checkpoint_dir, checkpoint_every, prefetch)
+    _check(state, steps, checkpointer, checkpoint_every, prefetch)
     if not isinstance(batches, Iterable):
         raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
     total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
@@ -147,11 +155,6 @@ def fit(
         feed = (
             stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
         )
-        writer = (
-            stack.enter_context(Checkpointer(checkpoint_dir, keep=keep))
-            if checkpoint_dir is not None
-            else None
-        )
         advance = stack.enter_context(_progress(bool(progress), total))
 
         def record(metrics: dict[str, Any]) -> None:
@@ -161,8 +164,8 @@ def fit(
             advance(losses[-1], skipped)
 
         def checkpoint() -> None:
-            if writer is not None and int(state.step) not in saved:  # skipped steps: nothing new
-                writer.save(state, metadata)
+            if checkpointer is not None and int(state.step) not in saved:  # skipped: nothing new
+                checkpointer.save(state, metadata)
                 saved.append(int(state.step))
 
         pending = None

@@ -12,7 +12,6 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise._checks import check_int
-from jaxwise._prefetch import place_batch
 
 __all__ = [
     "batch_sharding",
@@ -22,7 +21,6 @@ __all__ = [
     "feeding_processes",
     "fsdp_mesh",
     "keep_layout",
-    "place_batch",
     "place_for_mesh",
     "place_state",
     "replicated",

@@ -35,6 +35,8 @@ LOCK_NAME = ".jaxwise-writer.lock"
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, corrupted, locked, or does not fit the target state."""
 
+    __module__ = "jaxwise.checkpoint"
+
 
 class Damaged(CheckpointError):
     """One step of a checkpoint directory is unreadable or fails its integrity check."""
@@ -238,7 +240,7 @@ def layout(step_dir: Path) -> tuple[str, Path] | None:
 class DirLock:
     """An exclusive, non-blocking ``flock`` on ``<root>/.jaxwise-writer.lock``.
 
-    Held by one writer (one :class:`~jaxwise.train.Checkpointer`) at a time, across processes;
+    Held by one writer (one `jaxwise.checkpoint.Checkpointer`) at a time, across processes;
     the operating system releases it when the holder exits, even if it crashes.
     """
 

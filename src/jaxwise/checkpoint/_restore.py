@@ -9,9 +9,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise.train import _ckpt_format as fmt
-from jaxwise.train._ckpt_format import CheckpointError, Damaged
-from jaxwise.train._state import TrainState, type_signature
+from jaxwise.checkpoint import _format as fmt
+from jaxwise.checkpoint._format import CheckpointError, Damaged
+from jaxwise.train import TrainState, type_signature
 from jaxwise.tree import path_names
 
 
@@ -117,7 +117,7 @@ def _match(stored: Any, like: TrainState) -> dict[tuple[str, ...], Any]:
                 f"`like` has paths {list(other)} and {list(parts)} that plain orbax stores under "
                 f"the same name `{'.'.join(parts)}` (it joins keys with dots), so this checkpoint "
                 "cannot hold both; "
-                "save with jaxwise.train.save, which escapes such keys"
+                "save with jaxwise.checkpoint.save, which escapes such keys"
             )
     for parts, leaf in wanted.items():
         if parts not in stored_paths and not (parts == ("key",) and fmt.is_key(leaf)):

@@ -15,10 +15,10 @@ import numpy as np
 
 from jaxwise._checks import check_int, check_path
 from jaxwise._version import __version__
-from jaxwise.train import _ckpt_format as fmt
-from jaxwise.train._ckpt_format import CheckpointError, Damaged
-from jaxwise.train._ckpt_restore import restore_jaxwise, restore_orbax
-from jaxwise.train._state import TrainState
+from jaxwise.checkpoint import _format as fmt
+from jaxwise.checkpoint._format import CheckpointError, Damaged
+from jaxwise.checkpoint._restore import restore_jaxwise, restore_orbax
+from jaxwise.train import TrainState
 from jaxwise.tree import path_names
 
 __all__ = [
@@ -35,6 +35,8 @@ __all__ = [
 
 class CheckpointWarning(UserWarning):
     """A damaged or incomplete checkpoint step was skipped in favour of an older intact one."""
+
+    __module__ = "jaxwise.checkpoint"
 
 
 def _sync(tag: str) -> None:
@@ -158,7 +160,7 @@ class Checkpointer:
         ...     Checkpointer(ck.path)
         Traceback (most recent call last):
         ...
-        jaxwise.train._ckpt_format.CheckpointError: checkpoint directory ... is in use by ...
+        jaxwise.checkpoint.CheckpointError: checkpoint directory ... is in use by ...
     """
 
     def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = False) -> None:
