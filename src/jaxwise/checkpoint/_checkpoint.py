@@ -164,8 +164,7 @@ class Checkpointer:
     """
 
     def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = False) -> None:
-        import orbax.checkpoint as ocp
-
+        ocp = fmt.orbax()
         fmt.quiet_orbax()
         check_path(path, "path")
         self.path = Path(path).absolute()
@@ -194,8 +193,7 @@ class Checkpointer:
         step = int(state.step)
         target = self.path / str(step)
         self._clear_slot(step, target)
-        import orbax.checkpoint as ocp
-
+        ocp = fmt.orbax()
         tree, doc = _describe(state, metadata)
         args = ocp.args.Composite(
             **{fmt.STATE: ocp.args.StandardSave(tree), fmt.META: ocp.args.JsonSave(doc)}
@@ -401,6 +399,7 @@ def restore(
         raise TypeError(f"`like` must be a TrainState, got {type(like).__name__}")
     if step is not None:
         step = check_int(step, "step", min_value=0)
+    fmt.orbax()
     fmt.quiet_orbax()
     root = Path(path).absolute()
     problems = []

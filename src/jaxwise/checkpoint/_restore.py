@@ -23,8 +23,7 @@ def _sharding_of(leaf: Any) -> jax.sharding.Sharding:
 
 
 def _pytree_restore(item_dir: Path, target: Any) -> Any:
-    import orbax.checkpoint as ocp
-
+    ocp = fmt.orbax()
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             return checkpointer.restore(item_dir, target)
@@ -89,8 +88,7 @@ def restore_jaxwise(item_dir: Path, doc: dict[str, Any], like: TrainState) -> Tr
 
 
 def _orbax_tree(item_dir: Path) -> Any:
-    import orbax.checkpoint as ocp
-
+    ocp = fmt.orbax()
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             meta = checkpointer.metadata(item_dir)
