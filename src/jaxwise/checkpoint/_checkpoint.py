@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int, check_path
+from jaxwise._checks import check_int, check_path, is_key
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint._format import CheckpointError, Damaged
@@ -90,7 +90,7 @@ def _describe(state: TrainState, metadata: dict[str, Any]) -> tuple[dict[str, An
     rows, stored = [], []
     for (path, leaf), name in zip(flat, path_names(state)):
         leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
-        impl = str(jax.random.key_impl(leaf)) if fmt.is_key(leaf) else None
+        impl = str(jax.random.key_impl(leaf)) if is_key(leaf) else None
         value = jax.random.key_data(leaf) if impl else leaf
         stored.append(value)
         rows.append(

@@ -123,12 +123,6 @@ def lookup(tree: Any, parts: Sequence[str]) -> Any:
     return tree
 
 
-def is_key(x: Any) -> bool:
-    """True for a typed PRNG key array (or its abstract value)."""
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
-
-
 # ----------------------------------------------------------------------------- checksums
 
 

@@ -163,10 +163,12 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
-    """Steps per epoch: ``n // batch`` shuffled batches, or ``round(n / batch)`` Poisson samples."""
-    if cfg.dp:
-        return max(1, round(n_train / cfg.batch_size))
-    return n_train // cfg.batch_size
+    """Steps per epoch of :func:`make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
+    from jaxwise.privacy import PoissonSampler
+    from jaxwise.train import ShuffleSampler
+
+    sampler = PoissonSampler(cfg.batch_size) if cfg.dp else ShuffleSampler(cfg.batch_size)
+    return sampler.steps(n_train)
 
 
 def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
