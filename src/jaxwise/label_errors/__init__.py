@@ -27,6 +27,7 @@ References:
 
 from jaxwise.label_errors._confident import LabelIssues as LabelIssues
 from jaxwise.label_errors._confident import confident_learning as confident_learning
+from jaxwise.label_errors._confident import label_quality as label_quality
 from jaxwise.label_errors._confident import precision_recall as precision_recall
 from jaxwise.label_errors._find import find_label_errors as find_label_errors
 from jaxwise.label_errors._gradnorm import hardest_examples as hardest_examples
@@ -40,6 +41,7 @@ __all__ = [
     "confident_learning",
     "find_label_errors",
     "hardest_examples",
+    "label_quality",
     "out_of_fold_probabilities",
     "precision_recall",
     "stratified_folds",
