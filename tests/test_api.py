@@ -23,14 +23,17 @@ CONTRACT = {
     "debug": "locate_nan NanReport checked assert_finite",
     "autodiff": "jacobian jvp_many hvp cg_solve newton_cg_step newton_cg",
     "per_example": (
-        "per_example_grads per_example_grad_norms clip_and_sum hardest_examples "
-        "find_label_errors ghost_coverage"
+        "per_example_grads per_example_grad_norms clip_and_sum ghost_coverage "
+        "auto_chunk_size CoverageRow LossFn"
     ),
     "privacy": (
         "add_dp_noise dp_gradient dp_gradient_accumulated poisson_batch epsilon "
         "noise_multiplier_for make_dp_train_epoch"
     ),
-    "label_errors": "find_label_errors confident_learning out_of_fold_probabilities",
+    "label_errors": (
+        "find_label_errors hardest_examples LabelIssues confident_learning "
+        "out_of_fold_probabilities stratified_folds precision_recall OutOfFold"
+    ),
     "optim": (
         "GradientTransformation apply_updates global_norm identity scale "
         "scale_by_schedule scale_by_learning_rate trace scale_by_adam scale_by_lion "
@@ -51,7 +54,7 @@ CONTRACT = {
         "lstm_cell run_rnn rk4_step odeint_rk4 lambda_returns gae"
     ),
     "data": "make_spiral make_blobs flip_labels load_csv prefetch_to_device",
-    "models": "init_mlp mlp_apply Model from_nnx from_linen from_equinox",
+    "models": "init_mlp mlp_apply mlp_loss Model from_nnx from_linen from_equinox",
     "lint": "lint_source lint_paths RULES",
     "diagnose": "captured_constants why_recompiled",
     "cli": "main",

@@ -51,17 +51,14 @@ def xent_single(logits: jax.Array, label: jax.Array) -> jax.Array:
     return -numerics.log_softmax(logits)[label]
 
 
-def _plain_per_example_loss(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+def _example_loss(params: Any, example: tuple[jax.Array, jax.Array]) -> jax.Array:
+    x, y = example
     return xent_single(mlp_apply(params, x), y)
 
 
-def per_example_loss() -> Callable[..., jax.Array]:
-    """``loss_single(params, x, y)`` of one example, in the form ghost clipping analyses best."""
-    try:
-        from jaxwise.per_example import mlp_loss  # the dense-layer form, where still offered
-    except ImportError:
-        return _plain_per_example_loss
-    return mlp_loss(xent_single)
+def per_example_loss() -> Callable[[Any, tuple[jax.Array, jax.Array]], jax.Array]:
+    """``loss(params, (x, y))`` of ONE example: the MLP's cross-entropy."""
+    return _example_loss
 
 
 def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
@@ -156,7 +153,7 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
             batch_size=cfg.batch_size,
             clip_norm=cfg.clip_norm,
             noise_multiplier=cfg.noise_multiplier,
-            sampling="poisson",
+            sampler="poisson",
             method="ghost",
         )
     return make_train_epoch(batch_loss, tx, cfg.batch_size)
@@ -177,7 +174,7 @@ def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
 
     q = cfg.batch_size / n_train
     eps = (
-        epsilon(cfg.noise_multiplier, q, steps, DELTA)
+        epsilon(noise_multiplier=cfg.noise_multiplier, sample_rate=q, steps=steps, delta=DELTA)
         if cfg.noise_multiplier and steps
         else math.inf
     )
