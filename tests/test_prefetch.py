@@ -127,7 +127,6 @@ class Handshake:
                 self.ready.append(upcoming.wait(timeout=60) if wait else upcoming.is_set())
             return step(state, batch)
 
-        run.mesh = None
         return run
 
 
