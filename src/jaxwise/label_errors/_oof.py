@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from jaxwise._checks import check_array, check_callable, check_int
+from jaxwise._params import check_params
 from jaxwise.models import init_mlp
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
@@ -226,6 +227,7 @@ def out_of_fold_probabilities(
     if callable(init):
         params = jax.vmap(init)(jax.random.split(init_key, folds))
     else:
+        check_params(init, "init")
         params = jax.tree.map(lambda a: jnp.broadcast_to(a, (folds, *jnp.shape(a))), init)
     # One flat vector per fold: the optimizer then updates one array instead of every leaf,
     # which keeps the compiled program (and its compile time) small.
