@@ -15,7 +15,7 @@ Examples:
 """
 
 from jaxwise.models._adapters import Model, from_equinox, from_linen, from_nnx
-from jaxwise.models._mlp import init_mlp, mlp_apply, mlp_layers, mlp_loss
+from jaxwise.models._mlp import init_mlp, mlp_apply, mlp_loss
 
 __all__ = [
     "Model",
@@ -24,6 +24,5 @@ __all__ = [
     "from_nnx",
     "init_mlp",
     "mlp_apply",
-    "mlp_layers",
     "mlp_loss",
 ]
