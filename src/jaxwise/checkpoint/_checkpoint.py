@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int, check_path
+from jaxwise._checks import check_int, check_path, is_key
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint._format import CheckpointError, Damaged
@@ -90,7 +90,7 @@ def _describe(state: TrainState, metadata: dict[str, Any]) -> tuple[dict[str, An
     rows, stored = [], []
     for (path, leaf), name in zip(flat, path_names(state)):
         leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
-        impl = str(jax.random.key_impl(leaf)) if fmt.is_key(leaf) else None
+        impl = str(jax.random.key_impl(leaf)) if is_key(leaf) else None
         value = jax.random.key_data(leaf) if impl else leaf
         stored.append(value)
         rows.append(
@@ -164,8 +164,7 @@ class Checkpointer:
     """
 
     def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = False) -> None:
-        import orbax.checkpoint as ocp
-
+        ocp = fmt.orbax()
         fmt.quiet_orbax()
         check_path(path, "path")
         self.path = Path(path).absolute()
@@ -194,8 +193,7 @@ class Checkpointer:
         step = int(state.step)
         target = self.path / str(step)
         self._clear_slot(step, target)
-        import orbax.checkpoint as ocp
-
+        ocp = fmt.orbax()
         tree, doc = _describe(state, metadata)
         args = ocp.args.Composite(
             **{fmt.STATE: ocp.args.StandardSave(tree), fmt.META: ocp.args.JsonSave(doc)}
@@ -401,6 +399,7 @@ def restore(
         raise TypeError(f"`like` must be a TrainState, got {type(like).__name__}")
     if step is not None:
         step = check_int(step, "step", min_value=0)
+    fmt.orbax()
     fmt.quiet_orbax()
     root = Path(path).absolute()
     problems = []

@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from jaxwise._cli_options import (
     option_int,
     parameter_count,
 )
+from jaxwise._progress import progress_bar
 from jaxwise.models import mlp_apply
 from jaxwise.tree import mask_by_path
 
@@ -159,10 +160,12 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
-    """Steps per epoch: ``n // batch`` shuffled batches, or ``round(n / batch)`` Poisson samples."""
-    if cfg.dp:
-        return max(1, round(n_train / cfg.batch_size))
-    return n_train // cfg.batch_size
+    """Steps per epoch of :func:`make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
+    from jaxwise.privacy import PoissonSampler
+    from jaxwise.train import ShuffleSampler
+
+    sampler = PoissonSampler(cfg.batch_size) if cfg.dp else ShuffleSampler(cfg.batch_size)
+    return sampler.steps(n_train)
 
 
 def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
@@ -233,29 +236,20 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-@contextmanager
 def progress(
     enabled: bool, total: int, description: str, completed: int = 0
-) -> Iterator[Callable[..., None]]:
-    """A rich progress bar on stderr; yields ``advance(**fields)``."""
-    if not enabled:
-        yield lambda **_: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}"),
-        TimeElapsedColumn(),
+) -> AbstractContextManager[Callable[..., None]]:
+    """The jobs' progress bar on stderr (loss and accuracy); yields ``advance(loss=, acc=)``."""
+    return progress_bar(
+        enabled,
+        total,
+        description,
+        "loss {loss:.4f}  acc {acc:.3f}",
+        feature="the progress bar",
+        completed=completed,
+        loss=math.nan,
+        acc=math.nan,
     )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(
-            description, total=total, completed=completed, loss=float("nan"), acc=float("nan")
-        )
-        yield lambda **fields: bar.update(task, advance=1, **fields)
 
 
 __all__ = [

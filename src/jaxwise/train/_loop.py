@@ -6,13 +6,14 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Sized
 from typing import Any, Protocol
 
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int
 from jaxwise._prefetch import prefetch_to_device
+from jaxwise._progress import progress_bar
 from jaxwise.train._state import TrainState
 
 __all__ = ["FitReport", "fit"]
@@ -46,26 +47,6 @@ class FitReport:
     seconds: float
 
 
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int | None) -> Iterator[Callable[[float, int], None]]:
-    if not enabled:
-        yield lambda loss, skipped: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (
-        TextColumn("train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4g}  skipped {task.fields[skipped]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task("train", total=total, loss=float("nan"), skipped=0)
-        yield lambda loss, skipped: bar.update(task, advance=1, loss=loss, skipped=skipped)
-
-
 def _check(state: Any, steps: Any, checkpointer: Any, checkpoint_every: Any, prefetch: Any) -> None:
     if not isinstance(state, TrainState):
         raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
@@ -93,7 +74,7 @@ def fit(
     checkpoint_every: int | None = None,
     metadata: dict[str, Any] | None = None,
     prefetch: int = 2,
-    progress: bool = True,
+    progress: bool = False,
 ) -> tuple[TrainState, FitReport]:
     """Train ``step`` over an iterator of host batches, keeping the device busy.
 
@@ -119,7 +100,8 @@ def fit(
       checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
       metadata: JSON metadata saved with every checkpoint.
       prefetch: batches kept ready on the devices (0: transfer in the loop).
-      progress: show a rich progress bar on stderr (loss, skipped steps).
+      progress: show a progress bar on stderr (loss, skipped steps); needs rich (the
+        ``cli`` extra).
 
     Returns:
       ``(state, report)``: the final state and a :class:`FitReport`.
@@ -155,13 +137,23 @@ def fit(
         feed = (
             stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
         )
-        advance = stack.enter_context(_progress(bool(progress), total))
+        advance = stack.enter_context(
+            progress_bar(
+                bool(progress),
+                total,
+                "train",
+                "loss {loss:.4g}  skipped {skipped}",
+                feature="jaxwise.train.fit(progress=True)",
+                loss=float("nan"),
+                skipped=0,
+            )
+        )
 
         def record(metrics: dict[str, Any]) -> None:
             nonlocal skipped
             losses.append(float(metrics["loss"]))
             skipped += int(metrics.get("skipped", 0))
-            advance(losses[-1], skipped)
+            advance(loss=losses[-1], skipped=skipped)
 
         def checkpoint() -> None:
             if checkpointer is not None and int(state.step) not in saved:  # skipped: nothing new
