@@ -58,9 +58,16 @@ class LabelIssues:
     def top(self, k: int) -> np.ndarray:
         """The ``k`` most suspicious row indices.
 
-        >>> issues = confident_learning(np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([1, 1]))
-        >>> issues.top(1).tolist()
-        [0]
+        Args:
+          k: how many rows (>= 0).
+
+        Returns:
+          ``(k,)`` row indices, most suspicious first.
+
+        Examples:
+            >>> issues = confident_learning(np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([1, 1]))
+            >>> issues.top(1).tolist()
+            [0]
         """
         return self.indices[: check_int(k, "k", min_value=0)]
 
@@ -208,8 +215,17 @@ def confident_learning(
 def precision_recall(ranked: np.ndarray, truly_flipped: np.ndarray, k: int) -> tuple[float, float]:
     """Precision of the top ``k`` and recall of the top ``2k`` against the flipped rows.
 
-    >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)
-    (0.5, 1.0)
+    Args:
+      ranked: row indices, most suspicious first.
+      truly_flipped: the rows whose labels were really flipped.
+      k: how many top rows count for precision (``2k`` for recall).
+
+    Returns:
+      ``(precision, recall)``.
+
+    Examples:
+        >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)
+        (0.5, 1.0)
     """
     flipped = set(np.asarray(truly_flipped).tolist())
     k = check_int(k, "k", min_value=1)

@@ -24,6 +24,7 @@ import optax
 
 from jaxwise._checks import check_array, check_bool, check_callable, check_int
 from jaxwise.buckets import bucket_for
+from jaxwise._params import check_params
 from jaxwise.models import init_mlp
 from jaxwise.numerics import cross_entropy
 from jaxwise.train._ensemble import fit_models
@@ -61,8 +62,17 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarra
 
     Fold sizes differ by at most one row.
 
-    >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
-    3
+    Args:
+      labels: ``(n,)`` labels.
+      folds: number of folds (>= 1).
+      seed: the shuffle's seed (>= 0).
+
+    Returns:
+      ``(n,)`` int32 fold indices in ``[0, folds)``.
+
+    Examples:
+        >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
+        3
     """
     labels = np.asarray(check_array(labels, "labels", ndim=1))
     folds = check_int(folds, "folds", min_value=1)
@@ -298,6 +308,7 @@ def run_folds(
         layout = _Layout.of(jax.eval_shape(lambda s: init(jax.random.key(s)), np.uint32(0)))
         start, init_fn = np.zeros(0, np.float32), init
     else:
+        check_params(init, "init")
         layout = _Layout.of(init)
         leaves = [np.asarray(leaf).reshape(-1) for leaf in jax.tree.leaves(init)]
         start, init_fn = np.concatenate(leaves).astype(layout.dtype), None
@@ -383,7 +394,7 @@ def out_of_fold_probabilities(
       [`OutOfFold`][jaxwise.label_errors.OutOfFold].
 
     Raises:
-      TypeError: an argument of the wrong type.
+      TypeError: an argument of the wrong type (``params``-like ``init`` included).
       ValueError: non-finite ``x``, mismatched rows, too few rows per fold, a bad
         ``fold_of`` or ``batch_size``.
 
