@@ -295,7 +295,8 @@ def run_folds(
     """
     n, repeats = x.shape[0], fold_of.shape[0]
     n_pad = padded_rows(n)
-    width = max(int(np.bincount(fold_of.reshape(-1) + 1).max()), -(-n_pad // folds))
+    largest = max(int(np.bincount(assign, minlength=folds).max()) for assign in fold_of)
+    width = max(largest, -(-n_pad // folds))  # stratified folds never exceed ⌈n_pad / folds⌉
     assign = np.full((repeats, n_pad), -1, np.int32)
     assign[:, :n] = fold_of
     x_pad = np.zeros((n_pad, x.shape[1]), np.float32)
