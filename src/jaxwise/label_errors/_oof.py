@@ -379,7 +379,7 @@ def out_of_fold_probabilities(
       folds: number of folds (≥ 2).
       epochs: maximum epochs.
       batch_size: rows per step of each fold model (at most the rows a fold trains on).
-      optimizer: an Optax transformation (default ``adamw(3e-3, weight_decay=1e-4)``).
+      optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``).
       patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
         lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
         then a row's out-of-fold probabilities do not depend on its own label at all (with
@@ -471,7 +471,7 @@ def check_fold_sizes(fold_of: np.ndarray, folds: int, batch_size: int) -> None:
 @functools.cache
 def _default_optimizer() -> Any:
     # Cached: the optimizer is a static argument, so one object means one compiled program.
-    return optax.adamw(3e-3, weight_decay=1e-4)
+    return optax.adamw(1e-2, weight_decay=1e-4)
 
 
 @dataclasses.dataclass(frozen=True)
