@@ -86,7 +86,13 @@ def test_scores_and_estimate_match_cleanlab(rng: np.random.Generator) -> None:
 def test_self_confidence_ranks_a_low_p_given_row_above_a_flagged_one() -> None:
     """The issue's example: a flagged row with p(given) 0.48 no longer outranks 0.13."""
     probs = np.array(
-        [[0.0, 0.48, 0.52], [0.45, 0.13, 0.42], [0.1, 0.4, 0.5], [0.95, 0.05, 0.0], [0.05, 0.9, 0.05]]
+        [
+            [0.0, 0.48, 0.52],
+            [0.45, 0.13, 0.42],
+            [0.1, 0.4, 0.5],
+            [0.95, 0.05, 0.0],
+            [0.05, 0.9, 0.05],
+        ]
     )
     given = np.array([1, 1, 2, 0, 1])
     found = le.confident_learning(probs, given)
@@ -371,3 +377,36 @@ def test_hardest_examples_takes_a_dict_batch_and_checks_k() -> None:
     for k, error in ((0, ValueError), (5, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(error, match="`k`"):
             le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_the_program_from_the_persistent_cache(tmp_path) -> None:
+    """The documented recipe: JAX's persistent compilation cache serves a fresh process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "find.py"
+    script.write_text(
+        "import sys, jax\n"
+        "jax.config.update('jax_compilation_cache_dir', sys.argv[1])\n"
+        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)\n"
+        "hits = []\n"
+        "jax.monitoring.register_event_listener(\n"
+        "    lambda event, **_: hits.append(event) if 'cache_hits' in event else None)\n"
+        "from jaxwise.data import make_blobs\n"
+        "from jaxwise.label_errors import find_label_errors\n"
+        "x, y = make_blobs(200, n_classes=3, seed=0)\n"
+        "find_label_errors(x, y, epochs=2)\n"
+        "print(len(hits))\n"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for _ in range(2)
+    ]
+    assert int(runs[0].stdout.split()[-1]) == 0
+    assert int(runs[1].stdout.split()[-1]) >= 1  # the out-of-fold program, loaded

@@ -68,7 +68,12 @@ def _reference(x, y, allowed, val, states, epochs, patience):
     x64, y64 = x.astype(np.float64), y.astype(np.float64)
     w = np.zeros((2, D))
     steps = int(allowed.sum(1).min()) // B
-    best, best_loss, best_epoch, waited = w.copy(), np.full(2, np.inf), np.zeros(2, int), 0 * w[:, 0]
+    best, best_loss, best_epoch, waited = (
+        w.copy(),
+        np.full(2, np.inf),
+        np.zeros(2, int),
+        0 * w[:, 0],
+    )
     count = np.zeros(2, np.int32)
     history = []
     for epoch in range(epochs):

@@ -52,7 +52,86 @@ def find_label_errors(
 ) -> LabelIssues:
     """Rank rows of ``(x, y)`` by how likely their label is wrong.
 
-    DOCSTRING
+    ``method="oof"`` (default): out-of-fold probabilities, one ranking score, and confident
+    learning's estimate of how many labels are wrong. Every fold model of every repeated
+    split trains at once in ONE compiled program (through `jaxwise.train`'s update path,
+    vmapped over models), so each row is judged by models that never saw it; the rows are
+    ranked by ``ranked_by`` alone (self-confidence ``p(given)`` by default) and
+    ``num_issues`` suggests where to cut (``issues.top(issues.num_issues)``). By default a
+    ReLU MLP ``d → hidden → num_classes`` (`jaxwise.models`) is trained per fold; pass
+    ``apply_fn`` and ``init`` to use any model — e.g. a Flax or Equinox model through
+    `jaxwise.models.from_nnx`/`from_linen`/`from_equinox`:
+    ``apply_fn=lambda p, xb: model.apply(p, model.model_state, xb)[0], init=model.params``.
+
+    Rows are padded up to a size ladder (at most ~19 % more) and every size-dependent
+    default comes from the padded size, so a dataset of a nearby size (same features and
+    classes) reuses the compiled program. Across processes, JAX's persistent compilation
+    cache loads it instead of compiling: set it once before the first call,
+
+    ``jax.config.update("jax_compilation_cache_dir", "/path/to/cache")`` and
+    ``jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)``
+
+    (the CLI does this for you; see `jaxwise.jobs.persistent_cache`).
+
+    ``method="gradnorm"``: the per-example gradient norm of the cross-entropy of a model
+    already trained on every row (``params``, with ``apply_fn``; default the jaxwise MLP):
+    a mislabeled row keeps a large gradient. Cheaper (no training here) but the model has
+    seen every row. ``score`` is minus the gradient norm; confident learning flags nothing
+    (``num_issues`` 0). For any other loss use
+    [`hardest_examples`][jaxwise.label_errors.hardest_examples].
+
+    Args:
+      x: ``(n, d)`` features, finite in float32.
+      y: ``(n,)`` given integer labels.
+      method: ``"oof"`` or ``"gradnorm"``.
+      num_classes: number of classes (default ``max(y) + 1``).
+      ranked_by: the one score of the whole ranking (``"oof"``): ``"self_confidence"``
+        (default, measured best on the benchmark), ``"normalized_margin"`` or
+        ``"confidence_weighted_entropy"``; see
+        [`label_quality`][jaxwise.label_errors.label_quality].
+      standardize: each fold model standardises the features with the mean and standard
+        deviation of its own training rows — never of the rows it judges (``"oof"``).
+        ``False`` for features already on one scale (raw features of different units can
+        ruin the ranking).
+      hidden: hidden widths of the default MLP (``"oof"``).
+      apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x`` ``(b, d)``; a
+        module-level function or a stable object (a static argument of the program).
+        Default: `jaxwise.models.mlp_apply`.
+      init: with ``"oof"``: the initial parameters of ``apply_fn`` (copied to every fold) or
+        ``init(key) -> params``; see
+        [`out_of_fold_probabilities`][jaxwise.label_errors.out_of_fold_probabilities].
+      params: with ``"gradnorm"``: the trained parameters of ``apply_fn`` (required).
+      folds: number of folds (``"oof"``).
+      repeats: independent fold splits (seeds ``seed, seed + 1, …``) whose out-of-fold
+        probabilities are averaged, all trained in the same program. Default by size: 4 up
+        to 2,048 padded rows, 2 up to 8,192, then 1.
+      epochs: maximum epochs per fold. Default by size: about 3,000 steps, 30 to 60 epochs.
+      batch_size: rows per step of each fold model. Default by size: about ten steps per
+        epoch, 16 to 128 rows.
+      optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``); a
+        static argument: pass the same object again to reuse the program.
+      patience: each fold stops after ``patience`` epochs without a lower held-out loss and
+        keeps its best epoch (``None``: every fold runs ``epochs`` and keeps its last).
+      seed: fold assignment, shuffling and initialisation.
+
+    Returns:
+      [`LabelIssues`][jaxwise.label_errors.LabelIssues] over all rows, most suspicious first
+      (with ``"oof"``, the out-of-fold runs attached: one per repeat).
+
+    Raises:
+      TypeError: an argument of the wrong type; ``params`` with ``"oof"``, or ``init`` (or
+        no ``params``) with ``"gradnorm"``; ``apply_fn`` without ``init`` with ``"oof"``.
+      ValueError: labels outside ``[0, num_classes)``, non-finite features, a fold too small
+        for ``batch_size``, or a bad option value.
+
+    Examples:
+        >>> import numpy as np
+        >>> from jaxwise.data import make_blobs, flip_labels
+        >>> x, y = make_blobs(300, n_classes=3, seed=0)
+        >>> noisy, flipped = flip_labels(y, 15, 3, seed=1)
+        >>> found = find_label_errors(x, noisy, seed=0)
+        >>> float(np.isin(found.top(15), flipped).mean()) >= 0.8
+        True
     """
     check_choice(method, "method", METHODS)
     y_arr = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu", non_empty=True))

@@ -23,8 +23,8 @@ import numpy as np
 import optax
 
 from jaxwise._checks import check_array, check_bool, check_callable, check_int
-from jaxwise.buckets import bucket_for
 from jaxwise._params import check_params
+from jaxwise.buckets import bucket_for
 from jaxwise.models import init_mlp
 from jaxwise.numerics import cross_entropy
 from jaxwise.train._ensemble import fit_models
@@ -403,7 +403,7 @@ def out_of_fold_probabilities(
         >>> import numpy as np
         >>> from jaxwise.data import make_blobs
         >>> from jaxwise.models import mlp_apply
-        >>> x, y = make_blobs(100, n_classes=2, seed=0)
+        >>> x, y = make_blobs(100, n_features=2, n_classes=2, seed=0)
         >>> init = {"dense_0": {"w": np.zeros((2, 2), np.float32), "b": np.zeros(2, np.float32)}}
         >>> out = out_of_fold_probabilities(mlp_apply, init, x, y, folds=4, epochs=5, batch_size=20)
         >>> out.probs.shape, out.best_epoch.shape
@@ -475,7 +475,7 @@ def _default_optimizer() -> Any:
 
 
 @dataclasses.dataclass(frozen=True)
-class mlp_init:  # noqa: N801 - used like a function: ``mlp_init(sizes)(key)``
+class mlp_init:
     """``init(key)`` of `jaxwise.models.init_mlp` with layer ``sizes`` (equal for equal sizes,
     so a rerun reuses the compiled program)."""
 

@@ -101,7 +101,6 @@ def fit_models(
     Returns:
       :class:`ModelsFit`.
     """
-    n = jax.tree.leaves(data)[0].shape[0]
     update = make_update(
         loss_gradient(loss_fn, model_state=model_state, has_aux=False, with_key=False),
         optimizer,
