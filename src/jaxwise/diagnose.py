@@ -297,7 +297,10 @@ FIXES = {
     "NamedSharding)",
     "new function object": "create the jitted function once and reuse it (not jax.jit of a "
     "lambda, closure or bound method inside the call)",
-    "tracing context": "a config flag or context manager changed between calls; keep it fixed",
+    "config": "a JAX config flag (e.g. jax_enable_x64) flipped between calls; set it once, "
+    "before the first call",
+    "donation": "the same function is jitted both with and without donating an argument; jit "
+    "it once with one donation setting",
     "eager operation": "an eager jnp operation outside jit compiled a small program; move it "
     "inside the jitted function or precompute it",
     "other": "see the explanation in `detail`",
@@ -310,7 +313,10 @@ _CATEGORY = {
     "weak_type": "weak type",
     "structure": "pytree structure",
     "sharding": "sharding",
+    "config": "config",
+    "donation": "donation",
     "new_function": "new function object",
+    "other": "other",
 }
 
 
@@ -364,8 +370,6 @@ def _classify(index: int, record: CompileEvent) -> Recompile:
         return Recompile(index, record.fun_name, "other", record.describe(), FIXES["other"])
     if miss.kind == "static":
         category = "static identity" if miss.note == "hashed by identity" else "static value"
-    elif miss.kind == "other":
-        category = "tracing context" if miss.argument.startswith("config ") else "other"
     else:
         category = _CATEGORY[miss.kind]
     return Recompile(
