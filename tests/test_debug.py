@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jaxwise.compilation import CompileBudget, CompileCounter
-from jaxwise.debug import _user_frames, assert_finite, checked, locate_nan
+from jaxwise.debug import assert_finite, checked, locate_nan
+from jaxwise.debug._frames import source_frames
 
 
 def forward_log(x):
@@ -115,7 +116,7 @@ def test_user_frames_from_source_info():
     # Guards the private structure we read (eqn.source_info.traceback.frames).
     jaxpr = jax.make_jaxpr(forward_log)(jnp.ones(2))
     eqn = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "log")
-    frames = _user_frames(eqn.source_info)
+    frames = source_frames(eqn.source_info)
     assert (
         frames
         and frames[-1].function == "forward_log"

@@ -1,55 +1,20 @@
-"""Find where a NaN (or inf) comes from, and check values at run time.
-
-``jax_debug_nans`` has gaps: it checks only the outputs of compiled programs, it ignores
-``inf`` unless ``jax_debug_infs`` is set too, it stops checking already-compiled functions
-once ``vmap`` has run anywhere in the process (JAX 0.12.0.1), and it stops at the *first*
-NaN — even one that a ``jnp.where`` later discards. :func:`locate_nan` does not rely on it:
-it runs the call once (with the user's debug flags temporarily off), and if an output is
-not finite it replays the function's jaxpr equation by equation, following the NaN's
-*provenance* from its creation to the output. A NaN that a ``select_n`` (``jnp.where``)
-discards is not the culprit; the report names the primitive that created the NaN reaching
-the output, whether that happened in the forward or the backward pass, and the user's
-file:line.
-
-Examples:
-    >>> import jax, jax.numpy as jnp
-    >>> loss = lambda x: jnp.sum(jnp.where(x > 0, jnp.sqrt(x), 0.0))
-    >>> report = locate_nan(jax.grad(loss), jnp.zeros(2))
-    >>> report.primitive, report.phase
-    ('mul', 'backward')
-"""
+"""`locate_nan`: replay a function's jaxpr and follow a NaN from its creation to the output."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import linecache
-import os
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import checkify
 
-from jaxwise._checks import check_callable, check_choice
-from jaxwise.tree import path_names
+from jaxwise._checks import check_callable
+from jaxwise.debug._frames import Frame, source_frames
 
-__all__ = ["NanReport", "assert_finite", "checked", "locate_nan"]
-
-
-@dataclasses.dataclass(frozen=True)
-class Frame:
-    """One user-code frame: file, line, function and the source line."""
-
-    file: str
-    line: int
-    function: str
-    source: str
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line} in {self.function}: {self.source}"
+__all__ = ["NanReport", "locate_nan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,46 +48,6 @@ class NanReport:
             return f"{self.kind} already present in the input: {self.message}"
         where = str(self.frame) if self.frame else "an unknown location"
         return f"{self.kind} produced by `{self.primitive}` in the {self.phase} pass at {where}"
-
-
-# --------------------------------------------------------------------------
-# User frames of an equation (the one place touching jaxpr source info)
-# --------------------------------------------------------------------------
-
-_JAX_DIRS = tuple(
-    os.path.dirname(str(m.__file__)) + os.sep
-    for m in (jax, __import__("jaxlib"))
-    if getattr(m, "__file__", None)
-)
-_JAXWISE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
-
-
-def _user_frames(source_info: Any) -> tuple[Frame, ...]:
-    """User frames of an equation's ``source_info`` (outermost first).
-
-    JAX's frames are dropped, and so are jaxwise's own unless no other frame is left (a NaN
-    inside a jaxwise helper is reported at the user's call of it). Uses
-    ``eqn.source_info.traceback.frames`` (file_name, function_name, line_num);
-    tests/test_debug.py::test_user_frames_from_source_info fails if JAX changes it.
-    """
-    traceback = getattr(source_info, "traceback", None)
-    if traceback is None:
-        return ()
-    outside_jax = [f for f in traceback.frames if not f.file_name.startswith(_JAX_DIRS)]
-    user = [f for f in outside_jax if not os.path.abspath(f.file_name).startswith(_JAXWISE_DIR)]
-    chosen = user or [
-        f for f in outside_jax if os.path.abspath(f.file_name) != os.path.abspath(__file__)
-    ]
-    frames = [
-        Frame(
-            f.file_name,
-            f.line_num,
-            f.function_name,
-            linecache.getline(f.file_name, f.line_num).strip(),
-        )
-        for f in chosen
-    ]
-    return tuple(reversed(frames))
 
 
 # --------------------------------------------------------------------------
@@ -304,7 +229,7 @@ def _report(origin: _Origin) -> NanReport:
             f"invalid value ({kind}) in {origin.argument}",
         )
     eqn = origin.eqn
-    stack = _user_frames(eqn.source_info)
+    stack = source_frames(eqn.source_info)
     name_stack = str(getattr(eqn.source_info, "name_stack", ""))
     phase: Literal["forward", "backward"] = "backward" if "transpose" in name_stack else "forward"
     message = f"invalid value ({kind}) produced by `{eqn.primitive.name}` in the {phase} pass"
@@ -379,72 +304,3 @@ def _argument_name(path: tuple) -> str:
     if rest:
         return str(getattr(rest[0], "key", rest[0])) + jax.tree_util.keystr(rest[1:])
     return jax.tree_util.keystr(path)
-
-
-# --------------------------------------------------------------------------
-# checkify and host-side checks
-# --------------------------------------------------------------------------
-
-_ERROR_SETS = {
-    "float": checkify.float_checks,
-    "nan": checkify.nan_checks,
-    "div": checkify.div_checks,
-    "index": checkify.index_checks,
-    "user": checkify.user_checks,
-    "all": checkify.all_checks,
-}
-
-
-def checked(fn: Callable[..., Any], errors: str = "float") -> Callable[..., tuple[Any, Any]]:
-    """``jit(checkify(fn))``: returns ``(error, out)``; checks run on every call.
-
-    Unlike ``jax_debug_nans`` the checks are part of the compiled program,
-    so they keep working on cache hits, after ``vmap``, and inside ``scan``.
-    Call ``error.throw()`` to raise, or ``error.get()`` for the message.
-
-    Args:
-      fn: the function to check.
-      errors: ``"float"`` (NaN and division by zero, the default), ``"nan"``,
-        ``"div"``, ``"index"`` (out-of-bounds indexing), ``"user"``
-        (``checkify.check``) or ``"all"``.
-
-    Examples:
-        >>> import jax.numpy as jnp
-        >>> err, out = checked(lambda x: jnp.log(x))(jnp.array([-1.0]))
-        >>> "nan generated by primitive: log" in err.get()
-        True
-    """
-    check_callable(fn, "fn")
-    check_choice(errors, "errors", tuple(sorted(_ERROR_SETS)))
-    return jax.jit(checkify.checkify(fn, errors=_ERROR_SETS[errors]))
-
-
-def _leaves_with_names(tree: Any) -> Iterator[tuple[str, Any]]:
-    names = path_names(tree)
-    yield from zip(names, jax.tree.leaves(tree))
-
-
-def assert_finite(tree: Any, what: str = "values") -> None:
-    """Raise ``FloatingPointError`` naming the first leaf of ``tree`` with a NaN or inf.
-
-    A host-side check (it transfers each floating leaf), for use between
-    steps, not inside ``jit``.
-
-    Examples:
-        >>> import jax.numpy as jnp
-        >>> assert_finite({"w": jnp.ones(2), "b": jnp.array([jnp.nan])}, "params")
-        Traceback (most recent call last):
-        ...
-        FloatingPointError: params: non-finite values in `b`: 1 NaN, 0 inf of 1 entries
-    """
-    for name, leaf in _leaves_with_names(tree):
-        dtype = getattr(leaf, "dtype", None)
-        if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
-            continue
-        arr = np.asarray(leaf)
-        nans, infs = int(np.isnan(arr).sum()), int(np.isinf(arr).sum())
-        if nans or infs:
-            raise FloatingPointError(
-                f"{what}: non-finite values in `{name or '<root>'}`: "
-                f"{nans} NaN, {infs} inf of {arr.size} entries"
-            )
