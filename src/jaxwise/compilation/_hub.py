@@ -93,9 +93,7 @@ class _Hub:
         self._filter = _CaptureFilter(self)
         self._local = threading.local()
         self._sources: dict[str, list[_jaxkeys.CallSig]] = {}
-        self._placements: weakref.WeakKeyDictionary[Any, _Placement] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._placements: weakref.WeakKeyDictionary[Any, _Placement] = weakref.WeakKeyDictionary()
 
     # -- compile events -------------------------------------------------------
     def add_sink(self, sink: Any, explain: bool) -> None:
