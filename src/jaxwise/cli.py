@@ -82,16 +82,6 @@ def _fail_on(text: str) -> tuple[str, ...]:
     return conditions
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
-    return value
-
-
 # --------------------------------------------------------------------------
 # The parser
 # --------------------------------------------------------------------------
@@ -338,7 +328,7 @@ def _add_watch(sub: Any) -> None:
     )
     watch.add_argument(
         "--warmup",
-        type=_count,
+        type=_positive_int,
         default=2,
         metavar="N",
         help="compiles per function before a recompile counts as steady-state (default 2)",

@@ -156,7 +156,7 @@ class Watch:
         if nans not in (None, "stop", "report"):
             raise ValueError(f"`nans` must be None, 'stop' or 'report', got {nans!r}")
         check_bool(transfers, "transfers")
-        self.warmup = check_int(warmup, "warmup", min_value=0)
+        self.warmup = check_int(warmup, "warmup", min_value=1)
         if isinstance(fail_on, str) or not isinstance(fail_on, (tuple, list)):
             raise TypeError(f"`fail_on` must be a tuple of conditions, got {fail_on!r}")
         unknown = [c for c in fail_on if c not in FAIL_ON]
