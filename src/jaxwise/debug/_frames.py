@@ -9,6 +9,7 @@ of stacks are read: the traceback JAX stores with every jaxpr equation
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib.util
@@ -16,10 +17,18 @@ import linecache
 import os
 import sys
 import sysconfig
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
-__all__ = ["Frame", "is_library_file", "short_path", "source_frames", "user_site"]
+__all__ = [
+    "Frame",
+    "is_library_file",
+    "live_rule_frames",
+    "short_path",
+    "source_frames",
+    "user_site",
+]
 
 # Frames in these packages are never "the user's line".
 LIBRARIES = ("jax", "jaxlib", "optax", "flax", "equinox", "chex", "orbax", "jaxwise")
@@ -124,3 +133,49 @@ def source_frames(source_info: Any) -> tuple[Frame, ...]:
         )
         for f in reversed(chosen)
     )
+
+
+_AD_FILE = os.path.join("interpreters", "ad.py")
+
+
+def _inside_transpose(frames: list[Any]) -> bool:
+    """True when the innermost user frame of a live traceback (innermost first) runs inside
+    JAX's backward pass: user code that JAX called while transposing (a custom rule)."""
+    for i, frame in enumerate(frames):
+        if not is_library_file(frame.file_name):
+            return any(f.file_name.endswith(_AD_FILE) for f in frames[i + 1 :])
+    return False
+
+
+@contextlib.contextmanager
+def live_rule_frames() -> Iterator[None]:
+    """While tracing inside the block, operations made by a ``custom_vjp`` backward rule keep
+    the rule's own frames.
+
+    When JAX transposes an equation it traces the new operations with the forward
+    equation's frames (``source_info_util.user_context``), so everything a backward rule does
+    would point at the forward call. Inside this block, an operation traced while user code
+    runs inside JAX's backward pass gets the live frames instead. Replaces
+    ``jax._src.source_info_util.current`` for the duration (restored on exit);
+    tests/test_debug.py::test_nan_inside_custom_rules_points_into_the_rule fails if JAX
+    changes it.
+    """
+    from jax._src import source_info_util
+    from jax._src.lib import xla_client
+
+    original = source_info_util.current
+
+    def current() -> Any:
+        info = original()
+        live = xla_client.Traceback.get_traceback()
+        if live is not None and info.traceback is not live:
+            frames = list(live.frames)
+            if _inside_transpose(frames):
+                return info.replace(traceback=live)
+        return info
+
+    source_info_util.current = current
+    try:
+        yield
+    finally:
+        source_info_util.current = original

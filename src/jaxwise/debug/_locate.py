@@ -8,11 +8,10 @@ from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import jax
-import jax.numpy as jnp
-import numpy as np
 
 from jaxwise._checks import check_callable
-from jaxwise.debug._frames import Frame, source_frames
+from jaxwise.debug._frames import Frame, is_library_file, live_rule_frames, source_frames
+from jaxwise.debug._replay import Origin, Replay, bad_kind
 
 __all__ = ["NanReport", "locate_nan"]
 
@@ -50,159 +49,6 @@ class NanReport:
         return f"{self.kind} produced by `{self.primitive}` in the {self.phase} pass at {where}"
 
 
-# --------------------------------------------------------------------------
-# Equation-by-equation replay with provenance
-# --------------------------------------------------------------------------
-
-_INLINE_PARAMS = ("jaxpr", "call_jaxpr", "fun_jaxpr")
-_INLINE_PRIMITIVES = frozenset(
-    {
-        "pjit",
-        "jit",
-        "closed_call",
-        "core_call",
-        "remat",
-        "checkpoint",
-        "custom_jvp_call",
-        "custom_vjp_call",
-        "custom_vjp_call_jaxpr",
-        "custom_lin",
-    }
-)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Origin:
-    """Where a tracked non-finite value was created: an equation, or an argument of ``fn``."""
-
-    order: int  # replay order: the earliest origin wins when several merge
-    kind: str
-    eqn: Any = None
-    argument: str = ""
-
-
-def _bad_mask(value: Any, check_inf: bool) -> np.ndarray | None:
-    """Boolean mask of tracked non-finite entries of ``value`` (None for non-float values)."""
-    dtype = getattr(value, "dtype", None)
-    if dtype is None or not jnp.issubdtype(dtype, jnp.inexact):
-        return None
-    arr = np.asarray(value)
-    return ~np.isfinite(arr) if check_inf else np.isnan(arr)
-
-
-def _bad_kind(value: Any, check_inf: bool) -> str | None:
-    mask = _bad_mask(value, check_inf)
-    if mask is None or not mask.any():
-        return None
-    return "nan" if np.isnan(np.asarray(value)).any() else "inf"
-
-
-def _sub_jaxpr(eqn: Any, invals: list[Any]) -> tuple[Any, list[Any], list[Any]] | None:
-    """``(jaxpr, consts, args)`` of a call-like equation (or the taken branch of a ``cond``)."""
-    if eqn.primitive.name == "cond":
-        branches = eqn.params["branches"]
-        index = int(np.clip(np.asarray(invals[0]), 0, len(branches) - 1))
-        return branches[index].jaxpr, list(branches[index].consts), invals[1:]
-    if eqn.primitive.name not in _INLINE_PRIMITIVES:
-        return None
-    for name in _INLINE_PARAMS:
-        sub = eqn.params.get(name)
-        if sub is None:
-            continue
-        if hasattr(sub, "consts") and hasattr(sub, "jaxpr"):
-            return sub.jaxpr, list(sub.consts), invals
-        if hasattr(sub, "eqns"):
-            return sub, [], invals
-    return None
-
-
-class _Replay:
-    """Evaluates a jaxpr op by op, tagging each tracked non-finite value with its origin."""
-
-    def __init__(self, check_inf: bool) -> None:
-        self.check_inf = check_inf
-        self.counter = 0
-
-    def new_origin(self, kind: str, eqn: Any = None, argument: str = "") -> _Origin:
-        self.counter += 1
-        return _Origin(self.counter, kind, eqn, argument)
-
-    def tag(self, value: Any, origin: _Origin | None) -> _Origin | None:
-        return origin if _bad_kind(value, self.check_inf) is not None else None
-
-    def run(
-        self, jaxpr: Any, consts: list[Any], args: list[Any], origins: list[_Origin | None]
-    ) -> tuple[list[Any], list[_Origin | None]]:
-        from jax.extend.core import Literal
-
-        env: dict[Any, tuple[Any, _Origin | None]] = {}
-
-        def read(v: Any) -> tuple[Any, _Origin | None]:
-            return (v.val, None) if isinstance(v, Literal) else env[v]
-
-        for var, val in zip(jaxpr.constvars, consts):
-            kind = _bad_kind(val, self.check_inf)
-            env[var] = (
-                val,
-                self.new_origin(kind, argument="a captured constant") if kind else None,
-            )
-        for var, val, origin in zip(jaxpr.invars, args, origins):
-            env[var] = (val, origin)
-        for eqn in jaxpr.eqns:
-            invals, in_origins = (
-                map(list, zip(*(read(v) for v in eqn.invars))) if eqn.invars else ([], [])
-            )
-            sub = _sub_jaxpr(eqn, invals)
-            if sub is not None:
-                skip = len(invals) - len(sub[2])
-                outvals, out_origins = self.run(sub[0], sub[1], sub[2], in_origins[skip:])
-            else:
-                out = eqn.primitive.bind(*invals, **eqn.params)
-                outvals = list(out) if eqn.primitive.multiple_results else [out]
-                out_origins = [self.origin_of(eqn, invals, in_origins, o) for o in outvals]
-            for var, val, origin in zip(eqn.outvars, outvals, out_origins):
-                env[var] = (val, origin)
-        results = [read(v) for v in jaxpr.outvars]
-        return [r[0] for r in results], [r[1] for r in results]
-
-    def origin_of(
-        self, eqn: Any, invals: list[Any], in_origins: list[_Origin | None], out: Any
-    ) -> _Origin | None:
-        kind = _bad_kind(out, self.check_inf)
-        if kind is None:
-            return None
-        if eqn.primitive.name == "select_n":  # only the cases actually selected carry over
-            pred = np.asarray(invals[0])
-            candidates = []
-            for i, (case, origin) in enumerate(zip(invals[1:], in_origins[1:])):
-                mask = _bad_mask(case, self.check_inf)
-                if (
-                    origin is not None
-                    and mask is not None
-                    and (mask & (pred.astype(np.int64) == i)).any()
-                ):
-                    candidates.append(origin)
-        else:
-            candidates = [o for o in in_origins if o is not None]
-        if candidates:
-            return min(candidates, key=lambda o: o.order)
-        return self.new_origin(kind, eqn)
-
-
-def _trace_unrolled(fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """The jaxpr of ``fn`` with ``scan``/``fori_loop`` bodies unrolled (under ``disable_jit``).
-
-    Unrolling lets the replay see inside loop bodies; if a loop cannot be
-    unrolled, the ordinary jaxpr is used and a NaN from a loop is attributed
-    to the loop primitive.
-    """
-    try:
-        with jax.disable_jit(True):
-            return jax.make_jaxpr(fn)(*args, **kwargs)
-    except Exception:
-        return jax.make_jaxpr(fn)(*args, **kwargs)
-
-
 @contextlib.contextmanager
 def _debug_flags_off() -> Iterator[None]:
     """Turn ``jax_debug_nans``/``jax_debug_infs`` off; restore the user's values (also on error)."""
@@ -216,7 +62,32 @@ def _debug_flags_off() -> Iterator[None]:
             jax.config.update(name, value)
 
 
-def _report(origin: _Origin) -> NanReport:
+def _defined_in_library(eqn: Any) -> bool:
+    """A call of a function defined in JAX or another library (``jnp.linalg.norm``,
+    ``jax.nn.relu``, a jaxwise helper): its cached jaxpr's frames may come from another
+    trace, so the call's own frames say where the user called it."""
+    for name in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
+        sub = eqn.params.get(name)
+        if sub is None:
+            continue
+        info = getattr(getattr(sub, "jaxpr", sub), "debug_info", None)
+        source = str(getattr(info, "func_src_info", "") or "")
+        file = source.partition(" at ")[2].rpartition(":")[0]
+        return bool(file) and is_library_file(file)
+    return False
+
+
+def _frames_of(origin: Origin) -> tuple[Frame, ...]:
+    boundary = next((e for e in origin.context if _defined_in_library(e)), None)
+    frames = source_frames((boundary or origin.eqn).source_info)
+    for eqn in reversed(origin.context):  # none left (a derivative JAX built): the caller's
+        if frames:
+            break
+        frames = source_frames(eqn.source_info)
+    return frames
+
+
+def _report(origin: Origin) -> NanReport:
     kind: Literal["nan", "inf"] = "inf" if origin.kind == "inf" else "nan"
     if origin.eqn is None:
         return NanReport(
@@ -229,9 +100,12 @@ def _report(origin: _Origin) -> NanReport:
             f"invalid value ({kind}) in {origin.argument}",
         )
     eqn = origin.eqn
-    stack = source_frames(eqn.source_info)
+    stack = _frames_of(origin)
     name_stack = str(getattr(eqn.source_info, "name_stack", ""))
-    phase: Literal["forward", "backward"] = "backward" if "transpose" in name_stack else "forward"
+    stacks = [str(getattr(e.source_info, "name_stack", "")) for e in origin.context]
+    stacks += [str(e.params.get("name", "")) for e in origin.context]
+    backward = any("transpose" in n for n in (*stacks, name_stack))
+    phase: Literal["forward", "backward"] = "backward" if backward else "forward"
     message = f"invalid value ({kind}) produced by `{eqn.primitive.name}` in the {phase} pass"
     return NanReport(
         eqn.primitive.name, kind, phase, stack[-1] if stack else None, stack, name_stack, message
@@ -246,14 +120,17 @@ def locate_nan(
     Steps: run the call once with ``jax_debug_nans``/``jax_debug_infs`` turned off (the
     user's settings are restored afterwards, also on error, so a user who keeps them on gets
     a report, not a ``FloatingPointError``); if every output is finite, return ``None``.
-    Otherwise trace ``fn`` to a jaxpr (loops unrolled, ``cond`` branches followed) and
-    replay it equation by equation, tagging every non-finite value with the equation that
-    created it from non-finite-free inputs. Tags flow through every primitive; through
-    ``select_n`` (``jnp.where``) only from the cases actually selected, so a NaN that a
-    ``where`` discards is never blamed. The report names the creator of the NaN that
-    reaches the output (the earliest one if several do).
-
-    Nothing is recompiled: JAX's caches are left alone.
+    Otherwise trace ``fn`` to a jaxpr and replay it equation by equation, tagging every
+    non-finite value with the equation that created it from non-finite-free inputs. Tags flow
+    through every primitive; through ``select_n`` (``jnp.where``) only from the cases actually
+    selected, so a NaN that a ``where`` discards is never blamed. The replay follows the value
+    into ``jit`` calls, ``jax.checkpoint``, ``cond``/``switch`` branches, ``custom_jvp`` and
+    ``custom_vjp`` rules (into the rule's own lines), and into the one step of a ``scan``,
+    ``fori_loop`` or ``while_loop`` body that creates it (found by one compiled run of the
+    loop, not by replaying every step). The report names the creator of the NaN that reaches
+    the output (the earliest one if several do), at the innermost frame of the user's code:
+    frames of JAX, Optax, Flax, Equinox and jaxwise are skipped. A value created inside a
+    ``shard_map`` body is reported at the ``shard_map``.
 
     Args:
       fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
@@ -275,14 +152,15 @@ def locate_nan(
     check_callable(fn, "fn")
     with _debug_flags_off():
         out = jax.block_until_ready(fn(*args, **kwargs))
-        if all(_bad_kind(leaf, check_inf) is None for leaf in jax.tree.leaves(out)):
+        if all(bad_kind(leaf, check_inf) is None for leaf in jax.tree.leaves(out)):
             return None
-        closed = _trace_unrolled(fn, args, kwargs)
-        replay = _Replay(bool(check_inf))
+        with live_rule_frames():
+            closed = jax.make_jaxpr(fn)(*args, **kwargs)
+        replay = Replay(bool(check_inf))
         flat, _ = jax.tree_util.tree_flatten_with_path((args, kwargs))
         arg_origins = []
         for path, leaf in flat:
-            kind = _bad_kind(leaf, check_inf)
+            kind = bad_kind(leaf, check_inf)
             label = "the argument " + _argument_name(path)
             arg_origins.append(replay.new_origin(kind, argument=label) if kind else None)
         _, out_origins = replay.run(
