@@ -298,7 +298,8 @@ def nan_inside_shard_map(x):
     from jax.sharding import PartitionSpec as P
 
     body = lambda v: jax.lax.psum(jnp.log(v - 10.0), "d")  # noqa: E731
-    return jax.shard_map(body, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P())(x)  # LINE: shard_map_call
+    mapped = jax.shard_map(body, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P())
+    return mapped(x)  # LINE: shard_map_call
 
 
 def test_shard_map_does_not_crash_and_a_nan_outside_is_located():

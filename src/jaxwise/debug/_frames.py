@@ -76,9 +76,10 @@ def _library_dirs() -> tuple[str, ...]:
 @functools.lru_cache(maxsize=4096)
 def is_library_file(path: str) -> bool:
     """True for a file of JAX, jaxlib, Optax, Flax, Equinox, Chex, Orbax, jaxwise or the
-    standard library, and for Python's synthetic files (``<frozen runpy>``, ``<string>``)."""
-    if path.startswith("<") and not path.startswith("<ipython"):
-        return True
+    standard library (``<frozen runpy>`` included); user code run from ``<string>``,
+    ``<stdin>``, a doctest or a notebook cell is not."""
+    if path.startswith("<"):
+        return path.startswith("<frozen")
     return os.path.abspath(path).startswith(_library_dirs())
 
 
@@ -122,8 +123,8 @@ def source_frames(source_info: Any) -> tuple[Frame, ...]:
     frames = list(traceback.frames)
     chosen = [f for f in frames if not is_library_file(f.file_name)]
     if not chosen:
-        jax_dirs = _package_dirs(("jax", "jaxlib"))
-        chosen = [f for f in frames if not os.path.abspath(f.file_name).startswith(jax_dirs)]
+        skipped = _package_dirs(("jax", "jaxlib")) + (os.path.dirname(__file__) + os.sep,)
+        chosen = [f for f in frames if not os.path.abspath(f.file_name).startswith(skipped)]
     return tuple(
         Frame(
             f.file_name,
