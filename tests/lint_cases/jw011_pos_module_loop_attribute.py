@@ -1,4 +1,4 @@
-# expect: JW011@14
+# expect: JW011@15
 import jax
 import numpy as np
 
