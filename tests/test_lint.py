@@ -104,11 +104,13 @@ def test_jw008_loop_and_reads_in_nested_functions():
     src = (
         "import jax\nscale = 1.0\n"
         "@jax.jit\ndef f(x):\n    def inner(y):\n        return y * scale\n    return inner(x)\n"
-        "scale = 2.0\n"
+        "f(1.0)\nscale = 2.0\n"
     )
     [finding] = lint_source(src)
     assert (finding.code, finding.line) == ("JW008", 6)
-    assert "changes (line 8)" in finding.message
+    assert "changes (line 9)" in finding.message
+    # rebound before anything can call f (no module-level call in between): not stale
+    assert lint_source(src.replace("f(1.0)\n", "")) == []
 
 
 def test_jw007_compound_denominators_and_masks():
