@@ -549,3 +549,13 @@ def test_each_file_is_linted_once(tmp_path):
     (tmp_path / "m.py").write_text("import jax\nk = jax.random.PRNGKey(0)\n")
     findings, errors, count = lint_paths([tmp_path, tmp_path / "m.py", f"{tmp_path}/./m.py"])
     assert (len(findings), errors, count) == (1, [], 1)
+
+
+def test_jw009_message_shows_the_tracer_as_jax_prints_it(capsys):
+    import jax
+    import jax.numpy as jnp
+
+    jax.jit(lambda x: print(x) or x)(jnp.float32(1.0))
+    printed = capsys.readouterr().out.strip()  # what the user would see: JitTracer(float32[])
+    [finding] = lint_source("import jax\n@jax.jit\ndef f(x):\n    print(x)\n    return x\n")
+    assert finding.code == "JW009" and f"`{printed}`" in finding.message
