@@ -28,6 +28,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "sequence",
     "train",
     "tree",
+    "watch",
 ]
 _SUBMODULES = frozenset(__all__[1:])
 

@@ -27,6 +27,7 @@ __all__ = [
     "live_rule_frames",
     "short_path",
     "source_frames",
+    "user_frame",
     "user_site",
 ]
 
@@ -92,20 +93,25 @@ def short_path(path: str) -> str:
     return path if relative.startswith("..") else relative
 
 
+def user_frame(frame: FrameType | None) -> FrameType | None:
+    """The innermost live frame outside the libraries, starting at ``frame`` and walking out."""
+    for _ in range(_MAX_DEPTH):
+        if frame is None or not is_library_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
 def user_site(frame: FrameType | None = None) -> str | None:
     """``"file.py:LINE"`` of the innermost live frame outside the libraries, or ``None``.
 
     Args:
       frame: where to start walking outwards (default: the caller's frame).
     """
-    frame = frame if frame is not None else sys._getframe(1)
-    for _ in range(_MAX_DEPTH):
-        if frame is None:
-            return None
-        if not is_library_file(frame.f_code.co_filename):
-            return f"{short_path(frame.f_code.co_filename)}:{frame.f_lineno}"
-        frame = frame.f_back
-    return None
+    found = user_frame(frame if frame is not None else sys._getframe(1))
+    if found is None:
+        return None
+    return f"{short_path(found.f_code.co_filename)}:{found.f_lineno}"
 
 
 def source_frames(source_info: Any) -> tuple[Frame, ...]:

@@ -42,6 +42,10 @@ def render(report: WatchReport, stream: TextIO, fail_on: tuple[str, ...]) -> Non
         console.print(text.assemble(("! ", "red"), line))
     if not findings:
         console.print("nothing flagged")
+    for note in report.notes:
+        console.print(text(f"note: {note}", style="dim"))
+    for error in report.errors:
+        console.print(text(f"(watch could not finish a check: {error})", style="dim"))
     if report.stopped:
         console.print(text.assemble(("stopped at the first NaN", "red"), " (exit code 3)"))
     triggered = report.triggered(fail_on)

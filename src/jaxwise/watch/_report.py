@@ -214,6 +214,8 @@ class WatchReport:
       exit_code: the exit code of a watched script (``None`` for a block).
       stopped: the block was stopped at a NaN (``nans="stop"``).
       warmup: compiles per function before a recompile counts as steady-state.
+      errors: checks the watch itself could not complete (the program ran on regardless).
+      notes: what the watch did not check, and why.
     """
 
     functions: tuple[FunctionReport, ...]
@@ -225,6 +227,8 @@ class WatchReport:
     exit_code: int | None = None
     stopped: bool = False
     warmup: int = 2
+    errors: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
     @property
     def steady_state_recompiles(self) -> tuple[tuple[FunctionReport, MissReport], ...]:
@@ -327,4 +331,6 @@ def render_text(report: WatchReport) -> str:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     findings = finding_lines(report)
     lines += [f"! {line}" for line in findings] or ["nothing flagged"]
+    lines += [f"note: {n}" for n in report.notes]
+    lines += [f"(watch could not finish a check: {e})" for e in report.errors]
     return "\n".join(lines)

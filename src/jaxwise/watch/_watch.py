@@ -31,9 +31,10 @@ import jax
 
 from jaxwise._checks import check_bool, check_int
 from jaxwise.compilation._hub import HUB, CompileEvent
-from jaxwise.debug._frames import short_path, user_site
+from jaxwise.debug._frames import short_path, user_frame, user_site
 from jaxwise.train import _donation
 from jaxwise.watch import _calls, _patch
+from jaxwise.watch._names import name_in_frame
 from jaxwise.watch._report import (
     FAIL_ON,
     DonationFinding,
@@ -176,6 +177,8 @@ class Watch:
         self._transfers: dict[tuple[str | None, str], list[Any]] = {}
         self._start = self._end = 0.0
         self._stopped = False
+        self._errors: list[str] = []
+        self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
         self._restore: list[Callable[[], None]] = []
         self._sink = _Sink(self)
 
@@ -246,8 +249,9 @@ class Watch:
     def _track(self, fun: Any, options: dict[str, Any], where: str | None) -> Any:
         real = dict(options)
         if self.nans is not None:  # as jax_debug_nans does: keep inputs for the replay
-            real.pop("donate_argnums", None)
-            real.pop("donate_argnames", None)
+            donated = real.pop("donate_argnums", None), real.pop("donate_argnames", None)
+            if any(d not in (None, (), []) for d in donated):
+                self._undonated.setdefault(_patch.function_name(fun), None)
         jitted = _patch.ORIGINAL_JIT(fun, **real)
         tracked = _patch.Tracked(jitted, fun, where, options, self)
         key = (tracked.name, where, True)
@@ -271,12 +275,15 @@ class Watch:
         finally:
             stats.call_seconds += time.perf_counter() - start
             stats.calls = (stats.calls or 0) + 1
-        if donated:
-            alive = [leaf for leaf in donated if not leaf.is_deleted()]
-            if alive:
-                self._on_live_donations(tracked, args, kwargs, alive)
-        if self.nans is not None and not stats.nan_checked:
-            self._check_nans(tracked, args, kwargs, out)
+        try:
+            if donated:
+                alive = [leaf for leaf in donated if not leaf.is_deleted()]
+                if alive:
+                    self._on_live_donations(tracked, args, kwargs, alive)
+            if self.nans is not None and not stats.nan_checked:
+                self._check_nans(tracked, args, kwargs, out)
+        except Exception as err:  # the watch never breaks the watched program
+            self._errors.append(f"{type(err).__name__} while checking `{tracked.name}`: {err}")
         return out
 
     # -- compiles --------------------------------------------------------------
@@ -335,7 +342,9 @@ class Watch:
         self, tracked: _patch.Tracked, args: tuple, kwargs: dict, alive: list[Any]
     ) -> None:
         plan: _calls.CallPlan = tracked.plan
+        caller = user_frame(sys._getframe(2))
         for argument, leaf in plan.donated_paths(args, kwargs, alive):
+            argument = name_in_frame(leaf, caller) or argument
             aval = _calls.aval_text(leaf)
             if aval in tracked.stats.unusable:
                 cause = (
@@ -431,6 +440,18 @@ class Watch:
             exit_code,
             self._stopped,
             self.warmup,
+            tuple(self._errors),
+            self._notes(),
+        )
+
+    def _notes(self) -> tuple[str, ...]:
+        if not self._undonated:
+            return ()
+        names = ", ".join(f"`{n}`" for n in self._undonated)
+        return (
+            f"NaN checking is on, so {names} did not donate (the failing call must be "
+            "replayable, as with jax_debug_nans): donations were not checked; run without "
+            "--nans to check them",
         )
 
 
