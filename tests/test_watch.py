@@ -353,7 +353,8 @@ def test_live_numpy_view_blocks_donation():
         del view
         state = step(s=state)  # by keyword, nothing holds it: donated
     (finding,) = w.report().donations
-    assert (finding.function, finding.argument, finding.count) == ("<lambda>", "s", 3)
+    # named by the caller's variable, not the parameter `s`
+    assert (finding.function, finding.argument, finding.count) == ("<lambda>", "state", 3)
     assert "NumPy view" in finding.cause
 
 
@@ -499,3 +500,23 @@ def test_text_report_lists_flagged_findings():
     with Watch() as quiet:
         jax.jit(double)(jnp.ones(2))
     assert "nothing flagged" in str(quiet.report())
+
+
+def test_nan_checking_leaves_jaxwise_steps_working_without_donation():
+    tx = optax.sgd(0.1)
+    with Watch(nans="report") as w:
+        step = make_train_step(lambda p, b: jnp.mean(jnp.log(b @ p["w"])), tx)
+        state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
+        for sign in (1.0, 1.0, -1.0):
+            state, metrics = step(state, sign * jnp.ones((4, 2)))
+    report = w.report()
+    assert int(state.step) == 2 and int(metrics["skipped"]) == 1  # the NaN step was skipped
+    assert [(n.function, n.primitive) for n in report.nans] == [("lambda_train_step", "log")]
+    assert report.donations == () and "did not donate" in report.notes[0]
+
+
+def test_jaxwise_lists_watch_as_a_lazy_sub_package():
+    import jaxwise
+
+    assert "watch" in jaxwise.__all__ and jaxwise.watch.Watch is Watch
+    assert all(getattr(jaxwise.watch, name).__doc__ for name in jaxwise.watch.__all__)

@@ -13,7 +13,8 @@ The audit steps aside when there is nothing to audit: inside the user's own ``ja
 state is made of tracers; the outer function donates, or not) and under ``jax.disable_jit()``
 (nothing is compiled, so nothing is donated: it says so once, as a ``RuntimeWarning``).
 Every ``DonationError`` it raises is first handed to :data:`LISTENERS` (``jaxwise.watch``
-records them there).
+records them there); while :data:`SUSPENDED` is non-empty (``jaxwise watch --nans``, under
+which nothing donates) the audit is off.
 """
 
 from __future__ import annotations
@@ -27,7 +28,14 @@ import jax
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
 
-__all__ = ["LISTENERS", "Audit", "DonationError", "check_donatable", "check_optimizer_fits"]
+__all__ = [
+    "LISTENERS",
+    "SUSPENDED",
+    "Audit",
+    "DonationError",
+    "check_donatable",
+    "check_optimizer_fits",
+]
 
 
 class DonationError(ValueError):
@@ -51,6 +59,9 @@ DonationError.__module__ = "jaxwise.train"
 
 # Callables receiving every DonationError an audit raises, just before it is raised.
 LISTENERS: list[Callable[[DonationError], None]] = []
+# Reasons, while non-empty, for which jitted functions do not donate (jaxwise watch's NaN
+# checking strips donation so that a failing call can be replayed): audits step aside.
+SUSPENDED: list[str] = []
 
 
 def _path(tree: Any, index: int) -> str:
@@ -237,6 +248,8 @@ class Audit:
         self._warned = False
 
     def _skipped(self, leaves: list[Any]) -> bool:
+        if SUSPENDED:
+            return True
         if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
             return True  # inside the user's jit: that function donates, or not
         if jax.config.jax_disable_jit:

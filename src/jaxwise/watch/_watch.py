@@ -201,6 +201,9 @@ class Watch:
         self._restore.append(lambda: HUB.remove_sink(self._sink, True))
         _donation.LISTENERS.append(self._on_donation_error)
         self._restore.append(lambda: _donation.LISTENERS.remove(self._on_donation_error))
+        if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
+            _donation.SUSPENDED.append("jaxwise watch: NaN checking")
+            self._restore.append(_donation.SUSPENDED.pop)
         self._hook_warnings()
         self._start = time.perf_counter()
         self._active = True
