@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -214,3 +215,38 @@ def test_script_exit_codes_and_exceptions_are_preserved(tmp_path):
         cwd=tmp_path,
     )
     assert missing.returncode == 2 and "no such script: nowhere.py" in missing.stderr
+
+
+def test_the_documented_walk_through(tmp_path):
+    # docs/watch.md shows these reports: the example's three pitfalls, each found at its line
+    example = Path(__file__).parents[1] / "examples" / "watch_nnx_pitfalls.py"
+    source = example.read_text()
+    lines = {
+        mark: source.splitlines().index(next(x for x in source.splitlines() if mark in x)) + 1
+        for mark in ("@nnx.jit", "jnp.log(x)", "loss = train_step(")
+    }
+    proc, report = watch(tmp_path, source)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (step,) = report["functions"]
+    assert (step["where"], step["calls"], step["compiles"]) == (
+        f"train.py:{lines['@nnx.jit']}",
+        24,
+        4,
+    )
+    steady = [
+        (m["kind"], m["argument"], m["old"], m["new"]) for m in step["misses"] if m["steady_state"]
+    ]
+    assert steady == [("static", "lr", "0.05", "0.025"), ("static", "lr", "0.025", "0.0125")]
+    assert [(d["function"], d["argument"]) for d in report["donations"]] == [
+        ("train_step", "model.out.kernel")
+    ]
+    proc, report = watch(tmp_path, source, "--nans")
+    assert proc.returncode == 3 and "epoch 3" not in proc.stdout
+    assert report["nans"] == [
+        {
+            "function": "train_step",
+            "primitive": "log",
+            "phase": "forward",
+            "where": f"train.py:{lines['jnp.log(x)']}",
+        }
+    ]

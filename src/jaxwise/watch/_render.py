@@ -39,13 +39,15 @@ def render(report: WatchReport, stream: TextIO, fail_on: tuple[str, ...]) -> Non
         console.print(table)
     findings = finding_lines(report)
     for line in findings:
-        console.print(text.assemble(("! ", "red"), line))
+        console.print(text.assemble(("! ", "red"), line), soft_wrap=True)
     if not findings:
         console.print("nothing flagged")
     for note in report.notes:
-        console.print(text(f"note: {note}", style="dim"))
+        console.print(text(f"note: {note}", style="dim"), soft_wrap=True)
     for error in report.errors:
-        console.print(text(f"(watch could not finish a check: {error})", style="dim"))
+        console.print(
+            text(f"(watch could not finish a check: {error})", style="dim"), soft_wrap=True
+        )
     if report.stopped:
         console.print(text.assemble(("stopped at the first NaN", "red"), " (exit code 3)"))
     triggered = report.triggered(fail_on)
