@@ -62,10 +62,9 @@ def _debug_flags_off() -> Iterator[None]:
             jax.config.update(name, value)
 
 
-def _defined_in_library(eqn: Any) -> bool:
-    """A call of a function defined in JAX or another library (``jnp.linalg.norm``,
-    ``jax.nn.relu``, a jaxwise helper): its cached jaxpr's frames may come from another
-    trace, so the call's own frames say where the user called it."""
+def _library_source(eqn: Any) -> str | None:
+    """The file of the function a call equation calls, when it is library code
+    (``jnp.linalg.norm``, ``jax.nn.relu``, Equinox's jit wrapper, a jaxwise helper)."""
     for name in ("jaxpr", "call_jaxpr", "fun_jaxpr"):
         sub = eqn.params.get(name)
         if sub is None:
@@ -73,13 +72,30 @@ def _defined_in_library(eqn: Any) -> bool:
         info = getattr(getattr(sub, "jaxpr", sub), "debug_info", None)
         source = str(getattr(info, "func_src_info", "") or "")
         file = source.partition(" at ")[2].rpartition(":")[0]
-        return bool(file) and is_library_file(file)
+        return file if file and is_library_file(file) else None
+    return None
+
+
+def _runs_user_code(eqn: Any, library_file: str) -> bool:
+    """The equation was traced in user code that the library function called (Equinox's
+    jit wrapper calling the user's model), not in the library's own code."""
+    frames = list(getattr(getattr(eqn.source_info, "traceback", None), "frames", ()))
+    for i, frame in enumerate(frames):  # innermost first
+        if not is_library_file(frame.file_name):
+            return any(f.file_name == library_file for f in frames[i + 1 :])
     return False
 
 
 def _frames_of(origin: Origin) -> tuple[Frame, ...]:
-    boundary = next((e for e in origin.context if _defined_in_library(e)), None)
-    frames = source_frames((boundary or origin.eqn).source_info)
+    """The user's frames for the origin. Inside a library function's cached jaxpr, the
+    equation's own frames may come from another trace (or be missing): the call of the
+    library function says where the user called it, unless the library called user code."""
+    frames = source_frames(origin.eqn.source_info)
+    for call in origin.context:
+        library = _library_source(call)
+        if library is not None and not (frames and _runs_user_code(origin.eqn, library)):
+            frames = source_frames(call.source_info)
+            break
     for eqn in reversed(origin.context):  # none left (a derivative JAX built): the caller's
         if frames:
             break

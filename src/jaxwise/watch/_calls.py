@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.extend.core import Literal
 
 __all__ = ["CallPlan", "aval_text", "unusable_avals"]
 
@@ -121,6 +122,25 @@ class CallPlan:
                     found.append((name + jax.tree_util.keystr(path), leaf))
                     wanted.discard(id(leaf))
         return found
+
+    def unused_leaves(self, jitted: Any, args: tuple, kwargs: dict) -> set[int]:
+        """``id`` of the traced leaves ``jitted`` does not use: ``jit`` drops them
+        (``keep_unused=False``), so their buffers are never donated. Traces the call (cached
+        by JAX); only asked when a donation failed."""
+        try:
+            jaxpr = jitted.trace(*args, **kwargs).jaxpr.jaxpr
+        except Exception:
+            return set()
+        atoms = [v for eqn in jaxpr.eqns for v in eqn.invars] + list(jaxpr.outvars)
+        used = {id(v) for v in atoms if not isinstance(v, Literal)}
+        dynamic = (
+            tuple(v for _, v in self._selected(args, {}, self.static_nums, frozenset(), False)),
+            {k: v for k, v in kwargs.items() if k not in self.static_names},
+        )
+        leaves = jax.tree.leaves(dynamic)
+        if len(leaves) != len(jaxpr.invars):
+            return set()
+        return {id(leaf) for leaf, var in zip(leaves, jaxpr.invars) if id(var) not in used}
 
     def host_values(self, args: tuple, kwargs: dict) -> list[tuple[str, int]]:
         """``(argument path, bytes)`` of every host value (NumPy array, Python or NumPy

@@ -344,12 +344,25 @@ class Watch:
     def _on_live_donations(
         self, tracked: _patch.Tracked, args: tuple, kwargs: dict, alive: list[Any]
     ) -> None:
+        if jax.config.jax_disable_jit:
+            return  # nothing was compiled, so nothing was donated
         plan: _calls.CallPlan = tracked.plan
         caller = user_frame(sys._getframe(2))
+        self._internal += 1
+        try:
+            unused = plan.unused_leaves(tracked.jitted, args, kwargs)
+        finally:
+            self._internal -= 1
         for argument, leaf in plan.donated_paths(args, kwargs, alive):
             argument = name_in_frame(leaf, caller) or argument
             aval = _calls.aval_text(leaf)
-            if aval in tracked.stats.unusable:
+            if id(leaf) in unused:
+                cause = (
+                    "the function does not use this argument, so jit drops it "
+                    "(keep_unused=False) and its buffer is not donated; do not donate it, or "
+                    "remove it"
+                )
+            elif aval in tracked.stats.unusable:
                 cause = (
                     f"no output has this buffer's shape and dtype ({aval}), so XLA cannot reuse "
                     'it (JAX: "Some donated buffers were not usable"); return an updated value '
