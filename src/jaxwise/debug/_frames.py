@@ -86,8 +86,13 @@ def is_library_file(path: str) -> bool:
 
 def short_path(path: str) -> str:
     """``path`` relative to the working directory when it is under it, else unchanged."""
+    return _short_path(path, os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _short_path(path: str, cwd: str) -> str:
     try:
-        relative = os.path.relpath(path)
+        relative = os.path.relpath(path, cwd)
     except ValueError:  # another drive (Windows)
         return path
     return path if relative.startswith("..") else relative

@@ -9,8 +9,11 @@ naming the path, and checks for the same buffer at two paths on every call. The 
 additionally checks the optimizer against the state and the state's type signature (a step must
 not change it).
 
-The audit steps aside when there is nothing to audit: inside the user's own ``jax.jit`` (the
-state is made of tracers; the outer function donates, or not) and under ``jax.disable_jit()``
+The shared-buffer check costs a buffer query per leaf, so it is skipped when the state is
+exactly the one the previous call returned (distinct outputs of one execution), and runs on
+every other call. The audit steps aside when there is nothing to audit: inside the user's own
+``jax.jit`` (the state is made of tracers; the outer function donates, or not) and under
+``jax.disable_jit()``
 (nothing is compiled, so nothing is donated: it says so once, as a ``RuntimeWarning``).
 Every ``DonationError`` it raises is first handed to :data:`LISTENERS` (``jaxwise.watch``
 records them there); while :data:`SUSPENDED` is non-empty (``jaxwise watch --nans``, under
@@ -20,6 +23,7 @@ which nothing donates) the audit is off.
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -246,6 +250,7 @@ class Audit:
         self.first_done = False
         self._skip = False
         self._warned = False
+        self._returned: list[Any] | None = None  # weak references to the last result's leaves
 
     def _skipped(self, leaves: list[Any]) -> bool:
         if SUSPENDED:
@@ -265,7 +270,8 @@ class Audit:
         self._skip = not self.donate or self._skipped(leaves)
         if self._skip:
             return leaves
-        check_donatable(state)  # deleted leaves, one buffer at two paths: on every call
+        if not self._is_last_result(leaves):
+            check_donatable(state)  # deleted leaves, one buffer at two paths
         ids = {id(leaf): leaf for leaf in leaves if isinstance(leaf, jax.Array)}
         for leaf in jax.tree.leaves(data):
             if id(leaf) in ids:
@@ -281,10 +287,27 @@ class Audit:
                 )
         return leaves
 
+    def _is_last_result(self, leaves: list[Any]) -> bool:
+        """The state is exactly what the previous call returned: its buffers are distinct
+        outputs of one execution, alive, so the shared-buffer check has nothing to find."""
+        returned = self._returned
+        return (
+            returned is not None
+            and len(returned) == len(leaves)
+            and all(ref() is leaf for ref, leaf in zip(returned, leaves))
+        )
+
+    def _remember(self, result: Any) -> None:
+        try:
+            self._returned = [weakref.ref(leaf) for leaf in jax.tree.leaves(result[0])]
+        except (TypeError, IndexError):  # not weak-referenceable, or not (state, metrics)
+            self._returned = None
+
     def after(self, state: Any, leaves: list[Any], result: Any) -> None:
         """Every donated leaf must now be deleted; otherwise :class:`DonationError` naming it."""
         if self._skip:
             return
+        self._remember(result)
         for leaf in leaves:
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():
                 name = self._name_of(state, leaf)

@@ -19,7 +19,7 @@ from jax.extend.core import Literal
 
 __all__ = ["CallPlan", "aval_text", "unusable_avals"]
 
-_HOST_SCALARS = (bool, int, float, complex, np.generic)
+_HOST = (np.ndarray, bool, int, float, complex, np.generic)  # copied to the device per call
 _AVAL = re.compile(r"[a-z]+[0-9]*\[[^\]]*\]")
 
 
@@ -148,10 +148,10 @@ class CallPlan:
         found = []
         for name, value in self._selected(args, kwargs, self.static_nums, self.static_names, False):
             leaves = jax.tree.leaves(value)
-            if not any(isinstance(leaf, (np.ndarray, *_HOST_SCALARS)) for leaf in leaves):
+            if not any(isinstance(leaf, _HOST) for leaf in leaves):
                 continue
             for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
-                if isinstance(leaf, (np.ndarray, *_HOST_SCALARS)):
+                if isinstance(leaf, _HOST):
                     found.append((name + jax.tree_util.keystr(path), int(np.asarray(leaf).nbytes)))
         return found
 
