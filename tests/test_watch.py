@@ -520,3 +520,61 @@ def test_jaxwise_lists_watch_as_a_lazy_sub_package():
 
     assert "watch" in jaxwise.__all__ and jaxwise.watch.Watch is Watch
     assert all(getattr(jaxwise.watch, name).__doc__ for name in jaxwise.watch.__all__)
+
+
+# ---------------------------------------------------------------------------
+# The command line (parsing only: scripts run in tests/test_watch_scripts.py)
+# ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, nans, fail_on, script, args",
+    [
+        (["watch", "train.py"], None, (), "train.py", []),
+        (["watch", "--nans", "train.py", "--nans"], "stop", (), "train.py", ["--nans"]),
+        (
+            ["watch", "--nans=report", "--fail-on", "nan,donation", "t.py"],
+            "report",
+            ("nan", "donation"),
+            "t.py",
+            [],
+        ),
+        (
+            ["watch", "--json", "r.json", "--nans", "t.py", "-x", "1"],
+            "stop",
+            (),
+            "t.py",
+            ["-x", "1"],
+        ),
+    ],
+)
+def test_watch_command_line(argv, nans, fail_on, script, args):
+    from jaxwise._cli_options import explicit_nans
+    from jaxwise.cli import build_parser
+
+    parsed = build_parser().parse_args(explicit_nans(argv))
+    assert (parsed.nans, parsed.fail_on, parsed.script, parsed.args) == (
+        nans,
+        fail_on,
+        script,
+        args,
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["watch", "--fail-on", "recompiles", "t.py"],
+            "expected conditions among recompile,nan,donation",
+        ),
+        (["watch", "--nans=always", "t.py"], "invalid choice: 'always'"),
+        (["watch", "--warmup", "0", "t.py"], "expected a positive integer"),
+    ],
+)
+def test_watch_command_line_errors(argv, message, capsys):
+    from jaxwise.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -173,7 +173,7 @@ def live_rule_frames() -> Iterator[None]:
     changes it.
     """
     from jax._src import source_info_util
-    from jax._src.lib import xla_client
+    from jax._src.lib import xla_client  # pyright: ignore[reportPrivateImportUsage]
 
     original = source_info_util.current
 

@@ -57,9 +57,12 @@ def _instances(ix: Index, scope: Scope) -> set[str]:
     module."""
     chain = {id(s) for s in ix.scope_chain(scope)} | {id(None)}
     found = {
-        a.targets[0].id
+        target.id
         for a, s in ix.assigns
-        if id(s) in chain and isinstance(a.value, ast.Call) and _is_class(a.value.func)
+        if isinstance(target := a.targets[0], ast.Name)
+        and id(s) in chain
+        and isinstance(a.value, ast.Call)
+        and _is_class(a.value.func)
     }
     for name, bindings in ix.bindings.items():
         if any(isinstance(b.value, ast.Call) and _is_class(b.value.func) for b in bindings):
@@ -123,7 +126,7 @@ def check(ix: Index) -> None:
         for call, scope in ix.calls.get(name, ()):
             if id(scope) != scope_id or not isinstance(call.func, ast.Name):
                 continue
-            if _runs_once(ix, scope) and not _in_loop(scope, site):
+            if scope is not None and _runs_once(ix, scope) and not _in_loop(scope, site):
                 continue  # created once per process: compiled once
             _report_local(ix, call, name, scope)
 

@@ -118,7 +118,7 @@ def check(ix: Index) -> None:
                 break
 
 
-def _same_loop(ix: Index, scope: ast.AST | None, view: ast.AST, call: ast.AST) -> bool:
+def _same_loop(ix: Index, scope: ast.AST | None, view: ast.Call, call: ast.Call) -> bool:
     """Both inside one loop of ``scope``: the next iteration's call comes after the view."""
     if isinstance(scope, (ast.For, ast.While)):  # a module-level loop is a scope of its own
         return True

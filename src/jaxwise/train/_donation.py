@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.core import Tracer
 
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
@@ -118,7 +119,7 @@ def check_donatable(tree: Any, what: str = "state") -> None:
     leaves = jax.tree.leaves(tree)
     seen: dict[int, int] = {}
     for i, leaf in enumerate(leaves):
-        if not isinstance(leaf, jax.Array) or isinstance(leaf, jax.core.Tracer):
+        if not isinstance(leaf, jax.Array) or isinstance(leaf, Tracer):
             continue
         if leaf.is_deleted():
             name = path_names(tree)[i]
@@ -255,7 +256,7 @@ class Audit:
     def _skipped(self, leaves: list[Any]) -> bool:
         if SUSPENDED:
             return True
-        if any(isinstance(leaf, jax.core.Tracer) for leaf in leaves):
+        if any(isinstance(leaf, Tracer) for leaf in leaves):
             return True  # inside the user's jit: that function donates, or not
         if jax.config.jax_disable_jit:
             if not self._warned:

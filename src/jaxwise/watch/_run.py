@@ -101,17 +101,17 @@ def run_script(
     Returns:
       The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
     """
-    stream = stream if stream is not None else sys.stderr
+    out: TextIO = stream if stream is not None else sys.stderr
     _check_outputs(script, json_path)
     render = _renderer(rich)
     watch = Watch(nans=nans, transfers=transfers, warmup=warmup, fail_on=tuple(fail_on))
-    code = _run(script, argv, watch, stream)
+    code = _run(script, argv, watch, out)
     report = watch.report()
     if report.stopped or report.triggered(watch.fail_on):
         code = FAILED
     report = watch.report(exit_code=code)
     sys.stdout.flush()
-    render(report, stream, watch.fail_on)
+    render(report, out, watch.fail_on)
     if json_path is not None:
         with open(json_path, "w") as f:
             json.dump(report.to_json(), f, allow_nan=False, indent=1)

@@ -95,10 +95,10 @@ class _Stats:
         )
 
 
-def _duration_listener(event: str, seconds: float, **kwargs: Any) -> None:
+def _duration_listener(event: str, duration_secs: float, **kwargs: Any) -> None:
     watch = _ACTIVE
     if watch is not None and event in _TRACE_EVENTS:
-        watch._on_trace_time(seconds)
+        watch._on_trace_time(duration_secs)
 
 
 class Watch:
@@ -196,14 +196,14 @@ class Watch:
             if not _LISTENING:
                 jax.monitoring.register_event_duration_secs_listener(_duration_listener)
                 _LISTENING = True
-        self._restore.append(lambda: patch.__exit__(None, None, None))
+        self._restore.append(lambda: _ignore(patch.__exit__(None, None, None)))
         HUB.add_sink(self._sink, True)
         self._restore.append(lambda: HUB.remove_sink(self._sink, True))
         _donation.LISTENERS.append(self._on_donation_error)
         self._restore.append(lambda: _donation.LISTENERS.remove(self._on_donation_error))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
             _donation.SUSPENDED.append("jaxwise watch: NaN checking")
-            self._restore.append(_donation.SUSPENDED.pop)
+            self._restore.append(lambda: _ignore(_donation.SUSPENDED.pop()))
         self._hook_warnings()
         self._start = time.perf_counter()
         self._active = True
@@ -240,8 +240,9 @@ class Watch:
         def restore() -> None:
             if warnings.showwarning is showwarning:
                 warnings.showwarning = previous
-            if entry in warnings.filters:
-                warnings.filters.remove(entry)
+            filters: list[Any] = warnings.filters  # type: ignore[assignment]
+            if entry in filters:
+                filters.remove(entry)
                 mutated = getattr(warnings, "_filters_mutated", None)  # invalidates caches
                 if mutated is not None:
                     mutated()
@@ -469,6 +470,11 @@ class Watch:
             "replayable, as with jax_debug_nans): donations were not checked; run without "
             "--nans to check them",
         )
+
+
+def _ignore(value: Any) -> None:
+    """Drop a return value (the restore callbacks return nothing)."""
+    del value
 
 
 class _Sink:
