@@ -104,12 +104,12 @@ def _rec_static_identity():
 
 
 def _rec_shape():
-    f = jax.jit(lambda x: x * 2)
+    f = jax.jit(lambda x: x * 2.0 + 0.875)
     return _calls(f, (jnp.ones(3),), (jnp.ones(4),))
 
 
 def _rec_dtype():
-    f = jax.jit(lambda x: x * 2)
+    f = jax.jit(lambda x: x * 3)
     return _calls(f, (jnp.ones(3),), (jnp.ones(3, jnp.bfloat16),))
 
 
@@ -179,12 +179,12 @@ def _rec_bound_method():
 
 
 def _rec_committed():
-    f = jax.jit(lambda x: x * 2)
+    f = jax.jit(lambda x: x * 2.0 + 0.125)  # a program compiled nowhere else (JAX shares them)
     return _calls(f, (jnp.ones(3),), (jax.device_put(jnp.ones(3), jax.devices()[0]),))
 
 
 def _rec_device():
-    f = jax.jit(lambda x: x * 2)
+    f = jax.jit(lambda x: x * 2.0 + 0.375)
     return _calls(
         f,
         (jax.device_put(jnp.ones(3), jax.devices()[0]),),
@@ -197,7 +197,7 @@ def _rec_mesh():
     from jax.sharding import PartitionSpec as P
 
     mesh = jax.make_mesh((2,), ("data",))
-    f = jax.jit(lambda x: x * 2)
+    f = jax.jit(lambda x: x * 2.0 + 0.625)
     sharded = jax.device_put(jnp.ones(4), NamedSharding(mesh, P("data")))
     return _calls(f, (jnp.ones(4),), (sharded,))
 

@@ -127,7 +127,7 @@ class _Hub:
 
     def _event(self, fun_name: str, seconds: float) -> CompileEvent:
         ctx = _jaxkeys.compile_context()
-        miss, fun_id = self._pop_pending(fun_name)
+        miss, fun_id = self._pop_pending(fun_name, ctx.defined_at if ctx is not None else None)
         if ctx is not None:
             previous = self._placements.get(ctx.jaxpr)
             try:
@@ -207,11 +207,18 @@ class _Hub:
             sink.record(miss)
         return miss
 
-    def _pop_pending(self, fun_name: str) -> tuple[CacheMiss | None, int | None]:
+    def _pop_pending(
+        self, fun_name: str, defined_at: str | None
+    ) -> tuple[CacheMiss | None, int | None]:
+        """The newest queued miss of this function (same name and, when known, the same place
+        of definition: a miss left by another function of that name, traced inside an outer
+        jit and never compiled on its own, is not this compile's)."""
         pending = self._pending()
         inner = _inner_name(fun_name)
         for i in range(len(pending) - 1, -1, -1):
-            if pending[i][0].function == inner:
+            miss = pending[i][0]
+            same_place = defined_at is None or miss.defined_at in (None, defined_at)
+            if miss.function == inner and same_place:
                 return pending.pop(i)
         return None, None
 
