@@ -23,8 +23,8 @@ from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import RunDir
+from jaxwise.label_errors import hardest_examples
 from jaxwise.models import init_mlp
-from jaxwise.per_example import hardest_examples
 from jaxwise.train import TrainState
 from jaxwise.tree import param_table
 
@@ -246,7 +246,7 @@ def report(
 
 
 def _plots(run: _Run, hard: list[dict[str, Any]], test_acc: float) -> dict[str, str]:
-    from jaxwise.plotting import plot_decision_boundary, plot_training
+    from jaxwise._plotting import plot_decision_boundary, plot_training
 
     assert run.out is not None
     lrs = np.asarray(C.schedule_values(run.schedule, run.cfg.epochs * run.steps_per_epoch))
@@ -277,7 +277,7 @@ def _plots(run: _Run, hard: list[dict[str, Any]], test_acc: float) -> dict[str, 
 @jax.jit
 def _hardest(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The 5 training examples with the largest gradient norms (chunked per-example gradients)."""
-    return hardest_examples(C.per_example_loss(), params, x, y, k=5, chunk_size=256)
+    return hardest_examples(C.per_example_loss(), params, (x, y), k=5, chunk_size=256)
 
 
 def _describe_examples(

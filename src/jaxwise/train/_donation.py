@@ -53,6 +53,8 @@ class DonationError(ValueError):
         error is not about one leaf).
     """
 
+    __module__ = "jaxwise.train"
+
     result: Any = None
 
     def __init__(self, message: str, *, argument: str = "") -> None:
