@@ -29,7 +29,6 @@ from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
 from jaxwise._checks import UserError
-from jaxwise._cli_options import explicit_nans
 from jaxwise._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -407,6 +406,8 @@ def _is_anticipated(err: BaseException) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxwise`` console script; returns the exit code."""
+    from jaxwise._cli_options import explicit_nans
+
     parser = build_parser()
     args = parser.parse_args(explicit_nans(sys.argv[1:] if argv is None else argv))
     debug = bool(getattr(args, "debug", False))
