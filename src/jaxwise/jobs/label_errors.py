@@ -2,9 +2,11 @@
 
 Phases: ``prepare`` (the CSV, the suspects file checked first: never replaced without
 ``--force``, never a directory), ``fit`` (the MLP of ``train``, no checkpoint: the job can be
-re-run with the same ``--run-dir``), ``rank`` (``--method oof``: out-of-fold probabilities and
-confident learning from :mod:`jaxwise.label_errors`; ``--method gradnorm``: per-example
-gradient norms of the trained model — kept as a column either way), ``report``.
+re-run with the same ``--run-dir``), ``rank`` (``--method oof``: rows ranked by out-of-fold
+``p(given)`` and confident learning's estimate of how many are wrong, from
+:mod:`jaxwise.label_errors`, timed and counted apart from the final model; ``--method
+gradnorm``: per-example gradient norms of the trained model — kept as a column either way),
+``report``.
 """
 
 from __future__ import annotations
