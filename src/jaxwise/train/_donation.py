@@ -126,8 +126,10 @@ def check_donatable(tree: Any, what: str = "state") -> None:
         if leaf.is_deleted():
             name = path_names(tree)[i]
             raise _fail(DonationError(_deleted_message(what, name), argument=what + _path(tree, i)))
-        for buffer in _buffer_ids(leaf):
-            if buffer in seen:
+        # A replicated array's shards may share one host buffer (CPU devices can alias one
+        # NumPy source): only a buffer shared by two different leaves is a double donation.
+        for buffer in set(_buffer_ids(leaf)):
+            if buffer in seen and seen[buffer] != i:
                 names = path_names(tree)
                 first, second = names[seen[buffer]], names[i]
                 raise _fail(
