@@ -7,7 +7,9 @@ Run from the repository root::
 Counts every annotation written in the source (parameters, return types, annotated
 assignments and dataclass fields); an annotation "contains Any" when ``Any`` appears anywhere
 in it (``Any``, ``typing.Any``, ``dict[str, Any]``, ``Callable[..., Any]``, and the same
-inside a string annotation). Prints ``any/total (share%)``, overall and per top-level module.
+inside a string annotation), directly or through a type alias defined in ``src/`` whose value
+contains ``Any`` (``Params = Any``, matched by name). Prints ``any/total (share%)``, overall
+and per top-level module.
 """
 
 from __future__ import annotations
@@ -34,31 +36,63 @@ def _annotations(tree: ast.AST) -> list[ast.expr]:
     return found
 
 
-def _mentions_any(annotation: ast.expr) -> bool:
+def _mentions_any(annotation: ast.expr, aliases: frozenset[str] = frozenset()) -> bool:
     for node in ast.walk(annotation):
-        if isinstance(node, ast.Name) and node.id == "Any":
+        if isinstance(node, ast.Name) and (node.id == "Any" or node.id in aliases):
             return True
-        if isinstance(node, ast.Attribute) and node.attr == "Any":
+        if isinstance(node, ast.Attribute) and (node.attr == "Any" or node.attr in aliases):
             return True
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             try:
                 inner = ast.parse(node.value, mode="eval").body
             except SyntaxError:
                 continue
-            if _mentions_any(inner):
+            if _mentions_any(inner, aliases):
                 return True
     return False
+
+
+def _any_aliases(trees: list[ast.Module]) -> frozenset[str]:
+    """Names of module-level type aliases (``X = ...``, ``type X = ...``) that mean ``Any``."""
+    values: dict[str, list[ast.expr]] = {}
+    for tree in trees:
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            elif isinstance(node, ast.TypeAlias):
+                target, value = node.name, node.value
+            else:
+                continue
+            if isinstance(target, ast.Name) and not isinstance(
+                value, ast.List | ast.Tuple | ast.Set | ast.Dict | ast.Call | ast.Constant
+            ):
+                values.setdefault(target.id, []).append(value)
+    aliases: set[str] = set()
+    while True:  # aliases of aliases
+        found = {
+            name
+            for name, exprs in values.items()
+            if any(_mentions_any(v, frozenset(aliases)) for v in exprs)
+        }
+        if found <= aliases:
+            return frozenset(aliases)
+        aliases |= found
 
 
 def count(root: Path = SRC) -> tuple[Counter[str], Counter[str]]:
     """Annotations containing ``Any`` and all annotations, per top-level module of ``root``."""
     with_any: Counter[str] = Counter()
     total: Counter[str] = Counter()
-    for path in sorted(root.rglob("*.py")):
+    paths = sorted(root.rglob("*.py"))
+    trees = [ast.parse(path.read_text(), str(path)) for path in paths]
+    aliases = _any_aliases(trees)
+    for path, tree in zip(paths, trees):
         module = path.relative_to(root).parts[0].removesuffix(".py")
-        for annotation in _annotations(ast.parse(path.read_text(), str(path))):
+        for annotation in _annotations(tree):
             total[module] += 1
-            with_any[module] += _mentions_any(annotation)
+            with_any[module] += _mentions_any(annotation, aliases)
     return with_any, total
 
 
