@@ -42,11 +42,13 @@ class Difference:
     """One difference between a call and an earlier call of the same function.
 
     Attributes:
-      kind: one of :data:`KINDS` (never ``"first"``/``"new_function"``).
-      argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
-      old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
-      new: the current one.
-      note: an extra hint (``"hashed by identity"`` for a static object compared by ``is``).
+        kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"`` or
+            ``"new_function"``).
+        argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
+        old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
+        new: the current one.
+        note: an extra hint (``"hashed by identity"`` for a static object compared by
+            ``is``).
     """
 
     kind: str
@@ -56,7 +58,11 @@ class Difference:
     note: str = ""
 
     def describe(self) -> str:
-        """One line, e.g. ``static argument `n`: 2 → 3``."""
+        """One line, e.g. ``static argument `n`: 2 → 3``.
+
+        Returns:
+            The line.
+        """
         if self.kind == "static":
             line = f"static argument `{self.argument}`: {self.old} → {self.new}"
             if self.note == IDENTITY_NOTE:
@@ -77,22 +83,24 @@ class CacheMiss:
     """Why one call missed JAX's tracing cache.
 
     Attributes:
-      function: name of the traced Python function, e.g. ``"step"``.
-      defined_at: ``"file.py:LINE"`` where it is defined, if known.
-      call_site: ``"file.py:LINE (caller)"`` of the call that missed, if known.
-      kind: ``"first"`` (first compile of this function), ``"new_function"`` (a new function
-        object defined at the same place as one compiled before: a ``jax.jit`` of a
-        lambda, closure or bound method re-created per call), ``"static"``, ``"shape"``,
-        ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure, ``None`` leaves,
-        positional vs keyword), ``"sharding"`` or ``"other"`` (config / tracing context).
-      argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``
-        (``""`` for ``"first"``/``"new_function"``).
-      old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
-      new: its current value or type as text.
-      differences: every :class:`Difference` from the closest earlier call.
-      reasons: one human-readable line per difference.
-      text: the full human-readable explanation.
-      jax_text: JAX's own log message, if it wrote one.
+        function: name of the traced Python function, e.g. ``"step"``.
+        defined_at: ``"file.py:LINE"`` where it is defined, if known.
+        call_site: ``"file.py:LINE (caller)"`` of the call that missed, if known.
+        kind: ``"first"`` (first compile of this function), ``"new_function"`` (a new
+            function object defined at the same place as one compiled before: a ``jax.jit``
+            of a lambda, closure or bound method re-created per call), ``"static"``,
+            ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure,
+            ``None`` leaves, positional vs keyword), ``"sharding"`` or ``"other"`` (config /
+            tracing context).
+        argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``
+            (``""`` for ``"first"``/``"new_function"``).
+        old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
+        new: its current value or type as text.
+        differences: every [`Difference`][jaxwise.compilation.Difference] from the closest
+            earlier call.
+        reasons: one human-readable line per difference.
+        text: the full human-readable explanation.
+        jax_text: JAX's own log message, if it wrote one.
     """
 
     function: str
@@ -383,11 +391,22 @@ def _prose_differences(body: list[str]) -> list[Difference]:
 
 
 def parse_cache_miss(text: str, seen_before: bool = False) -> CacheMiss:
-    """Turn JAX's ``TRACING CACHE MISS`` prose into a :class:`CacheMiss` (fallback only).
+    """Turn JAX's ``TRACING CACHE MISS`` prose into a `CacheMiss`.
 
-    JAX's prose compares with its own "closest" earlier key and cannot see static
-    arguments; jaxwise reads the real cache keys instead and uses this parser only when
-    they are unavailable.
+    A fallback only: JAX's prose compares with its own "closest" earlier key and cannot see
+    static arguments; jaxwise reads the real cache keys instead and uses this parser only
+    when they are unavailable.
+
+    Args:
+        text: JAX's log message.
+        seen_before: whether a function defined at the same place compiled before (a
+            ``"never seen function"`` is then a ``"new_function"``, not a ``"first"``).
+
+    Returns:
+        The structured explanation (kind ``"other"`` when the prose names no difference).
+
+    Raises:
+        TypeError: ``text`` is not a string.
 
     Examples:
         >>> m = parse_cache_miss("TRACING CACHE MISS at a.py:3 (g):\\n  for f defined at a.py:1\\n"
