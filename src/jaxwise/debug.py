@@ -331,13 +331,17 @@ def locate_nan(
     Nothing is recompiled: JAX's caches are left alone.
 
     Args:
-      fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
-      *args, **kwargs: its arguments.
-      check_inf: also track ``inf`` (by default a NaN created from an ``inf``, such as
-        ``0 · inf`` in a backward pass, is blamed on the operation making the NaN).
+        fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
+        *args: its positional arguments.
+        check_inf: also track ``inf`` (by default a NaN created from an ``inf``, such as
+            ``0 · inf`` in a backward pass, is blamed on the operation making the NaN).
+        **kwargs: its keyword arguments.
 
     Returns:
-      A :class:`NanReport`, or ``None`` if every output is finite.
+        A [`NanReport`][jaxwise.debug.NanReport], or ``None`` if every output is finite.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -403,10 +407,18 @@ def checked(fn: Callable[..., Any], errors: str = "float") -> Callable[..., tupl
     Call ``error.throw()`` to raise, or ``error.get()`` for the message.
 
     Args:
-      fn: the function to check.
-      errors: ``"float"`` (NaN and division by zero, the default), ``"nan"``,
-        ``"div"``, ``"index"`` (out-of-bounds indexing), ``"user"``
-        (``checkify.check``) or ``"all"``.
+        fn: the function to check.
+        errors: ``"float"`` (NaN and division by zero, the default), ``"nan"``,
+            ``"div"``, ``"index"`` (out-of-bounds indexing), ``"user"``
+            (``checkify.check``) or ``"all"``.
+
+    Returns:
+        The jitted, checked function: same arguments as ``fn``, returning
+        ``(error, fn's output)``.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
+        ValueError: an unknown ``errors``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -429,6 +441,14 @@ def assert_finite(tree: Any, what: str = "values") -> None:
 
     A host-side check (it transfers each floating leaf), for use between
     steps, not inside ``jit``.
+
+    Args:
+        tree: any pytree; its floating-point and complex leaves are checked.
+        what: what the tree is, for the message (``"params"``, ``"grads"``).
+
+    Raises:
+        FloatingPointError: a leaf holds a NaN or an infinity; the message names its path
+            and counts.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -53,9 +53,11 @@ class CapturedConstant:
     """One array embedded in a traced program.
 
     Attributes:
-      shape, dtype, bytes: the array's.
-      name: the global or closure variable that holds it (``""`` when it has none, e.g. an
-        array computed from other constants).
+        shape: the array's shape.
+        dtype: its dtype's name.
+        bytes: its size in bytes.
+        name: the global or closure variable that holds it (``""`` when it has none, e.g. an
+            array computed from other constants).
     """
 
     shape: tuple[int, ...]
@@ -72,9 +74,9 @@ class CapturedScalar:
     already compiled function (a stale value, silently).
 
     Attributes:
-      name: the variable's name.
-      value: its value when traced, as text.
-      scope: ``"global"`` or ``"closure"``.
+        name: the variable's name.
+        value: its value when traced, as text.
+        scope: ``"global"`` or ``"closure"``.
     """
 
     name: str
@@ -84,16 +86,17 @@ class CapturedScalar:
 
 @dataclasses.dataclass(frozen=True)
 class ConstantReport:
-    """What :func:`captured_constants` found.
+    """What [`captured_constants`][jaxwise.diagnose.captured_constants] found.
 
     Attributes:
-      constants: the embedded arrays, largest first.
-      scalars: Python scalars read from globals or closures (baked in at trace time).
-      total_bytes: the arrays' total size.
-      program_chars: size of the lowered StableHLO text as written.
-      program_chars_without: the same program with the constants passed as arguments instead.
-      flagged: ``total_bytes`` exceeds the threshold, or a Python scalar *global* is read.
-      verdict: one line for humans.
+        constants: the embedded arrays, largest first.
+        scalars: Python scalars read from globals or closures (baked in at trace time).
+        total_bytes: the arrays' total size.
+        program_chars: size of the lowered StableHLO text as written.
+        program_chars_without: the same program with the constants passed as arguments
+            instead.
+        flagged: ``total_bytes`` exceeds the threshold, or a Python scalar *global* is read.
+        verdict: one line for humans.
     """
 
     constants: tuple[CapturedConstant, ...]
@@ -231,10 +234,17 @@ def captured_constants(
     their trace-time value is baked in, so changing a global later silently has no effect.
 
     Args:
-      fn: the function (jitted or not).
-      *args: example arguments.
-      threshold_bytes: arrays above this total are flagged.
-      **kwargs: example keyword arguments.
+        fn: the function (jitted or not).
+        *args: example arguments.
+        threshold_bytes: arrays above this total are flagged.
+        **kwargs: example keyword arguments.
+
+    Returns:
+        The [`ConstantReport`][jaxwise.diagnose.ConstantReport].
+
+    Raises:
+        TypeError: ``fn`` is not callable or ``threshold_bytes`` not an int.
+        ValueError: ``threshold_bytes < 0``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -316,18 +326,22 @@ _CATEGORY = {
 
 @dataclasses.dataclass(frozen=True)
 class Recompile:
-    """One compilation during :func:`why_recompiled`, classified.
+    """One compilation during [`why_recompiled`][jaxwise.diagnose.why_recompiled], classified.
 
     Attributes:
-      call: index of the call that compiled.
-      function: JAX's program name, e.g. ``"jit(step)"``.
-      category: the human category, a key of :data:`FIXES` (``"static value"`` and
-        ``"static identity"`` split ``kind == "static"``).
-      detail: the explanation.
-      fix: what to do about it.
-      kind: the :class:`~jaxwise.compilation.CacheMiss` kind (``"static"``, ``"shape"``…), or
-        ``"eager"`` for an eager operation and ``"other"`` when nothing is known.
-      argument, old, new: what changed, from the cache miss (``""`` when not applicable).
+        call: index of the call that compiled.
+        function: JAX's program name, e.g. ``"jit(step)"``.
+        category: the human category, a key of [`FIXES`][jaxwise.diagnose.FIXES]
+            (``"static value"`` and ``"static identity"`` split ``kind == "static"``).
+        detail: the explanation.
+        fix: what to do about it.
+        kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"static"``,
+            ``"shape"``…), or ``"eager"`` for an eager operation and ``"other"`` when
+            nothing is known.
+        argument: the argument that changed, from the cache miss (``""`` when not
+            applicable).
+        old: its earlier value or type, as text.
+        new: its new value or type, as text.
     """
 
     call: int
@@ -388,13 +402,17 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
     of this call has that no earlier key of the same function had.
 
     Args:
-      fn: a jitted function (or any function that calls jitted code).
-      calls: each a tuple of positional arguments, a single argument, or
-        ``{"args": (...), "kwargs": {...}}``.
+        fn: a jitted function (or any function that calls jitted code).
+        calls: each a tuple of positional arguments, a single argument, or
+            ``{"args": (...), "kwargs": {...}}``.
 
     Returns:
-      One :class:`Recompile` per compilation, in order, with ``kind``/``argument``/``old``/
-      ``new``, a ``category`` among the keys of :data:`FIXES`, and the ``fix`` for it.
+        One [`Recompile`][jaxwise.diagnose.Recompile] per compilation, in order, with
+        ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
+        [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
+
+    Raises:
+        TypeError: ``fn`` is not callable or ``calls`` is not a sequence.
 
     Examples:
         >>> import jax

@@ -146,8 +146,15 @@ def _candidates(root: Path, errors: list[LintError]) -> Iterator[Path]:
 def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
     """Source decoded as Python does (BOM, PEP 263 coding line); special and huge files refused.
 
+    Args:
+        path: the file to read.
+        max_bytes: larger files are refused.
+
+    Returns:
+        The decoded source text.
+
     Raises:
-      LintSkip: the file cannot be linted; the message says why.
+        LintSkip: the file cannot be linted; the message says why.
     """
     try:
         info = os.stat(path)  # follows a symlink: its target decides
