@@ -142,14 +142,14 @@ def _intact_meta(step_dir: Path) -> dict[str, Any] | None:
 class Checkpointer:
     """The single writer of a checkpoint directory: ``save`` steps, keep the newest ``keep``.
 
-    Holds an exclusive lock on the directory for its lifetime (in process 0 of a
-    ``jax.distributed`` job): a second writer, in this or another process, gets a
-    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] at once. A step that already
-    exists is never overwritten; only steps older than the one just written are deleted
-    (beyond ``keep``), and only after it is complete. With ``async_save=True``, ``save`` returns once the arrays are
-    copied off the devices and the files are written in the background (``wait`` or the
-    next ``save``/``close`` finishes them). Every process of a multi-process job must call
-    ``save`` with the same state.
+    Holds an exclusive lock on the directory for its lifetime (in process 0 of a ``jax.distributed``
+    job): a second writer, in this or another process, gets a
+    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] at once. A step that already exists is
+    never overwritten; only steps older than the one just written are deleted (beyond ``keep``), and
+    only after it is complete. With ``async_save=True``, ``save`` returns once the arrays are copied
+    off the devices and the files are written in the background (``wait`` or the next
+    ``save``/``close`` finishes them). Every process of a multi-process job must call ``save`` with
+    the same state.
 
     Args:
         path: the checkpoint directory (created if missing).
@@ -418,16 +418,15 @@ def restore(
 ) -> Any:
     """Restore a checkpoint into ``like``'s structure, placing every array on ``like``'s sharding.
 
-    By default the newest step is restored; a step that is incomplete (a stray or
-    half-written directory) or damaged (unreadable files, a leaf failing its checksum,
-    metadata failing its digest) is skipped with a
-    [`CheckpointWarning`][jaxwise.checkpoint.CheckpointWarning] naming it and the reason, and
-    the newest intact step is restored. With an explicit ``step`` a damaged step is an
-    error. The checkpoint must have ``like``'s paths, shapes, dtypes and static fields (else
-    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] naming the first difference).
-    Works in every process of a ``jax.distributed`` job (``like`` sharded over a global mesh), and reads
-    plain orbax/Flax checkpoints with the same tree (``path`` a pytree directory or a
-    directory of steps; a missing ``key`` is taken from ``like``).
+    By default the newest step is restored; a step that is incomplete (a stray or half-written
+    directory) or damaged (unreadable files, a leaf failing its checksum, metadata failing its
+    digest) is skipped with a [`CheckpointWarning`][jaxwise.checkpoint.CheckpointWarning] naming it
+    and the reason, and the newest intact step is restored. With an explicit ``step`` a damaged step
+    is an error. The checkpoint must have ``like``'s paths, shapes, dtypes and static fields (else
+    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] naming the first difference). Works in
+    every process of a ``jax.distributed`` job (``like`` sharded over a global mesh), and reads
+    plain orbax/Flax checkpoints with the same tree (``path`` a pytree directory or a directory of
+    steps; a missing ``key`` is taken from ``like``).
 
     Resuming is bit-identical: training N epochs straight equals k epochs, save, restore
     (in a fresh process) and N − k more.
