@@ -153,8 +153,8 @@ def check_class(cls: type) -> list[str]:
     if not doc:
         return ["no docstring"]
     found = sections(doc)
-    if _own_init(cls) is None and not _is_record(cls):
-        return []
+    if getattr(cls, "_is_protocol", False) or (_own_init(cls) is None and not _is_record(cls)):
+        return []  # a Protocol is never constructed; other classes without one take no args
     params = parameter_names(cls)
     if "Args" in found or not _is_record(cls):
         if found.get("Args", []) != params:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import optax
 
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
@@ -27,8 +28,8 @@ class DonationError(ValueError):
     """A state cannot be donated safely (shared buffers, deleted arrays, or unusable donations).
 
     Attributes:
-      result: when raised *after* a call (a donated buffer that stayed alive), the call's
-        ``(state, metrics)``, which are valid: training can continue from them.
+        result: when raised *after* a call (a donated buffer that stayed alive), the call's
+            ``(state, metrics)``, which are valid: training can continue from them.
     """
 
     __module__ = "jaxwise.train"
@@ -44,12 +45,19 @@ def _buffer_ids(x: jax.Array) -> list[int]:
 
 
 def check_donatable(tree: Any, what: str = "state") -> None:
-    """Raise :class:`DonationError` if ``tree`` cannot be donated to a jitted call.
+    """Raise `DonationError` if ``tree`` cannot be donated to a jitted call.
 
     Catches, before XLA does (with a less helpful message), arrays that were
     already deleted (donated earlier and used again) and the same buffer
     appearing at two paths (``Attempt to donate the same buffer twice``),
     e.g. one ``zeros`` array used for both ``mu`` and ``nu``.
+
+    Args:
+        tree: the pytree about to be donated (e.g. a ``TrainState``).
+        what: its name in the message.
+
+    Raises:
+        DonationError: a leaf was deleted, or one buffer appears at two paths.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -104,11 +112,22 @@ def _outline(tree: Any) -> str:
     return type(tree).__name__
 
 
-def check_optimizer_fits(optimizer: Any, params: Any, opt_state: Any) -> None:
+def check_optimizer_fits(
+    optimizer: optax.GradientTransformation, params: optax.Params, opt_state: optax.OptState
+) -> None:
     """``ValueError`` when ``opt_state`` is not what ``optimizer.init(params)`` builds.
 
     Compares tree structures (and then leaf shapes/dtypes) with ``jax.eval_shape``: nothing
     is computed or compiled. Catches a state created with one optimizer stepped with another.
+
+    Args:
+        optimizer: the step's optimizer.
+        params: the state's parameters.
+        opt_state: the state's optimizer state.
+
+    Raises:
+        ValueError: the structures differ, or a leaf's shape or dtype does; the message names
+            both outlines and the first difference.
 
     Examples:
         >>> import jax.numpy as jnp, optax
@@ -197,7 +216,7 @@ class Audit:
         return leaves
 
     def after(self, state: Any, leaves: list[Any], result: Any) -> None:
-        """Every donated leaf must now be deleted; otherwise :class:`DonationError` naming it."""
+        """Every donated leaf must now be deleted; otherwise `DonationError` naming it."""
         if not self.donate:
             return
         for leaf in leaves:
