@@ -8,9 +8,10 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from jaxwise._checks import check_array, check_choice, check_float, check_int
 from jaxwise.label_errors._oof import OutOfFold
@@ -49,13 +50,16 @@ class LabelIssues:
         """The ``k`` most suspicious row indices.
 
         Args:
-          k: how many rows (>= 0).
+            k: how many rows (>= 0).
+
+        Returns:
+            int ``(min(k, n),)`` row indices, most suspicious first.
         """
         return self.indices[: check_int(k, "k", min_value=0)]
 
 
 def confident_learning(
-    pred_probs: Any, labels: Any, *, ranked_by: Ranking = "self_confidence"
+    pred_probs: npt.ArrayLike, labels: npt.ArrayLike, *, ranked_by: Ranking = "self_confidence"
 ) -> LabelIssues:
     """Rank rows by how likely their given label is wrong (NumPy, float64).
 
@@ -66,9 +70,17 @@ def confident_learning(
     ``self_confidence`` = ``p(given)``, ``normalized_margin`` = ``p(given) − max_{j≠given} p_j``.
 
     Args:
-      pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
-      labels: ``(n,)`` given integer labels in ``[0, k)``.
-      ranked_by: ``"self_confidence"`` or ``"normalized_margin"``.
+        pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
+        labels: ``(n,)`` given integer labels in ``[0, k)``.
+        ranked_by: ``"self_confidence"`` or ``"normalized_margin"``.
+
+    Returns:
+        The [`LabelIssues`][jaxwise.label_errors.LabelIssues] ranking every row.
+
+    Raises:
+        TypeError: ``pred_probs`` is not a 2-D float array or ``labels`` not 1-D integers.
+        ValueError: the row counts differ, a label is out of range, a probability is not
+            finite or outside [0, 1], or an unknown ``ranked_by``.
 
     Examples:
         >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])
