@@ -312,6 +312,7 @@ FIXES = {
     "inside the jitted function or precompute it",
     "other": "see the explanation in `detail`",
 }
+"""``{category: what to do}`` for every `Recompile.category`."""
 
 _CATEGORY = {
     "first": "first compile",

@@ -30,6 +30,7 @@ KINDS = (
     "new_function",
     "other",
 )
+"""Every ``CacheMiss.kind``, in the order of the list in the `CacheMiss` docstring."""
 # When one call differs from its closest earlier key in several ways, the headline is the
 # difference a user would fix first.
 _PRIORITY = ("structure", "static", "shape", "dtype", "weak_type", "sharding", "other")

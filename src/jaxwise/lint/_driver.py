@@ -45,7 +45,9 @@ _RULE_MODULES: tuple[ModuleType, ...] = (
     _jw011_view_donated,
 )
 RULES: dict[str, str] = {m.CODE: m.SUMMARY for m in _RULE_MODULES}
+"""``{code: one-line summary}`` of every rule (``"JW001"``: a jit created and called in a loop)."""
 MAX_BYTES = 4 * 1024 * 1024  # larger files are skipped with a notice (generated code, data)
+"""Files larger than this many bytes (4 MiB) are skipped with a notice."""
 # Every rule needs one of these words in the file: without them, parsing is all there is to do.
 _TRIGGER = re.compile(r"jax|equinox")
 _NOQA = re.compile(
