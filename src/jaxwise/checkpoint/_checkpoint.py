@@ -119,7 +119,7 @@ def _describe(state: TrainState, metadata: dict[str, Any]) -> tuple[dict[str, An
 
 
 def read_meta(step_dir: Path) -> dict[str, Any]:
-    """The sealed metadata of a jaxwise step, or :class:`Damaged`."""
+    """The sealed metadata of a jaxwise step, or `Damaged`."""
     try:
         doc = json.loads((step_dir / fmt.META / "metadata").read_text())
     except (OSError, ValueError) as err:

@@ -1,11 +1,11 @@
 """Structured cache-miss explanations: what changed between a call and the earlier ones.
 
-A :class:`CacheMiss` is computed from the tracing-cache keys JAX compares (read by
-:mod:`._jaxkeys`): the current call's signature against every earlier signature of the *same*
-function object. The earlier key with the fewest differences is the one the call "should"
-have hit; its differences are the reason. A static argument that changed is reported as such
-even when an older key differs in shape too. :func:`parse_cache_miss` reads JAX's prose
-instead; it is only a fallback for JAX versions whose internals we cannot read.
+A [`CacheMiss`][jaxwise.compilation.CacheMiss] is computed from the tracing-cache keys JAX compares
+(read by `._jaxkeys`): the current call's signature against every earlier signature of the *same*
+function object. The earlier key with the fewest differences is the one the call "should" have hit;
+its differences are the reason. A static argument that changed is reported as such even when an
+older key differs in shape too. [`parse_cache_miss`][jaxwise.compilation.parse_cache_miss] reads
+JAX's prose instead; it is only a fallback for JAX versions whose internals we cannot read.
 """
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def diff_calls(old: CallSig, new: CallSig) -> list[Difference]:
 
 
 def _headline(diffs: list[Difference]) -> list[Difference]:
-    """The differences ordered by :data:`_PRIORITY` (stable within a kind)."""
+    """The differences ordered by `_PRIORITY` (stable within a kind)."""
     return sorted(diffs, key=lambda d: _PRIORITY.index(d.kind))
 
 
@@ -288,7 +288,7 @@ def _closest(ctx: MissContext, recent: Sequence[CallSig]) -> list[Difference]:
 def from_context(
     ctx: MissContext, seen_before: bool, jax_text: str = "", recent: Sequence[CallSig] = ()
 ) -> CacheMiss:
-    """Build a :class:`CacheMiss` from the keys JAX compared.
+    """Build a [`CacheMiss`][jaxwise.compilation.CacheMiss] from the keys JAX compared.
 
     Args:
       ctx: the miss as read from JAX.

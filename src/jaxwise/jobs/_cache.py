@@ -1,8 +1,8 @@
 """JAX's persistent compilation cache for CLI jobs, and honest compile counting.
 
-A CLI job runs inside :func:`persistent_cache`: compiled programs are stored under the
+A CLI job runs inside `persistent_cache`: compiled programs are stored under the
 user's cache directory (``$XDG_CACHE_HOME/jaxwise/jax-cache``, ``~/.cache/...`` by default)
-and a second run loads them instead of compiling. :class:`CompileTally` counts the training
+and a second run loads them instead of compiling. `CompileTally` counts the training
 program's compilations and tells the two apart, from JAX's own monitoring events:
 ``/jax/compilation_cache/cache_hits`` fires inside a backend compile that was served from
 the cache, so a compile event that follows a hit is a load, not a compilation.
@@ -74,7 +74,7 @@ def persistent_cache(directory: Path | None) -> Iterator[Path | None]:
 
 
 class CompileTally:
-    """Compilations of the blocks measured with :meth:`measure`: fresh ones and cache loads.
+    """Compilations of the blocks measured with `measure`: fresh ones and cache loads.
 
     Attributes:
       compiled: programs XLA compiled.

@@ -1,7 +1,7 @@
 """Pieces shared by every CLI job: option checks, the optimizer, evaluation, the float64 referee.
 
-Nothing here prints: jobs return JSON-ready summaries and raise :class:`UserError` (exit 2,
-one line) for problems with the user's input, or :class:`RunFailed` (exit 1, one line) when
+Nothing here prints: jobs return JSON-ready summaries and raise `UserError` (exit 2,
+one line) for problems with the user's input, or `RunFailed` (exit 1, one line) when
 a run produced no usable model.
 """
 
@@ -162,7 +162,7 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
-    """Steps per epoch of :func:`make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
+    """Steps per epoch of `make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
     from jaxwise.privacy import PoissonSampler
     from jaxwise.train import ShuffleSampler
 
@@ -206,7 +206,7 @@ def step_metrics(metrics: dict[str, Any], n_steps: int) -> tuple[np.ndarray | No
 
 
 def check_run_health(final_loss: float | None, skipped: int, steps: int, what: str) -> None:
-    """:class:`RunFailed` when a run cannot have produced a usable model."""
+    """`RunFailed` when a run cannot have produced a usable model."""
     if steps and skipped >= steps:
         raise RunFailed(
             f"{what}: every one of the {steps} training steps was skipped as non-finite "

@@ -3,7 +3,7 @@
 Phases: ``prepare`` (the CSV, the suspects file checked first: never replaced without
 ``--force``, never a directory), ``fit`` (the MLP of ``train``, no checkpoint: the job can be
 re-run with the same ``--run-dir``), ``rank`` (``--method oof``: out-of-fold probabilities and
-confident learning from :mod:`jaxwise.label_errors`; ``--method gradnorm``: per-example
+confident learning from `jaxwise.label_errors`; ``--method gradnorm``: per-example
 gradient norms of the trained model — kept as a column either way), ``report``.
 """
 
@@ -97,7 +97,7 @@ def _grad_norms(params: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _oof(prep: tabular.Prepared, folds: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, most suspicious first; out-of-fold probabilities) from :mod:`jaxwise.label_errors`."""
+    """(rows, most suspicious first; out-of-fold probabilities) from `jaxwise.label_errors`."""
     try:
         from jaxwise.label_errors import find_label_errors
     except ModuleNotFoundError as err:
@@ -136,7 +136,7 @@ def _oof(prep: tabular.Prepared, folds: int) -> tuple[np.ndarray, np.ndarray]:
 def rank(
     prep: tabular.Prepared, fitted: tabular.Fitted, method: str, top: int, folds: int
 ) -> list[dict[str, Any]]:
-    """The ``top`` most suspicious rows, as dicts with :data:`COLUMNS`."""
+    """The ``top`` most suspicious rows, as dicts with `COLUMNS`."""
     table = prep.table
     norms = _grad_norms(fitted.params, prep.x_all, table.y)
     if method == "oof":

@@ -138,7 +138,7 @@ class Prepared:
 
 @dataclasses.dataclass
 class Fitted:
-    """The outcome of :func:`fit`."""
+    """The outcome of `fit`."""
 
     params: Any
     history: list[dict[str, Any]]

@@ -3,10 +3,10 @@
 Donation hands the state's buffers to XLA to reuse for the new state. Three mistakes break it
 silently or with a raw error: a buffer already deleted by an earlier call (JAX: "Array has been
 deleted"), a batch that *is* part of the state (``step(state, state.params)``), and a live NumPy
-view (``np.asarray(state.params["w"])`` on CPU shares memory): JAX then quietly skips donating
-that buffer, keeping a stale copy alive. :class:`Audit` turns each into a :class:`DonationError`
-naming the path. The first call additionally checks the optimizer against the state and the
-state's type signature (a step must not change it).
+view (``np.asarray(state.params["w"])`` on CPU shares memory): JAX then quietly skips donating that
+buffer, keeping a stale copy alive. `Audit` turns each into a
+[`DonationError`][jaxwise.train.DonationError] naming the path. The first call additionally checks
+the optimizer against the state and the state's type signature (a step must not change it).
 """
 
 from __future__ import annotations

@@ -141,7 +141,7 @@ def loss_gradient(
 
 @dataclasses.dataclass(frozen=True)
 class UpdateConfig:
-    """How :func:`make_update` treats a step (all static)."""
+    """How `make_update` treats a step (all static)."""
 
     skip_nonfinite: bool = True
     needs_key: bool = False
