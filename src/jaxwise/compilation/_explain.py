@@ -1,11 +1,11 @@
 """Structured cache-miss explanations: what changed between a call and the earlier ones.
 
-A [`CacheMiss`][jaxwise.compilation.CacheMiss] is computed from the tracing-cache keys JAX compares
-(read by `._jaxkeys`): the current call's signature against every earlier signature of the *same*
-function object. The earlier key with the fewest differences is the one the call "should" have hit;
-its differences are the reason. A static argument that changed is reported as such even when an
-older key differs in shape too. [`parse_cache_miss`][jaxwise.compilation.parse_cache_miss] reads
-JAX's prose instead; it is only a fallback for JAX versions whose internals we cannot read.
+A :class:`CacheMiss` is computed from the tracing-cache keys JAX compares (read by
+:mod:`._jaxkeys`): the current call's signature against every earlier signature of the *same*
+function object. The earlier key with the fewest differences is the one the call "should"
+have hit; its differences are the reason. A static argument that changed is reported as such
+even when an older key differs in shape too. :func:`parse_cache_miss` reads JAX's prose
+instead; it is only a fallback for JAX versions whose internals we cannot read.
 """
 
 from __future__ import annotations
@@ -27,13 +27,25 @@ KINDS = (
     "static",
     "structure",
     "sharding",
+    "config",
+    "donation",
     "new_function",
     "other",
 )
-"""Every ``CacheMiss.kind``, in the order of the list in the `CacheMiss` docstring."""
 # When one call differs from its closest earlier key in several ways, the headline is the
-# difference a user would fix first.
-_PRIORITY = ("structure", "static", "shape", "dtype", "weak_type", "sharding", "other")
+# difference a user would fix first. A JAX config flip comes first: it is the cause of the
+# dtype changes it brings (x64 turns every Python float into f64).
+_PRIORITY = (
+    "config",
+    "structure",
+    "static",
+    "shape",
+    "dtype",
+    "weak_type",
+    "sharding",
+    "donation",
+    "other",
+)
 IDENTITY_NOTE = "hashed by identity"
 _MAX_REPR = 80
 
@@ -43,13 +55,11 @@ class Difference:
     """One difference between a call and an earlier call of the same function.
 
     Attributes:
-        kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"`` or
-            ``"new_function"``).
-        argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
-        old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
-        new: the current one.
-        note: an extra hint (``"hashed by identity"`` for a static object compared by
-            ``is``).
+      kind: one of :data:`KINDS` (never ``"first"``/``"new_function"``).
+      argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
+      old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
+      new: the current one.
+      note: an extra hint (``"hashed by identity"`` for a static object compared by ``is``).
     """
 
     kind: str
@@ -59,11 +69,7 @@ class Difference:
     note: str = ""
 
     def describe(self) -> str:
-        """One line, e.g. ``static argument `n`: 2 → 3``.
-
-        Returns:
-            The line.
-        """
+        """One line, e.g. ``static argument `n`: 2 → 3``."""
         if self.kind == "static":
             line = f"static argument `{self.argument}`: {self.old} → {self.new}"
             if self.note == IDENTITY_NOTE:
@@ -74,8 +80,13 @@ class Difference:
             return line
         if self.kind == "structure":
             return f"structure of `{self.argument}`: {self.old} → {self.new}"
-        if self.kind == "other" and self.argument.startswith("config "):
-            return f"tracing context `{self.argument[7:]}`: {self.old} → {self.new}"
+        if self.kind == "config":
+            return (
+                f"JAX config `{self.argument}` flipped: {self.old} → {self.new} (every jitted "
+                "function retraces; set it once, before the first call)"
+            )
+        if self.kind == "donation":
+            return f"donation of `{self.argument}`: {self.old} → {self.new}"
         return f"argument `{self.argument}`: {self.old} → {self.new}"
 
 
@@ -84,24 +95,25 @@ class CacheMiss:
     """Why one call missed JAX's tracing cache.
 
     Attributes:
-        function: name of the traced Python function, e.g. ``"step"``.
-        defined_at: ``"file.py:LINE"`` where it is defined, if known.
-        call_site: ``"file.py:LINE (caller)"`` of the call that missed, if known.
-        kind: ``"first"`` (first compile of this function), ``"new_function"`` (a new
-            function object defined at the same place as one compiled before: a ``jax.jit``
-            of a lambda, closure or bound method re-created per call), ``"static"``,
-            ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure,
-            ``None`` leaves, positional vs keyword), ``"sharding"`` or ``"other"`` (config /
-            tracing context).
-        argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``
-            (``""`` for ``"first"``/``"new_function"``).
-        old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
-        new: its current value or type as text.
-        differences: every [`Difference`][jaxwise.compilation.Difference] from the closest
-            earlier call.
-        reasons: one human-readable line per difference.
-        text: the full human-readable explanation.
-        jax_text: JAX's own log message, if it wrote one.
+      function: name of the traced Python function, e.g. ``"step"``.
+      defined_at: ``"file.py:LINE"`` where it is defined, if known.
+      call_site: ``"file.py:LINE (caller)"`` of the call that missed, if known.
+      kind: ``"first"`` (first compile of this function), ``"new_function"`` (a new function
+        object defined at the same place as one compiled before: a ``jax.jit`` of a
+        lambda, closure or bound method re-created per call), ``"static"``, ``"shape"``,
+        ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure, ``None`` leaves,
+        positional vs keyword), ``"sharding"`` (an input's sharding, device, or committed vs
+        uncommitted placement), ``"config"`` (a JAX config flip such as ``jax_enable_x64``,
+        named in ``argument``), ``"donation"`` (the same program jitted with and without
+        donating an argument) or ``"other"``.
+      argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``, or the
+        config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``.
+      old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
+      new: its current value or type as text.
+      differences: every :class:`Difference` from the closest earlier call.
+      reasons: one human-readable line per difference.
+      text: the full human-readable explanation.
+      jax_text: JAX's own log message, if it wrote one.
     """
 
     function: str
@@ -217,9 +229,7 @@ def _diff_arg(old: ArgSig, new: ArgSig) -> list[Difference]:
 def diff_calls(old: CallSig, new: CallSig) -> list[Difference]:
     """Every difference between an earlier call signature and the current one."""
     out = [
-        Difference("other", f"config {n}", b, a)
-        for (n, a), (_, b) in zip(new.context, old.context)
-        if a != b
+        Difference("config", n, b, a) for (n, a), (_, b) in zip(new.context, old.context) if a != b
     ]
     old_by = {a.name: a for a in old.args}
     new_by = {a.name: a for a in new.args}
@@ -236,7 +246,7 @@ def diff_calls(old: CallSig, new: CallSig) -> list[Difference]:
 
 
 def _headline(diffs: list[Difference]) -> list[Difference]:
-    """The differences ordered by `_PRIORITY` (stable within a kind)."""
+    """The differences ordered by :data:`_PRIORITY` (stable within a kind)."""
     return sorted(diffs, key=lambda d: _PRIORITY.index(d.kind))
 
 
@@ -288,7 +298,7 @@ def _closest(ctx: MissContext, recent: Sequence[CallSig]) -> list[Difference]:
 def from_context(
     ctx: MissContext, seen_before: bool, jax_text: str = "", recent: Sequence[CallSig] = ()
 ) -> CacheMiss:
-    """Build a [`CacheMiss`][jaxwise.compilation.CacheMiss] from the keys JAX compared.
+    """Build a :class:`CacheMiss` from the keys JAX compared.
 
     Args:
       ctx: the miss as read from JAX.
@@ -327,17 +337,18 @@ def from_context(
     return _build(ctx, ordered[0].kind, ordered, reasons, text, jax_text)
 
 
-def sharding_miss(
-    name: str, defined_at: str | None, argument: str, old: str, new: str
+def placement_miss(
+    kind: str, name: str, defined_at: str | None, argument: str, old: str, new: str
 ) -> CacheMiss:
-    """A recompile caused only by an input's sharding (JAX's tracing cache hit)."""
-    diff = Difference("sharding", argument, old, new)
+    """A recompile of an already traced program (JAX's tracing cache hit): one input's
+    sharding or placement (``kind="sharding"``) or donation (``kind="donation"``) changed."""
+    diff = Difference(kind, argument, old, new)
     reason = diff.describe()
     return CacheMiss(
         name,
         defined_at,
         None,
-        "sharding",
+        kind,
         argument,
         old,
         new,
@@ -385,29 +396,16 @@ def _prose_differences(body: list[str]) -> list[Difference]:
         elif m := _RE_TREE.match(line):
             diffs.append(Difference("structure", m.group("path"), m.group("old"), m.group("new")))
         elif m := _RE_CTX.match(line):
-            diffs.append(
-                Difference("other", f"config {m.group('name')}", m.group("old"), m.group("new"))
-            )
+            diffs.append(Difference("config", m.group("name"), m.group("old"), m.group("new")))
     return diffs
 
 
 def parse_cache_miss(text: str, seen_before: bool = False) -> CacheMiss:
-    """Turn JAX's ``TRACING CACHE MISS`` prose into a `CacheMiss`.
+    """Turn JAX's ``TRACING CACHE MISS`` prose into a :class:`CacheMiss` (fallback only).
 
-    A fallback only: JAX's prose compares with its own "closest" earlier key and cannot see
-    static arguments; jaxwise reads the real cache keys instead and uses this parser only
-    when they are unavailable.
-
-    Args:
-        text: JAX's log message.
-        seen_before: whether a function defined at the same place compiled before (a
-            ``"never seen function"`` is then a ``"new_function"``, not a ``"first"``).
-
-    Returns:
-        The structured explanation (kind ``"other"`` when the prose names no difference).
-
-    Raises:
-        TypeError: ``text`` is not a string.
+    JAX's prose compares with its own "closest" earlier key and cannot see static
+    arguments; jaxwise reads the real cache keys instead and uses this parser only when
+    they are unavailable.
 
     Examples:
         >>> m = parse_cache_miss("TRACING CACHE MISS at a.py:3 (g):\\n  for f defined at a.py:1\\n"
