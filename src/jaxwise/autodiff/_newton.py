@@ -309,7 +309,7 @@ def newton_cg[X](
     cg_iters: int = 20,
     damping: float = 0.0,
 ) -> tuple[X, np.ndarray]:
-    """Newton-CG (see [`newton_cg_step`][jaxwise.autodiff.newton_cg_step]) until ``‖∇f‖ < tol``.
+    """Newton-CG (see `newton_cg_step`) until ``‖∇f‖ < tol``.
 
     At most ``steps`` steps. Quadratic convergence shows in the history as the exponent
     doubling near the optimum. From a start with negative curvature it still ends at a

@@ -3,9 +3,9 @@
 Every backend compilation is reported by ``jax.monitoring``
 (``/jax/core/compile/backend_compile_duration``); every tracing-cache miss is explained by JAX on
 its logger while ``jax_explain_cache_misses`` is on. `_Hub` listens to both, turns each miss into a
-structured [`CacheMiss`][jaxwise.compilation.CacheMiss] (from the cache keys, see `._jaxkeys`),
+structured `CacheMiss` (from the cache keys, see `._jaxkeys`),
 pairs it with the compilation it caused and hands the resulting
-[`CompileEvent`][jaxwise.compilation.CompileEvent] to every active counter. The explanations are not
+`CompileEvent` to every active counter. The explanations are not
 printed unless the user turned ``jax_explain_cache_misses`` on themselves.
 """
 

@@ -22,7 +22,7 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """A numeric feature table with class labels, as read by [`load_csv`][jaxwise.data.load_csv].
+    """A numeric feature table with class labels, as read by `load_csv`.
 
     Attributes:
         x: float32 ``(N, D)`` features.

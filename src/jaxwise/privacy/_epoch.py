@@ -40,7 +40,7 @@ SAMPLERS = ("poisson", "shuffle")
 
 @dataclasses.dataclass(frozen=True)
 class DPConfig:
-    """DP-SGD settings of [`make_dp_train_epoch`][jaxwise.privacy.make_dp_train_epoch].
+    """DP-SGD settings of `make_dp_train_epoch`.
 
     Attributes:
       clip_norm: ``C``, the per-example clipping norm.

@@ -2,8 +2,8 @@
 
 An epoch is a *sampler* (how the epoch's mini-batches are drawn, inside the program) plus the one
 update path of `jaxwise.train._update` with a *gradient function*. Plain training uses
-[`ShuffleSampler`][jaxwise.train.ShuffleSampler] and ``value_and_grad`` of the loss; DP-SGD
-([`make_dp_train_epoch`][jaxwise.privacy.make_dp_train_epoch]) plugs in Poisson sampling and the DP
+`ShuffleSampler` and ``value_and_grad`` of the loss; DP-SGD
+(`make_dp_train_epoch`) plugs in Poisson sampling and the DP
 gradient, and so gets the NaN guard, the donation audit and ``mesh`` of every other program.
 """
 

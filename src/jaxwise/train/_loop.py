@@ -30,7 +30,7 @@ class _Saver(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class FitReport:
-    """What [`fit`][jaxwise.train.fit] did.
+    """What `fit` did.
 
     Attributes:
         steps: batches trained on in this call.
