@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxwise import numerics, optim
 from jaxwise._checks import UserError
@@ -70,8 +71,19 @@ def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
 
 def make_optimizer(
     total_steps: int, peak_lr: float, weight_decay: float, warmup: int, end_lr: float
-) -> Any:
-    """``chain(clip 1.0, Adam, decoupled decay on weights only, warmup-cosine learning rate)``."""
+) -> tuple[optax.GradientTransformationExtraArgs, optax.Schedule]:
+    """``chain(clip 1.0, Adam, decoupled decay on weights only, warmup-cosine learning rate)``.
+
+    Args:
+        total_steps: the steps of the whole run.
+        peak_lr: the learning rate after the warm-up.
+        weight_decay: the decay of the weights (``.w`` leaves; biases are not decayed).
+        warmup: warm-up steps (clamped to ``total_steps - 1``).
+        end_lr: the learning rate at the end of the cosine decay.
+
+    Returns:
+        ``(optimizer, schedule)``: the optimizer and its learning-rate schedule.
+    """
     warmup = max(0, min(warmup, total_steps - 1))
     schedule = optim.warmup_cosine_decay_schedule(
         0.0, peak_lr, warmup, max(total_steps, warmup + 1), end_lr

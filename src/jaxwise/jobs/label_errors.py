@@ -53,6 +53,20 @@ def run_label_errors(
     Columns: ``row`` (0-based data row), ``given_label``, ``predicted_label``, ``p_given``
     (out-of-fold with ``oof``), ``grad_norm`` (the trained model's per-example gradient
     norm), ``loss``, ``suggested_label`` (the most probable other class).
+
+    Args:
+        cfg: the training settings.
+        top: how many rows to write.
+        suspects_csv: the CSV to write.
+        method: ``"oof"`` (out-of-fold confident learning) or ``"gradnorm"``.
+        force: overwrite ``suspects_csv`` if it exists.
+        folds: folds of the out-of-fold phase.
+
+    Returns:
+        The JSON-ready summary of ``run_train`` plus ``method`` and the ``suspects`` rows.
+
+    Raises:
+        UserError: a bad option, an unusable file, or an existing output without ``force``.
     """
     cfg = dataclasses.replace(
         cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir"
