@@ -222,6 +222,25 @@ def test_every_public_callable_documents_exactly_its_parameters() -> None:
     assert not bad, f"{len(bad)} docstring problems:\n" + "\n".join(bad)
 
 
+def test_every_namespace_has_an_api_page_in_the_site() -> None:
+    """Each namespace of ``jaxwise.__all__`` renders on its own page, listed in the nav."""
+    import jaxwise
+
+    root = gen_public_api.PATH.parent.parent
+    nav = (root / "mkdocs.yml").read_text()
+    index = (root / "docs" / "api" / "index.md").read_text()
+    missing = []
+    for name in (n for n in jaxwise.__all__ if not n.startswith("_")):
+        page = root / "docs" / "api" / f"{name}.md"
+        if not page.exists() or f"::: jaxwise.{name}" not in page.read_text():
+            missing.append(f"docs/api/{name}.md with `::: jaxwise.{name}`")
+        if f"api/{name}.md" not in nav:
+            missing.append(f"api/{name}.md in mkdocs.yml's nav")
+        if f"({name}.md)" not in index:
+            missing.append(f"a row for jaxwise.{name} in docs/api/index.md")
+    assert not missing, missing
+
+
 def test_the_walk_covers_functions_classes_and_methods() -> None:
     names = dict(public_callables())
     assert "jaxwise.train.make_train_step" in names
