@@ -13,7 +13,8 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import jax
 import optax
@@ -23,15 +24,21 @@ from jaxwise._checks import check_float, check_int
 from jaxwise.optim._base import Scalar, Steps, hyper
 
 
-def _promoting(schedule: optax.Schedule) -> optax.Schedule:
-    def wrapped(count: ArrayLike) -> ArrayLike:
+# What the factories return: a function of the step count giving a Python float (a constant
+# schedule) or a scalar array. An optax.Schedule (whose result type also admits complex
+# numbers and arrays of any shape), so it goes wherever Optax takes one.
+Schedule = Callable[[ArrayLike], float | jax.Array]
+
+
+def _promoting(schedule: optax.Schedule) -> Schedule:
+    def wrapped(count: ArrayLike) -> float | jax.Array:
         with jax.numpy_dtype_promotion("standard"):
-            return schedule(count)
+            return cast(float | jax.Array, schedule(count))
 
     return wrapped
 
 
-def constant_schedule(value: Scalar) -> optax.Schedule:
+def constant_schedule(value: Scalar) -> Schedule:
     """Always ``value`` (``optax.constant_schedule``).
 
     Args:
@@ -53,7 +60,7 @@ def constant_schedule(value: Scalar) -> optax.Schedule:
 
 def linear_schedule(
     init_value: Scalar, end_value: Scalar, transition_steps: Steps, transition_begin: Steps = 0
-) -> optax.Schedule:
+) -> Schedule:
     """Linear from ``init_value`` to ``end_value`` over ``transition_steps`` steps.
 
     ``optax.linear_schedule``: constant before ``transition_begin``; ``transition_steps=0``
@@ -88,7 +95,7 @@ def linear_schedule(
 
 def cosine_decay_schedule(
     init_value: Scalar, decay_steps: Steps, alpha: Scalar = 0.0, exponent: Scalar = 1.0
-) -> optax.Schedule:
+) -> Schedule:
     """Cosine decay from ``init_value`` to ``alpha * init_value`` over ``decay_steps``.
 
     ``optax.cosine_decay_schedule``.
@@ -131,7 +138,7 @@ def warmup_cosine_decay_schedule(
     decay_steps: Steps,
     end_value: Scalar = 0.0,
     exponent: Scalar = 1.0,
-) -> optax.Schedule:
+) -> Schedule:
     """Linear warm-up to ``peak_value``, then cosine decay to ``end_value``.
 
     ``optax.warmup_cosine_decay_schedule``: ``decay_steps`` is the *total* length, warm-up
@@ -178,7 +185,7 @@ def warmup_cosine_decay_schedule(
 
 def piecewise_constant_schedule(
     init_value: Scalar, boundaries_and_scales: dict[Steps, Scalar] | None = None
-) -> optax.Schedule:
+) -> Schedule:
     """``init_value`` times each scale once the count reaches its boundary.
 
     ``optax.piecewise_constant_schedule``.
@@ -219,7 +226,7 @@ def piecewise_constant_schedule(
 
 def join_schedules(
     schedules: Sequence[optax.Schedule], boundaries: Sequence[int]
-) -> optax.Schedule:
+) -> Schedule:
     """Run ``schedules[i]`` from ``boundaries[i-1]`` on, each seeing the steps since its boundary.
 
     ``optax.join_schedules``.
