@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh
 from jax.typing import DTypeLike
@@ -356,7 +357,7 @@ def _custom_gradient(gradient: Any) -> GradientFn:
 def make_train_epoch(
     loss_fn: LossFn | Callable[..., Any],
     optimizer: optax.GradientTransformation,
-    batch_size: int,
+    batch_size: int | np.integer,
     *,
     model_state: bool = False,
     has_aux: bool = False,
