@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
+import numpy as np
 
 from jaxwise._checks import check_bool, check_choice, check_int
 from jaxwise.compilation._hub import HUB, CompileEvent
@@ -295,7 +296,7 @@ class CompileBudget(CompileCounter):
 
     def __init__(
         self,
-        max_compiles: int,
+        max_compiles: int | np.integer,
         target: Any = None,
         on_exceed: OnExceed = "raise",
         *,
@@ -360,7 +361,7 @@ class _LifetimeBudget(CompileCounter):
 
 
 def compile_budget(
-    max_compiles: int, on_exceed: OnExceed = "raise"
+    max_compiles: int | np.integer, on_exceed: OnExceed = "raise"
 ) -> Callable[[Callable[..., Any]], Any]:
     """Decorator: budget the compilations of one jitted function over its lifetime.
 
