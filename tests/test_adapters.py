@@ -415,7 +415,7 @@ def test_model_objects_are_named_at_every_boundary():
     x = jnp.ones((4, 3))
     for call in (
         lambda: per_example.per_example_grad_norms(lambda p, e: jnp.sum(e), linear, x),
-        lambda: TrainState.create(linear, optim.sgd(0.1), 0),
+        lambda: TrainState.create(linear, optim.sgd(0.1), 0),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         lambda: TrainState.create({"w": x}, optim.sgd(0.1), 0, model_state=linear),
         lambda: label_errors.find_label_errors(
             x, jnp.zeros(4, jnp.int32), method="gradnorm", params=linear

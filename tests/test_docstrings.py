@@ -1,8 +1,9 @@
 """Every public callable has a Google-style docstring that matches its signature.
 
 "Public callable": every function and class listed in ``tests/public_api.txt`` and in its
-namespace's ``__all__`` that jaxwise defines (re-exports of other libraries' objects, such as Optax's state types, are theirs to
-document), and every public method and property of those classes. For each:
+namespace's ``__all__`` that jaxwise defines (re-exports of other libraries' objects, such as
+Optax's state types, are theirs to document), and every public method and property of those classes.
+For each:
 
 - a docstring;
 - an ``Args:`` section naming exactly its parameters, one entry per parameter, in order
@@ -246,7 +247,9 @@ def test_the_walk_covers_functions_classes_and_methods() -> None:
     assert "jaxwise.train.make_train_step" in names
     assert "jaxwise.checkpoint.Checkpointer" in names
     assert "jaxwise.optim.EmptyState" not in names  # Optax's own type
-    assert any(name == "create" for name, _, _ in public_methods(names["jaxwise.train.TrainState"]))
+    state_class = names["jaxwise.train.TrainState"]
+    assert isinstance(state_class, type)
+    assert any(name == "create" for name, _, _ in public_methods(state_class))
 
 
 @pytest.mark.parametrize(

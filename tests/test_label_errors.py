@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -116,7 +117,9 @@ def test_fold_isolation_without_early_stopping() -> None:
     """A row's out-of-fold probabilities do not depend on its own label."""
     x, y = make_blobs(100, n_features=2, n_classes=2, seed=3)
     fold_of = le.stratified_folds(y, 5, seed=0)
-    args = dict(folds=5, epochs=4, batch_size=20, patience=None, fold_of=fold_of, seed=0)
+    args: dict[str, Any] = dict(
+        folds=5, epochs=4, batch_size=20, patience=None, fold_of=fold_of, seed=0
+    )
     init = {"dense_0": {"w": jnp.zeros((2, 2)), "b": jnp.zeros(2)}}
     base = le.out_of_fold_probabilities(mlp_apply, init, x, y, **args)
     changed = y.copy()
@@ -220,7 +223,7 @@ def _trained_linear_softmax(x: np.ndarray, y: np.ndarray) -> dict:
     loss = mlp_loss(lambda z, t: -jax.nn.log_softmax(z)[t])
 
     @jax.jit
-    def step(p: dict, s: object) -> tuple:
+    def step(p: dict, s: Any) -> tuple:
         g = jax.grad(lambda q: jnp.mean(jax.vmap(loss, in_axes=(None, 0))(q, (xj, yj))))(p)
         u, s = tx.update(g, s, p)
         return optim.apply_updates(p, u), s
@@ -279,4 +282,4 @@ def test_hardest_examples_takes_a_dict_batch_and_checks_k() -> None:
     np.testing.assert_array_equal(np.asarray(dict_norms), np.asarray(tuple_norms))
     for k, error in ((0, ValueError), (5, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(error, match="`k`"):
-            le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)
+            le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)  # pyright: ignore[reportArgumentType]  # bad input on purpose (2.5 and True)
