@@ -23,7 +23,6 @@ from jax.typing import ArrayLike
 from jaxwise._checks import check_float, check_int
 from jaxwise.optim._base import Scalar, Steps, hyper
 
-
 # What the factories return: a function of the step count giving a Python float (a constant
 # schedule) or a scalar array. An optax.Schedule (whose result type also admits complex
 # numbers and arrays of any shape), so it goes wherever Optax takes one.
