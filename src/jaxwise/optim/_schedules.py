@@ -223,9 +223,7 @@ def piecewise_constant_schedule(
     return _promoting(optax.piecewise_constant_schedule(hyper(init_value, "init_value"), checked))
 
 
-def join_schedules(
-    schedules: Sequence[optax.Schedule], boundaries: Sequence[int]
-) -> Schedule:
+def join_schedules(schedules: Sequence[optax.Schedule], boundaries: Sequence[int]) -> Schedule:
     """Run ``schedules[i]`` from ``boundaries[i-1]`` on, each seeing the steps since its boundary.
 
     ``optax.join_schedules``.
