@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxwise._checks import check_int
 from jaxwise.label_errors._confident import LabelIssues
@@ -20,7 +21,7 @@ __all__ = ["hardest_examples"]
 
 def hardest_examples(
     loss: LossFn,
-    params: Any,
+    params: optax.Params,
     batch: Any,
     *,
     k: int,

@@ -183,7 +183,7 @@ def out_of_fold_probabilities(
     folds: int = 5,
     epochs: int = 60,
     batch_size: int = 128,
-    optimizer: Any = None,
+    optimizer: optax.GradientTransformation | None = None,
     patience: int | None = 10,
     seed: int = 0,
     fold_of: Any = None,

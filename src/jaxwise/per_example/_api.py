@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import optax
 
 from jaxwise._checks import check_array, check_int
 from jaxwise.per_example import _ghost
@@ -64,7 +65,7 @@ def _check(
 
 def per_example_grad_norms(
     loss: LossFn,
-    params: Any,
+    params: optax.Params,
     batch: Any,
     *,
     method: Method = "auto",
@@ -113,9 +114,9 @@ def per_example_grad_norms(
     return jax.numpy.sqrt(sq)
 
 
-def clip_and_sum(
+def clip_and_sum[P: optax.Params](
     loss: LossFn,
-    params: Any,
+    params: P,
     batch: Any,
     *,
     clip_norm: float,
@@ -123,7 +124,7 @@ def clip_and_sum(
     chunk_size: ChunkSize = None,
     weights: jax.Array | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
-) -> tuple[Any, jax.Array]:
+) -> tuple[P, jax.Array]:
     """Sum over examples of gradients clipped to norm ``clip_norm``, and the pre-clip norms.
 
     ``Σ_i w_i · g_i · min(1, C / ‖g_i‖)`` where ``w_i`` are optional
@@ -173,7 +174,7 @@ def clip_and_sum(
     return jax.tree.unflatten(treedef, summed), norms
 
 
-def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]:
+def ghost_coverage(loss: LossFn, params: optax.Params, example: Any) -> list[CoverageRow]:
     """How each parameter leaf's per-example norm is computed by ``method="ghost"``.
 
     Traces ``loss`` for ONE example (nothing is computed) and returns one

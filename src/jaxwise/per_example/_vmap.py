@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxwise._checks import check_int
 from jaxwise.optim import global_norm
@@ -23,7 +24,7 @@ from jaxwise.per_example._common import (
 _MAPPED = (None, 0)  # params shared, the batch mapped over its leading axis
 
 
-def per_example_grads(loss: LossFn, params: Any, batch: Any) -> Any:
+def per_example_grads[P: optax.Params](loss: LossFn, params: P, batch: Any) -> P:
     """Gradients of every example: a pytree like ``params`` with a leading batch axis.
 
     ``vmap(grad(loss), in_axes=(None, 0))``: the parameters are shared, only the batch is
@@ -135,7 +136,7 @@ def vmap_clip_and_sum(
 
 
 def auto_chunk_size(
-    loss: LossFn, params: Any, batch: Any, *, memory_budget: int = DEFAULT_MEMORY_BUDGET
+    loss: LossFn, params: optax.Params, batch: Any, *, memory_budget: int = DEFAULT_MEMORY_BUDGET
 ) -> int:
     """The largest power-of-two chunk whose compiled temporary memory fits ``memory_budget`` bytes.
 
