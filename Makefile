@@ -31,7 +31,7 @@ check: $(STAMP)
 	$(BIN)/pyright
 
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict --quiet --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir build/site
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"

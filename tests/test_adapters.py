@@ -38,7 +38,7 @@ def cross_entropy(logits, y):
 def assert_trees_close(a, b, rtol=1e-6, atol=1e-6):
     assert jax.tree.structure(a) == jax.tree.structure(b)
     for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
-        if jax.dtypes.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key):
+        if jnp.issubdtype(jnp.asarray(x).dtype, jax.dtypes.prng_key):
             x, y = jax.random.key_data(x), jax.random.key_data(y)
         np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
 
@@ -229,7 +229,7 @@ def test_linen_bad_input():
     with pytest.raises(TypeError, match="'params' collection"):
         from_linen(net, variables["params"]["Dense_0"]["kernel"])
     with pytest.raises(TypeError, match="flax.linen.Module"):
-        from_linen(variables, net)
+        from_linen(variables, net)  # pyright: ignore[reportArgumentType]  # bad input on purpose
     plain = nn.Dense(2)
     only_params = from_linen(plain, plain.init(jax.random.key(0), jnp.ones((1, 3))))
     assert only_params.model_state is None
@@ -340,11 +340,11 @@ def test_equinox_batchnorm_state_dropout_key_and_inference_mode():
 def test_equinox_bad_input():
     mlp = eqx.nn.MLP(3, 2, 16, 2, key=jax.random.key(0))
     with pytest.raises(TypeError, match="eqx.nn.State"):
-        from_equinox(mlp, {"not": "a state"})
+        from_equinox(mlp, {"not": "a state"})  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="separate arguments"):
-        from_equinox(eqx.nn.make_with_state(EqxNet)(jax.random.key(0)))
+        from_equinox(eqx.nn.make_with_state(EqxNet)(jax.random.key(0)))  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="equinox.Module"):
-        from_equinox(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))
+        from_equinox(nnx.Linear(3, 2, rngs=nnx.Rngs(0)))  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 # ---------------------------------------------------------------------------
@@ -415,7 +415,7 @@ def test_model_objects_are_named_at_every_boundary():
     x = jnp.ones((4, 3))
     for call in (
         lambda: per_example.per_example_grad_norms(lambda p, e: jnp.sum(e), linear, x),
-        lambda: TrainState.create(linear, optim.sgd(0.1), 0),
+        lambda: TrainState.create(linear, optim.sgd(0.1), 0),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         lambda: TrainState.create({"w": x}, optim.sgd(0.1), 0, model_state=linear),
         lambda: label_errors.find_label_errors(
             x, jnp.zeros(4, jnp.int32), method="gradnorm", params=linear
@@ -438,7 +438,7 @@ def test_flax_train_states_are_recognised():
         match=r"`state` must be a jaxwise.train.TrainState .*"
         r"got flax.training.train_state.TrainState",
     ):
-        step(flax_state, jnp.ones(3))
+        step(flax_state, jnp.ones(3))  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="got a flax.nnx.Optimizer; pass its `.params`"):
         check_params(nnx.Optimizer(linear, optax.sgd(0.1), wrt=nnx.Param))
     with pytest.raises(TypeError, match="pass its `.params`"):
@@ -447,7 +447,7 @@ def test_flax_train_states_are_recognised():
 
 def test_adapters_reject_non_modules():
     with pytest.raises(TypeError, match="flax.nnx.Module, got dict"):
-        from_nnx({"w": jnp.ones(2)})
+        from_nnx({"w": jnp.ones(2)})  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_nnx_trainable_filter_state_checks_and_program_name():

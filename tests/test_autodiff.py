@@ -193,22 +193,22 @@ def test_newton_cg_first_direction_and_quadratic_convergence(logistic_problem):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: jacobian(3), TypeError, "callable"),
-        (lambda: jacobian(jnp.sin, mode="central"), ValueError, "mode"),
-        (lambda: hvp(jnp.sum, jnp.ones(2), jnp.ones(2), method="gauss"), ValueError, "method"),
+        (lambda: jacobian(3), TypeError, "callable"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        (lambda: jacobian(jnp.sin, mode="central"), ValueError, "mode"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        (lambda: hvp(jnp.sum, jnp.ones(2), jnp.ones(2), method="gauss"), ValueError, "method"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: hvp(jnp.sum, jnp.ones(2), jnp.ones(3)), ValueError, "does not match"),
         (lambda: cg_solve(lambda v: v, jnp.ones(2), iters=0), ValueError, "iters"),
         (lambda: cg_solve(lambda v: v[:1], jnp.ones(2), iters=2), ValueError, "matvec"),
-        (lambda: cg_solve("A", jnp.ones(2), iters=2), TypeError, "matvec"),
+        (lambda: cg_solve("A", jnp.ones(2), iters=2), TypeError, "matvec"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: newton_cg_step(jnp.sum, jnp.ones(2), cg_iters=0), ValueError, "cg_iters"),
         (lambda: newton_cg(jnp.sum, jnp.ones(2), steps=0), ValueError, "steps"),
         (lambda: newton_cg(jnp.sum, jnp.ones(2), damping=float("nan")), ValueError, "`damping`"),
         (lambda: newton_cg_step(jnp.sum, jnp.ones(2), damping=-1.0), ValueError, "`damping`"),
-        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), damping="0"), TypeError, "`damping`"),
+        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), damping="0"), TypeError, "`damping`"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: newton_cg(jnp.sum, jnp.ones(2), tol=float("inf")), ValueError, "`tol`"),
-        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), hvp_method="x"), ValueError, "`hvp_method`"),
+        (lambda: newton_cg_step(jnp.sum, jnp.ones(2), hvp_method="x"), ValueError, "`hvp_method`"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: cg_solve(lambda v: v, jnp.ones(2), iters=2, tol=-1.0), ValueError, "`tol`"),
-        (lambda: cg_solve(lambda v: v, jnp.ones(2), iters=2.0), TypeError, "`iters`"),
+        (lambda: cg_solve(lambda v: v, jnp.ones(2), iters=2.0), TypeError, "`iters`"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
     ],
 )
 def test_bad_input(call, error, match):
@@ -266,7 +266,7 @@ def test_newton_cg_compiles_step_and_final_norm_exactly_once(logistic_problem):
         newton_cg(problem, other_start, aj, lam, steps=3, tol=0.0, cg_iters=4)
     assert budget.count == 2
     assert sorted(name for name, _ in budget.events) == sorted(
-        [f"jit({_newton_cg_step.__name__})", f"jit({_grad_norm.__name__})"]
+        [f"jit({_newton_cg_step.__name__})", f"jit({_grad_norm.__name__})"]  # pyright: ignore[reportAttributeAccessIssue]  # jit copies __name__ at run time
     )
 
 

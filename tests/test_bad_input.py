@@ -4,6 +4,9 @@ Every row is one bad call: it must raise the expected exception type (``TypeErro
 wrong kind of value, ``ValueError`` for a wrong value) from jaxwise's own code (the raising
 frame is in the jaxwise package), and the message must name the argument in backticks —
 never a failure deep inside JAX or NumPy.
+
+Every row passes bad input on purpose: the lines a type checker rejects for it carry
+``# pyright: ignore[reportArgumentType]``.
 """
 
 import os
@@ -34,36 +37,36 @@ def oscillator(t, y, w):
 
 ROWS = [
     # ---- numerics: arrays expected ----
-    ("safe_sqrt(None)", lambda: jn.safe_sqrt(None), TypeError, "x"),
-    ("safe_sqrt(str)", lambda: jn.safe_sqrt("1.0"), TypeError, "x"),
-    ("safe_sqrt(dict)", lambda: jn.safe_sqrt({"a": 1.0}), TypeError, "x"),
+    ("safe_sqrt(None)", lambda: jn.safe_sqrt(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("safe_sqrt(str)", lambda: jn.safe_sqrt("1.0"), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("safe_sqrt(dict)", lambda: jn.safe_sqrt({"a": 1.0}), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("safe_sqrt(int array)", lambda: jn.safe_sqrt(jnp.ones(3, jnp.int32)), TypeError, "x"),
-    ("safe_sqrt(ragged)", lambda: jn.safe_sqrt([[1.0], [1.0, 2.0]]), TypeError, "x"),
-    ("safe_log(None)", lambda: jn.safe_log(None), TypeError, "x"),
+    ("safe_sqrt(ragged)", lambda: jn.safe_sqrt([[1.0], [1.0, 2.0]]), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("safe_log(None)", lambda: jn.safe_log(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("safe_log(bool)", lambda: jn.safe_log(jnp.ones(2, bool)), TypeError, "x"),
     ("safe_log(fill=nan)", lambda: jn.safe_log(X, fill=NAN), ValueError, "fill"),
     ("safe_log(fill=inf)", lambda: jn.safe_log(X, fill=-INF), ValueError, "fill"),
-    ("safe_log(fill=str)", lambda: jn.safe_log(X, fill="0"), TypeError, "fill"),
+    ("safe_log(fill=str)", lambda: jn.safe_log(X, fill="0"), TypeError, "fill"),  # pyright: ignore[reportArgumentType]
     ("safe_log(fill=True)", lambda: jn.safe_log(X, fill=True), TypeError, "fill"),
-    ("sinc(None)", lambda: jn.sinc(None), TypeError, "x"),
-    ("sinc(str)", lambda: jn.sinc("x"), TypeError, "x"),
-    ("entropy(None)", lambda: jn.entropy(None), TypeError, "p"),
+    ("sinc(None)", lambda: jn.sinc(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("sinc(str)", lambda: jn.sinc("x"), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("entropy(None)", lambda: jn.entropy(None), TypeError, "p"),  # pyright: ignore[reportArgumentType]
     ("entropy(int)", lambda: jn.entropy(jnp.asarray([1, 0])), TypeError, "p"),
     ("entropy(where=float)", lambda: jn.entropy(X, where=jnp.ones(3)), TypeError, "where"),
     ("entropy(where=shape)", lambda: jn.entropy(X, where=jnp.ones(4, bool)), ValueError, "where"),
-    ("entropy(where=str)", lambda: jn.entropy(X, where="all"), TypeError, "where"),
+    ("entropy(where=str)", lambda: jn.entropy(X, where="all"), TypeError, "where"),  # pyright: ignore[reportArgumentType]
     ("entropy(axis=5)", lambda: jn.entropy(X, axis=5), ValueError, "axis"),
-    ("logit(None)", lambda: jn.logit(None), TypeError, "p"),
-    ("logit(str)", lambda: jn.logit("0.5"), TypeError, "p"),
-    ("safe_norm(None)", lambda: jn.safe_norm(None), TypeError, "x"),
+    ("logit(None)", lambda: jn.logit(None), TypeError, "p"),  # pyright: ignore[reportArgumentType]
+    ("logit(str)", lambda: jn.logit("0.5"), TypeError, "p"),  # pyright: ignore[reportArgumentType]
+    ("safe_norm(None)", lambda: jn.safe_norm(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("safe_norm(int)", lambda: jn.safe_norm(jnp.ones(3, jnp.int32)), TypeError, "x"),
     ("safe_norm(axis=3)", lambda: jn.safe_norm(X, axis=3), ValueError, "axis"),
-    ("cosine(None, x)", lambda: jn.cosine_similarity(None, X), TypeError, "a"),
-    ("cosine(x, None)", lambda: jn.cosine_similarity(X, None), TypeError, "b"),
+    ("cosine(None, x)", lambda: jn.cosine_similarity(None, X), TypeError, "a"),  # pyright: ignore[reportArgumentType]
+    ("cosine(x, None)", lambda: jn.cosine_similarity(X, None), TypeError, "b"),  # pyright: ignore[reportArgumentType]
     ("cosine(dtypes)", lambda: jn.cosine_similarity(X, jnp.ones(3, jnp.float16)), TypeError, "a"),
     ("cosine(shapes)", lambda: jn.cosine_similarity(X, jnp.ones(4)), ValueError, "a"),
     ("cosine(axis)", lambda: jn.cosine_similarity(X, X, axis=2), ValueError, "axis"),
-    ("logsumexp(None)", lambda: jn.logsumexp(None), TypeError, "x"),
+    ("logsumexp(None)", lambda: jn.logsumexp(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("logsumexp(empty)", lambda: jn.logsumexp(jnp.zeros(0)), ValueError, "x"),
     (
         "logsumexp(where=int)",
@@ -72,8 +75,8 @@ ROWS = [
         "where",
     ),
     ("logsumexp(axis)", lambda: jn.logsumexp(X, axis=1), ValueError, "axis"),
-    ("softmax(None)", lambda: jn.softmax(None), TypeError, "x"),
-    ("softmax(str)", lambda: jn.softmax("abc"), TypeError, "x"),
+    ("softmax(None)", lambda: jn.softmax(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("softmax(str)", lambda: jn.softmax("abc"), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     (
         "softmax(where=shape)",
         lambda: jn.softmax(X, where=jnp.ones((2, 3), bool)),
@@ -81,14 +84,14 @@ ROWS = [
         "where",
     ),
     ("softmax(axis)", lambda: jn.softmax(X, axis=-2), ValueError, "axis"),
-    ("log_softmax(None)", lambda: jn.log_softmax(None), TypeError, "x"),
+    ("log_softmax(None)", lambda: jn.log_softmax(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("log_softmax(where=float)", lambda: jn.log_softmax(X, where=jnp.ones(3)), TypeError, "where"),
-    ("mask_logits(None)", lambda: jn.mask_logits(None, M), TypeError, "logits"),
-    ("mask_logits(mask=None)", lambda: jn.mask_logits(X, None), TypeError, "mask"),
+    ("mask_logits(None)", lambda: jn.mask_logits(None, M), TypeError, "logits"),  # pyright: ignore[reportArgumentType]
+    ("mask_logits(mask=None)", lambda: jn.mask_logits(X, None), TypeError, "mask"),  # pyright: ignore[reportArgumentType]
     ("mask_logits(mask=float)", lambda: jn.mask_logits(X, jnp.ones(3)), TypeError, "mask"),
     ("mask_logits(mask shape)", lambda: jn.mask_logits(X, jnp.ones(5, bool)), ValueError, "mask"),
-    ("cross_entropy(None)", lambda: jn.cross_entropy(None, LABELS), TypeError, "logits"),
-    ("cross_entropy(str)", lambda: jn.cross_entropy("z", LABELS), TypeError, "logits"),
+    ("cross_entropy(None)", lambda: jn.cross_entropy(None, LABELS), TypeError, "logits"),  # pyright: ignore[reportArgumentType]
+    ("cross_entropy(str)", lambda: jn.cross_entropy("z", LABELS), TypeError, "logits"),  # pyright: ignore[reportArgumentType]
     ("cross_entropy(scalar)", lambda: jn.cross_entropy(jnp.ones(()), LABELS), ValueError, "logits"),
     (
         "cross_entropy(empty batch)",
@@ -102,7 +105,7 @@ ROWS = [
         ValueError,
         "logits",
     ),
-    ("cross_entropy(labels None)", lambda: jn.cross_entropy(LOGITS, None), TypeError, "labels"),
+    ("cross_entropy(labels None)", lambda: jn.cross_entropy(LOGITS, None), TypeError, "labels"),  # pyright: ignore[reportArgumentType]
     (
         "cross_entropy(labels float)",
         lambda: jn.cross_entropy(LOGITS, jnp.ones(2)),
@@ -145,36 +148,36 @@ ROWS = [
         TypeError,
         "weights",
     ),
-    ("double_where(fn)", lambda: jn.double_where(None, X, M, 1.0, 0.0), TypeError, "fn"),
-    ("double_where(x)", lambda: jn.double_where(jnp.log, None, M, 1.0, 0.0), TypeError, "x"),
+    ("double_where(fn)", lambda: jn.double_where(None, X, M, 1.0, 0.0), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
+    ("double_where(x)", lambda: jn.double_where(jnp.log, None, M, 1.0, 0.0), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     (
         "double_where(ok)",
         lambda: jn.double_where(jnp.log, X, jnp.ones(3), 1.0, 0.0),
         TypeError,
         "ok",
     ),
-    ("straight_through(fn)", lambda: jn.straight_through("round"), TypeError, "fn"),
-    ("round_ste(None)", lambda: jn.round_ste(None), TypeError, "x"),
+    ("straight_through(fn)", lambda: jn.straight_through("round"), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
+    ("round_ste(None)", lambda: jn.round_ste(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("round_ste(int)", lambda: jn.round_ste(jnp.ones(2, jnp.int32)), TypeError, "x"),
     # ---- debug ----
-    ("locate_nan(fn)", lambda: debug.locate_nan(None, X), TypeError, "fn"),
-    ("locate_nan(str fn)", lambda: debug.locate_nan("f", X), TypeError, "fn"),
-    ("checked(fn)", lambda: debug.checked(3), TypeError, "fn"),
+    ("locate_nan(fn)", lambda: debug.locate_nan(None, X), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
+    ("locate_nan(str fn)", lambda: debug.locate_nan("f", X), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
+    ("checked(fn)", lambda: debug.checked(3), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
     ("checked(errors)", lambda: debug.checked(jnp.log, errors="everything"), ValueError, "errors"),
-    ("checked(errors None)", lambda: debug.checked(jnp.log, errors=None), ValueError, "errors"),
+    ("checked(errors None)", lambda: debug.checked(jnp.log, errors=None), ValueError, "errors"),  # pyright: ignore[reportArgumentType]
     # ---- autodiff ----
-    ("jacobian(f)", lambda: ad.jacobian(None), TypeError, "f"),
-    ("jacobian(mode)", lambda: ad.jacobian(jnp.sin, mode="central"), ValueError, "mode"),
-    ("jacobian_mode(f)", lambda: ad.jacobian_mode("f", X), TypeError, "f"),
-    ("jvp_many(f)", lambda: ad.jvp_many(None, X, jnp.eye(3)), TypeError, "f"),
+    ("jacobian(f)", lambda: ad.jacobian(None), TypeError, "f"),  # pyright: ignore[reportArgumentType]
+    ("jacobian(mode)", lambda: ad.jacobian(jnp.sin, mode="central"), ValueError, "mode"),  # pyright: ignore[reportArgumentType]
+    ("jacobian_mode(f)", lambda: ad.jacobian_mode("f", X), TypeError, "f"),  # pyright: ignore[reportArgumentType]
+    ("jvp_many(f)", lambda: ad.jvp_many(None, X, jnp.eye(3)), TypeError, "f"),  # pyright: ignore[reportArgumentType]
     ("jvp_many(tangents)", lambda: ad.jvp_many(jnp.sin, X, jnp.ones(3)), ValueError, "tangents"),
-    ("hvp(f)", lambda: ad.hvp(3, X, X), TypeError, "f"),
-    ("hvp(method)", lambda: ad.hvp(jnp.sum, X, X, method="exact"), ValueError, "method"),
+    ("hvp(f)", lambda: ad.hvp(3, X, X), TypeError, "f"),  # pyright: ignore[reportArgumentType]
+    ("hvp(method)", lambda: ad.hvp(jnp.sum, X, X, method="exact"), ValueError, "method"),  # pyright: ignore[reportArgumentType]
     ("hvp(v structure)", lambda: ad.hvp(jnp.sum, X, (X,)), ValueError, "v"),
     ("hvp(v shape)", lambda: ad.hvp(jnp.sum, X, jnp.ones(4)), ValueError, "v"),
-    ("cg_solve(matvec)", lambda: ad.cg_solve(None, X, iters=3), TypeError, "matvec"),
+    ("cg_solve(matvec)", lambda: ad.cg_solve(None, X, iters=3), TypeError, "matvec"),  # pyright: ignore[reportArgumentType]
     ("cg_solve(iters=0)", lambda: ad.cg_solve(lambda v: v, X, iters=0), ValueError, "iters"),
-    ("cg_solve(iters float)", lambda: ad.cg_solve(lambda v: v, X, iters=2.5), TypeError, "iters"),
+    ("cg_solve(iters float)", lambda: ad.cg_solve(lambda v: v, X, iters=2.5), TypeError, "iters"),  # pyright: ignore[reportArgumentType]
     ("cg_solve(iters bool)", lambda: ad.cg_solve(lambda v: v, X, iters=True), TypeError, "iters"),
     ("cg_solve(tol nan)", lambda: ad.cg_solve(lambda v: v, X, iters=2, tol=NAN), ValueError, "tol"),
     ("cg_solve(tol<0)", lambda: ad.cg_solve(lambda v: v, X, iters=2, tol=-1.0), ValueError, "tol"),
@@ -184,7 +187,7 @@ ROWS = [
         ValueError,
         "matvec",
     ),
-    ("newton_cg_step(f)", lambda: ad.newton_cg_step(None, X), TypeError, "f"),
+    ("newton_cg_step(f)", lambda: ad.newton_cg_step(None, X), TypeError, "f"),  # pyright: ignore[reportArgumentType]
     (
         "newton_cg_step(cg_iters)",
         lambda: ad.newton_cg_step(jnp.sum, X, cg_iters=0),
@@ -211,18 +214,18 @@ ROWS = [
     ),
     (
         "newton_cg_step(damping str)",
-        lambda: ad.newton_cg_step(jnp.sum, X, damping="1"),
+        lambda: ad.newton_cg_step(jnp.sum, X, damping="1"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "damping",
     ),
     (
         "newton_cg_step(hvp_method)",
-        lambda: ad.newton_cg_step(jnp.sum, X, hvp_method="x"),
+        lambda: ad.newton_cg_step(jnp.sum, X, hvp_method="x"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "hvp_method",
     ),
     ("newton_cg(steps=0)", lambda: ad.newton_cg(jnp.sum, X, steps=0), ValueError, "steps"),
-    ("newton_cg(steps float)", lambda: ad.newton_cg(jnp.sum, X, steps=2.0), TypeError, "steps"),
+    ("newton_cg(steps float)", lambda: ad.newton_cg(jnp.sum, X, steps=2.0), TypeError, "steps"),  # pyright: ignore[reportArgumentType]
     ("newton_cg(tol nan)", lambda: ad.newton_cg(jnp.sum, X, tol=NAN), ValueError, "tol"),
     (
         "newton_cg(damping nan)",
@@ -232,7 +235,7 @@ ROWS = [
     ),
     ("newton_cg(cg_iters)", lambda: ad.newton_cg(jnp.sum, X, cg_iters=-1), ValueError, "cg_iters"),
     # ---- sequence: masks and segments ----
-    ("lengths_to_mask(lengths None)", lambda: sq.lengths_to_mask(None, 3), TypeError, "lengths"),
+    ("lengths_to_mask(lengths None)", lambda: sq.lengths_to_mask(None, 3), TypeError, "lengths"),  # pyright: ignore[reportArgumentType]
     ("lengths_to_mask(float)", lambda: sq.lengths_to_mask(jnp.ones(2), 3), TypeError, "lengths"),
     (
         "lengths_to_mask(negative)",
@@ -254,18 +257,18 @@ ROWS = [
     ),
     (
         "lengths_to_mask(max_len float)",
-        lambda: sq.lengths_to_mask(jnp.asarray([1]), 3.0),
+        lambda: sq.lengths_to_mask(jnp.asarray([1]), 3.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "max_len",
     ),
-    ("masked_sum(x None)", lambda: sq.masked_sum(None, M), TypeError, "x"),
+    ("masked_sum(x None)", lambda: sq.masked_sum(None, M), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("masked_sum(mask float)", lambda: sq.masked_sum(X, jnp.ones(3)), TypeError, "mask"),
     ("masked_sum(mask shape)", lambda: sq.masked_sum(X, jnp.ones(4, bool)), ValueError, "mask"),
-    ("masked_mean(x str)", lambda: sq.masked_mean("x", M), TypeError, "x"),
-    ("masked_mean(mask None)", lambda: sq.masked_mean(X, None), TypeError, "mask"),
+    ("masked_mean(x str)", lambda: sq.masked_mean("x", M), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("masked_mean(mask None)", lambda: sq.masked_mean(X, None), TypeError, "mask"),  # pyright: ignore[reportArgumentType]
     (
         "segment_softmax(scores None)",
-        lambda: sq.segment_softmax(None, jnp.zeros(3, int), 2),
+        lambda: sq.segment_softmax(None, jnp.zeros(3, int), 2),  # pyright: ignore[reportArgumentType]
         TypeError,
         "scores",
     ),
@@ -301,7 +304,7 @@ ROWS = [
     ),
     (
         "segment_softmax(num None)",
-        lambda: sq.segment_softmax(X, jnp.zeros(3, int), None),
+        lambda: sq.segment_softmax(X, jnp.zeros(3, int), None),  # pyright: ignore[reportArgumentType]
         TypeError,
         "num_segments",
     ),
@@ -313,26 +316,26 @@ ROWS = [
     ),
     (
         "segment_mean(values None)",
-        lambda: sq.segment_mean(None, jnp.zeros(3, int), 2),
+        lambda: sq.segment_mean(None, jnp.zeros(3, int), 2),  # pyright: ignore[reportArgumentType]
         TypeError,
         "values",
     ),
     (
         "segment_mean(num float)",
-        lambda: sq.segment_mean(X, jnp.zeros(3, int), 2.0),
+        lambda: sq.segment_mean(X, jnp.zeros(3, int), 2.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "num_segments",
     ),
     # ---- sequence: returns ----
     (
         "discounted_returns(rewards None)",
-        lambda: sq.discounted_returns(None, D, 0.9),
+        lambda: sq.discounted_returns(None, D, 0.9),  # pyright: ignore[reportArgumentType]
         TypeError,
         "rewards",
     ),
     (
         "discounted_returns(rewards str)",
-        lambda: sq.discounted_returns("r", D, 0.9),
+        lambda: sq.discounted_returns("r", D, 0.9),  # pyright: ignore[reportArgumentType]
         TypeError,
         "rewards",
     ),
@@ -356,7 +359,7 @@ ROWS = [
     ),
     (
         "discounted_returns(dones None)",
-        lambda: sq.discounted_returns(R, None, 0.9),
+        lambda: sq.discounted_returns(R, None, 0.9),  # pyright: ignore[reportArgumentType]
         TypeError,
         "dones",
     ),
@@ -376,7 +379,7 @@ ROWS = [
     ("discounted_returns(gamma<0)", lambda: sq.discounted_returns(R, D, -0.1), ValueError, "gamma"),
     (
         "discounted_returns(gamma str)",
-        lambda: sq.discounted_returns(R, D, "0.9"),
+        lambda: sq.discounted_returns(R, D, "0.9"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "gamma",
     ),
@@ -419,7 +422,7 @@ ROWS = [
         "truncated",
     ),
     ("gae(values len T)", lambda: sq.gae(R, D, V, 0.9, 0.9), ValueError, "values"),
-    ("gae(values None)", lambda: sq.gae(R, D, None, 0.9, 0.9), TypeError, "values"),
+    ("gae(values None)", lambda: sq.gae(R, D, None, 0.9, 0.9), TypeError, "values"),  # pyright: ignore[reportArgumentType]
     ("gae(lam -1)", lambda: sq.gae(R, D, jnp.ones(5), 0.9, -1.0), ValueError, "lam"),
     ("gae(gamma bool)", lambda: sq.gae(R, D, jnp.ones(5), True, 0.9), TypeError, "gamma"),
     (
@@ -431,13 +434,13 @@ ROWS = [
     # ---- sequence: loops ----
     (
         "bounded_while(cond)",
-        lambda: sq.bounded_while(None, lambda c: c, 0.0, 3),
+        lambda: sq.bounded_while(None, lambda c: c, 0.0, 3),  # pyright: ignore[reportArgumentType]
         TypeError,
         "cond_fun",
     ),
     (
         "bounded_while(body)",
-        lambda: sq.bounded_while(lambda c: c < 1, 3, 0.0, 3),
+        lambda: sq.bounded_while(lambda c: c < 1, 3, 0.0, 3),  # pyright: ignore[reportArgumentType]
         TypeError,
         "body_fun",
     ),
@@ -449,15 +452,15 @@ ROWS = [
     ),
     (
         "bounded_while(max_steps float)",
-        lambda: sq.bounded_while(lambda c: c < 1, lambda c: c, 0.0, 2.0),
+        lambda: sq.bounded_while(lambda c: c < 1, lambda c: c, 0.0, 2.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "max_steps",
     ),
-    ("linear_recurrence(a None)", lambda: sq.linear_recurrence(None, X), TypeError, "a"),
-    ("linear_recurrence(b str)", lambda: sq.linear_recurrence(X, "b"), TypeError, "b"),
+    ("linear_recurrence(a None)", lambda: sq.linear_recurrence(None, X), TypeError, "a"),  # pyright: ignore[reportArgumentType]
+    ("linear_recurrence(b str)", lambda: sq.linear_recurrence(X, "b"), TypeError, "b"),  # pyright: ignore[reportArgumentType]
     ("linear_recurrence(shapes)", lambda: sq.linear_recurrence(X, jnp.ones(4)), ValueError, "a"),
     ("piecewise(branches empty)", lambda: sq.piecewise(0, [], 1.0), ValueError, "branches"),
-    ("piecewise(branch)", lambda: sq.piecewise(0, [jnp.sin, 3], 1.0), TypeError, "branches[1]"),
+    ("piecewise(branch)", lambda: sq.piecewise(0, [jnp.sin, 3], 1.0), TypeError, "branches[1]"),  # pyright: ignore[reportArgumentType]
     (
         "piecewise_select(lengths)",
         lambda: sq.piecewise_select([M], [X, X]),
@@ -465,39 +468,39 @@ ROWS = [
         "conditions",
     ),
     # ---- sequence: RNNs and ODEs ----
-    ("init_lstm(key str)", lambda: sq.init_lstm("k", 2, 3), TypeError, "key"),
+    ("init_lstm(key str)", lambda: sq.init_lstm("k", 2, 3), TypeError, "key"),  # pyright: ignore[reportArgumentType]
     ("init_lstm(input_dim 0)", lambda: sq.init_lstm(0, 0, 3), ValueError, "input_dim"),
-    ("init_lstm(hidden_dim float)", lambda: sq.init_lstm(0, 2, 3.0), TypeError, "hidden_dim"),
+    ("init_lstm(hidden_dim float)", lambda: sq.init_lstm(0, 2, 3.0), TypeError, "hidden_dim"),  # pyright: ignore[reportArgumentType]
     ("init_gru(hidden_dim -1)", lambda: sq.init_gru(0, 2, -1), ValueError, "hidden_dim"),
-    ("init_gru(key None)", lambda: sq.init_gru(None, 2, 3), TypeError, "key"),
-    ("run_rnn(cell)", lambda: sq.run_rnn("lstm", LSTM, jnp.ones((4, 2)), None), TypeError, "cell"),
-    ("run_rnn(xs None)", lambda: sq.run_rnn(sq.lstm_cell, LSTM, None, None), TypeError, "xs"),
+    ("init_gru(key None)", lambda: sq.init_gru(None, 2, 3), TypeError, "key"),  # pyright: ignore[reportArgumentType]
+    ("run_rnn(cell)", lambda: sq.run_rnn("lstm", LSTM, jnp.ones((4, 2)), None), TypeError, "cell"),  # pyright: ignore[reportArgumentType]
+    ("run_rnn(xs None)", lambda: sq.run_rnn(sq.lstm_cell, LSTM, None, None), TypeError, "xs"),  # pyright: ignore[reportArgumentType]
     (
         "run_rnn(xs 1-D)",
-        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones(4), None),
+        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones(4), None),  # pyright: ignore[reportArgumentType]
         ValueError,
         "xs",
     ),
     (
         "run_rnn(xs int)",
-        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones((4, 2), int), None),
+        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones((4, 2), int), None),  # pyright: ignore[reportArgumentType]
         TypeError,
         "xs",
     ),
     (
         "run_rnn(mask float)",
-        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones((4, 2)), None, mask=jnp.ones(4)),
+        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones((4, 2)), None, mask=jnp.ones(4)),  # pyright: ignore[reportArgumentType]
         TypeError,
         "mask",
     ),
     (
         "run_rnn(mask shape)",
-        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones((4, 2)), None, mask=jnp.ones(3, bool)),
+        lambda: sq.run_rnn(sq.lstm_cell, LSTM, jnp.ones((4, 2)), None, mask=jnp.ones(3, bool)),  # pyright: ignore[reportArgumentType]
         ValueError,
         "mask",
     ),
-    ("rk4_step(f)", lambda: sq.rk4_step(None, 0.0, 1.0, 0.1), TypeError, "f"),
-    ("odeint_rk4(f)", lambda: sq.odeint_rk4(3, X, 0.0, 0.1, 3), TypeError, "f"),
+    ("rk4_step(f)", lambda: sq.rk4_step(None, 0.0, 1.0, 0.1), TypeError, "f"),  # pyright: ignore[reportArgumentType]
+    ("odeint_rk4(f)", lambda: sq.odeint_rk4(3, X, 0.0, 0.1, 3), TypeError, "f"),  # pyright: ignore[reportArgumentType]
     (
         "odeint_rk4(n_steps 0)",
         lambda: sq.odeint_rk4(oscillator, jnp.ones(2), 0.0, 0.1, 0, 1.0),
@@ -506,7 +509,7 @@ ROWS = [
     ),
     (
         "odeint_rk4(n_steps float)",
-        lambda: sq.odeint_rk4(oscillator, jnp.ones(2), 0.0, 0.1, 3.0, 1.0),
+        lambda: sq.odeint_rk4(oscillator, jnp.ones(2), 0.0, 0.1, 3.0, 1.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "n_steps",
     ),
@@ -518,7 +521,7 @@ ROWS = [
     ),
     (
         "odeint_rk4(dt str)",
-        lambda: sq.odeint_rk4(oscillator, jnp.ones(2), 0.0, "0.1", 3, 1.0),
+        lambda: sq.odeint_rk4(oscillator, jnp.ones(2), 0.0, "0.1", 3, 1.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "dt",
     ),
@@ -530,7 +533,7 @@ ROWS = [
     ),
     (
         "odeint_rk4(t0 None)",
-        lambda: sq.odeint_rk4(oscillator, jnp.ones(2), None, 0.1, 3, 1.0),
+        lambda: sq.odeint_rk4(oscillator, jnp.ones(2), None, 0.1, 3, 1.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "t0",
     ),
@@ -555,8 +558,8 @@ def test_the_table_is_large_and_names_are_unique():
 
 
 def test_numpy_scalars_are_accepted_where_numbers_are_expected():
-    out = sq.discounted_returns(R, D, np.float32(0.5))
+    out = sq.discounted_returns(R, D, np.float32(0.5))  # pyright: ignore[reportArgumentType]
     assert out.shape == (4,)
-    assert sq.lengths_to_mask(jnp.asarray([1]), np.int64(2)).shape == (1, 2)
-    assert ad.cg_solve(lambda v: v, X, iters=np.int32(2)).shape == (3,)
-    assert jax.tree.leaves(sq.init_gru(np.int64(0), np.int64(2), np.int64(3)))
+    assert sq.lengths_to_mask(jnp.asarray([1]), np.int64(2)).shape == (1, 2)  # pyright: ignore[reportArgumentType]
+    assert ad.cg_solve(lambda v: v, X, iters=np.int32(2)).shape == (3,)  # pyright: ignore[reportArgumentType]
+    assert jax.tree.leaves(sq.init_gru(np.int64(0), np.int64(2), np.int64(3)))  # pyright: ignore[reportArgumentType]

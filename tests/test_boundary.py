@@ -8,6 +8,9 @@ must contain the substring (the argument's name), and the error must be raised b
 own code — an error that merely escapes from deep inside JAX, NumPy, Optax, dp-accounting or
 orbax does not count, however it is worded. A second, smaller table checks that finite input
 gives finite output where that is promised.
+
+Every row of the first table passes bad input on purpose: the lines a type checker rejects
+for it carry ``# pyright: ignore[...]`` with the rule.
 """
 
 from __future__ import annotations
@@ -70,13 +73,13 @@ def _jitted() -> Any:
 Row = tuple[str, Callable[[], Any], type[Exception], str]
 
 OPTIM: list[Row] = [
-    ("sgd-lr-str", lambda: optim.sgd("0.1"), TypeError, "learning_rate"),
-    ("sgd-lr-none", lambda: optim.sgd(None), ValueError, "learning_rate"),
+    ("sgd-lr-str", lambda: optim.sgd("0.1"), TypeError, "learning_rate"),  # pyright: ignore[reportArgumentType]
+    ("sgd-lr-none", lambda: optim.sgd(None), ValueError, "learning_rate"),  # pyright: ignore[reportArgumentType]
     ("sgd-lr-nan", lambda: optim.sgd(NAN), ValueError, "learning_rate"),
     ("sgd-lr-inf", lambda: optim.sgd(INF), ValueError, "learning_rate"),
     ("sgd-lr-neg", lambda: optim.sgd(-0.1), ValueError, "learning_rate"),
     ("sgd-lr-bool", lambda: optim.sgd(True), TypeError, "learning_rate"),
-    ("sgd-lr-list", lambda: optim.sgd([0.1]), TypeError, "learning_rate"),
+    ("sgd-lr-list", lambda: optim.sgd([0.1]), TypeError, "learning_rate"),  # pyright: ignore[reportArgumentType]
     ("sgd-lr-np-neg", lambda: optim.sgd(np.float32(-1.0)), ValueError, "learning_rate"),
     ("adam-lr-jax-nan", lambda: optim.adam(jnp.asarray(NAN)), ValueError, "learning_rate"),
     ("adam-lr-jax-vector", lambda: optim.adam(jnp.ones(2)), TypeError, "learning_rate"),
@@ -90,7 +93,7 @@ OPTIM: list[Row] = [
     ("sgd-momentum-1", lambda: optim.sgd(0.1, momentum=1.0), ValueError, "momentum"),
     ("sgd-momentum-neg", lambda: optim.sgd(0.1, momentum=-0.1), ValueError, "momentum"),
     ("sgd-momentum-nan", lambda: optim.sgd(0.1, momentum=NAN), ValueError, "momentum"),
-    ("sgd-nesterov-str", lambda: optim.sgd(0.1, nesterov="yes"), TypeError, "nesterov"),
+    ("sgd-nesterov-str", lambda: optim.sgd(0.1, nesterov="yes"), TypeError, "nesterov"),  # pyright: ignore[reportArgumentType]
     (
         "sgd-acc-dtype",
         lambda: optim.sgd(0.1, 0.9, accumulator_dtype="nope"),
@@ -106,28 +109,28 @@ OPTIM: list[Row] = [
     ("adam-eps-nan", lambda: optim.adam(1e-3, eps=NAN), ValueError, "eps"),
     ("adam-eps-root-neg", lambda: optim.adam(1e-3, eps_root=-1.0), ValueError, "eps_root"),
     ("adam-mu-dtype", lambda: optim.adam(1e-3, mu_dtype="bogus"), TypeError, "mu_dtype"),
-    ("adam-nesterov-int", lambda: optim.adam(1e-3, nesterov=1), TypeError, "nesterov"),
+    ("adam-nesterov-int", lambda: optim.adam(1e-3, nesterov=1), TypeError, "nesterov"),  # pyright: ignore[reportArgumentType]
     ("adamw-wd-neg", lambda: optim.adamw(1e-3, weight_decay=-1.0), ValueError, "weight_decay"),
     ("adamw-wd-nan", lambda: optim.adamw(1e-3, weight_decay=NAN), ValueError, "weight_decay"),
     ("adamw-mask-regex", lambda: optim.adamw(1e-3, mask="(w"), ValueError, "mask"),
     ("adamw-mask-int", lambda: optim.adamw(1e-3, mask=3).init(P), TypeError, "mask"),
     ("lion-b1-big", lambda: optim.lion(1e-4, b1=2.0), ValueError, "b1"),
-    ("lion-wd-str", lambda: optim.lion(1e-4, weight_decay="x"), TypeError, "weight_decay"),
+    ("lion-wd-str", lambda: optim.lion(1e-4, weight_decay="x"), TypeError, "weight_decay"),  # pyright: ignore[reportArgumentType]
     ("lion-lr-inf", lambda: optim.lion(INF), ValueError, "learning_rate"),
-    ("scale-str", lambda: optim.scale("a"), TypeError, "step_size"),
+    ("scale-str", lambda: optim.scale("a"), TypeError, "step_size"),  # pyright: ignore[reportArgumentType]
     ("scale-nan", lambda: optim.scale(NAN), ValueError, "step_size"),
     ("scale-by-lr-nan", lambda: optim.scale_by_learning_rate(NAN), ValueError, "learning_rate"),
     (
         "scale-by-lr-flip",
-        lambda: optim.scale_by_learning_rate(0.1, flip_sign="no"),
+        lambda: optim.scale_by_learning_rate(0.1, flip_sign="no"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "flip_sign",
     ),
-    ("scale-by-schedule-float", lambda: optim.scale_by_schedule(3.0), TypeError, "step_size_fn"),
+    ("scale-by-schedule-float", lambda: optim.scale_by_schedule(3.0), TypeError, "step_size_fn"),  # pyright: ignore[reportArgumentType]
     ("trace-decay-one", lambda: optim.trace(1.0), ValueError, "decay"),
     ("trace-decay-nan", lambda: optim.trace(NAN), ValueError, "decay"),
     ("scale-by-adam-b1-nan", lambda: optim.scale_by_adam(b1=NAN), ValueError, "b1"),
-    ("scale-by-lion-mode", lambda: optim.scale_by_lion(mode="soft"), ValueError, "mode"),
+    ("scale-by-lion-mode", lambda: optim.scale_by_lion(mode="soft"), ValueError, "mode"),  # pyright: ignore[reportArgumentType]
     (
         "scale-by-lion-beta",
         lambda: optim.scale_by_lion(mode="smooth", smooth_beta=0.0),
@@ -151,30 +154,30 @@ OPTIM: list[Row] = [
     ("clip-zero", lambda: optim.clip_by_global_norm(0.0), ValueError, "max_norm"),
     ("clip-neg", lambda: optim.clip_by_global_norm(-1.0), ValueError, "max_norm"),
     ("clip-nan", lambda: optim.clip_by_global_norm(NAN), ValueError, "max_norm"),
-    ("clip-str", lambda: optim.clip_by_global_norm("1"), TypeError, "max_norm"),
-    ("freeze-none", lambda: optim.freeze(None), ValueError, "mask"),
+    ("clip-str", lambda: optim.clip_by_global_norm("1"), TypeError, "max_norm"),  # pyright: ignore[reportArgumentType]
+    ("freeze-none", lambda: optim.freeze(None), ValueError, "mask"),  # pyright: ignore[reportArgumentType]
     ("freeze-regex", lambda: optim.freeze("(w"), ValueError, "mask"),
     ("freeze-structure", lambda: optim.freeze({"x": True}).init(P), ValueError, "mask"),
     ("freeze-leaf-int", lambda: optim.freeze({"w": 1, "b": 0}).init(P), TypeError, "mask"),
-    ("chain-int", lambda: optim.chain(optim.sgd(0.1), 3), TypeError, "chain argument 1"),
+    ("chain-int", lambda: optim.chain(optim.sgd(0.1), 3), TypeError, "chain argument 1"),  # pyright: ignore[reportArgumentType]
     ("apply-structure", lambda: optim.apply_updates(P, {"w": jnp.ones(3)}), ValueError, "updates"),
-    ("apply-none", lambda: optim.apply_updates(P, None), ValueError, "updates"),
-    ("apply-params-none", lambda: optim.apply_updates(None, P), ValueError, "updates"),
-    ("apply-leaf-str", lambda: optim.apply_updates({"w": "a"}, {"w": "b"}), TypeError, "params"),
+    ("apply-none", lambda: optim.apply_updates(P, None), ValueError, "updates"),  # pyright: ignore[reportArgumentType]
+    ("apply-params-none", lambda: optim.apply_updates(None, P), ValueError, "updates"),  # pyright: ignore[reportArgumentType]
+    ("apply-leaf-str", lambda: optim.apply_updates({"w": "a"}, {"w": "b"}), TypeError, "params"),  # pyright: ignore[reportArgumentType]
     (
         "apply-update-leaf-str",
-        lambda: optim.apply_updates(P, {"w": "a", "b": "b"}),
+        lambda: optim.apply_updates(P, {"w": "a", "b": "b"}),  # pyright: ignore[reportArgumentType]
         TypeError,
         "updates",
     ),
-    ("apply-str", lambda: optim.apply_updates(P, "x"), ValueError, "updates"),
+    ("apply-str", lambda: optim.apply_updates(P, "x"), ValueError, "updates"),  # pyright: ignore[reportArgumentType]
     (
         "apply-shape",
         lambda: optim.apply_updates(P, {"w": jnp.ones(4), "b": jnp.zeros(())}),
         ValueError,
         "updates",
     ),
-    ("global-norm-str", lambda: optim.global_norm("abc"), TypeError, "updates"),
+    ("global-norm-str", lambda: optim.global_norm("abc"), TypeError, "updates"),  # pyright: ignore[reportArgumentType]
     (
         "update-needs-params",
         lambda: optim.add_decayed_weights(0.1).update(P, optim.add_decayed_weights(0.1).init(P)),
@@ -185,7 +188,7 @@ OPTIM: list[Row] = [
 
 SCHEDULES: list[Row] = [
     ("const-nan", lambda: optim.constant_schedule(NAN), ValueError, "value"),
-    ("const-str", lambda: optim.constant_schedule("1"), TypeError, "value"),
+    ("const-str", lambda: optim.constant_schedule("1"), TypeError, "value"),  # pyright: ignore[reportArgumentType]
     (
         "linear-steps-neg",
         lambda: optim.linear_schedule(1.0, 0.0, -1),
@@ -194,7 +197,7 @@ SCHEDULES: list[Row] = [
     ),
     (
         "linear-steps-float",
-        lambda: optim.linear_schedule(1.0, 0.0, 1.5),
+        lambda: optim.linear_schedule(1.0, 0.0, 1.5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "transition_steps",
     ),
@@ -213,7 +216,7 @@ SCHEDULES: list[Row] = [
         ValueError,
         "alpha",
     ),
-    ("cosine-init-str", lambda: optim.cosine_decay_schedule("1", 10), TypeError, "init_value"),
+    ("cosine-init-str", lambda: optim.cosine_decay_schedule("1", 10), TypeError, "init_value"),  # pyright: ignore[reportArgumentType]
     (
         "cosine-exponent-nan",
         lambda: optim.cosine_decay_schedule(1.0, 10, exponent=NAN),
@@ -240,7 +243,7 @@ SCHEDULES: list[Row] = [
     ),
     (
         "piecewise-list",
-        lambda: optim.piecewise_constant_schedule(1.0, [1, 2]),
+        lambda: optim.piecewise_constant_schedule(1.0, [1, 2]),  # pyright: ignore[reportArgumentType]
         TypeError,
         "boundaries_and_scales",
     ),
@@ -270,7 +273,7 @@ SCHEDULES: list[Row] = [
     ),
     (
         "join-not-callable",
-        lambda: optim.join_schedules([optim.constant_schedule(1.0), 3], [5]),
+        lambda: optim.join_schedules([optim.constant_schedule(1.0), 3], [5]),  # pyright: ignore[reportArgumentType]
         TypeError,
         "schedules[1]",
     ),
@@ -291,19 +294,19 @@ MODELS: list[Row] = [
     ("mlp-sizes-short", lambda: models.init_mlp(0, (2,)), ValueError, "sizes"),
     ("mlp-sizes-zero", lambda: models.init_mlp(0, (2, 0)), ValueError, "sizes"),
     ("mlp-sizes-neg", lambda: models.init_mlp(0, (2, -1)), ValueError, "sizes"),
-    ("mlp-sizes-float", lambda: models.init_mlp(0, (2, 3.0)), ValueError, "sizes"),
-    ("mlp-sizes-int", lambda: models.init_mlp(0, 5), TypeError, "sizes"),
-    ("mlp-sizes-none", lambda: models.init_mlp(0, None), TypeError, "sizes"),
-    ("mlp-key-str", lambda: models.init_mlp("seed", (2, 3)), TypeError, "key"),
-    ("mlp-key-none", lambda: models.init_mlp(None, (2, 3)), TypeError, "key"),
+    ("mlp-sizes-float", lambda: models.init_mlp(0, (2, 3.0)), ValueError, "sizes"),  # pyright: ignore[reportArgumentType]
+    ("mlp-sizes-int", lambda: models.init_mlp(0, 5), TypeError, "sizes"),  # pyright: ignore[reportArgumentType]
+    ("mlp-sizes-none", lambda: models.init_mlp(0, None), TypeError, "sizes"),  # pyright: ignore[reportArgumentType]
+    ("mlp-key-str", lambda: models.init_mlp("seed", (2, 3)), TypeError, "key"),  # pyright: ignore[reportArgumentType]
+    ("mlp-key-none", lambda: models.init_mlp(None, (2, 3)), TypeError, "key"),  # pyright: ignore[reportArgumentType]
     ("mlp-key-bool", lambda: models.init_mlp(True, (2, 3)), TypeError, "key"),
     ("mlp-dtype-bogus", lambda: models.init_mlp(0, (2, 3), dtype="bogus"), TypeError, "dtype"),
     ("mlp-dtype-int", lambda: models.init_mlp(0, (2, 3), dtype=jnp.int32), TypeError, "dtype"),
-    ("apply-x-str", lambda: models.mlp_apply(MLP, "x"), TypeError, "x"),
-    ("apply-x-none", lambda: models.mlp_apply(MLP, None), TypeError, "x"),
+    ("apply-x-str", lambda: models.mlp_apply(MLP, "x"), TypeError, "x"),  # pyright: ignore[reportArgumentType]
+    ("apply-x-none", lambda: models.mlp_apply(MLP, None), TypeError, "x"),  # pyright: ignore[reportArgumentType]
     ("apply-x-scalar", lambda: models.mlp_apply(MLP, jnp.ones(())), ValueError, "x"),
     ("apply-x-features", lambda: models.mlp_apply(MLP, jnp.ones((5, 2))), ValueError, "x"),
-    ("apply-params-str", lambda: models.mlp_apply("params", X), TypeError, "params"),
+    ("apply-params-str", lambda: models.mlp_apply("params", X), TypeError, "params"),  # pyright: ignore[reportArgumentType]
     (
         "apply-params-names",
         lambda: models.mlp_apply({"a": MLP["dense_0"]}, X),
@@ -311,11 +314,11 @@ MODELS: list[Row] = [
         "params",
     ),
     ("apply-params-empty", lambda: models.mlp_apply({}, X), ValueError, "params"),
-    ("from-nnx-object", lambda: models.from_nnx(_NotAModel()), TypeError, "module"),
-    ("from-nnx-int", lambda: models.from_nnx(3), TypeError, "module"),
-    ("from-linen-object", lambda: models.from_linen(_NotAModel(), {}), TypeError, "module"),
-    ("from-equinox-int", lambda: models.from_equinox(3), TypeError, "module"),
-    ("from-equinox-dict", lambda: models.from_equinox({"w": jnp.ones(2)}), TypeError, "module"),
+    ("from-nnx-object", lambda: models.from_nnx(_NotAModel()), TypeError, "module"),  # pyright: ignore[reportArgumentType]
+    ("from-nnx-int", lambda: models.from_nnx(3), TypeError, "module"),  # pyright: ignore[reportArgumentType]
+    ("from-linen-object", lambda: models.from_linen(_NotAModel(), {}), TypeError, "module"),  # pyright: ignore[reportArgumentType]
+    ("from-equinox-int", lambda: models.from_equinox(3), TypeError, "module"),  # pyright: ignore[reportArgumentType]
+    ("from-equinox-dict", lambda: models.from_equinox({"w": jnp.ones(2)}), TypeError, "module"),  # pyright: ignore[reportArgumentType]
 ]
 
 
@@ -339,12 +342,12 @@ def _eqx_linear() -> Any:
 
 MODELS += [
     ("from-nnx-linen", lambda: models.from_nnx(_linen_dense()), TypeError, "module"),
-    ("from-nnx-tuple", lambda: models.from_nnx((_nnx_linear(), {})), TypeError, "module"),
+    ("from-nnx-tuple", lambda: models.from_nnx((_nnx_linear(), {})), TypeError, "module"),  # pyright: ignore[reportArgumentType]
     ("from-linen-nnx", lambda: models.from_linen(_nnx_linear(), {}), TypeError, "module"),
     ("from-equinox-nnx", lambda: models.from_equinox(_nnx_linear()), TypeError, "module"),
     (
         "from-equinox-state",
-        lambda: models.from_equinox(_eqx_linear(), state="s"),
+        lambda: models.from_equinox(_eqx_linear(), state="s"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "state",
     ),
@@ -356,13 +359,13 @@ MODELS += [
     ),
     (
         "from-linen-vars-str",
-        lambda: models.from_linen(_linen_dense(), "vars"),
+        lambda: models.from_linen(_linen_dense(), "vars"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "variables",
     ),
     (
         "from-linen-vars-none",
-        lambda: models.from_linen(_linen_dense(), None),
+        lambda: models.from_linen(_linen_dense(), None),  # pyright: ignore[reportArgumentType]
         TypeError,
         "variables",
     ),
@@ -371,7 +374,7 @@ MODELS += [
 TRAIN: list[Row] = [
     (
         "create-params-str",
-        lambda: train.TrainState.create("p", optim.sgd(0.1), KEY),
+        lambda: train.TrainState.create("p", optim.sgd(0.1), KEY),  # pyright: ignore[reportArgumentType]
         TypeError,
         "params",
     ),
@@ -389,30 +392,30 @@ TRAIN: list[Row] = [
     ),
     (
         "create-params-leaf-str",
-        lambda: train.TrainState.create({"w": "a"}, optim.sgd(0.1), KEY),
+        lambda: train.TrainState.create({"w": "a"}, optim.sgd(0.1), KEY),  # pyright: ignore[reportArgumentType]
         TypeError,
         "params",
     ),
     (
         "create-params-none",
-        lambda: train.TrainState.create(None, optim.sgd(0.1), KEY),
+        lambda: train.TrainState.create(None, optim.sgd(0.1), KEY),  # pyright: ignore[reportArgumentType]
         TypeError,
         "params",
     ),
     (
         "create-optimizer-str",
-        lambda: train.TrainState.create(P, "adam", KEY),
+        lambda: train.TrainState.create(P, "adam", KEY),  # pyright: ignore[reportArgumentType]
         TypeError,
         "optimizer",
     ),
     (
         "create-optimizer-none",
-        lambda: train.TrainState.create(P, None, KEY),
+        lambda: train.TrainState.create(P, None, KEY),  # pyright: ignore[reportArgumentType]
         TypeError,
         "optimizer",
     ),
-    ("create-key-str", lambda: train.TrainState.create(P, optim.sgd(0.1), "k"), TypeError, "key"),
-    ("create-key-float", lambda: train.TrainState.create(P, optim.sgd(0.1), 1.5), TypeError, "key"),
+    ("create-key-str", lambda: train.TrainState.create(P, optim.sgd(0.1), "k"), TypeError, "key"),  # pyright: ignore[reportArgumentType]
+    ("create-key-float", lambda: train.TrainState.create(P, optim.sgd(0.1), 1.5), TypeError, "key"),  # pyright: ignore[reportArgumentType]
     (
         "create-key-batch",
         lambda: train.TrainState.create(P, optim.sgd(0.1), jax.random.split(KEY, 2)),
@@ -431,16 +434,16 @@ TRAIN: list[Row] = [
         TypeError,
         "tag",
     ),
-    ("step-loss-str", lambda: train.make_train_step("loss", optim.sgd(0.1)), TypeError, "loss_fn"),
+    ("step-loss-str", lambda: train.make_train_step("loss", optim.sgd(0.1)), TypeError, "loss_fn"),  # pyright: ignore[reportArgumentType]
     (
         "step-optimizer-none",
-        lambda: train.make_train_step(loss_batch, None),
+        lambda: train.make_train_step(loss_batch, None),  # pyright: ignore[reportArgumentType]
         TypeError,
         "optimizer",
     ),
     (
         "step-mesh-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), mesh="m"),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), mesh="m"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "mesh",
     ),
@@ -458,7 +461,7 @@ TRAIN: list[Row] = [
     ),
     (
         "step-loss-scale-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale="static"),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale="static"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "loss_scale",
     ),
@@ -488,13 +491,13 @@ TRAIN: list[Row] = [
     ),
     (
         "epoch-bs-float",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2.5),
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2.5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "batch_size",
     ),
     (
         "epoch-bs-str",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), "8"),
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), "8"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "batch_size",
     ),
@@ -506,13 +509,13 @@ TRAIN: list[Row] = [
     ),
     (
         "epoch-mesh-int",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, mesh=3),
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, mesh=3),  # pyright: ignore[reportArgumentType]
         TypeError,
         "mesh",
     ),
     (
         "epoch-loss-none",
-        lambda: train.make_train_epoch(None, optim.sgd(0.1), 2),
+        lambda: train.make_train_epoch(None, optim.sgd(0.1), 2),  # pyright: ignore[reportArgumentType]
         TypeError,
         "loss_fn",
     ),
@@ -530,7 +533,7 @@ TRAIN: list[Row] = [
     ),
     (
         "step-state-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1))("s", (X, Y)),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1))("s", (X, Y)),  # pyright: ignore[reportArgumentType]
         TypeError,
         "state",
     ),
@@ -541,7 +544,7 @@ TRAIN: list[Row] = [
         "opt",
     ),
     ("donatable-deleted", lambda: train.check_donatable(_deleted_tree()), ValueError, "w"),
-    ("save-state-str", lambda: checkpoint.save(_tmp() / "ck", "state"), TypeError, "state"),
+    ("save-state-str", lambda: checkpoint.save(_tmp() / "ck", "state"), TypeError, "state"),  # pyright: ignore[reportArgumentType]
     (
         "save-keep-zero",
         lambda: checkpoint.save(_tmp() / "ck", _state(), keep=0),
@@ -554,7 +557,7 @@ TRAIN: list[Row] = [
         TypeError,
         "metadata",
     ),
-    ("restore-like-str", lambda: checkpoint.restore(_tmp() / "ck", "like"), TypeError, "like"),
+    ("restore-like-str", lambda: checkpoint.restore(_tmp() / "ck", "like"), TypeError, "like"),  # pyright: ignore[reportArgumentType]
     (
         "restore-step-neg",
         lambda: checkpoint.restore(_tmp() / "ck", _state(), step=-1),
@@ -563,7 +566,7 @@ TRAIN: list[Row] = [
     ),
     (
         "restore-step-str",
-        lambda: checkpoint.restore(_tmp() / "ck", _state(), step="1"),
+        lambda: checkpoint.restore(_tmp() / "ck", _state(), step="1"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "step",
     ),
@@ -575,15 +578,15 @@ TRAIN: list[Row] = [
     ),
     ("fsdp-zero", lambda: sharding.fsdp_mesh(0), ValueError, "model"),
     ("fsdp-divide", lambda: sharding.fsdp_mesh(3), ValueError, "model"),
-    ("fsdp-float", lambda: sharding.fsdp_mesh(2.0), TypeError, "model"),
-    ("fit-state-str", lambda: train.fit(lambda s, b: (s, {}), "state", []), TypeError, "state"),
+    ("fsdp-float", lambda: sharding.fsdp_mesh(2.0), TypeError, "model"),  # pyright: ignore[reportArgumentType]
+    ("fit-state-str", lambda: train.fit(lambda s, b: (s, {}), "state", []), TypeError, "state"),  # pyright: ignore[reportArgumentType]
     (
         "fit-steps-zero",
         lambda: train.fit(lambda s, b: (s, {}), _state(), [], steps=0),
         ValueError,
         "steps",
     ),
-    ("fit-step-str", lambda: train.fit("step", _state(), []), TypeError, "step"),
+    ("fit-step-str", lambda: train.fit("step", _state(), []), TypeError, "step"),  # pyright: ignore[reportArgumentType]
     (
         "fit-every-no-dir",
         lambda: train.fit(lambda s, b: (s, {}), _state(), [], checkpoint_every=2),
@@ -605,40 +608,40 @@ TRAIN: list[Row] = [
     ("loss-scale-factor", lambda: train.DynamicLossScale(factor=1.0), ValueError, "factor"),
     (
         "step-donate-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), donate="y"),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), donate="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "donate",
     ),
     (
         "step-skip-int",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), skip_nonfinite=2),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), skip_nonfinite=2),  # pyright: ignore[reportArgumentType]
         TypeError,
         "skip_nonfinite",
     ),
     (
         "step-has-aux-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), has_aux="no"),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), has_aux="no"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "has_aux",
     ),
     (
         "step-model-state-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), model_state="no"),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), model_state="no"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "model_state",
     ),
     (
         "save-metadata-list",
-        lambda: checkpoint.save(_tmp() / "ck", _state(), [1, 2]),
+        lambda: checkpoint.save(_tmp() / "ck", _state(), [1, 2]),  # pyright: ignore[reportArgumentType]
         TypeError,
         "metadata",
     ),
-    ("save-path-none", lambda: checkpoint.save(None, _state()), TypeError, "path"),
-    ("restore-path-none", lambda: checkpoint.restore(None, _state()), TypeError, "path"),
-    ("latest-step-none", lambda: checkpoint.latest_step(None), TypeError, "path"),
+    ("save-path-none", lambda: checkpoint.save(None, _state()), TypeError, "path"),  # pyright: ignore[reportArgumentType]
+    ("restore-path-none", lambda: checkpoint.restore(None, _state()), TypeError, "path"),  # pyright: ignore[reportArgumentType]
+    ("latest-step-none", lambda: checkpoint.latest_step(None), TypeError, "path"),  # pyright: ignore[reportArgumentType]
     ("data-mesh-str", lambda: sharding.data_mesh("cpu"), TypeError, "devices"),
     ("data-mesh-empty", lambda: sharding.data_mesh([]), ValueError, "devices"),
-    ("shardings-mesh-str", lambda: sharding.state_shardings(_state(), "mesh"), TypeError, "mesh"),
+    ("shardings-mesh-str", lambda: sharding.state_shardings(_state(), "mesh"), TypeError, "mesh"),  # pyright: ignore[reportArgumentType]
     (
         "shardings-min-size",
         lambda: sharding.state_shardings(_state(), sharding.fsdp_mesh(2), min_size=-1),
@@ -648,23 +651,23 @@ TRAIN: list[Row] = [
     ("shuffle-sampler-bs", lambda: train.ShuffleSampler(0), ValueError, "batch_size"),
     (
         "step-with-key-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), with_key="y"),
+        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), with_key="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "with_key",
     ),
     (
         "epoch-donate-str",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, donate="y"),
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, donate="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "donate",
     ),
     (
         "epoch-has-aux-int",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, has_aux=1),
+        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, has_aux=1),  # pyright: ignore[reportArgumentType]
         TypeError,
         "has_aux",
     ),
-    ("load-metadata-none", lambda: checkpoint.load_metadata(None), TypeError, "path"),
+    ("load-metadata-none", lambda: checkpoint.load_metadata(None), TypeError, "path"),  # pyright: ignore[reportArgumentType]
 ]
 
 _TMP: list[Path] = []
@@ -682,14 +685,14 @@ def _deleted_tree() -> Any:
 
 PREFETCH: list[Row] = [
     ("prefetch-size-zero", lambda: data.prefetch_to_device([X], size=0), ValueError, "size"),
-    ("prefetch-size-str", lambda: data.prefetch_to_device([X], size="2"), TypeError, "size"),
-    ("prefetch-iter-none", lambda: data.prefetch_to_device(None), TypeError, "iterator"),
-    ("prefetch-iter-int", lambda: data.prefetch_to_device(3), TypeError, "iterator"),
-    ("prefetch-mesh-str", lambda: data.prefetch_to_device([X], mesh="m"), TypeError, "mesh"),
+    ("prefetch-size-str", lambda: data.prefetch_to_device([X], size="2"), TypeError, "size"),  # pyright: ignore[reportArgumentType]
+    ("prefetch-iter-none", lambda: data.prefetch_to_device(None), TypeError, "iterator"),  # pyright: ignore[reportArgumentType]
+    ("prefetch-iter-int", lambda: data.prefetch_to_device(3), TypeError, "iterator"),  # pyright: ignore[reportArgumentType]
+    ("prefetch-mesh-str", lambda: data.prefetch_to_device([X], mesh="m"), TypeError, "mesh"),  # pyright: ignore[reportArgumentType]
 ]
 
 PER_EXAMPLE: list[Row] = [
-    ("grads-loss-str", lambda: pe.per_example_grads("loss", P, (X, Y)), TypeError, "loss"),
+    ("grads-loss-str", lambda: pe.per_example_grads("loss", P, (X, Y)), TypeError, "loss"),  # pyright: ignore[reportArgumentType]
     ("grads-no-batch", lambda: pe.per_example_grads(loss_single, P, ()), ValueError, "batch"),
     (
         "grads-batch-mismatch",
@@ -717,19 +720,19 @@ PER_EXAMPLE: list[Row] = [
     ),
     (
         "norms-chunk-float",
-        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size=2.5),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size=2.5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "chunk_size",
     ),
     (
         "norms-chunk-str",
-        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size="big"),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size="big"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "chunk_size",
     ),
     (
         "norms-method",
-        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), method="fast"),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), method="fast"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "method",
     ),
@@ -745,7 +748,7 @@ PER_EXAMPLE: list[Row] = [
         TypeError,
         "params",
     ),
-    ("norms-loss-none", lambda: pe.per_example_grad_norms(None, P, (X, Y)), TypeError, "loss"),
+    ("norms-loss-none", lambda: pe.per_example_grad_norms(None, P, (X, Y)), TypeError, "loss"),  # pyright: ignore[reportArgumentType]
     (
         "clip-zero",
         lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=0.0),
@@ -784,13 +787,13 @@ PER_EXAMPLE: list[Row] = [
     ),
     (
         "hardest-k-float",
-        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=2.5),
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=2.5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "k",
     ),
     (
         "hardest-k-str",
-        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k="3"),
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k="3"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "k",
     ),
@@ -809,7 +812,7 @@ PER_EXAMPLE: list[Row] = [
         "params",
     ),
     ("coverage-no-example", lambda: pe.ghost_coverage(loss_single, P, ()), ValueError, "example"),
-    ("mlp-loss-int", lambda: models.mlp_loss(3), TypeError, "loss_from_logits"),
+    ("mlp-loss-int", lambda: models.mlp_loss(3), TypeError, "loss_from_logits"),  # pyright: ignore[reportArgumentType]
     (
         "auto-chunk-budget",
         lambda: pe.auto_chunk_size(loss_single, P, (X, Y), memory_budget=0),
@@ -844,19 +847,19 @@ PER_EXAMPLE: list[Row] = [
     ),
     (
         "clip-str",
-        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm="1"),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm="1"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "clip_norm",
     ),
     (
         "clip-none",
-        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=None),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=None),  # pyright: ignore[reportArgumentType]
         TypeError,
         "clip_norm",
     ),
     (
         "clip-weights-str",
-        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=1.0, weights="w"),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=1.0, weights="w"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "weights",
     ),
@@ -889,19 +892,19 @@ PRIVACY: list[Row] = [
     ),
     (
         "noise-nm-str",
-        lambda: privacy.add_dp_noise(P, KEY, 1.0, "1", 4),
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, "1", 4),  # pyright: ignore[reportArgumentType]
         TypeError,
         "noise_multiplier",
     ),
     (
         "noise-nm-none",
-        lambda: privacy.add_dp_noise(P, KEY, 1.0, None, 4),
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, None, 4),  # pyright: ignore[reportArgumentType]
         TypeError,
         "noise_multiplier",
     ),
     ("noise-clip-nan", lambda: privacy.add_dp_noise(P, KEY, NAN, 1.0, 4), ValueError, "clip_norm"),
     ("noise-clip-zero", lambda: privacy.add_dp_noise(P, KEY, 0.0, 1.0, 4), ValueError, "clip_norm"),
-    ("noise-key-str", lambda: privacy.add_dp_noise(P, "k", 1.0, 1.0, 4), TypeError, "key"),
+    ("noise-key-str", lambda: privacy.add_dp_noise(P, "k", 1.0, 1.0, 4), TypeError, "key"),  # pyright: ignore[reportArgumentType]
     (
         "dpg-batch-dict-mismatch",
         lambda: privacy.dp_gradient(
@@ -921,7 +924,12 @@ PRIVACY: list[Row] = [
     (
         "dpg-key-str",
         lambda: privacy.dp_gradient(
-            loss_single, P, (X, Y), "k", clip_norm=1.0, noise_multiplier=1.0
+            loss_single,
+            P,
+            (X, Y),
+            "k",  # pyright: ignore[reportArgumentType]
+            clip_norm=1.0,
+            noise_multiplier=1.0,
         ),
         TypeError,
         "key",
@@ -929,7 +937,12 @@ PRIVACY: list[Row] = [
     (
         "dpg-key-none",
         lambda: privacy.dp_gradient(
-            loss_single, P, (X, Y), None, clip_norm=1.0, noise_multiplier=1.0
+            loss_single,
+            P,
+            (X, Y),
+            None,  # pyright: ignore[reportArgumentType]
+            clip_norm=1.0,
+            noise_multiplier=1.0,
         ),
         TypeError,
         "key",
@@ -977,21 +990,27 @@ PRIVACY: list[Row] = [
     (
         "dpg-method",
         lambda: privacy.dp_gradient(
-            loss_single, P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=1.0, method="magic"
+            loss_single,
+            P,
+            (X, Y),
+            KEY,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            method="magic",  # pyright: ignore[reportArgumentType]
         ),
         ValueError,
         "method",
     ),
     (
         "dpg-loss-str",
-        lambda: privacy.dp_gradient("loss", P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=1.0),
+        lambda: privacy.dp_gradient("loss", P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=1.0),  # pyright: ignore[reportArgumentType]
         TypeError,
         "loss",
     ),
     ("poisson-n-zero", lambda: privacy.poisson_batch(KEY, 0, 0.5, 4), ValueError, "n"),
     ("poisson-n-neg", lambda: privacy.poisson_batch(KEY, -5, 0.5, 4), ValueError, "n"),
-    ("poisson-n-str", lambda: privacy.poisson_batch(KEY, "10", 0.5, 4), TypeError, "n"),
-    ("poisson-n-float", lambda: privacy.poisson_batch(KEY, 10.0, 0.5, 4), TypeError, "n"),
+    ("poisson-n-str", lambda: privacy.poisson_batch(KEY, "10", 0.5, 4), TypeError, "n"),  # pyright: ignore[reportArgumentType]
+    ("poisson-n-float", lambda: privacy.poisson_batch(KEY, 10.0, 0.5, 4), TypeError, "n"),  # pyright: ignore[reportArgumentType]
     (
         "poisson-rate-zero",
         lambda: privacy.poisson_batch(KEY, 10, 0.0, 4),
@@ -1002,7 +1021,7 @@ PRIVACY: list[Row] = [
     ("poisson-rate-nan", lambda: privacy.poisson_batch(KEY, 10, NAN, 4), ValueError, "sample_rate"),
     (
         "poisson-rate-str",
-        lambda: privacy.poisson_batch(KEY, 10, "0.5", 4),
+        lambda: privacy.poisson_batch(KEY, 10, "0.5", 4),  # pyright: ignore[reportArgumentType]
         TypeError,
         "sample_rate",
     ),
@@ -1014,16 +1033,16 @@ PRIVACY: list[Row] = [
     ),
     (
         "poisson-max-float",
-        lambda: privacy.poisson_batch(KEY, 10, 0.5, 4.5),
+        lambda: privacy.poisson_batch(KEY, 10, 0.5, 4.5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "max_batch_size",
     ),
-    ("poisson-key-str", lambda: privacy.poisson_batch("k", 10, 0.5, 4), TypeError, "key"),
+    ("poisson-key-str", lambda: privacy.poisson_batch("k", 10, 0.5, 4), TypeError, "key"),  # pyright: ignore[reportArgumentType]
     ("shuffled-bs-zero", lambda: privacy.shuffled_batches(KEY, 10, 0), ValueError, "batch_size"),
     ("shuffled-bs-big", lambda: privacy.shuffled_batches(KEY, 10, 11), ValueError, "batch_size"),
     ("shuffled-n-zero", lambda: privacy.shuffled_batches(KEY, 0, 1), ValueError, "n"),
-    ("shuffled-n-str", lambda: privacy.shuffled_batches(KEY, "10", 2), TypeError, "n"),
-    ("shuffled-key-str", lambda: privacy.shuffled_batches("k", 10, 2), TypeError, "key"),
+    ("shuffled-n-str", lambda: privacy.shuffled_batches(KEY, "10", 2), TypeError, "n"),  # pyright: ignore[reportArgumentType]
+    ("shuffled-key-str", lambda: privacy.shuffled_batches("k", 10, 2), TypeError, "key"),  # pyright: ignore[reportArgumentType]
     (
         "eps-nm-nan",
         lambda: privacy.epsilon(noise_multiplier=NAN, sample_rate=0.01, steps=100, delta=1e-5),
@@ -1053,7 +1072,10 @@ PRIVACY: list[Row] = [
     (
         "eps-steps-np-zero",
         lambda: privacy.epsilon(
-            noise_multiplier=1.0, sample_rate=0.01, steps=np.int64(0), delta=1e-5
+            noise_multiplier=1.0,
+            sample_rate=0.01,
+            steps=np.int64(0),
+            delta=1e-5,
         ),
         ValueError,
         "steps",
@@ -1078,7 +1100,7 @@ PRIVACY: list[Row] = [
     ),
     (
         "eps-rate-str",
-        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate="0.01", steps=100, delta=1e-5),
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate="0.01", steps=100, delta=1e-5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "sample_rate",
     ),
@@ -1090,13 +1112,13 @@ PRIVACY: list[Row] = [
     ),
     (
         "eps-steps-float",
-        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=2.5, delta=1e-5),
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=2.5, delta=1e-5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "steps",
     ),
     (
         "eps-steps-str",
-        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps="100", delta=1e-5),
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps="100", delta=1e-5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "steps",
     ),
@@ -1120,14 +1142,18 @@ PRIVACY: list[Row] = [
     ),
     (
         "eps-delta-str",
-        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta="1e-5"),
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta="1e-5"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "delta",
     ),
     (
         "eps-accountant",
         lambda: privacy.epsilon(
-            noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="moments"
+            noise_multiplier=1.0,
+            sample_rate=0.01,
+            steps=100,
+            delta=1e-5,
+            accountant="moments",  # pyright: ignore[reportArgumentType]
         ),
         ValueError,
         "accountant",
@@ -1152,7 +1178,7 @@ PRIVACY: list[Row] = [
     ),
     (
         "nmf-eps-str",
-        lambda: privacy.noise_multiplier_for(epsilon="1", sample_rate=0.01, steps=100, delta=1e-5),
+        lambda: privacy.noise_multiplier_for(epsilon="1", sample_rate=0.01, steps=100, delta=1e-5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "epsilon",
     ),
@@ -1177,7 +1203,11 @@ PRIVACY: list[Row] = [
     (
         "nmf-accountant",
         lambda: privacy.noise_multiplier_for(
-            epsilon=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="x"
+            epsilon=1.0,
+            sample_rate=0.01,
+            steps=100,
+            delta=1e-5,
+            accountant="x",  # pyright: ignore[reportArgumentType]
         ),
         ValueError,
         "accountant",
@@ -1209,7 +1239,12 @@ PRIVACY: list[Row] = [
     (
         "dp-epoch-sampler",
         lambda: privacy.make_dp_train_epoch(
-            loss_single, optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0, sampler="x"
+            loss_single,
+            optim.sgd(0.1),
+            2,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            sampler="x",  # pyright: ignore[reportArgumentType]
         ),
         ValueError,
         "sampler",
@@ -1230,7 +1265,11 @@ PRIVACY: list[Row] = [
     (
         "dp-epoch-loss-str",
         lambda: privacy.make_dp_train_epoch(
-            "loss", optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0
+            "loss",  # pyright: ignore[reportArgumentType]
+            optim.sgd(0.1),
+            2,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
         ),
         TypeError,
         "loss",
@@ -1294,10 +1333,10 @@ LABEL_ERRORS: list[Row] = [
         TypeError,
         "labels",
     ),
-    ("cl-labels-none", lambda: label_errors.confident_learning(PROBS, None), TypeError, "labels"),
+    ("cl-labels-none", lambda: label_errors.confident_learning(PROBS, None), TypeError, "labels"),  # pyright: ignore[reportArgumentType]
     (
         "cl-ranked-by",
-        lambda: label_errors.confident_learning(PROBS, LABELS, ranked_by="loss"),
+        lambda: label_errors.confident_learning(PROBS, LABELS, ranked_by="loss"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "ranked_by",
     ),
@@ -1315,7 +1354,7 @@ LABEL_ERRORS: list[Row] = [
     ),
     (
         "fle-hidden-int",
-        lambda: label_errors.find_label_errors(X, LABELS, hidden=4),
+        lambda: label_errors.find_label_errors(X, LABELS, hidden=4),  # pyright: ignore[reportArgumentType]
         TypeError,
         "hidden",
     ),
@@ -1366,14 +1405,14 @@ LABEL_ERRORS: list[Row] = [
     ),
     (
         "cl-probs-int",
-        lambda: label_errors.confident_learning(np.eye(2, dtype=int)[LABELS], LABELS),
+        lambda: label_errors.confident_learning(np.eye(2, dtype=int)[LABELS], LABELS),  # pyright: ignore[reportArgumentType, reportCallIssue]
         TypeError,
         "pred_probs",
     ),
     ("top-k-neg", lambda: label_errors.confident_learning(PROBS, LABELS).top(-1), ValueError, "k"),
     (
         "fle-ranked-by",
-        lambda: label_errors.find_label_errors(X, LABELS, ranked_by="x"),
+        lambda: label_errors.find_label_errors(X, LABELS, ranked_by="x"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "ranked_by",
     ),
@@ -1409,24 +1448,24 @@ LABEL_ERRORS: list[Row] = [
     ),
     (
         "oof-apply-str",
-        lambda: label_errors.out_of_fold_probabilities("apply", MLP, X, LABELS, folds=2),
+        lambda: label_errors.out_of_fold_probabilities("apply", MLP, X, LABELS, folds=2),  # pyright: ignore[reportArgumentType]
         TypeError,
         "apply_fn",
     ),
     ("folds-zero", lambda: label_errors.stratified_folds(LABELS, 0), ValueError, "folds"),
-    ("folds-str", lambda: label_errors.stratified_folds(LABELS, "2"), TypeError, "folds"),
-    ("folds-labels-str", lambda: label_errors.stratified_folds("abc", 2), TypeError, "labels"),
+    ("folds-str", lambda: label_errors.stratified_folds(LABELS, "2"), TypeError, "folds"),  # pyright: ignore[reportArgumentType]
+    ("folds-labels-str", lambda: label_errors.stratified_folds("abc", 2), TypeError, "labels"),  # pyright: ignore[reportArgumentType]
 ]
 
 COMPILATION: list[Row] = [
     ("counter-target-int", lambda: compilation.CompileCounter(3), TypeError, "target"),
     ("budget-neg", lambda: compilation.CompileBudget(-1), ValueError, "max_compiles"),
-    ("budget-float", lambda: compilation.CompileBudget(1.5), TypeError, "max_compiles"),
-    ("budget-str", lambda: compilation.CompileBudget("2"), TypeError, "max_compiles"),
+    ("budget-float", lambda: compilation.CompileBudget(1.5), TypeError, "max_compiles"),  # pyright: ignore[reportArgumentType]
+    ("budget-str", lambda: compilation.CompileBudget("2"), TypeError, "max_compiles"),  # pyright: ignore[reportArgumentType]
     ("budget-bool", lambda: compilation.CompileBudget(True), TypeError, "max_compiles"),
     (
         "budget-on-exceed",
-        lambda: compilation.CompileBudget(1, on_exceed="ignore"),
+        lambda: compilation.CompileBudget(1, on_exceed="ignore"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "on_exceed",
     ),
@@ -1434,23 +1473,23 @@ COMPILATION: list[Row] = [
     ("decorator-neg", lambda: compilation.compile_budget(-1), ValueError, "max_compiles"),
     (
         "decorator-on-exceed",
-        lambda: compilation.compile_budget(1, on_exceed="x"),
+        lambda: compilation.compile_budget(1, on_exceed="x"),  # pyright: ignore[reportArgumentType]
         ValueError,
         "on_exceed",
     ),
     (
         "decorator-not-callable",
-        lambda: compilation.compile_budget(1)(3),
+        lambda: compilation.compile_budget(1)(3),  # pyright: ignore[reportArgumentType]
         TypeError,
         "decorates a function",
     ),
-    ("stage-str", lambda: compilation.stage_report("f"), TypeError, "jitted"),
-    ("counter-explain-str", lambda: compilation.CompileCounter(explain="y"), TypeError, "explain"),
-    ("parse-int", lambda: compilation.parse_cache_miss(3), TypeError, "text"),
-    ("budget-exact-str", lambda: compilation.CompileBudget(1, exact="y"), TypeError, "exact"),
+    ("stage-str", lambda: compilation.stage_report("f"), TypeError, "jitted"),  # pyright: ignore[reportArgumentType]
+    ("counter-explain-str", lambda: compilation.CompileCounter(explain="y"), TypeError, "explain"),  # pyright: ignore[reportArgumentType]
+    ("parse-int", lambda: compilation.parse_cache_miss(3), TypeError, "text"),  # pyright: ignore[reportArgumentType]
+    ("budget-exact-str", lambda: compilation.CompileBudget(1, exact="y"), TypeError, "exact"),  # pyright: ignore[reportArgumentType]
     (
         "counter-include-eager",
-        lambda: compilation.CompileCounter(include_eager=1),
+        lambda: compilation.CompileCounter(include_eager=1),  # pyright: ignore[reportArgumentType]
         TypeError,
         "include_eager",
     ),
@@ -1459,17 +1498,17 @@ COMPILATION: list[Row] = [
 BUCKETS: list[Row] = [
     ("bucket-too-big", lambda: buckets.bucket_for(10, [4, 8]), ValueError, "n"),
     ("bucket-neg", lambda: buckets.bucket_for(-1, [4]), ValueError, "n"),
-    ("bucket-float", lambda: buckets.bucket_for(3.5, [4]), TypeError, "n"),
+    ("bucket-float", lambda: buckets.bucket_for(3.5, [4]), TypeError, "n"),  # pyright: ignore[reportArgumentType]
     ("bucket-empty", lambda: buckets.bucket_for(3, []), ValueError, "buckets"),
     ("bucket-zero", lambda: buckets.bucket_for(3, [0, 4]), ValueError, "buckets"),
-    ("bucket-str", lambda: buckets.bucket_for(3, "48"), TypeError, "buckets"),
+    ("bucket-str", lambda: buckets.bucket_for(3, "48"), TypeError, "buckets"),  # pyright: ignore[reportArgumentType]
     ("pad-x-str", lambda: buckets.pad_to_bucket("x", [4]), TypeError, "x"),
     ("pad-axis", lambda: buckets.pad_to_bucket(np.ones(3), [4], axis=2), ValueError, "axis"),
     ("pad-too-long", lambda: buckets.pad_to_bucket(np.ones(9), [4, 8]), ValueError, "buckets"),
     ("plan-max-zero", lambda: buckets.plan_buckets([3, 4], 0), ValueError, "max_buckets"),
     ("plan-empty", lambda: buckets.plan_buckets([], 2), ValueError, "lengths"),
     ("plan-neg", lambda: buckets.plan_buckets([-1, 3], 2), ValueError, "lengths"),
-    ("plan-str", lambda: buckets.plan_buckets("abc", 2), TypeError, "lengths"),
+    ("plan-str", lambda: buckets.plan_buckets("abc", 2), TypeError, "lengths"),  # pyright: ignore[reportArgumentType]
     ("pow2-neg", lambda: buckets.power_of_two_buckets(-1), ValueError, "max_len"),
     (
         "pow2-min-zero",
@@ -1480,7 +1519,7 @@ BUCKETS: list[Row] = [
     ("waste-too-long", lambda: buckets.padding_waste([5], [4]), ValueError, "largest bucket"),
     (
         "bf-fn-str",
-        lambda: buckets.BucketedFunction("f", [4], [buckets.Padded((None,), jnp.float32)]),
+        lambda: buckets.BucketedFunction("f", [4], [buckets.Padded((None,), jnp.float32)]),  # pyright: ignore[reportArgumentType]
         TypeError,
         "fn",
     ),
@@ -1494,14 +1533,14 @@ BUCKETS: list[Row] = [
 
 TREE: list[Row] = [
     ("mask-regex", lambda: tree.mask_by_path(P, "(w"), ValueError, "predicate_or_regex"),
-    ("mask-int", lambda: tree.mask_by_path(P, 3), TypeError, "predicate_or_regex"),
-    ("mask-none", lambda: tree.mask_by_path(P, None), TypeError, "predicate_or_regex"),
+    ("mask-int", lambda: tree.mask_by_path(P, 3), TypeError, "predicate_or_regex"),  # pyright: ignore[reportArgumentType]
+    ("mask-none", lambda: tree.mask_by_path(P, None), TypeError, "predicate_or_regex"),  # pyright: ignore[reportArgumentType]
     ("allclose-rtol-neg", lambda: tree.tree_allclose(P, P, rtol=-1.0), ValueError, "rtol"),
     ("allclose-rtol-nan", lambda: tree.tree_allclose(P, P, rtol=NAN), ValueError, "rtol"),
-    ("allclose-atol-str", lambda: tree.tree_allclose(P, P, atol="x"), TypeError, "atol"),
+    ("allclose-atol-str", lambda: tree.tree_allclose(P, P, atol="x"), TypeError, "atol"),  # pyright: ignore[reportArgumentType]
     (
         "allclose-equal-nan-str",
-        lambda: tree.tree_allclose(P, P, equal_nan="y"),
+        lambda: tree.tree_allclose(P, P, equal_nan="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "equal_nan",
     ),
@@ -1511,7 +1550,7 @@ TREE: list[Row] = [
 DATA: list[Row] = [
     ("spiral-n-zero", lambda: data.make_spiral(0), ValueError, "n_per_class"),
     ("spiral-n-neg", lambda: data.make_spiral(-1), ValueError, "n_per_class"),
-    ("spiral-n-float", lambda: data.make_spiral(2.5), ValueError, "n_per_class"),
+    ("spiral-n-float", lambda: data.make_spiral(2.5), ValueError, "n_per_class"),  # pyright: ignore[reportArgumentType]
     ("spiral-classes-zero", lambda: data.make_spiral(10, 0), ValueError, "n_classes"),
     ("spiral-noise-neg", lambda: data.make_spiral(10, noise=-1.0), ValueError, "noise"),
     ("spiral-noise-nan", lambda: data.make_spiral(10, noise=NAN), ValueError, "noise"),
@@ -1541,22 +1580,22 @@ DATA: list[Row] = [
     ),
     ("split-none", lambda: data.train_test_split(), ValueError, "array"),
     ("split-mismatch", lambda: data.train_test_split(np.ones(4), np.ones(3)), ValueError, "arrays"),
-    ("csv-label-int", lambda: data.load_csv(_csv(), 3), ValueError, "label column"),
+    ("csv-label-int", lambda: data.load_csv(_csv(), 3), ValueError, "label column"),  # pyright: ignore[reportArgumentType]
     ("csv-label-missing", lambda: data.load_csv(_csv(), "nope"), ValueError, "nope"),
     ("spiral-seed-neg", lambda: data.make_spiral(10, seed=-1), ValueError, "seed"),
-    ("spiral-seed-str", lambda: data.make_spiral(10, seed="a"), TypeError, "seed"),
+    ("spiral-seed-str", lambda: data.make_spiral(10, seed="a"), TypeError, "seed"),  # pyright: ignore[reportArgumentType]
     ("blobs-std-neg", lambda: data.make_blobs(10, std=-1.0), ValueError, "std"),
     ("blobs-std-nan", lambda: data.make_blobs(10, std=NAN), ValueError, "std"),
     ("blobs-sep-inf", lambda: data.make_blobs(10, separation=INF), ValueError, "separation"),
-    ("flip-y-str", lambda: data.flip_labels("abc", 1, 2), TypeError, "y"),
+    ("flip-y-str", lambda: data.flip_labels("abc", 1, 2), TypeError, "y"),  # pyright: ignore[reportArgumentType]
     ("flip-y-range", lambda: data.flip_labels(LABELS + 5, 1, 2), ValueError, "y"),
-    ("flip-n-float", lambda: data.flip_labels(LABELS, 1.5, 2), TypeError, "n_flip"),
-    ("split-str", lambda: data.train_test_split("abcd"), TypeError, "arrays"),
-    ("split-seed-str", lambda: data.train_test_split(np.ones(4), seed="s"), TypeError, "seed"),
-    ("csv-path-int", lambda: data.load_csv(123, "label"), TypeError, "path"),
-    ("csv-path-none", lambda: data.load_csv(None, "label"), TypeError, "path"),
-    ("features-names-str", lambda: data.load_features(_csv(), "a"), TypeError, "feature_names"),
-    ("features-path-none", lambda: data.load_features(None, ("a", "b")), TypeError, "path"),
+    ("flip-n-float", lambda: data.flip_labels(LABELS, 1.5, 2), TypeError, "n_flip"),  # pyright: ignore[reportArgumentType]
+    ("split-str", lambda: data.train_test_split("abcd"), TypeError, "arrays"),  # pyright: ignore[reportArgumentType]
+    ("split-seed-str", lambda: data.train_test_split(np.ones(4), seed="s"), TypeError, "seed"),  # pyright: ignore[reportArgumentType]
+    ("csv-path-int", lambda: data.load_csv(123, "label"), TypeError, "path"),  # pyright: ignore[reportArgumentType]
+    ("csv-path-none", lambda: data.load_csv(None, "label"), TypeError, "path"),  # pyright: ignore[reportArgumentType]
+    ("features-names-str", lambda: data.load_features(_csv(), "a"), TypeError, "feature_names"),  # pyright: ignore[reportArgumentType]
+    ("features-path-none", lambda: data.load_features(None, ("a", "b")), TypeError, "path"),  # pyright: ignore[reportArgumentType]
 ]
 
 
@@ -1568,16 +1607,16 @@ def _csv() -> Path:
 
 
 DIAGNOSE: list[Row] = [
-    ("consts-fn-str", lambda: diagnose.captured_constants("f"), TypeError, "fn"),
+    ("consts-fn-str", lambda: diagnose.captured_constants("f"), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
     (
         "consts-threshold",
         lambda: diagnose.captured_constants(lambda x: x, 1.0, threshold_bytes=-1),
         ValueError,
         "threshold_bytes",
     ),
-    ("why-fn-str", lambda: diagnose.why_recompiled("f", [(1.0,)]), TypeError, "fn"),
+    ("why-fn-str", lambda: diagnose.why_recompiled("f", [(1.0,)]), TypeError, "fn"),  # pyright: ignore[reportArgumentType]
     ("why-calls-str", lambda: diagnose.why_recompiled(lambda x: x, "abc"), TypeError, "calls"),
-    ("why-calls-int", lambda: diagnose.why_recompiled(lambda x: x, 3), TypeError, "calls"),
+    ("why-calls-int", lambda: diagnose.why_recompiled(lambda x: x, 3), TypeError, "calls"),  # pyright: ignore[reportArgumentType]
 ]
 
 GROUPS = {
@@ -1672,7 +1711,8 @@ FINITE: list[tuple[str, Callable[[], Any]]] = [
     (
         "clip-zero-update",
         lambda: optim.clip_by_global_norm(1.0).update(
-            {"a": jnp.zeros(3)}, optim.clip_by_global_norm(1.0).init(None)
+            {"a": jnp.zeros(3)},
+            optim.clip_by_global_norm(1.0).init(None),  # pyright: ignore[reportArgumentType]
         )[0],
     ),
     ("cosine-far-step", lambda: optim.cosine_decay_schedule(1.0, 10)(10**6)),

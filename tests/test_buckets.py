@@ -324,11 +324,11 @@ def test_int_spec_rejects_float_scalar():
 
 def test_constructor_errors():
     with pytest.raises(TypeError, match="`fn` must be callable"):
-        BucketedFunction(3, (4,), [Padded((None,), "float32")])
+        BucketedFunction(3, (4,), [Padded((None,), "float32")])  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="at least one Padded"):
         BucketedFunction(lambda w: w, (4,), [jax.ShapeDtypeStruct((2,), np.float32)])
     with pytest.raises(TypeError, match="arg_specs\\[0\\]"):
-        BucketedFunction(lambda w: w, (4,), [(None, 2)])
+        BucketedFunction(lambda w: w, (4,), [(None, 2)])  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="exactly one None"):
         Padded((None, None), "float32")
     with pytest.raises(ValueError, match="strictly increasing"):

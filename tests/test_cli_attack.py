@@ -727,6 +727,7 @@ def test_bench_all_assembles_into_the_named_directory(tmp_path):
     spec = importlib.util.spec_from_file_location(
         "bench_all", os.path.join(os.path.dirname(__file__), "..", "benchmarks", "bench_all.py")
     )
+    assert spec is not None and spec.loader is not None
     bench_all = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench_all)
     name = bench_all.scripts()[0].stem.removeprefix("bench_")
@@ -755,7 +756,7 @@ def test_compile_tally_tells_compiles_from_cache_loads(tmp_path):
             fn(x).block_until_ready()
         with second.measure():
             fn(x).block_until_ready()  # in memory: nothing to compile or load
-        fn.clear_cache()
+        fn.clear_cache()  # pyright: ignore[reportAttributeAccessIssue]  # jit's wrapper has clear_cache at run time
         with third.measure():
             fn(x).block_until_ready()  # from the persistent cache on disk
     assert (first.compiled, first.loaded) == (1, 0) and first.describe("f") == "f compiled 1×"
@@ -773,6 +774,7 @@ def test_unwritable_cache_directory_runs_without_the_cache(tmp_path):
     with persistent_cache(blocker / "cache") as used:
         assert used is None
     with persistent_cache(tmp_path / "ok") as used:
+        assert used is not None
         assert used == tmp_path / "ok" and used.is_dir()
 
 

@@ -209,6 +209,7 @@ def test_static_change_alone_names_argument_and_values():
         scale(a, 2), scale(a, 3)
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert (miss.kind, miss.argument, miss.old, miss.new) == ("static", "factor", "2", "3")
     assert miss.summary == "static argument `factor`: 2 → 3"
 
@@ -220,6 +221,7 @@ def test_static_hashed_by_identity_has_a_hint():
         f(a, _PlainConfig(2.0)), f(a, _PlainConfig(2.0))
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert miss.note == "hashed by identity" and "frozen dataclass" in miss.summary
 
 
@@ -240,7 +242,7 @@ def test_distinct_functions_through_one_helper_are_each_first():
     with CompileCounter(include_eager=False) as counter:
         _run_jitted(_first_helper_target, a), _run_jitted(_second_helper_target, a)
     assert counter.count == 2
-    kinds = [(r.fun_name, r.explanation.kind) for r in counter.records]
+    kinds = [(r.fun_name, r.explanation and r.explanation.kind) for r in counter.records]
     assert kinds == [
         ("jit(_first_helper_target)", "first"),
         ("jit(_second_helper_target)", "first"),
@@ -268,6 +270,7 @@ def test_several_differences_are_all_listed_headline_first():
     with CompileCounter(f) as counter:
         f(a, a, 1), f(a, half, 2)
     miss = counter.records[1].explanation
+    assert miss is not None
     assert [(d.kind, d.argument) for d in miss.differences] == [("static", "n"), ("dtype", "y")]
     assert (miss.kind, miss.argument) == ("static", "n")
 
@@ -286,6 +289,7 @@ def test_sharding_change_is_kind_sharding(axis_type):
         f(x), f(sharded)
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert (miss.kind, miss.argument) == ("sharding", "x")
     assert "on one device" in miss.old and "data=8" in miss.new
 
@@ -301,6 +305,7 @@ def test_device_change_without_retrace_is_kind_sharding():
         f(x), f(jax.device_put(x, jax.devices()[3])), f(jax.device_put(x, jax.devices()[3]))
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert (miss.kind, miss.argument, miss.old, miss.new) == (
         "sharding",
         "x",
@@ -319,6 +324,7 @@ def test_committing_to_the_same_device_is_kind_sharding_naming_the_argument():
         f(jnp.ones(3), 2.0), f(jax.device_put(jnp.ones(3), jax.devices()[0]), 2.0)
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert (miss.kind, miss.argument, miss.old, miss.new) == (
         "sharding",
         "x",
@@ -336,6 +342,7 @@ def test_same_function_jitted_with_and_without_donation_is_kind_donation():
         jax.jit(twice, donate_argnums=0)(jnp.ones(3))
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert (miss.kind, miss.argument, miss.old, miss.new) == (
         "donation",
         "x",
@@ -359,6 +366,7 @@ def test_x64_flip_with_an_unchanged_python_float_is_kind_config():
         jax.config.update("jax_enable_x64", False)
     assert counter.count == 2
     miss = counter.records[1].explanation
+    assert miss is not None
     assert (miss.kind, miss.argument, miss.old, miss.new) == (
         "config",
         "jax_enable_x64",
@@ -377,10 +385,11 @@ def test_private_jax_hooks_still_work():
         f(a, 2), f(a, 3)
         jnp.asarray(np.ones(13, np.float32)) * 5.0  # an eager operation: a program inside JAX
     jitted = [r for r in counter.records if not r.internal]
-    assert [r.explanation.kind for r in jitted] == [
+    assert [r.explanation and r.explanation.kind for r in jitted] == [
         "first",
         "static",
     ]  # the prose cannot say "static"
+    assert jitted[1].explanation is not None
     assert jitted[1].explanation.jax_text.startswith("TRACING CACHE MISS")
     assert any(r.internal and r.explanation is None for r in counter.records)
     assert _jaxkeys.miss_context() is None and _jaxkeys.compile_context() is None  # outside JAX
@@ -418,6 +427,7 @@ def test_user_flag_kept_and_messages_still_shown(caplog):
         with caplog.at_level(logging.WARNING), CompileCounter(f) as counter:
             f(a)
         assert counter.count == 1
+        assert counter.records[0].explanation is not None
         assert counter.records[0].explanation.kind == "first"
         assert any("TRACING CACHE MISS" in r.getMessage() for r in caplog.records)
         assert jax.config.jax_explain_cache_misses is True
@@ -640,9 +650,9 @@ def test_decorator_bad_arguments():
     with pytest.raises(ValueError, match="max_compiles"):
         compile_budget(-2)
     with pytest.raises(ValueError, match="on_exceed"):
-        compile_budget(1, on_exceed="ignore")
+        compile_budget(1, on_exceed="ignore")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="decorates a function"):
-        compile_budget(1)(42)
+        compile_budget(1)(42)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_decorator_counts_over_lifetime_and_raises_before_running():
@@ -695,7 +705,7 @@ def test_decorator_has_no_wrapper_overhead_and_is_freed():
 
     jitted = jax.jit(fn)
     assert compile_budget(3)(jitted) is jitted
-    budget = jitted.budget
+    budget = jitted.budget  # pyright: ignore[reportAttributeAccessIssue]  # compile_budget attaches .budget at run time
     assert budget in HUB._sinks
     del jitted
     assert budget not in HUB._sinks  # freed by reference counting: no cycle keeps it alive
@@ -719,6 +729,7 @@ def test_stage_report_figures_and_table(monkeypatch):
     with CompileCounter(f) as counter:
         report = stage_report(f, a, a)
     assert counter.count == 1
+    assert report.flops is not None
     assert report.flops >= 2 * n**3
     assert report.argument_bytes == 2 * n * n * 4
     assert report.output_bytes == 4
@@ -742,7 +753,7 @@ def test_stage_report_figures_and_table(monkeypatch):
     assert stage_report(lambda x, y: x @ y, spec, spec).jaxpr_eqns == 1
     assert stage_report(_Wrapper(lambda x: x * 2.0), spec).jaxpr_eqns == 1
     with pytest.raises(TypeError, match="jitted"):
-        stage_report(3, a)
+        stage_report(3, a)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_count_eqns_recurses_into_scan():

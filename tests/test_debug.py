@@ -52,6 +52,7 @@ def test_forward_nan_after_vmap_in_compiled_function():
     report = locate_nan(jitted, -jnp.ones(3))
     assert report is not None
     assert report.primitive == "log" and report.kind == "nan" and report.phase == "forward"
+    assert report.frame is not None
     assert report.frame.line == _line_of("forward_log")
     assert report.frame.function == "forward_log"
     assert report.frame.file == __file__
@@ -64,6 +65,7 @@ def test_backward_nan_points_at_forward_line():
     report = locate_nan(jax.jit(jax.grad(loss_with_hidden_sqrt)), jnp.asarray([0.0, 1.0]))
     assert report is not None
     assert report.phase == "backward" and report.primitive == "mul"
+    assert report.frame is not None
     assert report.frame.line == _line_of("hidden_sqrt")
     assert "transpose" in report.name_stack
 
@@ -89,6 +91,8 @@ def test_inf_only_with_check_inf():
 
     assert locate_nan(divide, jnp.zeros(2)) is None
     report = locate_nan(divide, jnp.zeros(2), check_inf=True)
+    assert report is not None
+    assert report.frame is not None
     assert (
         report.kind == "inf"
         and report.primitive == "div"
@@ -104,11 +108,14 @@ def test_nested_jit_and_kwargs():
         return inner(x * scale) + 1.0
 
     report = locate_nan(outer, jnp.ones(2), scale=-1.0)
+    assert report is not None
+    assert report.frame is not None
     assert report.primitive == "log" and report.frame.function == "forward_log"
 
 
 def test_nan_inside_vmapped_function():
     report = locate_nan(jax.vmap(forward_log), -jnp.ones((4, 2)))
+    assert report is not None
     assert report.primitive == "log" and report.phase == "forward"
 
 
@@ -126,7 +133,7 @@ def test_user_frames_from_source_info():
 
 def test_locate_nan_rejects_non_callable():
     with pytest.raises(TypeError, match="callable"):
-        locate_nan(3, 1.0)
+        locate_nan(3, 1.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_checked_keeps_checking_on_cache_hits_after_vmap():
@@ -150,7 +157,7 @@ def test_checked_error_sets():
     with pytest.raises(ValueError, match="`errors` must be one of"):
         checked(forward_log, errors="everything")
     with pytest.raises(TypeError, match="callable"):
-        checked(None)
+        checked(None)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_assert_finite_names_the_leaf():
@@ -176,6 +183,7 @@ def test_locate_nan_inside_scan_body():
     report = locate_nan(scanned, jnp.asarray([1.0, -1.0]))
     assert report is not None
     # The walk enters scan bodies iteration by iteration.
+    assert report.frame is not None
     assert report.primitive == "log" and report.frame.function.endswith("body")
 
 
@@ -193,6 +201,8 @@ def user_debug_flags():
 def test_user_debug_nans_on_gives_a_report_not_a_crash(user_debug_flags):
     x = -jnp.ones(3)
     report = locate_nan(forward_log, x)
+    assert report is not None
+    assert report.frame is not None
     assert (report.primitive, report.phase, report.frame.line) == (
         "log",
         "forward",
@@ -213,7 +223,9 @@ def test_user_flags_restored_when_function_raises(user_debug_flags):
 def test_nan_discarded_by_where_is_not_the_culprit():
     # log(0) = -inf and log(-1) = NaN are discarded by the where; the sqrt's NaN reaches the output.
     report = locate_nan(discarded_log_then_sqrt, jnp.asarray([0.0, -1.0]), jnp.asarray([9.0, 1.0]))
+    assert report is not None
     assert report.primitive == "sqrt" and report.kind == "nan" and report.phase == "forward"
+    assert report.frame is not None
     assert report.frame.file == __file__ and report.frame.line == _line_of("discarded_log")
     assert report.frame.function == "discarded_log_then_sqrt"
 
@@ -230,7 +242,9 @@ def test_guarded_cosine_gradient_nan_is_created_in_the_backward_pass(user_debug_
     with jax.debug_nans(False), jax.debug_infs(False):
         assert float(guarded_cosine(a, b)) == 0.0  # the forward value is finite
     report = locate_nan(jax.grad(guarded_cosine), a, b)
+    assert report is not None
     assert report.primitive == "mul" and report.kind == "nan" and report.phase == "backward"
+    assert report.frame is not None
     assert report.frame.line == _line_of("guarded_cosine") and report.frame.file == __file__
     assert "transpose" in report.name_stack
 
@@ -239,7 +253,9 @@ def test_guarded_cosine_with_check_inf_blames_the_forward_division():
     report = locate_nan(
         jax.jit(jax.grad(guarded_cosine)), jnp.zeros(3), jnp.ones(3), check_inf=True
     )
+    assert report is not None
     assert report.primitive == "div" and report.kind == "inf" and report.phase == "forward"
+    assert report.frame is not None
     assert report.frame.function == "guarded_cosine"
 
 
@@ -247,6 +263,7 @@ def test_nan_in_an_argument_is_reported_as_such():
     report = locate_nan(
         lambda p, *, scale: p["w"] * scale, {"w": np.asarray([1.0, np.nan], np.float32)}, scale=2.0
     )
+    assert report is not None
     assert report.primitive == "argument" and report.frame is None
     assert report.message == "invalid value (nan) in the argument args[0]['w']"
     assert "already present in the input" in str(report)
@@ -260,6 +277,8 @@ def test_cond_branch_is_followed():
         return jax.lax.cond(x[0] > 0, lambda v: v + 1.0, log_branch, x)
 
     report = locate_nan(jax.jit(branchy), jnp.asarray([-1.0, 2.0]))
+    assert report is not None
+    assert report.frame is not None
     assert report.primitive == "log" and report.frame.line == _line_of("cond_branch")
     assert report.frame.function.endswith("log_branch")
 
@@ -409,6 +428,8 @@ def _soft_sine_jvp(primals, tangents):
 def test_nan_inside_custom_rules_points_into_the_rule():
     vjp = locate_nan(jax.grad(lambda x: jnp.sum(scaled_identity(x))), jnp.ones(3))
     assert _where(vjp) == ("log", "backward", _line_of("vjp_bwd"))
+    assert vjp is not None
+    assert vjp.frame is not None
     assert vjp.frame.function == "_scaled_identity_bwd"
     jvp = locate_nan(jax.jit(jax.grad(lambda x: jnp.sum(soft_sine(x)))), jnp.ones(3))
     assert _where(jvp) == ("sqrt", "forward", _line_of("jvp_rule"))
@@ -427,6 +448,7 @@ def test_nan_inside_a_library_is_reported_at_the_users_line():
     with jax.numpy_dtype_promotion("standard"):  # Optax relies on implicit promotion
         report = locate_nan(jax.jit(adam_without_eps), jnp.ones(3))
     assert _where(report) == ("div", "forward", _line_of("optax_update"))
+    assert report is not None
     assert all("optax" not in frame.file for frame in report.stack)
 
 

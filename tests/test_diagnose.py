@@ -105,7 +105,7 @@ def test_globals_read_by_called_user_functions_are_reported():
 
 def test_captured_constants_bad_arguments():
     with pytest.raises(TypeError, match="`fn` must be callable"):
-        captured_constants(3, jnp.ones(2))
+        captured_constants(3, jnp.ones(2))  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="threshold_bytes"):
         captured_constants(lambda v: v, jnp.ones(2), threshold_bytes=-1)
 
@@ -276,6 +276,6 @@ def test_why_recompiled_counts_match_a_counter():
 
 def test_why_recompiled_bad_arguments():
     with pytest.raises(TypeError, match="`fn` must be callable"):
-        why_recompiled(None, [])
+        why_recompiled(None, [])  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="`calls`"):
-        why_recompiled(jax.jit(lambda x: x), 3)
+        why_recompiled(jax.jit(lambda x: x), 3)  # pyright: ignore[reportArgumentType]  # bad input on purpose

@@ -66,4 +66,4 @@ def test_check_captured_constant_validates_size():
     with pytest.raises(ValueError, match="`n` must be >= 1"):
         doctor.check_captured_constant(n=0)
     with pytest.raises(TypeError, match="`n` must be an int"):
-        doctor.check_captured_constant(n=2.5)
+        doctor.check_captured_constant(n=2.5)  # pyright: ignore[reportArgumentType]  # bad input on purpose

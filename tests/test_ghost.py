@@ -426,7 +426,10 @@ def test_auto_falls_back_to_vmap_when_ghost_cannot_apply():
     [
         (
             lambda: per_example_grad_norms(
-                lambda w, x: jnp.sum(w * x), jnp.ones(2), jnp.ones((3, 2)), method="fast"
+                lambda w, x: jnp.sum(w * x),
+                jnp.ones(2),
+                jnp.ones((3, 2)),
+                method="fast",  # pyright: ignore[reportArgumentType]  # bad input on purpose
             ),
             ValueError,
             "method",
@@ -455,7 +458,7 @@ def test_auto_falls_back_to_vmap_when_ghost_cannot_apply():
             TypeError,
             r"example\['x'\]",
         ),
-        (lambda: ghost_coverage("loss", jnp.ones(2), jnp.ones(2)), TypeError, "`loss`"),
+        (lambda: ghost_coverage("loss", jnp.ones(2), jnp.ones(2)), TypeError, "`loss`"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
     ],
 )
 def test_bad_input(call, error, match):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -50,9 +52,10 @@ def test_ranking_is_monotone_in_one_score(rng: np.random.Generator, ranked_by: s
     logits = rng.normal(size=(300, 4)) * 2
     probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
     given = rng.integers(0, 4, 300)
-    found = le.confident_learning(probs, given, ranked_by=ranked_by)
+    found = le.confident_learning(probs, given, ranked_by=ranked_by)  # pyright: ignore[reportArgumentType]
     reference = _reference_scores(probs, given, ranked_by)
-    np.testing.assert_allclose(le.label_quality(probs, given, ranked_by=ranked_by), reference)
+    quality = le.label_quality(probs, given, ranked_by=ranked_by)  # pyright: ignore[reportArgumentType]
+    np.testing.assert_allclose(quality, reference)
     np.testing.assert_allclose(found.score, reference[found.indices])
     # ONE ordering for the whole ranking: flagged rows are not moved ahead of the others
     assert np.all(np.diff(found.score) >= 0)
@@ -68,8 +71,8 @@ def test_ranking_is_monotone_in_one_score(rng: np.random.Generator, ranked_by: s
 
 def test_scores_and_estimate_match_cleanlab(rng: np.random.Generator) -> None:
     cleanlab = pytest.importorskip("cleanlab")
-    from cleanlab.count import num_label_issues
-    from cleanlab.rank import get_label_quality_scores
+    from cleanlab.count import num_label_issues  # pyright: ignore[reportMissingImports]
+    from cleanlab.rank import get_label_quality_scores  # pyright: ignore[reportMissingImports]
 
     del cleanlab
     logits = rng.normal(size=(400, 5)) * 2
@@ -174,7 +177,9 @@ def test_standardisation_uses_training_fold_statistics_only() -> None:
     """A held-out row's probabilities ignore another held-out row scaled by 1000."""
     x, y = make_blobs(100, n_features=3, n_classes=2, seed=3)
     fold_of = le.stratified_folds(y, 5, seed=0)
-    args = dict(folds=5, epochs=4, batch_size=16, patience=None, fold_of=fold_of, seed=0)
+    args: dict[str, Any] = dict(
+        folds=5, epochs=4, batch_size=16, patience=None, fold_of=fold_of, seed=0
+    )
     init = mlp_init((3, 8, 2))
     base = le.out_of_fold_probabilities(mlp_apply, init, x, y, **args)
     same_fold = np.flatnonzero(fold_of == fold_of[7])
@@ -207,7 +212,9 @@ def test_fold_isolation_without_early_stopping() -> None:
     """A row's out-of-fold probabilities do not depend on its own label."""
     x, y = make_blobs(100, n_features=2, n_classes=2, seed=3)
     fold_of = le.stratified_folds(y, 5, seed=0)
-    args = dict(folds=5, epochs=4, batch_size=20, patience=None, fold_of=fold_of, seed=0)
+    args: dict[str, Any] = dict(
+        folds=5, epochs=4, batch_size=20, patience=None, fold_of=fold_of, seed=0
+    )
     init = {"dense_0": {"w": jnp.zeros((2, 2)), "b": jnp.zeros(2)}}
     base = le.out_of_fold_probabilities(mlp_apply, init, x, y, **args)
     changed = y.copy()
@@ -317,7 +324,7 @@ def _trained_linear_softmax(x: np.ndarray, y: np.ndarray) -> dict:
     loss = mlp_loss(lambda z, t: -jax.nn.log_softmax(z)[t])
 
     @jax.jit
-    def step(p: dict, s: object) -> tuple:
+    def step(p: dict, s: Any) -> tuple:
         g = jax.grad(lambda q: jnp.mean(jax.vmap(loss, in_axes=(None, 0))(q, (xj, yj))))(p)
         u, s = tx.update(g, s, p)
         return optim.apply_updates(p, u), s
@@ -376,7 +383,7 @@ def test_hardest_examples_takes_a_dict_batch_and_checks_k() -> None:
     np.testing.assert_array_equal(np.asarray(dict_norms), np.asarray(tuple_norms))
     for k, error in ((0, ValueError), (5, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(error, match="`k`"):
-            le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)
+            le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)  # pyright: ignore[reportArgumentType]  # bad input on purpose (2.5 and True)
 
 
 @pytest.mark.slow

@@ -113,7 +113,7 @@ def test_double_where_generic():
     assert np.isnan(float(jax.grad(naive)(0.0)))
     assert float(jax.grad(f)(0.0)) == 0.0 and float(jax.grad(f)(2.0)) == -0.25
     with pytest.raises(TypeError, match="`fn` must be callable"):
-        jn.double_where(3, 1.0, True, 1.0, 0.0)
+        jn.double_where(3, 1.0, True, 1.0, 0.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="`ok` must be a boolean"):
         jn.double_where(jnp.log, 1.0, 1, 1.0, 0.0)
 
@@ -458,7 +458,7 @@ def test_round_ste_and_straight_through():
     with pytest.raises(ValueError, match="preserve the shape"):
         jn.straight_through(jnp.sum)(x)
     with pytest.raises(TypeError, match="callable"):
-        jn.straight_through("round")
+        jn.straight_through("round")  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 # ---------------------------------------------------------------------------
@@ -547,17 +547,17 @@ def test_logsumexp_over_an_empty_axis_is_a_clear_error():
 @pytest.mark.parametrize(
     ("call", "error", "argument"),
     [
-        (lambda: jn.safe_sqrt(None), TypeError, "x"),
-        (lambda: jn.safe_log("abc"), TypeError, "x"),
+        (lambda: jn.safe_sqrt(None), TypeError, "x"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        (lambda: jn.safe_log("abc"), TypeError, "x"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: jn.safe_log(jnp.ones(2), fill=float("nan")), ValueError, "fill"),
-        (lambda: jn.safe_norm({"a": 1}), TypeError, "x"),
+        (lambda: jn.safe_norm({"a": 1}), TypeError, "x"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: jn.entropy(jnp.asarray([1, 0])), TypeError, "p"),
-        (lambda: jn.cosine_similarity(None, jnp.ones(2)), TypeError, "a"),
+        (lambda: jn.cosine_similarity(None, jnp.ones(2)), TypeError, "a"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: jn.softmax(jnp.ones(3), where=jnp.ones(3)), TypeError, "where"),
-        (lambda: jn.cross_entropy("logits", jnp.asarray([0])), TypeError, "logits"),
-        (lambda: jn.double_where("log", jnp.ones(2), jnp.ones(2, bool), 1.0, 0.0), TypeError, "fn"),
-        (lambda: jn.double_where(jnp.log, None, jnp.ones(2, bool), 1.0, 0.0), TypeError, "x"),
-        (lambda: jn.straight_through(3), TypeError, "fn"),
+        (lambda: jn.cross_entropy("logits", jnp.asarray([0])), TypeError, "logits"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        (lambda: jn.double_where("log", jnp.ones(2), jnp.ones(2, bool), 1.0, 0.0), TypeError, "fn"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        (lambda: jn.double_where(jnp.log, None, jnp.ones(2, bool), 1.0, 0.0), TypeError, "x"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        (lambda: jn.straight_through(3), TypeError, "fn"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
     ],
 )
 def test_numerics_bad_input_names_the_argument(call, error, argument):

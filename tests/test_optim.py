@@ -1,6 +1,8 @@
 """Tests for jaxwise.optim: the wrappers are exactly Optax (types, states, every float64 step)."""
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -50,7 +52,7 @@ def zeros():
     return {k: np.zeros_like(v) for k, v in P0.items()}
 
 
-def ref_sgd(lr, momentum=None, nesterov=False):
+def ref_sgd(lr: Any, momentum=None, nesterov=False):
     def step(g, trace, p, t):
         if momentum is None:
             return {k: -lr * g[k] for k in g}, trace
@@ -61,8 +63,8 @@ def ref_sgd(lr, momentum=None, nesterov=False):
     return step, zeros()
 
 
-def ref_adam(lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, mask=None, clip=None):
-    lr_fn = lr if callable(lr) else (lambda t: lr)
+def ref_adam(lr: Any, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, mask=None, clip=None):
+    lr_fn: Callable[[int], Any] = lr if callable(lr) else (lambda t: lr)
 
     def step(g, state, p, t):
         m, v = state
@@ -81,8 +83,8 @@ def ref_adam(lr, b1=0.9, b2=0.999, eps=1e-8, wd=0.0, mask=None, clip=None):
     return step, (zeros(), zeros())
 
 
-def ref_lion(lr, b1=0.9, b2=0.99, wd=0.0, mask=None):
-    lr_fn = lr if callable(lr) else (lambda t: lr)
+def ref_lion(lr: Any, b1=0.9, b2=0.99, wd=0.0, mask=None):
+    lr_fn: Callable[[int], Any] = lr if callable(lr) else (lambda t: lr)
 
     def step(g, m, p, t):
         d = {k: np.sign((1 - b1) * g[k] + b1 * m[k]) for k in g}
@@ -250,7 +252,7 @@ def test_bias_correction_first_step():
     assert float(jnp.abs(no_correction)[0]) == pytest.approx(3.162, abs=1e-3)
     tx = optim.scale_by_adam()
     ours, _ = tx.update(g, tx.init(g))
-    np.testing.assert_allclose(ours, np.sign(g), rtol=1e-4)
+    np.testing.assert_allclose(ours, np.sign(g), rtol=1e-4)  # pyright: ignore[reportArgumentType, reportCallIssue]  # optax types updates and states as a union of trees
 
 
 def test_adamw_is_decoupled_unlike_l2_plus_adam():
@@ -287,7 +289,7 @@ def test_lion_first_step_moves_exactly_lr():
     g = jnp.asarray([1e-8, -4.0, 3.0, -1e3])
     u, state = tx.update(g, tx.init(p), p)
     np.testing.assert_array_equal(np.asarray(u), -np.float32(lr) * np.sign(np.asarray(g)))
-    assert state[0]._fields == ("count", "mu")
+    assert state[0]._fields == ("count", "mu")  # pyright: ignore[reportArgumentType, reportAttributeAccessIssue, reportCallIssue, reportIndexIssue]  # optax types updates and states as a union of trees
 
 
 # ---------------------------------------------------------------------------
@@ -333,8 +335,8 @@ def test_apply_updates_keeps_dtype_and_global_norm():
 
 def test_count_saturates():
     top = jnp.asarray(np.iinfo(np.int32).max, jnp.int32)
-    assert int(optim.safe_increment(top)) == np.iinfo(np.int32).max
-    assert int(optim.safe_increment(jnp.asarray(3, jnp.int32))) == 4
+    assert int(optim.safe_increment(top)) == np.iinfo(np.int32).max  # pyright: ignore[reportArgumentType]  # optax types its scalars as chex.Numeric (complex included)
+    assert int(optim.safe_increment(jnp.asarray(3, jnp.int32))) == 4  # pyright: ignore[reportArgumentType]  # optax types its scalars as chex.Numeric (complex included)
 
 
 def test_apply_updates_names_the_structure_difference():
@@ -467,11 +469,12 @@ def test_rosenbrock_convergence():
 # ---------------------------------------------------------------------------
 
 
+# Every call in this table passes bad input on purpose (hence its `pyright: ignore`s).
 @pytest.mark.parametrize(
     "make, error, match",
     [
         (lambda: optim.adam(-1e-3), ValueError, "learning_rate"),
-        (lambda: optim.sgd(None), ValueError, "learning_rate"),
+        (lambda: optim.sgd(None), ValueError, "learning_rate"),  # pyright: ignore[reportArgumentType]
         (lambda: optim.adamw(1e-3, weight_decay=-0.1), ValueError, "weight_decay"),
         (lambda: optim.adam(1e-3, b1=1.0), ValueError, "b1"),
         (lambda: optim.adam(1e-3, b2=-0.1), ValueError, "b2"),
@@ -482,19 +485,19 @@ def test_rosenbrock_convergence():
         (lambda: optim.adam(np.float32(np.inf)), ValueError, "learning_rate"),
         (lambda: optim.adam(1e-3, eps=float("nan")), ValueError, "eps"),
         (lambda: optim.adam(1e-3, mu_dtype="not a dtype"), TypeError, "mu_dtype"),
-        (lambda: optim.adam(1e-3, nesterov=1), TypeError, "nesterov"),
+        (lambda: optim.adam(1e-3, nesterov=1), TypeError, "nesterov"),  # pyright: ignore[reportArgumentType]
         (lambda: optim.adamw(1e-3, weight_decay=float("inf")), ValueError, "weight_decay"),
         (lambda: optim.lion(1e-3, b2=np.float64(1.0)), ValueError, "b2"),
         (lambda: optim.scale(float("nan")), ValueError, "step_size"),
-        (lambda: optim.scale_by_learning_rate("0.1"), TypeError, "learning_rate"),
-        (lambda: optim.scale_by_lion(mode="soft"), ValueError, "mode"),
+        (lambda: optim.scale_by_learning_rate("0.1"), TypeError, "learning_rate"),  # pyright: ignore[reportArgumentType]
+        (lambda: optim.scale_by_lion(mode="soft"), ValueError, "mode"),  # pyright: ignore[reportArgumentType]
         (
             lambda: optim.piecewise_constant_schedule(1.0, {10: -0.5}),
             ValueError,
             "boundaries_and_scales",
         ),
         (
-            lambda: optim.join_schedules([optim.constant_schedule(1.0), 0.5], [3]),
+            lambda: optim.join_schedules([optim.constant_schedule(1.0), 0.5], [3]),  # pyright: ignore[reportArgumentType]
             TypeError,
             "schedules",
         ),
@@ -513,11 +516,11 @@ def test_rosenbrock_convergence():
             "warmup_steps",
         ),
         (lambda: optim.cosine_decay_schedule(1.0, 0), ValueError, "decay_steps"),
-        (lambda: optim.linear_schedule(1.0, 0.0, 1.5), TypeError, "transition_steps"),
+        (lambda: optim.linear_schedule(1.0, 0.0, 1.5), TypeError, "transition_steps"),  # pyright: ignore[reportArgumentType]
         (lambda: optim.join_schedules([optim.constant_schedule(1.0)], [3]), ValueError, "len"),
-        (lambda: optim.scale_by_schedule(0.1), TypeError, "schedule"),
-        (lambda: optim.chain(optim.scale(1.0), 3), TypeError, "chain argument 1"),
-        (lambda: optim.freeze(None), ValueError, "mask"),
+        (lambda: optim.scale_by_schedule(0.1), TypeError, "schedule"),  # pyright: ignore[reportArgumentType]
+        (lambda: optim.chain(optim.scale(1.0), 3), TypeError, "chain argument 1"),  # pyright: ignore[reportArgumentType]
+        (lambda: optim.freeze(None), ValueError, "mask"),  # pyright: ignore[reportArgumentType]
     ],
 )
 def test_bad_hyperparameters(make, error, match):
@@ -535,7 +538,8 @@ def test_mask_mismatch_names_first_path():
     with pytest.raises(ValueError, match="`params` has `dense_1.w`, which `mask` does not cover"):
         optim.freeze({"dense_0": True}).init(params)
     with pytest.raises(TypeError, match="leaves must be bools, got str at `dense_1.w`"):
-        optim.freeze({"dense_0": True, "dense_1": "yes"}).init(params)
+        bad_leaf = {"dense_0": True, "dense_1": "yes"}  # a str leaf on purpose
+        optim.freeze(bad_leaf).init(params)  # pyright: ignore[reportArgumentType]
     optim.adamw(1e-3, mask={"dense_0": True, "dense_1": False}).init(params)  # a prefix is fine
     tx = optim.adamw(1e-3)
     with pytest.raises(ValueError, match="adamw needs `params`"):
@@ -551,7 +555,9 @@ PARAMS = {
     "dense_1": {"w": np.full((2, 1), 0.5, np.float32), "b": np.zeros(1, np.float32)},
 }
 W_ONLY = {"dense_0": {"w": True, "b": False}, "dense_1": {"w": True, "b": False}}
-SCHED = dict(init_value=0.0, peak_value=1e-2, warmup_steps=3, decay_steps=20, end_value=1e-4)
+SCHED: dict[str, Any] = dict(
+    init_value=0.0, peak_value=1e-2, warmup_steps=3, decay_steps=20, end_value=1e-4
+)
 
 # name -> (jaxwise factory, Optax factory): each pair is the same optimizer, jaxwise's masks
 # given as path regexes, Optax's as bool trees.
@@ -728,7 +734,7 @@ def test_inject_hyperparams_passes_traced_hyperparameters():
     p_ours, s_ours = train(tx, params, tx.init(params), 5)
     with jax.numpy_dtype_promotion("standard"):
         p_peer, _ = train(peer, params, peer.init(params), 5)
-    assert float(s_ours.hyperparams["learning_rate"]) == pytest.approx(1e-2)
+    assert float(s_ours.hyperparams["learning_rate"]) == pytest.approx(1e-2)  # pyright: ignore[reportAttributeAccessIssue]  # optax types updates and states as a union of trees
     for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_peer)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-7)
 
@@ -743,7 +749,7 @@ def test_numpy_scalars_are_accepted():
     p_ours, _ = train(tx, params, tx.init(params), 3)
     with jax.numpy_dtype_promotion("standard"):
         p_peer, _ = train(ref, params, ref.init(params), 3)
-        assert float(sched(6)) == pytest.approx(float(optax.linear_schedule(1.0, 0.0, 10, 2)(6)))
+        assert float(sched(6)) == pytest.approx(float(optax.linear_schedule(1.0, 0.0, 10, 2)(6)))  # pyright: ignore[reportArgumentType]  # optax types its scalars as chex.Numeric (complex included)
     for a, b in zip(jax.tree.leaves(p_ours), jax.tree.leaves(p_peer)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 
@@ -752,8 +758,8 @@ def test_regex_masks_work_on_flax_and_equinox_style_paths():
     params = {"Dense_0": {"kernel": jnp.ones((2, 2)), "bias": jnp.ones(2)}}
     tx = optim.add_decayed_weights(0.5, mask="kernel")
     updates, _ = tx.update(jax.tree.map(jnp.zeros_like, params), tx.init(params), params)
-    np.testing.assert_array_equal(np.asarray(updates["Dense_0"]["kernel"]), np.full((2, 2), 0.5))
-    np.testing.assert_array_equal(np.asarray(updates["Dense_0"]["bias"]), np.zeros(2))
+    np.testing.assert_array_equal(np.asarray(updates["Dense_0"]["kernel"]), np.full((2, 2), 0.5))  # pyright: ignore[reportArgumentType, reportCallIssue, reportIndexIssue]  # optax types updates and states as a union of trees
+    np.testing.assert_array_equal(np.asarray(updates["Dense_0"]["bias"]), np.zeros(2))  # pyright: ignore[reportArgumentType, reportCallIssue, reportIndexIssue]  # optax types updates and states as a union of trees
 
 
 @pytest.mark.slow

@@ -157,20 +157,20 @@ def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
                 MLP_LOSS, p, (x, y), chunk_size=chunk, method="vmap"
             )
         )
-        return fn.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes
+        return fn.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
 
     full, chunk16 = temp(None), temp(16)
     assert full >= 0.5 * 512 * n_params * 4  # of the order of B × P floats (XLA fuses some of it)
     assert chunk16 <= 2 * 16 * n_params * 4 + 4 * 2**20  # ≈ chunk × P floats (+ activations)
     assert chunk16 * 8 < full
     ghost = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y), method="ghost"))
-    assert ghost.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes * 20 < full
+    assert ghost.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes * 20 < full  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
     assert (
         jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y)))
         .lower(spec, x, y)
         .compile()
         .memory_analysis()
-        .temp_size_in_bytes
+        .temp_size_in_bytes  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
         * 20
         < full
     )  # auto = ghost
@@ -225,7 +225,7 @@ def test_jitted_norms_compile_once(problem):
             "chunk_size",
         ),
         (
-            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), chunk_size=2.5),
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), chunk_size=2.5),  # pyright: ignore[reportArgumentType]  # bad input on purpose
             TypeError,
             "chunk_size",
         ),
@@ -235,9 +235,9 @@ def test_jitted_norms_compile_once(problem):
             "memory_budget",
         ),
         (lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y[:5])), ValueError, "leading"),
-        (lambda p, x, y: per_example_grads("loss", p, (x, y)), TypeError, "`loss`"),
+        (lambda p, x, y: per_example_grads("loss", p, (x, y)), TypeError, "`loss`"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (
-            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), method="fast"),
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), method="fast"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
             ValueError,
             "method",
         ),

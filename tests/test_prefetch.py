@@ -92,7 +92,7 @@ def test_prefetch_bad_arguments():
     with pytest.raises(TypeError, match="`iterator` must be an iterable"):
         prefetch_to_device(3)  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="`mesh` must be a jax.sharding.Mesh"):
-        prefetch_to_device([], mesh="data")
+        prefetch_to_device([], mesh="data")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="axis named 'data'"):
         prefetch_to_device([], mesh=jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("batch",)))
 

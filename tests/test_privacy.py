@@ -3,6 +3,7 @@
 import logging
 import subprocess
 import sys
+from typing import Any
 
 import dp_accounting
 import jax
@@ -93,7 +94,7 @@ def test_dp_noise_std_is_sigma_c_over_b_over_many_draws():
     )  # every parameter, the scalar leaf included, gets the same noise
     assert abs(per_param.mean() - 1) < 0.02 and per_param.min() > 0.7
     corr = np.corrcoef(flat[:, :50].T)
-    assert np.abs(corr[np.triu_indices(50, 1)]).max() < 0.35  # independent entries
+    assert np.abs(corr[np.triu_indices(50, 1)]).max() < 0.35  # independent entries  # pyright: ignore[reportArgumentType, reportCallIssue]  # NumPy's stubs reject a triu_indices tuple index
     assert abs(np.corrcoef(flat[:, 0], flat[:, -1])[0, 1]) < 0.3
 
 
@@ -124,7 +125,13 @@ def test_ghost_and_chunked_dp_gradients_agree(problem):
     )
     for kwargs in ({"method": "ghost"}, {"method": "auto"}, {"chunk_size": 5, "method": "chunked"}):
         g, norms = dp_gradient(
-            LOSS, params, (x, y), key, clip_norm=1.0, noise_multiplier=0.8, **kwargs
+            LOSS,
+            params,
+            (x, y),
+            key,
+            clip_norm=1.0,
+            noise_multiplier=0.8,
+            **kwargs,  # pyright: ignore[reportArgumentType]  # one of the method literals, from the loop
         )
         np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
         for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref)):
@@ -222,7 +229,7 @@ def test_noise_multiplier_for_round_trips():
         assert eps(sigma * 0.97, q, steps, delta) > target
 
 
-def eps(sigma, q, steps, delta, accountant="rdp"):
+def eps(sigma, q, steps, delta, accountant: Any = "rdp"):
     return epsilon(
         noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant=accountant
     )
@@ -256,7 +263,7 @@ def sigma_for(target, delta, q, steps):
             ValueError,
             "noise_multiplier",
         ),
-        (lambda: add_dp_noise({"a": jnp.zeros(2)}, 0, 1.0, 0.5, 1), TypeError, "key"),
+        (lambda: add_dp_noise({"a": jnp.zeros(2)}, 0, 1.0, 0.5, 1), TypeError, "key"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: poisson_batch(jax.random.key(0), 10, 0.0, 5), ValueError, "sample_rate"),
         (lambda: shuffled_batches(jax.random.key(0), 10, 11), ValueError, "batch_size"),
     ],
@@ -297,7 +304,7 @@ def test_poisson_batch_statistics():
 def _train(epoch, state, data, epochs):
     for _ in range(epochs):
         state, metrics = epoch(state, data)
-    return state, metrics
+    return state, metrics  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
 
 
 @pytest.mark.parametrize("sampler", ["poisson", "shuffle"])
@@ -337,10 +344,15 @@ def test_dp_epoch_input_checks():
         epoch(state, (jnp.ones((10, 3)), jnp.zeros(10, jnp.int32)))
     with pytest.raises(ValueError, match="sampler"):
         make_dp_train_epoch(
-            LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, sampler="uniform"
+            LOSS,
+            tx,
+            batch_size=4,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            sampler="uniform",  # pyright: ignore[reportArgumentType]  # bad input on purpose
         )
     with pytest.raises(ValueError, match="method"):
-        make_dp_train_epoch(LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, method="x")
+        make_dp_train_epoch(LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, method="x")  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def _linear_problem():

@@ -1,5 +1,7 @@
 """Tests for jaxwise.sequence against float64 Python-loop references."""
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -91,7 +93,7 @@ def test_segment_mean_and_id_validation():
     with pytest.raises(ValueError, match=r"in \[0, 2\), got values in \[0, 5\]"):
         segment_softmax(jnp.ones(3), jnp.asarray([0, 1, 5]), 2)
     with pytest.raises(TypeError, match="`num_segments` must be an int"):
-        segment_softmax(jnp.ones(3), jnp.asarray([0, 1, 1]), None)
+        segment_softmax(jnp.ones(3), jnp.asarray([0, 1, 1]), None)  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="static"):
         jax.jit(lambda n: segment_mean(jnp.ones(3), jnp.asarray([0, 1, 1]), n))(2)
     with pytest.raises(ValueError, match="shape"):
@@ -103,10 +105,11 @@ def test_segment_mean_and_id_validation():
 # ---------------------------------------------------------------------------
 
 
-def returns64(r, d, gamma, truncated=None, next_values=None):
-    out, future = np.zeros(len(r)), (next_values[-1] if next_values is not None else 0.0)
+def returns64(r, d, gamma, truncated: Any = None, next_values: Any = None) -> np.ndarray:
+    nv = np.zeros(len(r)) if next_values is None else np.asarray(next_values, np.float64)
+    out, future = np.zeros(len(r)), (0.0 if next_values is None else nv[-1])
     for t in reversed(range(len(r))):
-        following = next_values[t] if truncated is not None and truncated[t] else future
+        following = nv[t] if truncated is not None and truncated[t] else future
         future = r[t] + gamma * (1 - d[t]) * following
         out[t] = future
     return out
@@ -209,7 +212,7 @@ def test_bounded_while_matches_while_loop_counts_and_gradient():
     with pytest.raises(ValueError, match="max_steps"):
         bounded_while(lambda c: True, lambda c: c, 0.0, 0)
     with pytest.raises(TypeError, match="cond_fun"):
-        bounded_while(1, lambda c: c, 0.0, 3)
+        bounded_while(1, lambda c: c, 0.0, 3)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_while_loop_is_not_reverse_differentiable_but_ours_is():
@@ -368,7 +371,7 @@ def test_rnn_bad_input():
     with pytest.raises(ValueError, match=r"\(T, D\)"):
         run_rnn(gru_cell, p, jnp.ones(4), jnp.zeros(3))
     with pytest.raises(TypeError, match="cell"):
-        run_rnn("gru", p, jnp.ones((4, 2)), jnp.zeros(3))
+        run_rnn("gru", p, jnp.ones((4, 2)), jnp.zeros(3))  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 # ---------------------------------------------------------------------------
@@ -411,7 +414,7 @@ def test_rk4_pytree_state_and_errors():
     np.testing.assert_allclose(np.asarray(y["a"]), np.exp(-0.1) * np.ones(2), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(y["b"]), [0.2], rtol=1e-6)
     with pytest.raises(TypeError, match="`f`"):
-        odeint_rk4(None, jnp.ones(2), 0.0, 0.1, 3)
+        odeint_rk4(None, jnp.ones(2), 0.0, 0.1, 3)  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="n_steps"):
         odeint_rk4(f, jnp.ones(2), 0.0, 0.1, 0)
 
@@ -493,28 +496,28 @@ def test_masked_mean_of_70000_float16_values_counts_in_float32():
     [
         (lambda: discounted_returns(jnp.ones(3), jnp.zeros(3), float("nan")), ValueError, "gamma"),
         (lambda: discounted_returns(jnp.ones(3), jnp.zeros(3), 1.5), ValueError, "gamma"),
-        (lambda: discounted_returns("abc", jnp.zeros(3), 0.9), TypeError, "rewards"),
+        (lambda: discounted_returns("abc", jnp.zeros(3), 0.9), TypeError, "rewards"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: discounted_returns(jnp.ones(0), jnp.zeros(0), 0.9), ValueError, "rewards"),
         (
             lambda: lambda_returns(jnp.ones(3), jnp.zeros(3), jnp.ones(3), 0.9, float("inf")),
             ValueError,
             "lam",
         ),
-        (lambda: lambda_returns(jnp.ones(3), jnp.zeros(3), None, 0.9, 0.5), TypeError, "values"),
+        (lambda: lambda_returns(jnp.ones(3), jnp.zeros(3), None, 0.9, 0.5), TypeError, "values"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: gae(jnp.ones(3), jnp.zeros(3), jnp.ones(3), 0.9, 0.5), ValueError, "values"),
         (
             lambda: gae(jnp.ones(3), jnp.zeros(3), jnp.ones(4), 0.9, 0.5, truncated=jnp.zeros(3)),
             ValueError,
             "next_values",
         ),
-        (lambda: masked_mean(jnp.ones(3), "mask"), TypeError, "mask"),
+        (lambda: masked_mean(jnp.ones(3), "mask"), TypeError, "mask"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: lengths_to_mask(jnp.asarray([1]), -2), ValueError, "max_len"),
         (lambda: init_lstm(0, 0, 3), ValueError, "input_dim"),
-        (lambda: init_gru("key", 2, 3), TypeError, "key"),
+        (lambda: init_gru("key", 2, 3), TypeError, "key"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (lambda: odeint_rk4(oscillator, jnp.ones(2), 0.0, float("nan"), 3, 1.0), ValueError, "dt"),
-        (lambda: odeint_rk4(oscillator, jnp.ones(2), None, 0.1, 3, 1.0), TypeError, "t0"),
+        (lambda: odeint_rk4(oscillator, jnp.ones(2), None, 0.1, 3, 1.0), TypeError, "t0"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (
-            lambda: run_rnn(lstm_cell, init_lstm(0, 2, 3), jnp.ones((4, 2), jnp.int32), None),
+            lambda: run_rnn(lstm_cell, init_lstm(0, 2, 3), jnp.ones((4, 2), jnp.int32), None),  # pyright: ignore[reportArgumentType]  # bad input on purpose (the carry too)
             TypeError,
             "xs",
         ),
@@ -530,7 +533,7 @@ def test_sequence_bad_input_names_the_argument(call, error, argument):
 # ---------------------------------------------------------------------------
 
 
-def lambda_returns64(r, d, v, gamma, lam, cut=None, nv=None):
+def lambda_returns64(r, d, v, gamma, lam, cut: Any = None, nv: Any = None) -> np.ndarray:
     out, future = np.zeros(len(r)), v[-1]
     for t in reversed(range(len(r))):
         if cut is not None and cut[t]:
@@ -541,7 +544,7 @@ def lambda_returns64(r, d, v, gamma, lam, cut=None, nv=None):
     return out
 
 
-def gae64(r, d, v, gamma, lam, cut=None, nv=None):
+def gae64(r, d, v, gamma, lam, cut: Any = None, nv: Any = None) -> np.ndarray:
     out, adv = np.zeros(len(r)), 0.0
     for t in reversed(range(len(r))):
         following = nv[t] if cut is not None and cut[t] else v[t + 1]

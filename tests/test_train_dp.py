@@ -63,7 +63,7 @@ def test_dp_epoch_with_mesh_skips_exactly_the_steps_that_sample_a_nan_row():
         "skipped",
         "clipped_fraction",
     }
-    assert epoch.jitted.__name__ == "sq_loss_train_epoch"
+    assert epoch.jitted.__name__ == "sq_loss_train_epoch"  # pyright: ignore[reportAttributeAccessIssue]  # jit copies __name__ at run time
 
 
 def test_dp_epoch_with_mesh_equals_single_device():
@@ -84,7 +84,7 @@ def test_dp_epoch_with_mesh_equals_single_device():
         s1, m1 = one(s1, (x, y))
         s4, m4 = four(s4, {"x": x, "y": y})  # a dict batch on the mesh, a tuple on one device
     np.testing.assert_allclose(np.asarray(s4.params), np.asarray(s1.params), rtol=1e-5, atol=1e-6)
-    np.testing.assert_array_equal(np.asarray(m4["batch_size"]), np.asarray(m1["batch_size"]))
+    np.testing.assert_array_equal(np.asarray(m4["batch_size"]), np.asarray(m1["batch_size"]))  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
     assert s4.params.sharding.is_fully_replicated
 
 
@@ -132,6 +132,6 @@ def test_dp_epoch_audits_donation_and_keeps_its_accounting_helpers():
     assert not state.params.is_deleted()
     np.testing.assert_array_equal(np.asarray(state.params), snapshot.params)
     with pytest.raises(ValueError, match="`sampler` must be one of"):
-        make_dp_train_epoch(sq_loss, tx, 4, clip_norm=1.0, noise_multiplier=1.0, sampler="uniform")
+        make_dp_train_epoch(sq_loss, tx, 4, clip_norm=1.0, noise_multiplier=1.0, sampler="uniform")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="`batch_size` must be an int"):
-        make_dp_train_epoch(sq_loss, tx, 4.5, clip_norm=1.0, noise_multiplier=1.0)
+        make_dp_train_epoch(sq_loss, tx, 4.5, clip_norm=1.0, noise_multiplier=1.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose

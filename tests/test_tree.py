@@ -68,7 +68,7 @@ def test_mask_by_path_regex_and_predicate():
         "norm": {"scale": True},
     }
     with pytest.raises(TypeError, match="predicate_or_regex"):
-        mask_by_path(params, 3)
+        mask_by_path(params, 3)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_tree_allclose():

@@ -350,7 +350,7 @@ def test_live_numpy_view_blocks_donation():
         for _ in range(3):
             view = np.asarray(state)  # a live view pins the buffer
             state = step(state)
-        del view
+        del view  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
         state = step(s=state)  # by keyword, nothing holds it: donated
     (finding,) = w.report().donations
     # named by the caller's variable, not the parameter `s`
@@ -408,14 +408,14 @@ def test_nans_stop_at_the_first_nan_with_primitive_phase_and_line():
         _line("NAN: log"),
         _line("CALL: nan"),
     )
-    assert not wts.is_deleted()  # no donation while NaN checking is on
+    assert not wts.is_deleted()  # no donation while NaN checking is on  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
 
 
 def test_nans_report_continues_and_binds_static_arguments():
     with Watch(nans="report") as w:
         f = jax.jit(lambda x, mode: jnp.sqrt(x) if mode == "sqrt" else x, static_argnames="mode")
         outs = [f(jnp.array([v]), mode="sqrt") for v in (1.0, -1.0, -4.0)]
-    assert np.isnan(outs[1]).all() and np.isnan(outs[2]).all()
+    assert np.isnan(outs[1]).all() and np.isnan(outs[2]).all()  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
     (nan,) = w.report().nans  # reported once
     assert (nan.primitive, nan.phase) == ("sqrt", "forward")
     assert not w.report().stopped
@@ -454,7 +454,9 @@ def test_transfers_counted_per_call_site_static_and_device_values_excluded():
         for _ in range(3):
             f(np.ones(4, np.float32), 0.5, 3)  # CALL: host
             f(jnp.ones(4), jnp.float32(0.5), 3)  # device values: nothing to transfer
-    sites = {t.where: t for t in w.report().transfers}
+    transfers = w.report().transfers
+    assert transfers is not None
+    sites = {t.where: t for t in transfers}
     host = sites[_line("CALL: host")]
     assert (host.function, host.calls, host.transfers, host.bytes, host.arguments) == (
         "<lambda>",
@@ -510,7 +512,7 @@ def test_nan_checking_leaves_jaxwise_steps_working_without_donation():
         for sign in (1.0, 1.0, -1.0):
             state, metrics = step(state, sign * jnp.ones((4, 2)))
     report = w.report()
-    assert int(state.step) == 2 and int(metrics["skipped"]) == 1  # the NaN step was skipped
+    assert int(state.step) == 2 and int(metrics["skipped"]) == 1  # the NaN step was skipped  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
     assert [(n.function, n.primitive) for n in report.nans] == [("lambda_train_step", "log")]
     assert report.donations == () and "did not donate" in report.notes[0]
 

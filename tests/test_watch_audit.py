@@ -35,7 +35,7 @@ def test_step_inside_the_users_donating_jit_is_not_audited():
         for _ in range(3):
             state, metrics = outer(state, batch)
     assert counter.count == 1 and int(state.step) == 3
-    assert float(metrics["loss"]) < float(loss(reference.params, batch)) + 1.0
+    assert float(metrics["loss"]) < float(loss(reference.params, batch)) + 1.0  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
 
 
 def test_step_under_disable_jit_warns_once_and_runs():

@@ -140,6 +140,7 @@ def test_nnx_static_learning_rate_recompiles_every_epoch(tmp_path):
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[0].startswith("epoch 0 loss ")
     assert len(proc.stdout.splitlines()) == 4  # the script's own output, untouched
+    assert report is not None
     (step,) = report["functions"]
     call = f"train.py:{_line(source, 'call')}"
     assert (step["name"], step["where"], step["calls"], step["compiles"]) == (
@@ -167,6 +168,7 @@ def test_nan_from_log_of_a_negative_batch_is_located_and_stops(tmp_path):
     proc, report = watch(tmp_path, source, "--nans")
     assert proc.returncode == 3, proc.stderr[-3000:]
     assert proc.stdout.splitlines() == ["batch 0", "batch 1", "batch 2"]  # stopped in batch 3
+    assert report is not None
     assert report["nans"] == [
         {
             "function": "step",
@@ -178,12 +180,14 @@ def test_nan_from_log_of_a_negative_batch_is_located_and_stops(tmp_path):
     assert "stopped at the first NaN" in proc.stderr
     reported, report = watch(tmp_path, source, "--nans=report")
     assert reported.returncode == 0 and len(reported.stdout.splitlines()) == 6
+    assert report is not None
     assert [n["primitive"] for n in report["nans"]] == ["log"]
 
 
 def test_donated_buffer_kept_alive_by_a_numpy_view(tmp_path):
     proc, report = watch(tmp_path, NUMPY_VIEW_DONATION, "--fail-on", "donation")
     assert proc.returncode == 3 and proc.stdout == "done\n", proc.stderr[-3000:]
+    assert report is not None
     (finding,) = report["donations"]
     assert (finding["function"], finding["argument"]) == ("update", "params['w']")
     assert "NumPy view" in finding["cause"]
@@ -193,6 +197,7 @@ def test_clean_loop_flags_nothing(tmp_path):
     proc, report = watch(tmp_path, CLEAN_LOOP, "--fail-on", "recompile,nan,donation", module=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("\n") == 1 and float(proc.stdout) < 2.0  # the script's line only
+    assert report is not None
     (step,) = report["functions"]
     assert (step["calls"], step["compiles"]) == (5, 1)
     assert report["nans"] == [] and report["donations"] == [] and report["exit_code"] == 0
@@ -203,8 +208,10 @@ def test_script_exit_codes_and_exceptions_are_preserved(tmp_path):
     proc, report = watch(
         tmp_path, "import sys\nprint(sys.argv[1:])\nsys.exit(5)\n", script_args=("a", "--b")
     )
+    assert report is not None
     assert (proc.returncode, proc.stdout, report["exit_code"]) == (5, "['a', '--b']\n", 5)
     proc, report = watch(tmp_path, "def f():\n    raise ValueError('boom')\n\nf()\n")
+    assert report is not None
     assert proc.returncode == 1 and report["exit_code"] == 1
     assert 'train.py", line 2, in f' in proc.stderr and "ValueError: boom" in proc.stderr
     assert "runpy" not in proc.stderr and "jaxwise" not in proc.stderr.split("ValueError")[0]
@@ -227,6 +234,7 @@ def test_the_documented_walk_through(tmp_path):
     }
     proc, report = watch(tmp_path, source)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report is not None
     (step,) = report["functions"]
     assert (step["where"], step["calls"], step["compiles"]) == (
         f"train.py:{lines['@nnx.jit']}",
@@ -242,6 +250,7 @@ def test_the_documented_walk_through(tmp_path):
     ]
     proc, report = watch(tmp_path, source, "--nans")
     assert proc.returncode == 3 and "epoch 3" not in proc.stdout
+    assert report is not None
     assert report["nans"] == [
         {
             "function": "train_step",

@@ -1,4 +1,4 @@
-"""Validators shared by every public boundary, and :class:`UserError`.
+"""Validators shared by every public boundary, and `UserError`.
 
 The ground floor of the package: imports nothing from jaxwise and nothing from JAX at module
 level (so ``jaxwise --help`` and ``jaxwise lint`` stay JAX-free). Every check names the argument

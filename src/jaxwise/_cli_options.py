@@ -35,7 +35,7 @@ __all__ = [
 
 
 def option_float(value: Any, option: str, **bounds: Any) -> float:
-    """``check_float`` for a command-line option: a :class:`UserError` naming ``option``."""
+    """``check_float`` for a command-line option: a `UserError` naming ``option``."""
     try:
         return check_float(value, option, **bounds)
     except (TypeError, ValueError) as err:
@@ -43,7 +43,7 @@ def option_float(value: Any, option: str, **bounds: Any) -> float:
 
 
 def option_int(value: Any, option: str, **bounds: Any) -> int:
-    """``check_int`` for a command-line option: a :class:`UserError` naming ``option``."""
+    """``check_int`` for a command-line option: a `UserError` naming ``option``."""
     try:
         return check_int(value, option, **bounds)
     except (TypeError, ValueError) as err:

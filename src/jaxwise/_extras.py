@@ -1,7 +1,7 @@
 """Optional dependencies: one clear ``ImportError`` naming the extra that installs them.
 
 The core of jaxwise needs only jax, numpy and optax. Everything else is an extra of the
-package (``pip install 'jaxwise[NAME]'``); modules that need one call :func:`require` at the
+package (``pip install 'jaxwise[NAME]'``); modules that need one call `require` at the
 point of use, never at import time of a core module.
 
 >>> require("math", extra="cli").__name__
@@ -30,7 +30,7 @@ def require(module: str, *, extra: str, feature: str | None = None) -> ModuleTyp
 
     Args:
       module: the dotted module name to import, e.g. ``"orbax.checkpoint"``.
-      extra: the jaxwise extra that installs it, one of :data:`EXTRAS`.
+      extra: the jaxwise extra that installs it, one of `EXTRAS`.
       feature: what needs it, for the message (default: the extra's name).
 
     Returns:

@@ -209,7 +209,7 @@ def plot_confusion(
     """A confusion matrix (rows: true class, columns: predicted) with counts in the cells.
 
     With more than ``max_classes`` classes only the most confused ones are
-    drawn (see :func:`confusion_focus`; the title says so), so the figure
+    drawn (see `confusion_focus`; the title says so), so the figure
     stays small and fast whatever the number of classes.
     """
     matrix = np.asarray(matrix)

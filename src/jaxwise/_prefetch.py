@@ -1,6 +1,6 @@
 """Streaming input: put host batches on the devices ahead of time, from a background thread.
 
-JAX is imported lazily (``jaxwise.data`` re-exports :func:`prefetch_to_device` and must stay
+JAX is imported lazily (``jaxwise.data`` re-exports `prefetch_to_device` and must stay
 importable without JAX).
 """
 
@@ -9,16 +9,20 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jaxwise._checks import check_int
+
+if TYPE_CHECKING:
+    import jax
+    from jax.sharding import Mesh
 
 __all__ = ["Prefetcher", "place_batch", "prefetch_to_device"]
 
 _DONE = object()
 
 
-def place_batch(batch: Any, sharding: Any) -> Any:
+def place_batch(batch: Any, sharding: jax.sharding.Sharding) -> Any:
     """Put a batch on ``sharding`` (e.g. ``NamedSharding(mesh, P("data"))``).
 
     In one process ``batch`` is the global batch. In a multi-process job each
@@ -26,6 +30,14 @@ def place_batch(batch: Any, sharding: Any) -> Any:
     leading axis split across processes in process order) and the global array
     is assembled with ``jax.make_array_from_process_local_data``; leaves that
     already are global arrays on ``sharding`` are kept.
+
+    Args:
+        batch: a pytree of host (or device) arrays, leading axis the examples.
+        sharding: where to put every leaf, e.g.
+            [`batch_sharding`][jaxwise.sharding.batch_sharding]``(mesh)``.
+
+    Returns:
+        ``batch`` with every leaf a ``jax.Array`` on ``sharding``.
 
     Examples:
         >>> import jax, numpy as np
@@ -51,16 +63,24 @@ def place_batch(batch: Any, sharding: Any) -> Any:
 class Prefetcher(Iterator[Any]):
     """An iterator over device batches, filled ``size`` ahead by a background thread.
 
-    Iterate it, or use it as a context manager; :meth:`close` (also on ``break`` out
-    of a ``with`` block) stops the thread. An exception raised by the source
-    iterator (or by the transfer) is re-raised by ``next`` at the batch where it
-    happened, after the batches before it.
+    Iterate it, or use it as a context manager; [`close`][jaxwise.data.Prefetcher.close]
+    (also on ``break`` out of a ``with`` block) stops the thread. An exception raised by the
+    source iterator (or by the transfer) is re-raised by ``next`` at the batch where it
+    happened, after the batches before it. Made by
+    [`prefetch_to_device`][jaxwise.data.prefetch_to_device], which checks the arguments.
+
+    Args:
+        iterator: the host batches (pytrees of arrays).
+        size: how many transferred batches may wait, >= 1.
+        sharding: where to put each batch (``None``: the default device).
 
     Attributes:
-      produced: how many batches the thread has put on the devices so far.
+        produced: how many batches the thread has put on the devices so far.
     """
 
-    def __init__(self, iterator: Iterable[Any], size: int, sharding: Any) -> None:
+    def __init__(
+        self, iterator: Iterable[Any], size: int, sharding: jax.sharding.Sharding | None
+    ) -> None:
         self._source = iter(iterator)
         self._sharding = sharding
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=size)
@@ -123,7 +143,9 @@ class Prefetcher(Iterator[Any]):
         self.close()
 
 
-def prefetch_to_device(iterator: Iterable[Any], size: int = 2, mesh: Any = None) -> Prefetcher:
+def prefetch_to_device(
+    iterator: Iterable[Any], size: int = 2, mesh: Mesh | None = None
+) -> Prefetcher:
     """Overlap host batch preparation with device compute: batches arrive already on device.
 
     A background thread takes batches (pytrees of NumPy arrays) from ``iterator`` and
@@ -134,12 +156,17 @@ def prefetch_to_device(iterator: Iterable[Any], size: int = 2, mesh: Any = None)
     job each process passes its local rows and gets global arrays.
 
     Args:
-      iterator: any iterable of batches (a generator, a ``DataLoader``...).
-      size: how many batches to keep ready on the devices (>= 1).
-      mesh: optional mesh to shard each batch over its ``"data"`` axis.
+        iterator: any iterable of batches (a generator, a ``DataLoader``...).
+        size: how many batches to keep ready on the devices (>= 1).
+        mesh: optional mesh to shard each batch over its ``"data"`` axis.
 
     Returns:
-      A :class:`Prefetcher` (an iterator; close it, or use ``with``, when stopping early).
+        A [`Prefetcher`][jaxwise.data.Prefetcher] (an iterator; close it, or use ``with``,
+        when stopping early).
+
+    Raises:
+        TypeError: ``iterator`` is not iterable, ``size`` not an int, or ``mesh`` not a mesh.
+        ValueError: ``size < 1`` or ``mesh`` has no ``"data"`` axis.
 
     Examples:
         >>> import numpy as np

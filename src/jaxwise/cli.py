@@ -352,7 +352,11 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand."""
+    """The argument parser with every subcommand.
+
+    Returns:
+        The ``argparse`` parser of the ``jaxwise`` command; each subcommand sets ``run``.
+    """
     parser = _Parser(
         prog="jaxwise",
         description="JAX training that compiles once, stays finite and is verified in float64.",
@@ -410,7 +414,15 @@ def _is_anticipated(err: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``jaxwise`` console script; returns the exit code."""
+    """Entry point of the ``jaxwise`` console script.
+
+    Args:
+        argv: the arguments (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit code: 0 on success, 2 for a user error (one line on stderr), 1 for a run
+        that produced no usable model, 130 on Ctrl-C.
+    """
     from jaxwise._cli_options import explicit_nans
 
     parser = build_parser()

@@ -15,6 +15,7 @@ from jaxwise._checks import check_callable, check_choice
 __all__ = ["jacobian", "jacobian_mode", "jvp_many"]
 
 Mode = Literal["auto", "fwd", "rev"]
+Pick = Literal["fwd", "rev"]
 _MODES = ("auto", "fwd", "rev")
 
 
@@ -50,7 +51,7 @@ def _cost_pick(
     has_aux: bool,
     signature: tuple,
     abstract: Any,
-) -> str | None:
+) -> Pick | None:
     """``"fwd"``/``"rev"`` from XLA's cost analysis of the two lowered programs, or None."""
     del signature  # the cache key; ``abstract`` (unhashable in general) is read only on a miss
     costs = []
@@ -80,7 +81,7 @@ class _Hashless:
 
 def jacobian_mode(
     f: Callable[..., Any], *args: Any, argnums: int | tuple[int, ...] = 0, has_aux: bool = False
-) -> str:
+) -> Pick:
     """``"fwd"`` or ``"rev"``: the Jacobian mode that is cheaper for these argument shapes.
 
     The two candidate programs (``jacfwd`` and ``jacrev``) are *lowered* on abstract
@@ -90,6 +91,18 @@ def jacobian_mode(
     function and argument signature (shapes, dtypes, structure). If the function cannot be
     lowered on its own (e.g. it closes over values traced by an outer ``jit``), the size
     rule decides: forward when the inputs are fewer than the outputs.
+
+    Args:
+        f: the function whose Jacobian is wanted.
+        *args: its arguments (arrays or pytrees; only shapes and dtypes are read).
+        argnums: the argument(s) to differentiate with respect to.
+        has_aux: ``f`` returns ``(output, aux)``.
+
+    Returns:
+        ``"fwd"`` or ``"rev"``.
+
+    Raises:
+        TypeError: ``f`` is not callable.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -122,9 +135,25 @@ def jacobian(
     """The Jacobian of ``f`` as a function, in forward or reverse mode.
 
     ``mode="auto"`` chooses per argument signature by the cost of the two programs
-    (see :func:`jacobian_mode`; cached, nothing extra is compiled);
-    ``"fwd"``/``"rev"`` force ``jax.jacfwd``/``jax.jacrev``. Pytree inputs
+    (see [`jacobian_mode`][jaxwise.autodiff.jacobian_mode]; cached, nothing extra is
+    compiled); ``"fwd"``/``"rev"`` force ``jax.jacfwd``/``jax.jacrev``. Pytree inputs
     and outputs and ``has_aux`` work as in JAX.
+
+    Args:
+        f: the function to differentiate.
+        argnums: the argument(s) to differentiate with respect to.
+        mode: ``"auto"``, ``"fwd"`` or ``"rev"``.
+        has_aux: ``f`` returns ``(output, aux)``; the Jacobian function then returns
+            ``(jacobian, aux)``.
+
+    Returns:
+        A function of ``f``'s arguments returning the Jacobian: for an output of shape
+        ``(m…)`` and an input of shape ``(n…)``, an array of shape ``(m…, n…)`` (pytrees of
+        those for pytree inputs and outputs, as ``jax.jacrev``).
+
+    Raises:
+        TypeError: ``f`` is not callable.
+        ValueError: ``mode`` is not one of the three.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -149,17 +178,22 @@ def jacobian(
     return auto
 
 
-def jvp_many(f: Callable[[Any], Any], x: Any, tangents: Any) -> tuple[Any, Any]:
+def jvp_many[X, Y](f: Callable[[X], Y], x: X, tangents: X) -> tuple[Y, Y]:
     """``f(x)`` and ``J(x) t`` for a batch of tangents, linearising ``f`` once.
 
     Args:
-      f: a function of one pytree argument.
-      x: the point.
-      tangents: like ``x`` with an extra leading batch axis on every leaf.
+        f: a function of one pytree argument.
+        x: the point.
+        tangents: like ``x`` with an extra leading batch axis on every leaf.
 
     Returns:
-      ``(f(x), jvps)`` where ``jvps`` has the structure of ``f(x)`` with a
-      leading batch axis.
+        ``(f(x), jvps)`` where ``jvps`` has the structure of ``f(x)`` with a
+        leading batch axis.
+
+    Raises:
+        TypeError: ``f`` is not callable.
+        ValueError: the tangents do not share one leading batch axis, or a leaf's shape after
+            it is not ``x``'s.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +15,7 @@ from jaxwise._checks import check_callable, check_choice, check_float, check_int
 __all__ = ["cg_solve", "hvp", "newton_cg", "newton_cg_step"]
 
 _HVP_METHODS = ("fwd_rev", "rev_rev", "rev_fwd")
+HvpMethod = Literal["fwd_rev", "rev_rev", "rev_fwd"]
 
 
 def _tree_vdot(a: Any, b: Any) -> jax.Array:
@@ -22,7 +23,7 @@ def _tree_vdot(a: Any, b: Any) -> jax.Array:
     return jnp.asarray(total)
 
 
-def hvp(f: Callable[..., jax.Array], x: Any, v: Any, *args: Any, method: str = "fwd_rev") -> Any:
+def hvp[X](f: Callable[..., jax.Array], x: X, v: X, *args: Any, method: HvpMethod = "fwd_rev") -> X:
     """The Hessian-vector product ``∇²f(x) v`` without forming the Hessian.
 
     ``f(x, *args)`` is a scalar; ``x`` and ``v`` are pytrees of the same
@@ -30,6 +31,20 @@ def hvp(f: Callable[..., jax.Array], x: Any, v: Any, *args: Any, method: str = "
     gradient; the usual best), ``"rev_rev"`` (``grad`` of ``<∇f, v>``),
     ``"rev_fwd"`` (``grad`` of the directional derivative). All cost a small
     constant times a gradient and memory linear in ``x``.
+
+    Args:
+        f: ``f(x, *args) -> scalar``.
+        x: the point (a pytree of float arrays).
+        v: the direction, ``x``'s structure and shapes.
+        *args: further arguments of ``f`` (not differentiated).
+        method: ``"fwd_rev"``, ``"rev_rev"`` or ``"rev_fwd"``.
+
+    Returns:
+        ``∇²f(x) v``: ``x``'s structure, shapes and dtypes.
+
+    Raises:
+        TypeError: ``f`` is not callable.
+        ValueError: an unknown ``method``, or ``v`` differs from ``x`` in structure or shape.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -48,7 +63,7 @@ def hvp(f: Callable[..., jax.Array], x: Any, v: Any, *args: Any, method: str = "
                 f"`v` leaf of shape {np.shape(b)} does not match `x` leaf of shape {np.shape(a)}"
             )
 
-    def fx(y: Any) -> jax.Array:
+    def fx(y: X) -> jax.Array:
         return f(y, *args)
 
     if method == "fwd_rev":
@@ -64,7 +79,7 @@ def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
-def cg_solve(matvec: Callable[[Any], Any], b: Any, iters: int, tol: float | None = None) -> Any:
+def cg_solve[B](matvec: Callable[[B], B], b: B, iters: int, tol: float | None = None) -> B:
     """Conjugate gradient for ``A x = b`` (``A`` symmetric positive definite, given as ``matvec``).
 
     A fixed number of iterations in a ``lax.fori_loop`` (jit-able, and
@@ -75,14 +90,18 @@ def cg_solve(matvec: Callable[[Any], Any], b: Any, iters: int, tol: float | None
     they are guarded to 0, so extra iterations idle without NaN.
 
     Args:
-      matvec: ``v -> A v`` on pytrees like ``b``.
-      b: right-hand side (a pytree).
-      iters: number of iterations (≥ 1); ``n`` iterations solve an n-dim
-        system exactly in exact arithmetic.
-      tol: optional relative residual tolerance.
+        matvec: ``v -> A v`` on pytrees like ``b``.
+        b: right-hand side (a pytree of float arrays).
+        iters: number of iterations (≥ 1); ``n`` iterations solve an n-dim
+            system exactly in exact arithmetic.
+        tol: optional relative residual tolerance, >= 0.
 
     Returns:
-      ``x`` (a pytree like ``b``).
+        ``x`` (a pytree like ``b``).
+
+    Raises:
+        TypeError: ``matvec`` is not callable, or ``iters``/``tol`` have the wrong type.
+        ValueError: ``matvec`` does not return ``b``'s shapes, ``iters < 1`` or ``tol < 0``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -196,7 +215,7 @@ def _newton_cg_step(
     args: tuple,
     damping: jax.Array,
     cg_iters: int,
-    hvp_method: str,
+    hvp_method: HvpMethod,
 ) -> tuple[Any, Any, Any, jax.Array]:
     value, grad = jax.value_and_grad(f)(x, *args)
     neg_grad = jax.tree.map(jnp.negative, grad)
@@ -224,14 +243,14 @@ def _check_newton_args(f: Any, cg_iters: Any, damping: Any, hvp_method: Any) -> 
     return check_float(damping, "damping", min_value=0.0)
 
 
-def newton_cg_step(
+def newton_cg_step[X](
     f: Callable[..., jax.Array],
-    x: Any,
+    x: X,
     *args: Any,
     cg_iters: int = 20,
     damping: float = 0.0,
-    hvp_method: str = "fwd_rev",
-) -> tuple[Any, Any, Any]:
+    hvp_method: HvpMethod = "fwd_rev",
+) -> tuple[X, X, X]:
     """One Newton-CG step: ``(H + damping·I) d = −∇f`` by truncated CG, then a line search.
 
     The Hessian is never formed (CG on Hessian-vector products). Negative curvature is
@@ -245,13 +264,28 @@ def newton_cg_step(
     Jitted (``f`` is static: pass the same function object every step and it compiles
     once). ``f(x, *args)`` is a scalar.
 
+    Args:
+        f: ``f(x, *args) -> scalar``, twice differentiable (static: the same object each
+            step).
+        x: the current point (a pytree of float arrays).
+        *args: further arguments of ``f`` (not differentiated).
+        cg_iters: the CG iterations per step, >= 1.
+        damping: added to the Hessian's diagonal, >= 0.
+        hvp_method: how Hessian-vector products are taken, as in
+            [`hvp`][jaxwise.autodiff.hvp].
+
     Returns:
-      ``(x_new, grad, direction)`` (``grad`` at the old ``x``; ``x_new = x + α·direction``).
+        ``(x_new, grad, direction)``, each ``x``'s structure (``grad`` at the old ``x``;
+        ``x_new = x + α·direction``).
+
+    Raises:
+        TypeError: ``f`` is not callable, or an option has the wrong type.
+        ValueError: ``cg_iters < 1``, ``damping < 0``, or an unknown ``hvp_method``.
 
     References:
-      Nocedal & Wright, *Numerical Optimization* (2nd ed.), Algorithm 7.1 (line-search
-      Newton-CG); Steihaug, "The conjugate gradient method and trust regions in large scale
-      optimization", SIAM J. Numer. Anal. 1983.
+        Nocedal & Wright, *Numerical Optimization* (2nd ed.), Algorithm 7.1 (line-search
+        Newton-CG); Steihaug, "The conjugate gradient method and trust regions in large scale
+        optimization", SIAM J. Numer. Anal. 1983.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -266,21 +300,38 @@ def newton_cg_step(
     return x_new, grad, direction
 
 
-def newton_cg(
+def newton_cg[X](
     f: Callable[..., jax.Array],
-    x0: Any,
+    x0: X,
     *args: Any,
     steps: int = 20,
     tol: float = 1e-6,
     cg_iters: int = 20,
     damping: float = 0.0,
-) -> tuple[Any, np.ndarray]:
-    """Newton-CG (see :func:`newton_cg_step`) until ``‖∇f‖ < tol`` or ``steps`` steps.
+) -> tuple[X, np.ndarray]:
+    """Newton-CG (see `newton_cg_step`) until ``‖∇f‖ < tol``.
 
-    Returns ``(x, gradient-norm history)``: ``‖∇f‖`` before each step and at the returned
-    point; quadratic convergence shows as the exponent doubling near the optimum. From a
-    start with negative curvature it still ends at a minimum (truncated CG + line search).
-    Compiles two programs (the step and the final gradient norm), once per shape.
+    At most ``steps`` steps. Quadratic convergence shows in the history as the exponent
+    doubling near the optimum. From a start with negative curvature it still ends at a
+    minimum (truncated CG + line search). Compiles two programs (the step and the final
+    gradient norm), once per shape.
+
+    Args:
+        f: ``f(x, *args) -> scalar``, twice differentiable.
+        x0: the starting point (a pytree of float arrays).
+        *args: further arguments of ``f`` (not differentiated).
+        steps: the most Newton steps, >= 1.
+        tol: stop once the gradient norm is below it, >= 0.
+        cg_iters: the CG iterations per step, >= 1.
+        damping: added to the Hessian's diagonal, >= 0.
+
+    Returns:
+        ``(x, history)``: the last point (``x0``'s structure) and a float64 NumPy array of
+        ``‖∇f‖`` before each step and at the returned point.
+
+    Raises:
+        TypeError: ``f`` is not callable, or an option has the wrong type.
+        ValueError: an option is out of range.
 
     Examples:
         >>> import jax.numpy as jnp

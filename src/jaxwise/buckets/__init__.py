@@ -1,15 +1,16 @@
 """Bucketed padding and ahead-of-time compiled serving.
 
-A jitted function compiles once per input shape, so serving requests of
-variable length with plain ``jit`` pays a compile for every new length.
-Padding every request up to one of a few *bucket* sizes bounds the number of
-programs; :func:`plan_buckets` chooses the buckets that minimise the padded
-work for an observed length histogram, and :class:`BucketedFunction`
-compiles every bucket ahead of time so that no request ever compiles.
+A jitted function compiles once per input shape, so serving requests of variable length with plain
+``jit`` pays a compile for every new length. Padding every request up to one of a few *bucket* sizes
+bounds the number of programs; [`plan_buckets`][jaxwise.buckets.plan_buckets] chooses the buckets
+that minimise the padded work for an observed length histogram, and
+[`BucketedFunction`][jaxwise.buckets.BucketedFunction] compiles every bucket ahead of time so that
+no request ever compiles.
 
-The helpers here (:func:`bucket_for`, :func:`pad_to_bucket`,
-:func:`plan_buckets`, :func:`padding_waste`) are pure NumPy and never trigger a
-JAX compilation.
+The helpers here ([`bucket_for`][jaxwise.buckets.bucket_for],
+[`pad_to_bucket`][jaxwise.buckets.pad_to_bucket], [`plan_buckets`][jaxwise.buckets.plan_buckets],
+[`padding_waste`][jaxwise.buckets.padding_waste]) are pure NumPy and never trigger a JAX
+compilation.
 
 Examples:
     >>> import numpy as np

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from jaxwise._checks import check_array, check_int, is_int
 
@@ -36,11 +37,16 @@ def bucket_for(n: int, buckets: Sequence[int]) -> int:
     """The smallest bucket that holds ``n`` items.
 
     Args:
-      n: the request length, an int >= 0.
-      buckets: strictly increasing positive sizes.
+        n: the request length, an int >= 0.
+        buckets: strictly increasing positive sizes.
+
+    Returns:
+        The bucket size.
 
     Raises:
-      ValueError: ``n`` exceeds the largest bucket.
+        TypeError: ``n`` is not an int or ``buckets`` not a sequence of ints.
+        ValueError: ``n`` is negative or exceeds the largest bucket, or ``buckets`` is empty,
+            not increasing or not positive.
 
     Examples:
         >>> bucket_for(5, (4, 8, 16))
@@ -58,20 +64,25 @@ def bucket_for(n: int, buckets: Sequence[int]) -> int:
 
 
 def pad_to_bucket(
-    x: Any, buckets: Sequence[int], axis: int = 0, fill: Any = 0
+    x: npt.ArrayLike, buckets: Sequence[int], axis: int = 0, fill: npt.ArrayLike = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Pad ``x`` along ``axis`` up to its bucket with ``fill`` (NumPy only).
 
     Args:
-      x: array-like of any shape with ``ndim >= 1``.
-      buckets: strictly increasing positive sizes.
-      axis: the axis to pad.
-      fill: the padding value.
+        x: array-like of any shape with ``ndim >= 1``.
+        buckets: strictly increasing positive sizes.
+        axis: the axis to pad.
+        fill: the padding value (a scalar).
 
     Returns:
-      ``(padded, mask)``: ``padded`` has ``x.shape`` with ``shape[axis]``
-      replaced by the bucket; ``mask`` is a bool vector of the bucket's
-      length, ``True`` for real entries.
+        ``(padded, mask)``: ``padded`` has ``x.shape`` with ``shape[axis]``
+        replaced by the bucket, and ``x``'s dtype; ``mask`` is a bool vector of the
+        bucket's length, ``True`` for real entries.
+
+    Raises:
+        TypeError: ``x`` is not an array or ``axis`` not an int.
+        ValueError: ``x`` is a scalar, ``axis`` is out of range, or ``x`` is longer than the
+            largest bucket.
 
     Examples:
         >>> p, m = pad_to_bucket([[1, 2, 3]], (2, 4), axis=1, fill=-1)
@@ -99,6 +110,17 @@ def pad_to_bucket(
 def power_of_two_buckets(max_len: int, min_bucket: int = 1) -> tuple[int, ...]:
     """Power-of-two buckets ``min_bucket, 2·min_bucket, …`` up to cover ``max_len``.
 
+    Args:
+        max_len: the longest request, >= 0.
+        min_bucket: the smallest bucket, >= 1.
+
+    Returns:
+        The increasing bucket sizes; the last one is >= ``max_len``.
+
+    Raises:
+        TypeError: an argument is not an int.
+        ValueError: ``max_len < 0`` or ``min_bucket < 1``.
+
     Examples:
         >>> power_of_two_buckets(100, 8)
         (8, 16, 32, 64, 128)
@@ -114,9 +136,18 @@ def power_of_two_buckets(max_len: int, min_bucket: int = 1) -> tuple[int, ...]:
 def padding_waste(lengths: Sequence[int] | np.ndarray, buckets: Sequence[int]) -> tuple[int, float]:
     """Total padded items and the padded fraction of all work.
 
+    Args:
+        lengths: the request lengths, a non-empty 1-D sequence of ints >= 0.
+        buckets: strictly increasing positive sizes.
+
     Returns:
-      ``(padding, fraction)`` where ``padding = Σ (bucket_for(n) − n)`` and
-      ``fraction = padding / Σ bucket_for(n)``.
+        ``(padding, fraction)`` where ``padding = Σ (bucket_for(n) − n)`` and
+        ``fraction = padding / Σ bucket_for(n)``.
+
+    Raises:
+        TypeError: ``lengths`` or ``buckets`` do not hold ints.
+        ValueError: a length is negative or exceeds the largest bucket, or ``buckets`` is
+            empty, not increasing or not positive.
 
     Examples:
         >>> padding_waste([3, 4, 5], (4, 8))

@@ -12,7 +12,9 @@ from jaxwise.buckets._padding import _check_lengths
 __all__ = ["plan_buckets"]
 
 
-def plan_buckets(lengths: Sequence[int] | np.ndarray, max_buckets: int) -> tuple[int, ...]:
+def plan_buckets(
+    lengths: Sequence[int] | np.ndarray, max_buckets: int | np.integer
+) -> tuple[int, ...]:
     """Bucket boundaries minimising total padding for observed request lengths.
 
     Exact dynamic programming over the sorted distinct lengths: with values
@@ -26,11 +28,15 @@ def plan_buckets(lengths: Sequence[int] | np.ndarray, max_buckets: int) -> tuple
     (100,000 distinct lengths and 16 buckets take about a second).
 
     Args:
-      lengths: observed request lengths (a histogram as raw samples), ints >= 0.
-      max_buckets: the number of programs you are willing to compile, >= 1.
+        lengths: observed request lengths (a histogram as raw samples), ints >= 0.
+        max_buckets: the number of programs you are willing to compile, >= 1.
 
     Returns:
-      Sorted tuple of at most ``max_buckets`` bucket sizes.
+        Sorted tuple of at most ``max_buckets`` bucket sizes.
+
+    Raises:
+        TypeError: ``lengths`` does not hold ints, or ``max_buckets`` is not an int.
+        ValueError: ``lengths`` is empty, not 1-D or negative, or ``max_buckets < 1``.
 
     Examples:
         >>> plan_buckets([1, 1, 2, 9, 10, 10], 2)

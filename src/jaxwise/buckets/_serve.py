@@ -9,6 +9,8 @@ from typing import Any
 
 import jax
 import numpy as np
+import numpy.typing as npt
+from jax.typing import DTypeLike
 
 from jaxwise._checks import check_callable, is_int
 from jaxwise.buckets._padding import _check_buckets, bucket_for, pad_to_bucket
@@ -23,14 +25,23 @@ class Padded:
     ``shape`` contains exactly one ``None``: the variable-length axis that is
     padded up to the bucket with ``fill``.
 
+    Attributes:
+        shape: the argument's shape, ``None`` on the padded axis.
+        dtype: its dtype (stored as a ``numpy.dtype``).
+        fill: the padding value.
+
+    Raises:
+        ValueError: ``shape`` does not contain exactly one ``None``, or an entry is not an
+            int >= 0.
+
     Examples:
         >>> Padded((None, 16), "float32").axis
         0
     """
 
-    shape: tuple[int | None, ...]
-    dtype: Any
-    fill: Any = 0
+    shape: tuple[int | np.integer | None, ...]
+    dtype: DTypeLike
+    fill: npt.ArrayLike = 0
 
     def __post_init__(self) -> None:
         shape = tuple(self.shape)
@@ -46,16 +57,31 @@ class Padded:
 
     @property
     def axis(self) -> int:
+        """The padded axis: the position of ``None`` in ``shape``."""
         return self.shape.index(None)
 
     def at(self, size: int) -> jax.ShapeDtypeStruct:
-        """The concrete spec for one bucket size."""
+        """The concrete spec for one bucket size.
+
+        Args:
+            size: the bucket size put on the padded axis.
+
+        Returns:
+            ``jax.ShapeDtypeStruct`` of ``shape`` with ``None`` replaced by ``size``.
+        """
         return jax.ShapeDtypeStruct(tuple(size if d is None else d for d in self.shape), self.dtype)
 
 
 @dataclasses.dataclass
 class BucketStats:
-    """Per-bucket serving statistics."""
+    """Per-bucket serving statistics.
+
+    Attributes:
+        bucket: the bucket size.
+        requests: requests served by this bucket's program.
+        real_items: their total length.
+        padded_items: the padding added to them.
+    """
 
     bucket: int
     requests: int = 0
@@ -72,38 +98,44 @@ class BucketStats:
 class BucketedFunction:
     """Serve ``fn`` on variable-length inputs with one AOT-compiled program per bucket.
 
-    Each positional argument is described by a spec: :class:`Padded` for an
-    argument whose ``None`` axis has the request length (all padded
-    arguments of one call must share that length), or a
-    ``jax.ShapeDtypeStruct`` for a fixed argument (weights, scalars). At
-    :meth:`warmup` every bucket is lowered and compiled from these specs; a
-    call validates the request (shapes, dtypes, length) before anything
-    else, pads with NumPy, runs the compiled executable and strips the
+    Each positional argument is described by a spec: [`Padded`][jaxwise.buckets.Padded] for
+    an argument whose ``None`` axis has the request length (all padded arguments of one call
+    must share that length), or a ``jax.ShapeDtypeStruct`` for a fixed argument (weights,
+    scalars). At [`warmup`][jaxwise.buckets.BucketedFunction.warmup] every bucket is lowered
+    and compiled from these specs; a call validates the request (shapes, dtypes, length)
+    before anything else, pads with NumPy, runs the compiled executable and strips the
     padding from the outputs. Python scalars are cast to their spec's dtype,
     so ``0.5`` and ``np.float32(0.5)`` use the same program. After
-    :meth:`warmup`, calls never compile.
+    [`warmup`][jaxwise.buckets.BucketedFunction.warmup], calls never compile.
 
     ``fn`` receives the padded arguments and, if ``pass_mask=True``, a
     keyword ``mask`` (bool, shape ``(bucket,)``); masked reductions must use
     it in both numerator and denominator.
 
-    Args:
-      fn: the function to serve, ``fn(*args[, mask=mask]) -> pytree``.
-      buckets: strictly increasing bucket sizes.
-      arg_specs: one spec per positional argument.
-      pass_mask: pass ``mask=`` to ``fn``.
-      out_axes: the axis of each output leaf to strip back to the request
-        length: an int for all leaves, or a pytree prefix of the output with
-        an int or ``None`` (do not strip) per leaf.
-
     Outputs are returned as NumPy arrays (host copies; slicing a device array
     to each request's length would compile one small program per length).
 
+    Args:
+        fn: the function to serve, ``fn(*args[, mask=mask]) -> pytree``.
+        buckets: strictly increasing bucket sizes.
+        arg_specs: one spec per positional argument.
+        pass_mask: pass ``mask=`` to ``fn``.
+        out_axes: the axis of each output leaf to strip back to the request
+            length: an int for all leaves, or a pytree prefix of the output with
+            an int or ``None`` (do not strip) per leaf.
+
     Attributes:
-      jitted: ``jax.jit(fn)``, the program every bucket compiles from; it is
-        named after ``fn`` (``jit(fn)``), so ``CompileCounter(served)`` or
-        ``CompileBudget(n, served)`` counts exactly its compiles.
-      stats: per-bucket :class:`BucketStats`.
+        jitted: ``jax.jit(fn)``, the program every bucket compiles from; it is
+            named after ``fn`` (``jit(fn)``), so ``CompileCounter(served)`` or
+            ``CompileBudget(n, served)`` counts exactly its compiles.
+        stats: ``{bucket: BucketStats}``, per-bucket
+            [`BucketStats`][jaxwise.buckets.BucketStats].
+
+    Raises:
+        TypeError: ``fn`` is not callable or a spec is not a ``Padded`` or
+            ``jax.ShapeDtypeStruct``.
+        ValueError: ``buckets`` is not strictly increasing and positive, or no spec is
+            ``Padded``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -168,6 +200,7 @@ class BucketedFunction:
 
     @property
     def compiled_buckets(self) -> tuple[int, ...]:
+        """The bucket sizes compiled so far, increasing."""
         return tuple(sorted(self._compiled))
 
     def _prepare(self, args: tuple[Any, ...]) -> tuple[int, list[np.ndarray]]:
@@ -196,7 +229,20 @@ class BucketedFunction:
         return length, arrays
 
     def __call__(self, *args: Any) -> Any:
-        """Serve one request; returns the outputs with padding stripped (NumPy)."""
+        """Serve one request.
+
+        Args:
+            *args: one array (or Python scalar) per spec, in the spec's dtype; the padded
+                ones share their length along the padded axis.
+
+        Returns:
+            ``fn``'s outputs as NumPy arrays, with the padding stripped along ``out_axes``.
+
+        Raises:
+            TypeError: a wrong number of arguments, or an argument of the wrong dtype.
+            ValueError: a wrong shape, padded lengths that differ, or a request longer than
+                the largest bucket.
+        """
         length, arrays = self._prepare(args)
         size = bucket_for(length, self.buckets)
         padded = []
@@ -224,7 +270,11 @@ class BucketedFunction:
         )
 
     def summary(self) -> str:
-        """A text table of requests and padding waste per bucket."""
+        """A text table of requests and padding waste per bucket.
+
+        Returns:
+            One header line and one line per bucket.
+        """
         lines = [f"{'bucket':>8} {'requests':>9} {'real':>10} {'padding':>10} {'waste':>7}"]
         for s in self.stats.values():
             lines.append(
@@ -243,7 +293,7 @@ def _strip_leaf(leaf: Any, axis: int | None, length: int) -> np.ndarray:
     return arr[tuple(index)]
 
 
-def _check_shape(arr: np.ndarray, expected: Sequence[int | None], name: str) -> None:
+def _check_shape(arr: np.ndarray, expected: Sequence[int | np.integer | None], name: str) -> None:
     if arr.ndim != len(expected):
         raise ValueError(
             f"`{name}` must have {len(expected)} dims {_shape_str(expected)}, got shape {arr.shape}"
@@ -256,12 +306,13 @@ def _check_shape(arr: np.ndarray, expected: Sequence[int | None], name: str) -> 
             )
 
 
-def _shape_str(shape: Sequence[int | None]) -> str:
+def _shape_str(shape: Sequence[int | np.integer | None]) -> str:
     return "(" + ", ".join("n" if d is None else str(d) for d in shape) + ")"
 
 
-def _as_typed_array(arg: Any, dtype: np.dtype, name: str) -> np.ndarray:
+def _as_typed_array(arg: Any, spec_dtype: DTypeLike, name: str) -> np.ndarray:
     """Convert a request argument to its spec dtype, rejecting real dtype mismatches."""
+    dtype = np.dtype(spec_dtype)
     if isinstance(arg, (bool, int, float, complex)) or (
         isinstance(arg, (list, tuple)) and not isinstance(arg, np.ndarray)
     ):

@@ -119,7 +119,7 @@ def _describe(state: TrainState, metadata: dict[str, Any]) -> tuple[dict[str, An
 
 
 def read_meta(step_dir: Path) -> dict[str, Any]:
-    """The sealed metadata of a jaxwise step, or :class:`Damaged`."""
+    """The sealed metadata of a jaxwise step, or `Damaged`."""
     try:
         doc = json.loads((step_dir / fmt.META / "metadata").read_text())
     except (OSError, ValueError) as err:
@@ -142,14 +142,25 @@ def _intact_meta(step_dir: Path) -> dict[str, Any] | None:
 class Checkpointer:
     """The single writer of a checkpoint directory: ``save`` steps, keep the newest ``keep``.
 
-    Holds an exclusive lock on the directory for its lifetime (in process 0 of a
-    ``jax.distributed`` job): a second writer, in this or another process, gets a
-    :class:`CheckpointError` at once. A step that already exists is never overwritten;
-    only steps older than the one just written are deleted (beyond ``keep``), and only
-    after it is complete. With ``async_save=True``, ``save`` returns once the arrays are
-    copied off the devices and the files are written in the background (``wait`` or the
-    next ``save``/``close`` finishes them). Every process of a multi-process job must call
-    ``save`` with the same state.
+    Holds an exclusive lock on the directory for its lifetime (in process 0 of a ``jax.distributed``
+    job): a second writer, in this or another process, gets a
+    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] at once. A step that already exists is
+    never overwritten; only steps older than the one just written are deleted (beyond ``keep``), and
+    only after it is complete. With ``async_save=True``, ``save`` returns once the arrays are copied
+    off the devices and the files are written in the background (``wait`` or the next
+    ``save``/``close`` finishes them). Every process of a multi-process job must call ``save`` with
+    the same state.
+
+    Args:
+        path: the checkpoint directory (created if missing).
+        keep: how many steps to keep, >= 1.
+        async_save: write the files in the background.
+
+    Raises:
+        ImportError: orbax is not installed (``pip install 'jaxwise[checkpoint]'``).
+        CheckpointError: another writer holds the directory.
+        TypeError: ``path`` is not a path or ``keep`` not an int.
+        ValueError: ``keep < 1``.
 
     Examples:
         >>> import tempfile, jax.numpy as jnp
@@ -177,7 +188,19 @@ class Checkpointer:
         self._closed = False
 
     def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Path:
-        """Write ``state`` (and JSON ``metadata``) as step ``int(state.step)``; return its dir."""
+        """Write ``state`` (and JSON ``metadata``) as step ``int(state.step)``.
+
+        Args:
+            state: the [`TrainState`][jaxwise.train.TrainState] to save.
+            metadata: a JSON-serialisable dict stored with it, or ``None``.
+
+        Returns:
+            The step's directory (complete once ``wait`` returns, with ``async_save``).
+
+        Raises:
+            CheckpointError: the checkpointer is closed, or the step exists already.
+            TypeError: ``state`` is not a ``TrainState`` or ``metadata`` not a JSON dict.
+        """
         if self._closed:
             raise CheckpointError(f"this Checkpointer of {self.path} is closed")
         if not isinstance(state, TrainState):
@@ -262,17 +285,24 @@ def save(
     readable with plain orbax), typed keys as raw key data; ``path/<step>/meta`` holds the
     leaf table, a checksum per leaf, static fields and ``metadata``, sealed by a digest.
     Each step is written to a temporary directory and renamed when complete, so an
-    interrupted write never harms earlier steps. One-shot form of :class:`Checkpointer`
-    (takes the directory's writer lock for the duration).
+    interrupted write never harms earlier steps. One-shot form of
+    [`Checkpointer`][jaxwise.checkpoint.Checkpointer] (takes the directory's writer lock for
+    the duration).
 
     Args:
-      path: the checkpoint directory (created if missing).
-      state: a :class:`TrainState` (arrays may be sharded, also across processes).
-      metadata: a JSON-serialisable dict (e.g. epoch, :func:`data_fingerprint`).
-      keep: how many steps to keep (older ones are deleted after this one is written).
+        path: the checkpoint directory (created if missing).
+        state: a [`TrainState`][jaxwise.train.TrainState] (arrays may be sharded, also
+            across processes).
+        metadata: a JSON-serialisable dict (e.g. epoch,
+            [`data_fingerprint`][jaxwise.checkpoint.data_fingerprint]).
+        keep: how many steps to keep (older ones are deleted after this one is written).
 
     Returns:
-      The directory of this step's checkpoint.
+        The directory of this step's checkpoint.
+
+    Raises:
+        CheckpointError: another writer holds the directory, or the step exists already.
+        TypeError: ``state`` is not a ``TrainState`` or ``metadata`` not a JSON dict.
 
     Examples:
         >>> import tempfile, jax, jax.numpy as jnp
@@ -292,8 +322,14 @@ def save(
 def latest_step(path: str | Path) -> int | None:
     """The newest step under ``path`` that is complete with intact metadata, or ``None``.
 
-    A cheap check (the arrays are verified by :func:`restore`); steps written by plain
-    orbax count too.
+    A cheap check (the arrays are verified by [`restore`][jaxwise.checkpoint.restore]);
+    steps written by plain orbax count too.
+
+    Args:
+        path: the checkpoint directory.
+
+    Returns:
+        The step number, or ``None`` when there is no complete step.
     """
     check_path(path, "path")
     for step, step_dir in sorted(fmt.step_dirs(Path(path).absolute()).items(), reverse=True):
@@ -304,7 +340,18 @@ def latest_step(path: str | Path) -> int | None:
 
 
 def load_metadata(path: str | Path, step: int | None = None) -> dict[str, Any]:
-    """The user metadata saved with a step (by default the newest step with intact metadata)."""
+    """The user metadata saved with a step (by default the newest step with intact metadata).
+
+    Args:
+        path: the checkpoint directory.
+        step: the step (default: the newest one whose metadata is intact).
+
+    Returns:
+        The ``metadata`` dict given to ``save``.
+
+    Raises:
+        CheckpointError: no such step, its metadata is damaged, or no step is intact.
+    """
     check_path(path, "path")
     root = Path(path).absolute()
     steps = fmt.step_dirs(root)
@@ -371,28 +418,34 @@ def restore(
 ) -> Any:
     """Restore a checkpoint into ``like``'s structure, placing every array on ``like``'s sharding.
 
-    By default the newest step is restored; a step that is incomplete (a stray or
-    half-written directory) or damaged (unreadable files, a leaf failing its checksum,
-    metadata failing its digest) is skipped with a :class:`CheckpointWarning` naming it and
-    the reason, and the newest intact step is restored. With an explicit ``step`` a damaged
-    step is an error. The checkpoint must have ``like``'s paths, shapes, dtypes and static
-    fields (else :class:`CheckpointError` naming the first difference). Works in every
-    process of a ``jax.distributed`` job (``like`` sharded over a global mesh), and reads
-    plain orbax/Flax checkpoints with the same tree (``path`` a pytree directory or a
-    directory of steps; a missing ``key`` is taken from ``like``).
-
-    Args:
-      path: the checkpoint directory.
-      like: a :class:`TrainState` (arrays or ``jax.ShapeDtypeStruct`` leaves) giving the
-        structure, dtypes and target shardings.
-      step: the step to restore (default: the newest intact one).
-      with_metadata: also return the user metadata of the restored step.
-
-    Returns:
-      The restored state, or ``(state, metadata)`` with ``with_metadata=True``.
+    By default the newest step is restored; a step that is incomplete (a stray or half-written
+    directory) or damaged (unreadable files, a leaf failing its checksum, metadata failing its
+    digest) is skipped with a [`CheckpointWarning`][jaxwise.checkpoint.CheckpointWarning] naming it
+    and the reason, and the newest intact step is restored. With an explicit ``step`` a damaged step
+    is an error. The checkpoint must have ``like``'s paths, shapes, dtypes and static fields (else
+    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] naming the first difference). Works in
+    every process of a ``jax.distributed`` job (``like`` sharded over a global mesh), and reads
+    plain orbax/Flax checkpoints with the same tree (``path`` a pytree directory or a directory of
+    steps; a missing ``key`` is taken from ``like``).
 
     Resuming is bit-identical: training N epochs straight equals k epochs, save, restore
     (in a fresh process) and N − k more.
+
+    Args:
+        path: the checkpoint directory.
+        like: a [`TrainState`][jaxwise.train.TrainState] (arrays or
+            ``jax.ShapeDtypeStruct`` leaves) giving the structure, dtypes and target
+            shardings.
+        step: the step to restore (default: the newest intact one).
+        with_metadata: also return the user metadata of the restored step.
+
+    Returns:
+        The restored state, or ``(state, metadata)`` with ``with_metadata=True``.
+
+    Raises:
+        CheckpointError: no checkpoint, no intact step, a damaged explicit ``step``, or a
+            checkpoint that does not fit ``like``.
+        TypeError: ``like`` is not a ``TrainState`` or ``step`` not an int.
     """
     check_path(path, "path")
     if not isinstance(like, TrainState):
@@ -429,10 +482,12 @@ def data_fingerprint(data: Any) -> dict[str, Any]:
     """Shapes, dtypes and a SHA-256 of host data: store it to refuse resuming on other data.
 
     Args:
-      data: a pytree of NumPy (or fully addressable JAX) arrays, e.g. ``(x_train, y_train)``.
+        data: a pytree of NumPy (or fully addressable JAX) arrays, e.g.
+            ``(x_train, y_train)``.
 
     Returns:
-      A JSON-serialisable dict ``{"shapes", "dtypes", "sha256"}``; equal dicts mean equal data.
+        A JSON-serialisable dict ``{"shapes", "dtypes", "sha256"}``; equal dicts mean equal
+        data.
 
     Examples:
         >>> import numpy as np

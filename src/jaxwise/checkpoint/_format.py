@@ -149,13 +149,13 @@ def _leaf_checksum(x: jax.Array) -> jax.Array:
 
 
 def checkpoint_checksums(leaves: Sequence[jax.Array]) -> jax.Array:
-    """``uint32[len(leaves), 2]``: the two checksum words of each leaf (see :func:`checksums`)."""
+    """``uint32[len(leaves), 2]``: the two checksum words of each leaf (see `checksums`)."""
     return jnp.stack([_leaf_checksum(x) for x in leaves])
 
 
 @functools.lru_cache(maxsize=64)
 def checksum_program(out_sharding: jax.sharding.Sharding) -> Any:
-    """The jitted :func:`checkpoint_checksums` with its result on ``out_sharding``."""
+    """The jitted `checkpoint_checksums` with its result on ``out_sharding``."""
     return jax.jit(checkpoint_checksums, out_shardings=out_sharding)
 
 

@@ -1,13 +1,14 @@
 """Count, budget and explain real XLA compilations.
 
 Every backend compilation JAX performs is reported through ``jax.monitoring`` (event
-``/jax/core/compile/backend_compile_duration``). :class:`CompileCounter` listens to those
-events; :class:`CompileBudget` turns a count into an assertion; :func:`compile_budget` does the
-same for one jitted function over its lifetime. Counters take a *target* (a name, a jitted
-function, or any jaxwise object with a ``.jitted`` attribute) and then count exactly that
-program. Each recompile carries a structured :class:`CacheMiss` (``kind``, ``argument``,
-``old``, ``new``) computed from the tracing-cache keys JAX compares, so a budget failure says
-exactly *what* changed::
+``/jax/core/compile/backend_compile_duration``).
+[`CompileCounter`][jaxwise.compilation.CompileCounter] listens to those events;
+[`CompileBudget`][jaxwise.compilation.CompileBudget] turns a count into an assertion;
+[`compile_budget`][jaxwise.compilation.compile_budget] does the same for one jitted function over
+its lifetime. Counters take a *target* (a name, a jitted function, or any jaxwise object with a
+``.jitted`` attribute) and then count exactly that program. Each recompile carries a structured
+[`CacheMiss`][jaxwise.compilation.CacheMiss] (``kind``, ``argument``, ``old``, ``new``) computed
+from the tracing-cache keys JAX compares, so a budget failure says exactly *what* changed:
 
     compile budget exceeded for `f`: 2 compilations, budget 1
       #1 jit(f)   14.2 ms  first compile of `f` (defined at model.py:12)

@@ -2,7 +2,7 @@
 
 A *target* is a function name, a jitted function, or any object that owns one through a
 ``.jitted`` attribute (``TrainStep``, ``TrainEpoch``, ``BucketedFunction``, a
-:func:`compile_budget`-decorated function). A target counts exactly the compilations of its
+`compile_budget`-decorated function). A target counts exactly the compilations of its
 program, identified the way JAX identifies functions: name and place of definition.
 """
 
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
+import numpy as np
 
 from jaxwise._checks import check_bool, check_choice, check_int
 from jaxwise.compilation._hub import HUB, CompileEvent
@@ -29,9 +30,14 @@ OnExceed = Literal["raise", "warn"]
 class CompileBudgetExceeded(RuntimeError):
     """Raised when a block or function compiled more often than budgeted (or, with ``exact``, less).
 
+    Args:
+        message: the report: every compile with its reason.
+        max_compiles: the budget.
+        events: the compiles counted.
+
     Attributes:
-      max_compiles: the budget.
-      events: every :class:`CompileEvent` counted, in order.
+        max_compiles: the budget.
+        events: every [`CompileEvent`][jaxwise.compilation.CompileEvent] counted, in order.
     """
 
     __module__ = "jaxwise.compilation"
@@ -77,7 +83,7 @@ def _source_of(fn: Any) -> tuple[str, str | None]:
 
 
 def resolve_target(target: Any) -> _Target | None:
-    """Turn a counter's ``target`` argument into a :class:`_Target` (``None``: everything)."""
+    """Turn a counter's ``target`` argument into a `_Target` (``None``: everything)."""
     if target is None:
         return None
     if isinstance(target, str):
@@ -103,22 +109,27 @@ class CompileCounter:
     """Context manager counting backend compilations inside its block.
 
     Args:
-      target: ``None`` counts every compilation (eager operations included unless
-        ``include_eager=False``); a string ``"f"`` counts programs named ``jit(f)``; a
-        function, a jitted function, or any object with a ``.jitted`` attribute (``TrainStep``,
-        ``TrainEpoch``, ``BucketedFunction``, a :func:`compile_budget`-decorated function)
-        counts exactly that program's compiles.
-      explain: capture the structured cache-miss explanation of each compile (default
-        ``True``; nothing is printed).
-      include_eager: count eager operations outside ``jit`` (programs defined inside JAX,
-        such as ``jnp.ones(3)``). Only meaningful without a target.
-      name: alias of ``target`` (the first-round keyword).
+        target: ``None`` counts every compilation (eager operations included unless
+            ``include_eager=False``); a string ``"f"`` counts programs named ``jit(f)``; a
+            function, a jitted function, or any object with a ``.jitted`` attribute
+            (``TrainStep``, ``TrainEpoch``, ``BucketedFunction``, a
+            [`compile_budget`][jaxwise.compilation.compile_budget]-decorated function)
+            counts exactly that program's compiles.
+        explain: capture the structured cache-miss explanation of each compile (default
+            ``True``; nothing is printed).
+        include_eager: count eager operations outside ``jit`` (programs defined inside JAX,
+            such as ``jnp.ones(3)``). Only meaningful without a target.
+        name: alias of ``target`` (the first-round keyword).
 
     Attributes:
-      count: number of compilations seen so far.
-      events: ``[(fun_name, seconds), ...]`` in order.
-      records: the same as :class:`CompileEvent` objects with explanations.
-      others: programs that compiled in the block but did not match the target.
+        records: every compile counted, as
+            [`CompileEvent`][jaxwise.compilation.CompileEvent] objects with explanations.
+        others: programs that compiled in the block but did not match the target.
+
+    Raises:
+        TypeError: ``target`` is not a name, function or object with ``.jitted``, both
+            ``target`` and ``name`` are given, or a flag is not a bool.
+        ValueError: ``target`` is an empty string.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -153,10 +164,12 @@ class CompileCounter:
 
     @property
     def count(self) -> int:
+        """The number of compilations counted so far."""
         return len(self.records)
 
     @property
     def events(self) -> list[tuple[str, float]]:
+        """``[(fun_name, seconds), ...]`` of the compilations counted, in order."""
         return [(r.fun_name, r.seconds) for r in self.records]
 
     @property
@@ -175,7 +188,12 @@ class CompileCounter:
         return self._target.matches(record)
 
     def record(self, record: CompileEvent) -> None:
-        """Called by the listener for every compilation while the counter is active."""
+        """Called by the listener for every compilation while the counter is active.
+
+        Args:
+            record: the compilation: counted when it matches the target, else kept in
+                ``others``.
+        """
         if self._matches(record):
             self.records.append(record)
         else:
@@ -195,7 +213,11 @@ class CompileCounter:
         return False
 
     def report(self) -> str:
-        """A multi-line listing of every compile with its reason."""
+        """A multi-line listing of every compile with its reason.
+
+        Returns:
+            One line per compile (``"no compilations"`` when there was none).
+        """
         if not self.records:
             return "no compilations"
         return "\n".join(f"  #{i} {r.describe()}" for i, r in enumerate(self.records, 1))
@@ -240,10 +262,11 @@ def _nothing_matched_message(target: str, others: list[CompileEvent]) -> str:
 
 
 class CompileBudget(CompileCounter):
-    """A :class:`CompileCounter` that fails when its block compiles too often.
+    """A `CompileCounter` that fails when its block compiles too often.
 
     On exit, if more than ``max_compiles`` compilations were counted (or, with
-    ``exact=True``, any other number), raises :class:`CompileBudgetExceeded`
+    ``exact=True``, any other number), raises
+    [`CompileBudgetExceeded`][jaxwise.compilation.CompileBudgetExceeded]
     (``on_exceed="raise"``) or emits a ``RuntimeWarning`` (``on_exceed="warn"``). The message
     lists every compile with its duration and its cache-miss explanation. A budget with a
     target that counted nothing while other programs compiled warns (``RuntimeWarning``),
@@ -251,11 +274,16 @@ class CompileBudget(CompileCounter):
     on top.
 
     Args:
-      max_compiles: the budget, an int >= 0.
-      target: as for :class:`CompileCounter` (``name=`` is an alias).
-      on_exceed: ``"raise"`` or ``"warn"``.
-      exact: require exactly ``max_compiles`` compilations.
-      include_eager: as for :class:`CompileCounter`.
+        max_compiles: the budget, an int >= 0.
+        target: as for [`CompileCounter`][jaxwise.compilation.CompileCounter].
+        on_exceed: ``"raise"`` or ``"warn"``.
+        exact: require exactly ``max_compiles`` compilations.
+        include_eager: as for [`CompileCounter`][jaxwise.compilation.CompileCounter].
+        name: alias of ``target``.
+
+    Raises:
+        TypeError: a wrong argument type (as for ``CompileCounter``).
+        ValueError: ``max_compiles < 0`` or an unknown ``on_exceed``.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -268,7 +296,7 @@ class CompileBudget(CompileCounter):
 
     def __init__(
         self,
-        max_compiles: int,
+        max_compiles: int | np.integer,
         target: Any = None,
         on_exceed: OnExceed = "raise",
         *,
@@ -303,7 +331,7 @@ class CompileBudget(CompileCounter):
 
 
 class _LifetimeBudget(CompileCounter):
-    """The counter behind :func:`compile_budget`: always listening, checks at each compile."""
+    """The counter behind `compile_budget`: always listening, checks at each compile."""
 
     def __init__(self, max_compiles: int, fn: Callable[..., Any], on_exceed: OnExceed) -> None:
         super().__init__(fn)
@@ -333,21 +361,30 @@ class _LifetimeBudget(CompileCounter):
 
 
 def compile_budget(
-    max_compiles: int, on_exceed: OnExceed = "raise"
+    max_compiles: int | np.integer, on_exceed: OnExceed = "raise"
 ) -> Callable[[Callable[..., Any]], Any]:
     """Decorator: budget the compilations of one jitted function over its lifetime.
 
     The decorated function is jitted if it is not already, and returned unchanged (no
     wrapper, so calls cost exactly what the jitted call costs). Compilations are counted by a
-    process-wide listener; the one that goes over budget raises :class:`CompileBudgetExceeded`
-    from the call that triggered it (before the new program runs, so donated inputs are
-    untouched), or warns with ``on_exceed="warn"``. ``fn.budget`` is the counter
-    (``.count``, ``.records``, ``.report()``, ``.reset()``); ``fn.jitted`` is ``fn`` itself, so
-    the function is also a target for :class:`CompileCounter`.
+    process-wide listener; the one that goes over budget raises
+    [`CompileBudgetExceeded`][jaxwise.compilation.CompileBudgetExceeded] from the call that
+    triggered it (before the new program runs, so donated inputs are untouched), or warns
+    with ``on_exceed="warn"``. ``fn.budget`` is the counter (``.count``, ``.records``,
+    ``.report()``, ``.reset()``); ``fn.jitted`` is ``fn`` itself, so the function is also a
+    target for [`CompileCounter`][jaxwise.compilation.CompileCounter].
 
     Args:
-      max_compiles: the budget, an int >= 0.
-      on_exceed: ``"raise"`` or ``"warn"``.
+        max_compiles: the budget, an int >= 0.
+        on_exceed: ``"raise"`` or ``"warn"``.
+
+    Returns:
+        The decorator: it takes a function and returns it jitted, with ``.budget`` and
+        ``.jitted`` attached (it raises ``TypeError`` for a non-callable).
+
+    Raises:
+        TypeError: ``max_compiles`` is not an int.
+        ValueError: ``max_compiles < 0`` or an unknown ``on_exceed``.
 
     Examples:
         >>> import jax.numpy as jnp

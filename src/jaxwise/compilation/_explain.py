@@ -1,10 +1,10 @@
 """Structured cache-miss explanations: what changed between a call and the earlier ones.
 
-A :class:`CacheMiss` is computed from the tracing-cache keys JAX compares (read by
-:mod:`._jaxkeys`): the current call's signature against every earlier signature of the *same*
+A `CacheMiss` is computed from the tracing-cache keys JAX compares (read by
+`._jaxkeys`): the current call's signature against every earlier signature of the *same*
 function object. The earlier key with the fewest differences is the one the call "should"
 have hit; its differences are the reason. A static argument that changed is reported as such
-even when an older key differs in shape too. :func:`parse_cache_miss` reads JAX's prose
+even when an older key differs in shape too. `parse_cache_miss` reads JAX's prose
 instead; it is only a fallback for JAX versions whose internals we cannot read.
 """
 
@@ -32,6 +32,7 @@ KINDS = (
     "new_function",
     "other",
 )
+"""Every ``CacheMiss.kind``: the kinds of `CacheMiss`."""
 # When one call differs from its closest earlier key in several ways, the headline is the
 # difference a user would fix first. A JAX config flip comes first: it is the cause of the
 # dtype changes it brings (x64 turns every Python float into f64).
@@ -55,7 +56,7 @@ class Difference:
     """One difference between a call and an earlier call of the same function.
 
     Attributes:
-      kind: one of :data:`KINDS` (never ``"first"``/``"new_function"``).
+      kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"``/``"new_function"``).
       argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
       old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
       new: the current one.
@@ -69,7 +70,11 @@ class Difference:
     note: str = ""
 
     def describe(self) -> str:
-        """One line, e.g. ``static argument `n`: 2 → 3``."""
+        """One line, e.g. ``static argument `n`: 2 → 3``.
+
+        Returns:
+            The line.
+        """
         if self.kind == "static":
             line = f"static argument `{self.argument}`: {self.old} → {self.new}"
             if self.note == IDENTITY_NOTE:
@@ -110,7 +115,8 @@ class CacheMiss:
         config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``.
       old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
       new: its current value or type as text.
-      differences: every :class:`Difference` from the closest earlier call.
+      differences: every [`Difference`][jaxwise.compilation.Difference] from the closest
+        earlier call.
       reasons: one human-readable line per difference.
       text: the full human-readable explanation.
       jax_text: JAX's own log message, if it wrote one.
@@ -246,7 +252,7 @@ def diff_calls(old: CallSig, new: CallSig) -> list[Difference]:
 
 
 def _headline(diffs: list[Difference]) -> list[Difference]:
-    """The differences ordered by :data:`_PRIORITY` (stable within a kind)."""
+    """The differences ordered by `_PRIORITY` (stable within a kind)."""
     return sorted(diffs, key=lambda d: _PRIORITY.index(d.kind))
 
 
@@ -298,7 +304,7 @@ def _closest(ctx: MissContext, recent: Sequence[CallSig]) -> list[Difference]:
 def from_context(
     ctx: MissContext, seen_before: bool, jax_text: str = "", recent: Sequence[CallSig] = ()
 ) -> CacheMiss:
-    """Build a :class:`CacheMiss` from the keys JAX compared.
+    """Build a `CacheMiss` from the keys JAX compared.
 
     Args:
       ctx: the miss as read from JAX.
@@ -401,11 +407,22 @@ def _prose_differences(body: list[str]) -> list[Difference]:
 
 
 def parse_cache_miss(text: str, seen_before: bool = False) -> CacheMiss:
-    """Turn JAX's ``TRACING CACHE MISS`` prose into a :class:`CacheMiss` (fallback only).
+    """Turn JAX's ``TRACING CACHE MISS`` prose into a `CacheMiss` (fallback only).
 
     JAX's prose compares with its own "closest" earlier key and cannot see static
     arguments; jaxwise reads the real cache keys instead and uses this parser only when
     they are unavailable.
+
+    Args:
+        text: JAX's log message.
+        seen_before: whether a function defined at the same place compiled before (a
+            ``"never seen function"`` is then a ``"new_function"``, not a ``"first"``).
+
+    Returns:
+        The structured explanation (kind ``"other"`` when the prose names no difference).
+
+    Raises:
+        TypeError: ``text`` is not a string.
 
     Examples:
         >>> m = parse_cache_miss("TRACING CACHE MISS at a.py:3 (g):\\n  for f defined at a.py:1\\n"

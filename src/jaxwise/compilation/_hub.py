@@ -1,12 +1,12 @@
 """One process-wide listener: compile events, cache-miss explanations, and who wants them.
 
 Every backend compilation is reported by ``jax.monitoring``
-(``/jax/core/compile/backend_compile_duration``); every tracing-cache miss is explained by
-JAX on its logger while ``jax_explain_cache_misses`` is on. :class:`_Hub` listens to both,
-turns each miss into a structured :class:`CacheMiss` (from the cache keys, see
-:mod:`._jaxkeys`), pairs it with the compilation it caused and hands the resulting
-:class:`CompileEvent` to every active counter. The explanations are not printed unless the
-user turned ``jax_explain_cache_misses`` on themselves.
+(``/jax/core/compile/backend_compile_duration``); every tracing-cache miss is explained by JAX on
+its logger while ``jax_explain_cache_misses`` is on. `_Hub` listens to both, turns each miss into a
+structured `CacheMiss` (from the cache keys, see `._jaxkeys`),
+pairs it with the compilation it caused and hands the resulting
+`CompileEvent` to every active counter. The explanations are not
+printed unless the user turned ``jax_explain_cache_misses`` on themselves.
 """
 
 from __future__ import annotations
@@ -38,15 +38,17 @@ class CompileEvent:
     """One backend compilation.
 
     Attributes:
-      fun_name: JAX's name of the compiled program, e.g. ``"jit(step)"``.
-      seconds: backend compile time.
-      explanation: the :class:`CacheMiss` that caused it, or ``None`` when none is known
-        (an eager operation outside ``jit``, an AOT ``.lower().compile()`` of an already
-        traced function).
-      function: the Python function's name (``"step"``).
-      defined_at: ``"file.py:LINE"`` of its definition, if known.
-      internal: the program is defined inside JAX itself: an eager operation such as
-        ``jnp.ones(3)`` or ``x * 2`` outside ``jit``.
+        fun_name: JAX's name of the compiled program, e.g. ``"jit(step)"``.
+        seconds: backend compile time.
+        explanation: the [`CacheMiss`][jaxwise.compilation.CacheMiss] that caused it, or
+            ``None`` when none is known (an eager operation outside ``jit``, an AOT
+            ``.lower().compile()`` of an already traced function).
+        function: the Python function's name (``"step"``).
+        defined_at: ``"file.py:LINE"`` of its definition, if known.
+        internal: the program is defined inside JAX itself: an eager operation such as
+            ``jnp.ones(3)`` or ``x * 2`` outside ``jit``.
+        function_id: ``id`` of the traced Python function, when known (how a jitted target
+            recognises its own programs).
     """
 
     fun_name: str
@@ -63,7 +65,11 @@ class CompileEvent:
         return f"{self.function} at {self.defined_at}" if self.defined_at else None
 
     def describe(self) -> str:
-        """One line: name, milliseconds and the reason."""
+        """One line: name, milliseconds and the reason.
+
+        Returns:
+            The line, e.g. ``"jit(step)   12.3 ms  shape of x: f32[3] -> f32[5]"``.
+        """
         if self.explanation is not None:
             reason = self.explanation.summary
         elif self.internal:
@@ -297,8 +303,9 @@ HUB = _Hub()
 class explain_recompiles:
     """Context manager collecting structured cache-miss explanations.
 
-    Yields a list that fills with a :class:`CacheMiss` (function, kind, argument, old, new,
-    reasons) for every tracing-cache miss in the block. Nothing is printed;
+    Entering gives a list that fills with a [`CacheMiss`][jaxwise.compilation.CacheMiss]
+    (function, kind, argument, old, new, reasons) for every tracing-cache miss in the
+    block. Nothing is printed;
     ``jax_explain_cache_misses`` and the logger are restored on exit, also when the block
     raises.
 
@@ -317,6 +324,11 @@ class explain_recompiles:
         self.records: list[CacheMiss] = []
 
     def record(self, miss: CacheMiss) -> None:
+        """Called by the listener for every cache miss while the block runs.
+
+        Args:
+            miss: the explanation, appended to the list.
+        """
         self.records.append(miss)
 
     def __enter__(self) -> list[CacheMiss]:

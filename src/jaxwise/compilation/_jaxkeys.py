@@ -14,7 +14,7 @@ functions while they run:
   ``donated_invars``.
 
 Everything is converted at once into plain, JAX-version-independent records
-(:class:`CallSig`, :class:`ArgSig`, :class:`LeafType`). If JAX changes these internals the
+(`CallSig`, `ArgSig`, `LeafType`). If JAX changes these internals the
 functions return ``None`` and the caller falls back to JAX's prose;
 ``tests/test_compilation.py::test_private_jax_hooks_still_work`` fails so that we notice.
 """

@@ -40,6 +40,22 @@ class StageReport:
     Times are milliseconds; memory figures are bytes from ``compiled.memory_analysis()``
     (``None`` where the backend gives none); ``flops`` from ``compiled.cost_analysis()``.
     ``str(report)`` (and so ``print(report)``) is a readable table.
+
+    Attributes:
+        trace_ms: tracing time (Python to jaxpr).
+        lower_ms: lowering time (jaxpr to StableHLO).
+        compile_ms: XLA compile time.
+        jaxpr_eqns: equations at the top level of the jaxpr.
+        jaxpr_eqns_total: equations including nested bodies (scan, cond, pjit, …).
+        stablehlo_lines: lines of the StableHLO text.
+        argument_bytes: memory of the arguments.
+        output_bytes: memory of the outputs.
+        temp_bytes: temporary memory of the program.
+        alias_bytes: memory shared between arguments and outputs (donation).
+        generated_code_bytes: size of the compiled code.
+        peak_bytes: peak memory.
+        flops: floating-point operations.
+        bytes_accessed: bytes read and written.
     """
 
     trace_ms: float
@@ -58,7 +74,11 @@ class StageReport:
     bytes_accessed: float | None
 
     def table(self) -> str:
-        """The report as an aligned three-column table: stage / figure, value, unit."""
+        """The report as an aligned three-column table: stage / figure, value, unit.
+
+        Returns:
+            The table's text (``"n/a"`` for figures the backend does not give).
+        """
         rows = [(label, _fmt(getattr(self, field), unit), unit) for field, label, unit in _ROWS]
         width = max(len(label) for label, _, _ in rows)
         value_width = max(len(value) for _, value, _ in rows)
@@ -87,6 +107,13 @@ def _fmt(value: Any, unit: str) -> str:
 def count_eqns(jaxpr: Any) -> int:
     """Number of equations in a jaxpr, counting nested bodies recursively.
 
+    Args:
+        jaxpr: a ``jax.extend.core.Jaxpr`` or ``ClosedJaxpr`` (e.g. from
+            ``jax.make_jaxpr(f)(x)``).
+
+    Returns:
+        The number of equations.
+
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> count_eqns(jax.make_jaxpr(lambda x: jnp.sin(x) * 2)(1.0).jaxpr)
@@ -103,13 +130,17 @@ def stage_report(jitted: Callable[..., Any], *args: Any, **kwargs: Any) -> Stage
     """Trace, lower and compile ``jitted(*args, **kwargs)`` and report each stage.
 
     Args:
-      jitted: a ``jax.jit`` function (a plain function is jitted first), or an object with a
-        ``.jitted`` attribute (``TrainStep``, ``BucketedFunction``, …).
-      *args: example arguments: arrays or ``jax.ShapeDtypeStruct``.
-      **kwargs: example keyword arguments.
+        jitted: a ``jax.jit`` function (a plain function is jitted first), or an object with
+            a ``.jitted`` attribute (``TrainStep``, ``BucketedFunction``, …).
+        *args: example arguments: arrays or ``jax.ShapeDtypeStruct``.
+        **kwargs: example keyword arguments.
 
     Returns:
-      A :class:`StageReport`. The program is compiled (one compilation) but never run.
+        A [`StageReport`][jaxwise.compilation.StageReport]. The program is compiled (one
+        compilation) but never run.
+
+    Raises:
+        TypeError: ``jitted`` is not callable.
 
     Examples:
         >>> import jax, jax.numpy as jnp

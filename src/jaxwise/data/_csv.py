@@ -22,16 +22,16 @@ class DataError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Table:
-    """A numeric feature table with class labels, as read by :func:`load_csv`.
+    """A numeric feature table with class labels, as read by `load_csv`.
 
     Attributes:
-      x: float32 ``(N, D)`` features.
-      y: int32 ``(N,)`` class indices into ``classes``.
-      classes: class names (sorted label values, as strings).
-      feature_names: the ``D`` feature column names.
-      rows: int64 ``(N,)`` 0-based data-row index of each example in the file
-        (header excluded; differs from ``arange(N)`` when rows were dropped).
-      dropped: number of rows dropped for missing values (``drop_na``).
+        x: float32 ``(N, D)`` features.
+        y: int32 ``(N,)`` class indices into ``classes``.
+        classes: class names (sorted label values, as strings).
+        feature_names: the ``D`` feature column names.
+        rows: int64 ``(N,)`` 0-based data-row index of each example in the file
+            (header excluded; differs from ``arange(N)`` when rows were dropped).
+        dropped: number of rows dropped for missing values (``drop_na``).
     """
 
     x: np.ndarray
@@ -49,12 +49,25 @@ def load_csv(path: str | os.PathLike[str], label: str, *, drop_na: bool = False)
     """Read a CSV with a header row: numeric feature columns and one label column.
 
     Labels may be integers or strings; classes are their sorted distinct
-    values. Every problem raises :class:`DataError` with one line naming the
-    file, and the row / column where it applies: missing file, empty file,
+    values. Every problem raises [`DataError`][jaxwise.data.DataError] with one line naming
+    the file, and the row / column where it applies: missing file, empty file,
     no header, unknown label column (the available ones are listed),
     non-numeric features, missing cells (unless ``drop_na``), a single class.
 
     Rows are 0-based data rows (the header is not counted).
+
+    Args:
+        path: the CSV file.
+        label: the name of the label column.
+        drop_na: drop rows with missing cells (counted in ``Table.dropped``) instead of
+            raising.
+
+    Returns:
+        The [`Table`][jaxwise.data.Table].
+
+    Raises:
+        DataError: the file cannot be used; the one-line message says where and why.
+        TypeError: ``path`` is not a path.
 
     Examples:
         >>> import tempfile, pathlib
@@ -90,13 +103,13 @@ def load_csv(path: str | os.PathLike[str], label: str, *, drop_na: bool = False)
 
 @dataclasses.dataclass(frozen=True)
 class Features:
-    """Feature rows (and their labels, when present), as read by :func:`load_features`.
+    """Feature rows (and their labels, when present), as read by `load_features`.
 
     Attributes:
-      x: float32 ``(N, D)`` features in the order of the requested names.
-      labels: the ``N`` label strings (numeric labels normalised), or ``None``.
-      rows: int64 ``(N,)`` 0-based data-row index of each example in the file.
-      dropped: number of rows dropped for missing values (``drop_na``).
+        x: float32 ``(N, D)`` features in the order of the requested names.
+        labels: the ``N`` label strings (numeric labels normalised), or ``None``.
+        rows: int64 ``(N,)`` 0-based data-row index of each example in the file.
+        dropped: number of rows dropped for missing values (``drop_na``).
     """
 
     x: np.ndarray
@@ -115,8 +128,21 @@ def load_features(
     """Read the columns ``feature_names`` (and ``label`` if present) from a CSV with a header.
 
     The file must have exactly these feature columns (in any order), plus optionally the
-    label column: a missing or an extra column is a :class:`DataError` naming them. Cells
-    are checked as in :func:`load_csv`.
+    label column: a missing or an extra column is a [`DataError`][jaxwise.data.DataError]
+    naming them. Cells are checked as in [`load_csv`][jaxwise.data.load_csv].
+
+    Args:
+        path: the CSV file.
+        feature_names: the feature columns to read, in the order wanted.
+        label: the label column, read when the file has it.
+        drop_na: drop rows with missing cells instead of raising.
+
+    Returns:
+        The [`Features`][jaxwise.data.Features].
+
+    Raises:
+        DataError: the file cannot be used; the one-line message says where and why.
+        TypeError: ``path`` is not a path or ``feature_names`` not a list of names.
 
     Examples:
         >>> import tempfile, pathlib

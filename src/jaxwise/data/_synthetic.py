@@ -26,8 +26,19 @@ def make_spiral(
     Arm ``j`` has points at radius ``r ∈ [0, 1]`` (evenly spaced) and angle
     ``4j + 4r + ε``, ``ε ~ N(0, noise²)``; ``x = r (sin θ, cos θ)``.
 
+    Args:
+        n_per_class: points per arm, >= 1.
+        n_classes: arms (classes), >= 1.
+        noise: standard deviation of the angle noise, finite and >= 0.
+        seed: NumPy seed, >= 0.
+
     Returns:
-      ``(x, y)``: float32 ``(n_classes · n_per_class, 2)`` and int32 labels.
+        ``(x, y)``: float32 ``(n_classes · n_per_class, 2)`` and int32 labels, arm by arm.
+
+    Raises:
+        ValueError: a count is not a positive int, ``noise`` is negative or not finite, or
+            ``seed`` is negative.
+        TypeError: ``noise`` or ``seed`` has the wrong type.
 
     Examples:
         >>> x, y = make_spiral(10, 3, seed=1)
@@ -60,6 +71,21 @@ def make_blobs(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Gaussian blobs: class centres ``~ N(0, separation²)``, points ``~ N(centre, std²)``.
 
+    Args:
+        n: number of points, >= 1 (classes get ``n // n_classes`` or one more each).
+        n_features: dimensions, >= 1.
+        n_classes: classes, >= 1.
+        std: spread of each blob, >= 0.
+        separation: spread of the centres, >= 0.
+        seed: NumPy seed, >= 0.
+
+    Returns:
+        ``(x, y)``: float32 ``(n, n_features)`` and shuffled int32 labels ``(n,)``.
+
+    Raises:
+        ValueError: a count is not a positive int, or a spread or ``seed`` is negative.
+        TypeError: a spread or ``seed`` has the wrong type.
+
     Examples:
         >>> x, y = make_blobs(100, 5, 4, seed=0)
         >>> x.shape, np.bincount(y).tolist()
@@ -84,8 +110,20 @@ def flip_labels(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Flip ``n_flip`` labels to a *different* class chosen uniformly.
 
+    Args:
+        y: integer labels ``(N,)`` in ``[0, n_classes)``.
+        n_flip: how many to flip, in ``[0, N]``.
+        n_classes: number of classes, >= 2.
+        seed: NumPy seed, >= 0.
+
     Returns:
-      ``(noisy_labels, flipped_indices)`` (indices sorted).
+        ``(noisy_labels, flipped_indices)``: ``y``'s dtype and shape, and the sorted int64
+        indices of the flipped rows.
+
+    Raises:
+        TypeError: ``y`` is not a 1-D integer array, or a count is not an int.
+        ValueError: a label is out of range, ``n_flip`` is outside ``[0, N]``, or
+            ``n_classes < 2``.
 
     Examples:
         >>> noisy, idx = flip_labels(np.zeros(10, np.int32), 3, 4, seed=0)
@@ -113,6 +151,19 @@ def train_test_split(
     *arrays: np.ndarray, test_fraction: float = 0.2, seed: int = 0
 ) -> tuple[np.ndarray, ...]:
     """Split same-length arrays by one seeded permutation: ``(a_train, a_test, b_train, …)``.
+
+    Args:
+        *arrays: arrays sharing their leading (example) axis.
+        test_fraction: the share of rows in the test part, in (0, 1) (rounded to rows).
+        seed: NumPy seed, >= 0.
+
+    Returns:
+        Two NumPy arrays per input, train then test, rows in permuted order.
+
+    Raises:
+        ValueError: no arrays, a scalar, different lengths, or ``test_fraction`` outside
+            (0, 1).
+        TypeError: an argument has the wrong type.
 
     Examples:
         >>> a_tr, a_te = train_test_split(np.arange(10), test_fraction=0.3)

@@ -2,7 +2,7 @@
 
 A diagnostic points at the user's line, not at JAX, Optax, Flax, Equinox or jaxwise. Two kinds
 of stacks are read: the traceback JAX stores with every jaxpr equation
-(``eqn.source_info.traceback.frames``, for :func:`locate_nan`) and the live Python stack (for
+(``eqn.source_info.traceback.frames``, for `locate_nan`) and the live Python stack (for
 ``jaxwise.watch``'s call sites). Library directories are found with
 ``importlib.util.find_spec``, so nothing is imported to recognise them.
 """
@@ -38,7 +38,14 @@ _MAX_DEPTH = 400
 
 @dataclasses.dataclass(frozen=True)
 class Frame:
-    """One user-code frame: file, line, function and the source line."""
+    """One user-code frame: file, line, function and the source line.
+
+    Attributes:
+        file: the file's path.
+        line: the 1-based line number.
+        function: the function's name.
+        source: the source line, stripped.
+    """
 
     file: str
     line: int

@@ -150,12 +150,16 @@ def locate_nan(
 
     Args:
       fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
-      *args, **kwargs: its arguments.
+      *args: its positional arguments.
       check_inf: also track ``inf`` (by default a NaN created from an ``inf``, such as
         ``0 · inf`` in a backward pass, is blamed on the operation making the NaN).
+      **kwargs: its keyword arguments.
 
     Returns:
-      A :class:`NanReport`, or ``None`` if every output is finite.
+      A [`NanReport`][jaxwise.debug.NanReport], or ``None`` if every output is finite.
+
+    Raises:
+      TypeError: ``fn`` is not callable.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -39,6 +39,14 @@ def checked(fn: Callable[..., Any], errors: str = "float") -> Callable[..., tupl
         ``"div"``, ``"index"`` (out-of-bounds indexing), ``"user"``
         (``checkify.check``) or ``"all"``.
 
+    Returns:
+      The jitted, checked function: same arguments as ``fn``, returning
+      ``(error, fn's output)``.
+
+    Raises:
+      TypeError: ``fn`` is not callable.
+      ValueError: an unknown ``errors``.
+
     Examples:
         >>> import jax.numpy as jnp
         >>> err, out = checked(lambda x: jnp.log(x))(jnp.array([-1.0]))
@@ -60,6 +68,14 @@ def assert_finite(tree: Any, what: str = "values") -> None:
 
     A host-side check (it transfers each floating leaf), for use between
     steps, not inside ``jit``.
+
+    Args:
+      tree: any pytree; its floating-point and complex leaves are checked.
+      what: what the tree is, for the message (``"params"``, ``"grads"``).
+
+    Raises:
+      FloatingPointError: a leaf holds a NaN or an infinity; the message names its path
+        and counts.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -1,11 +1,12 @@
 """Runtime diagnosis: values baked into programs, and why a function recompiled.
 
-:func:`captured_constants` traces a function and lists what its program holds fixed: arrays
-captured from closures or module globals (bigger programs, stale values, no gradients) and
-Python scalars read from globals or closures (their value at trace time is baked in; a later
-change of the global is silently ignored). :func:`why_recompiled` runs a series of calls and
-classifies every compile from the structured :class:`~jaxwise.compilation.CacheMiss` (kind,
-argument, old, new), with the fix.
+[`captured_constants`][jaxwise.diagnose.captured_constants] traces a function and lists what its
+program holds fixed: arrays captured from closures or module globals (bigger programs, stale values,
+no gradients) and Python scalars read from globals or closures (their value at trace time is baked
+in; a later change of the global is silently ignored).
+[`why_recompiled`][jaxwise.diagnose.why_recompiled] runs a series of calls and classifies every
+compile from the structured [`CacheMiss`][jaxwise.compilation.CacheMiss] (kind, argument, old, new),
+with the fix.
 
 Examples:
     >>> import jax, jax.numpy as jnp

@@ -28,7 +28,9 @@ class CapturedConstant:
     """One array embedded in a traced program.
 
     Attributes:
-      shape, dtype, bytes: the array's.
+      shape: the array's shape.
+      dtype: its dtype's name.
+      bytes: its size in bytes.
       name: the global or closure variable that holds it (``""`` when it has none, e.g. an
         array computed from other constants).
     """
@@ -59,7 +61,7 @@ class CapturedScalar:
 
 @dataclasses.dataclass(frozen=True)
 class ConstantReport:
-    """What :func:`captured_constants` found.
+    """What `captured_constants` found.
 
     Attributes:
       constants: the embedded arrays, largest first.
@@ -210,6 +212,13 @@ def captured_constants(
       *args: example arguments.
       threshold_bytes: arrays above this total are flagged.
       **kwargs: example keyword arguments.
+
+    Returns:
+      The [`ConstantReport`][jaxwise.diagnose.ConstantReport].
+
+    Raises:
+      TypeError: ``fn`` is not callable or ``threshold_bytes`` not an int.
+      ValueError: ``threshold_bytes < 0``.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -40,6 +40,7 @@ FIXES = {
     "inside the jitted function or precompute it",
     "other": "see the explanation in `detail`",
 }
+"""``{category: what to do}`` for every ``Recompile.category``."""
 
 _CATEGORY = {
     "first": "first compile",
@@ -57,18 +58,21 @@ _CATEGORY = {
 
 @dataclasses.dataclass(frozen=True)
 class Recompile:
-    """One compilation during :func:`why_recompiled`, classified.
+    """One compilation during `why_recompiled`, classified.
 
     Attributes:
       call: index of the call that compiled.
       function: JAX's program name, e.g. ``"jit(step)"``.
-      category: the human category, a key of :data:`FIXES` (``"static value"`` and
-        ``"static identity"`` split ``kind == "static"``).
+      category: the human category, a key of [`FIXES`][jaxwise.diagnose.FIXES]
+        (``"static value"`` and ``"static identity"`` split ``kind == "static"``).
       detail: the explanation.
       fix: what to do about it.
-      kind: the :class:`~jaxwise.compilation.CacheMiss` kind (``"static"``, ``"shape"``…), or
+      kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"static"``, ``"shape"``…), or
         ``"eager"`` for an eager operation and ``"other"`` when nothing is known.
-      argument, old, new: what changed, from the cache miss (``""`` when not applicable).
+      argument: the argument that changed, from the cache miss (``""`` when not
+        applicable).
+      old: its earlier value or type, as text.
+      new: its new value or type, as text.
     """
 
     call: int
@@ -132,8 +136,12 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
         ``{"args": (...), "kwargs": {...}}``.
 
     Returns:
-      One :class:`Recompile` per compilation, in order, with ``kind``/``argument``/``old``/
-      ``new``, a ``category`` among the keys of :data:`FIXES`, and the ``fix`` for it.
+      One [`Recompile`][jaxwise.diagnose.Recompile] per compilation, in order, with
+      ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
+      [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
+
+    Raises:
+      TypeError: ``fn`` is not callable or ``calls`` is not a sequence.
 
     Examples:
         >>> import jax

@@ -1,11 +1,11 @@
 """The CLI's jobs as functions: the spiral demo, training, predicting, finding label errors.
 
 Each job returns a JSON-ready summary dict (strict JSON: no NaN/Infinity, ``"schema": 1``);
-:mod:`jaxwise.cli` parses arguments and prints. Every job runs in named phases — ``prepare``
+`jaxwise.cli` parses arguments and prints. Every job runs in named phases — ``prepare``
 (options, data, output paths: all checked before any work), ``fit``, ``verify``, ``report``.
-Problems with the user's input raise :class:`UserError` (one line; the CLI exits with code 2)
+Problems with the user's input raise `UserError` (one line; the CLI exits with code 2)
 before anything is written, and nothing already on disk that jaxwise did not write is
-overwritten; a run that produced no usable model raises :class:`RunFailed` (exit code 1).
+overwritten; a run that produced no usable model raises `RunFailed` (exit code 1).
 
 Examples:
     >>> cfg = SpiralConfig(epochs=2, n_per_class=60, out=None, progress=False, cache=False)

@@ -1,8 +1,8 @@
 """JAX's persistent compilation cache for CLI jobs, and honest compile counting.
 
-A CLI job runs inside :func:`persistent_cache`: compiled programs are stored under the
+A CLI job runs inside `persistent_cache`: compiled programs are stored under the
 user's cache directory (``$XDG_CACHE_HOME/jaxwise/jax-cache``, ``~/.cache/...`` by default)
-and a second run loads them instead of compiling. :class:`CompileTally` counts the training
+and a second run loads them instead of compiling. `CompileTally` counts the training
 program's compilations and tells the two apart, from JAX's own monitoring events:
 ``/jax/compilation_cache/cache_hits`` fires inside a backend compile that was served from
 the cache, so a compile event that follows a hit is a load, not a compilation.
@@ -31,7 +31,11 @@ __all__ = ["CompileTally", "default_cache_dir", "persistent_cache"]
 
 
 def default_cache_dir() -> Path:
-    """``$JAXWISE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxwise/jax-cache`` (``~/.cache/...``)."""
+    """``$JAXWISE_CACHE_DIR``, else ``$XDG_CACHE_HOME/jaxwise/jax-cache`` (``~/.cache/...``).
+
+    Returns:
+        The directory (not created).
+    """
     explicit = os.environ.get("JAXWISE_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -43,10 +47,15 @@ def default_cache_dir() -> Path:
 def persistent_cache(directory: Path | None) -> Iterator[Path | None]:
     """Turn on JAX's persistent compilation cache in ``directory`` for the block (None: off).
 
-    Yields the directory in use: ``None`` when off or when the directory cannot be created
-    (the job then runs without the cache). Every program is cached (no minimum compile time
-    or size). The previous settings are restored afterwards, so a job run in-process (tests,
-    notebooks) leaves JAX as it was.
+    Every program is cached (no minimum compile time or size). The previous settings are
+    restored afterwards, so a job run in-process (tests, notebooks) leaves JAX as it was.
+
+    Args:
+        directory: the cache directory (created if missing), or ``None`` for no cache.
+
+    Yields:
+        The directory in use: ``None`` when off or when the directory cannot be created (the
+        job then runs without the cache).
     """
     if directory is None:
         yield None
@@ -74,7 +83,7 @@ def persistent_cache(directory: Path | None) -> Iterator[Path | None]:
 
 
 class CompileTally:
-    """Compilations of the blocks measured with :meth:`measure`: fresh ones and cache loads.
+    """Compilations of the blocks measured with `measure`: fresh ones and cache loads.
 
     Attributes:
       compiled: programs XLA compiled.
@@ -97,10 +106,16 @@ class CompileTally:
 
     @property
     def total(self) -> int:
+        """``compiled + loaded``."""
         return self.compiled + self.loaded
 
     @contextmanager
     def measure(self) -> Iterator[CompileTally]:
+        """Count the compilations and cache loads of the block (added to the tally).
+
+        Yields:
+            The tally itself.
+        """
         hits = [0]
 
         def on_event(event: str, **_: Any) -> None:
@@ -119,7 +134,14 @@ class CompileTally:
         self.seconds += counter.seconds
 
     def describe(self, what: str) -> str:
-        """``"epoch compiled 1×"``, ``"epoch loaded from the compilation cache 1×"``, or both."""
+        """``"epoch compiled 1×"``, ``"epoch loaded from the compilation cache 1×"``, or both.
+
+        Args:
+            what: the name of the program(s) counted.
+
+        Returns:
+            The phrase.
+        """
         parts = []
         if self.compiled or not self.loaded:
             parts.append(f"compiled {self.compiled}×")
@@ -128,6 +150,14 @@ class CompileTally:
         return f"{what} " + ", ".join(parts)
 
     def as_dict(self, cache_dir: Path | None) -> dict[str, Any]:
+        """The tally for the CLI's JSON output.
+
+        Args:
+            cache_dir: the persistent cache directory in use, or ``None``.
+
+        Returns:
+            ``{compiled, loaded_from_cache, seconds, cache_dir}``.
+        """
         return {
             "compiled": self.compiled,
             "loaded_from_cache": self.loaded,

@@ -1,7 +1,7 @@
 """Pieces shared by every CLI job: option checks, the optimizer, evaluation, the float64 referee.
 
-Nothing here prints: jobs return JSON-ready summaries and raise :class:`UserError` (exit 2,
-one line) for problems with the user's input, or :class:`RunFailed` (exit 1, one line) when
+Nothing here prints: jobs return JSON-ready summaries and raise `UserError` (exit 2,
+one line) for problems with the user's input, or `RunFailed` (exit 1, one line) when
 a run produced no usable model.
 """
 
@@ -18,6 +18,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxwise import numerics, optim
 from jaxwise._checks import UserError
@@ -70,8 +71,19 @@ def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
 
 def make_optimizer(
     total_steps: int, peak_lr: float, weight_decay: float, warmup: int, end_lr: float
-) -> Any:
-    """``chain(clip 1.0, Adam, decoupled decay on weights only, warmup-cosine learning rate)``."""
+) -> tuple[optax.GradientTransformationExtraArgs, optax.Schedule]:
+    """``chain(clip 1.0, Adam, decoupled decay on weights only, warmup-cosine learning rate)``.
+
+    Args:
+        total_steps: the steps of the whole run.
+        peak_lr: the learning rate after the warm-up.
+        weight_decay: the decay of the weights (``.w`` leaves; biases are not decayed).
+        warmup: warm-up steps (clamped to ``total_steps - 1``).
+        end_lr: the learning rate at the end of the cosine decay.
+
+    Returns:
+        ``(optimizer, schedule)``: the optimizer and its learning-rate schedule.
+    """
     warmup = max(0, min(warmup, total_steps - 1))
     schedule = optim.warmup_cosine_decay_schedule(
         0.0, peak_lr, warmup, max(total_steps, warmup + 1), end_lr
@@ -162,7 +174,7 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
-    """Steps per epoch of :func:`make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
+    """Steps per epoch of `make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
     from jaxwise.privacy import PoissonSampler
     from jaxwise.train import ShuffleSampler
 
@@ -206,7 +218,7 @@ def step_metrics(metrics: dict[str, Any], n_steps: int) -> tuple[np.ndarray | No
 
 
 def check_run_health(final_loss: float | None, skipped: int, steps: int, what: str) -> None:
-    """:class:`RunFailed` when a run cannot have produced a usable model."""
+    """`RunFailed` when a run cannot have produced a usable model."""
     if steps and skipped >= steps:
         raise RunFailed(
             f"{what}: every one of the {steps} training steps was skipped as non-finite "

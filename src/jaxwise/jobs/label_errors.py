@@ -4,7 +4,7 @@ Phases: ``prepare`` (the CSV, the suspects file checked first: never replaced wi
 ``--force``, never a directory), ``fit`` (the MLP of ``train``, no checkpoint: the job can be
 re-run with the same ``--run-dir``), ``rank`` (``--method oof``: rows ranked by out-of-fold
 ``p(given)`` and confident learning's estimate of how many are wrong, from
-:mod:`jaxwise.label_errors`, timed and counted apart from the final model; ``--method
+`jaxwise.label_errors`, timed and counted apart from the final model; ``--method
 gradnorm``: per-example gradient norms of the trained model — kept as a column either way),
 ``report``.
 """
@@ -63,6 +63,20 @@ def run_label_errors(
     models use `jaxwise.label_errors.find_label_errors`' size-dependent defaults on the raw
     features (standardised inside each fold). The summary reports the out-of-fold phase
     (``oof``: compilations and seconds) apart from the final model (``final_model``).
+
+    Args:
+        cfg: the training settings.
+        top: how many rows to write (``None``: see above).
+        suspects_csv: the CSV to write.
+        method: ``"oof"`` (out-of-fold confident learning) or ``"gradnorm"``.
+        force: overwrite ``suspects_csv`` if it exists.
+        folds: folds of the out-of-fold phase.
+
+    Returns:
+        The JSON-ready summary of ``run_train`` plus ``method`` and the ``suspects`` rows.
+
+    Raises:
+        UserError: a bad option, an unusable file, or an existing output without ``force``.
     """
     cfg = dataclasses.replace(
         cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir"
@@ -107,7 +121,7 @@ def run_label_errors(
 
 @dataclasses.dataclass
 class Ranking:
-    """What :func:`rank` found: the suspects' rows, the estimate, the out-of-fold phase."""
+    """What `rank` found: the suspects' rows, the estimate, the out-of-fold phase."""
 
     rows: list[dict[str, Any]]
     num_issues: int | None
@@ -126,7 +140,7 @@ def _grad_norms(params: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _oof(prep: tabular.Prepared, folds: int, cache_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    """The out-of-fold ranking of :mod:`jaxwise.label_errors` and its phase report."""
+    """The out-of-fold ranking of `jaxwise.label_errors` and its phase report."""
     from jaxwise.label_errors import find_label_errors
 
     cfg = prep.cfg
@@ -166,7 +180,7 @@ def rank(
     folds: int,
     cache_dir: Path | None = None,
 ) -> Ranking:
-    """The ``top`` most suspicious rows (dicts with :data:`COLUMNS`), most suspicious first."""
+    """The ``top`` most suspicious rows (dicts with `COLUMNS`), most suspicious first."""
     table = prep.table
     norms = _grad_norms(fitted.params, prep.x_all, table.y)
     if method == "oof":

@@ -32,7 +32,17 @@ __all__ = ["PredictConfig", "run_predict"]
 
 @dataclasses.dataclass(frozen=True)
 class PredictConfig:
-    """Settings of ``jaxwise predict``."""
+    """Settings of ``jaxwise predict``.
+
+    Attributes:
+        run_dir: the directory of a ``jaxwise train`` run.
+        path: the CSV of rows to predict (the run's feature columns; label optional).
+        out: the predictions CSV to write.
+        force: overwrite ``out`` if it exists.
+        drop_na: drop rows with missing cells (counted) instead of failing.
+        cache: use the persistent compilation cache.
+        cache_dir: its directory (``None``: `default_cache_dir`).
+    """
 
     run_dir: str
     path: str
@@ -44,7 +54,14 @@ class PredictConfig:
 
 
 def run_predict(cfg: PredictConfig) -> dict[str, Any]:
-    """Predict every row of ``cfg.path`` with the run in ``cfg.run_dir``; return the summary."""
+    """Predict every row of ``cfg.path`` with the run in ``cfg.run_dir``.
+
+    Args:
+        cfg: the settings.
+
+    Returns:
+        The JSON-ready summary (rows, accuracy when labels are present, outputs).
+    """
     t_start = time.perf_counter()
     target = check_output_file(cfg.out, "--out", cfg.force)
     ckpt, meta = _checkpoint(Path(cfg.run_dir))

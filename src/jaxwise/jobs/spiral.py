@@ -35,7 +35,28 @@ OUTPUT_NAMES = ("loss.png", "decision_boundary.png")
 
 @dataclasses.dataclass(frozen=True)
 class SpiralConfig:
-    """Settings of ``jaxwise spiral`` (the defaults are the documented demo)."""
+    """Settings of ``jaxwise spiral`` (the defaults are the documented demo).
+
+    Attributes:
+        epochs: training epochs.
+        batch_size: mini-batch size.
+        noise: angle noise of the spiral data.
+        seed: seed of the data split, the initialisation and the shuffles.
+        out: the output directory (``None``: write nothing).
+        dp: train with DP-SGD (``--dp``).
+        clip_norm: the per-example clipping norm with ``dp``.
+        noise_multiplier: the noise multiplier σ with ``dp``.
+        n_per_class: points per spiral arm.
+        hidden: widths of the hidden layers.
+        lr: peak learning rate (after the warm-up).
+        end_lr: final learning rate of the cosine decay.
+        warmup: warm-up steps.
+        weight_decay: AdamW's decoupled weight decay.
+        progress: show a progress bar.
+        plots: write the PNG plots.
+        cache: use the persistent compilation cache.
+        cache_dir: its directory (``None``: `default_cache_dir`).
+    """
 
     epochs: int = 150
     batch_size: int = 128
@@ -57,6 +78,11 @@ class SpiralConfig:
     cache_dir: str | None = None
 
     def validate(self) -> None:
+        """Check every setting (before any work).
+
+        Raises:
+            UserError: a setting is out of range; the message names its option.
+        """
         C.check_training_options(self)
         C.option_float(self.noise, "--noise", min_value=0.0, max_value=10.0, max_inclusive=False)
 
@@ -91,6 +117,12 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     parameter buffers are gone, the data buffers are not), logits / cross-entropy / accuracy
     re-computed in NumPy float64, hard examples found by per-example gradient norms, PNG
     plots in ``cfg.out``.
+
+    Args:
+        cfg: the settings (the defaults are the demo).
+
+    Returns:
+        The JSON-ready summary (``compiles``, ``train_accuracy``, ``test_accuracy``, …).
     """
     cfg.validate()
     t_start = time.perf_counter()

@@ -48,7 +48,34 @@ TRAIN_OUTPUTS = ("checkpoint", "best", "metrics.jsonl", "loss.png", "curves.png"
 
 @dataclasses.dataclass(frozen=True)
 class TabularConfig:
-    """Settings of ``jaxwise train``/``label-errors`` (``batch_size=None``: min(128, rows))."""
+    """Settings of ``jaxwise train``/``label-errors`` (``batch_size=None``: min(128, rows)).
+
+    Attributes:
+        path: the CSV file.
+        label: its label column.
+        hidden: widths of the hidden layers.
+        epochs: training epochs.
+        batch_size: mini-batch size (``None``: min(128, training rows)).
+        lr: learning rate.
+        weight_decay: AdamW's decoupled weight decay.
+        val_fraction: share of the rows held out for validation, in (0, 0.9).
+        seed: seed of the split, the initialisation and the shuffles.
+        out: the output directory (``None``: write nothing).
+        drop_na: drop rows with missing cells (counted) instead of failing.
+        resume: continue from the checkpoint in ``out``.
+        allow_different_data: resume even when the data's fingerprint changed.
+        stop_after: stop after this many epochs (a checkpoint to resume from).
+        dp: train with DP-SGD (``--dp``).
+        clip_norm: the per-example clipping norm with ``dp``.
+        noise_multiplier: the noise multiplier σ with ``dp``.
+        progress: show a progress bar.
+        plots: write the PNG plots.
+        early_stopping: patience in epochs (keeps the best checkpoint by validation loss).
+        checkpoint: write checkpoints in ``out``.
+        cache: use the persistent compilation cache.
+        cache_dir: its directory (``None``: `default_cache_dir`).
+        out_option: the option that named ``out``, for messages (``--out``/``--run-dir``).
+    """
 
     path: str
     label: str
@@ -76,6 +103,12 @@ class TabularConfig:
     out_option: str = "--out"
 
     def validate(self) -> None:
+        """Check every setting (before any work).
+
+        Raises:
+            UserError: a setting is out of range or options conflict; the message names the
+                option.
+        """
         C.check_training_options(self)
         C.option_float(
             self.val_fraction,
@@ -93,7 +126,11 @@ class TabularConfig:
             raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
 
     def fingerprint(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the checkpoint."""
+        """The settings a resumed run must share with the checkpoint.
+
+        Returns:
+            ``{setting: value}`` of the settings that decide the model and its training.
+        """
         keys = (
             "label",
             "hidden",
@@ -138,7 +175,7 @@ class Prepared:
 
 @dataclasses.dataclass
 class Fitted:
-    """The outcome of :func:`fit`."""
+    """The outcome of `fit`."""
 
     params: Any
     history: list[dict[str, Any]]
@@ -191,7 +228,14 @@ def prepare(
 
 
 def run_train(cfg: TabularConfig) -> dict[str, Any]:
-    """Train an MLP classifier on a CSV; return the summary (accuracy, confusion, outputs)."""
+    """Train an MLP classifier on a CSV.
+
+    Args:
+        cfg: the settings.
+
+    Returns:
+        The JSON-ready summary (accuracies, confusion, outputs).
+    """
     cfg.validate()
     t_start = time.perf_counter()
     from jaxwise.jobs._cache import default_cache_dir, persistent_cache

@@ -11,9 +11,10 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from jaxwise._checks import check_array, check_choice, check_int
 from jaxwise.label_errors._oof import OutOfFold
@@ -59,10 +60,10 @@ class LabelIssues:
         """The ``k`` most suspicious row indices.
 
         Args:
-          k: how many rows (>= 0).
+            k: how many rows (>= 0).
 
         Returns:
-          ``(k,)`` row indices, most suspicious first.
+            int ``(min(k, n),)`` row indices, most suspicious first.
 
         Examples:
             >>> issues = confident_learning(np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([1, 1]))
@@ -72,7 +73,7 @@ class LabelIssues:
         return self.indices[: check_int(k, "k", min_value=0)]
 
 
-def _check_probs(pred_probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
+def _check_probs(pred_probs: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     probs = np.asarray(
         check_array(pred_probs, "pred_probs", ndim=2, dtype_kind="f", non_empty=True), np.float64
     )
@@ -95,7 +96,7 @@ def _check_probs(pred_probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
 
 
 def label_quality(
-    pred_probs: Any, labels: Any, *, ranked_by: Ranking = "self_confidence"
+    pred_probs: npt.ArrayLike, labels: npt.ArrayLike, *, ranked_by: Ranking = "self_confidence"
 ) -> np.ndarray:
     """``(n,)`` label-quality score of every row (float64; lower is more suspicious).
 
@@ -108,17 +109,17 @@ def label_quality(
     off.
 
     Args:
-      pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
-      labels: ``(n,)`` given integer labels in ``[0, k)``.
-      ranked_by: the score.
+        pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
+        labels: ``(n,)`` given integer labels in ``[0, k)``.
+        ranked_by: the score.
 
     Returns:
-      The scores, in row order.
+        The scores, in row order.
 
     Raises:
-      TypeError: an array of the wrong type.
-      ValueError: mismatched rows, labels out of range, values that are not probabilities,
-        or an unknown ``ranked_by``.
+        TypeError: an array of the wrong type.
+        ValueError: mismatched rows, labels out of range, values that are not probabilities,
+            or an unknown ``ranked_by``.
 
     Examples:
         >>> p = np.array([[0.7, 0.2, 0.1], [0.1, 0.6, 0.3]])
@@ -159,7 +160,7 @@ def _confident_joint_off_diagonal(probs: np.ndarray, given: np.ndarray) -> np.nd
 
 
 def confident_learning(
-    pred_probs: Any, labels: Any, *, ranked_by: Ranking = "self_confidence"
+    pred_probs: npt.ArrayLike, labels: npt.ArrayLike, *, ranked_by: Ranking = "self_confidence"
 ) -> LabelIssues:
     """Rank rows by how likely their given label is wrong (NumPy, float64).
 

@@ -289,7 +289,7 @@ def run_folds(
     seed: int,
     standardize: bool,
 ) -> tuple[OutOfFold, ...]:
-    """One :class:`OutOfFold` per row of ``fold_of`` ``(R, n)``, from ONE program call.
+    """One `OutOfFold` per row of ``fold_of`` ``(R, n)``, from ONE program call.
 
     Arguments are validated by the callers; ``x`` float32, ``y`` int32.
     """

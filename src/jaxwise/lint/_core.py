@@ -25,7 +25,16 @@ SEVERITY = {"JW004": "warning"}
 
 @dataclasses.dataclass(frozen=True)
 class Finding:
-    """One diagnostic: where, which rule, what is wrong and how to fix it."""
+    """One diagnostic: where, which rule, what is wrong and how to fix it.
+
+    Attributes:
+        path: the file, as given.
+        line: the 1-based line.
+        col: the 1-based column.
+        code: the rule, e.g. ``"JW003"`` (see [`RULES`][jaxwise.lint.RULES]).
+        message: what is wrong.
+        fix: how to fix it.
+    """
 
     path: str
     line: int
@@ -35,11 +44,19 @@ class Finding:
     fix: str
 
     def format(self) -> str:
-        """``path:line:col: CODE message (fix: …)`` — ruff/flake8 style."""
+        """``path:line:col: CODE message (fix: …)`` — ruff/flake8 style.
+
+        Returns:
+            The one-line text.
+        """
         return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {self.fix})"
 
     def to_dict(self) -> dict[str, object]:
-        """The finding as JSON-ready fields plus its ``severity`` (``error`` or ``warning``)."""
+        """The finding as JSON-ready fields plus its ``severity`` (``error`` or ``warning``).
+
+        Returns:
+            ``{path, line, col, code, message, fix, severity}``.
+        """
         out: dict[str, object] = dict(dataclasses.asdict(self))
         out["severity"] = SEVERITY.get(self.code, "error")
         return out
@@ -47,13 +64,22 @@ class Finding:
 
 @dataclasses.dataclass(frozen=True)
 class LintError:
-    """A path that could not be analysed (special file, too big, undecodable, unparsable)."""
+    """A path that could not be analysed (special file, too big, undecodable, unparsable).
+
+    Attributes:
+        path: the file, as given.
+        message: why it was not analysed.
+    """
 
     path: str
     message: str
 
     def format(self) -> str:
-        """``path: error: message``."""
+        """``path: error: message``.
+
+        Returns:
+            The one-line text.
+        """
         return f"{self.path}: error: {self.message}"
 
 

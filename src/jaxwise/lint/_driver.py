@@ -45,7 +45,9 @@ _RULE_MODULES: tuple[ModuleType, ...] = (
     _jw011_view_donated,
 )
 RULES: dict[str, str] = {m.CODE: m.SUMMARY for m in _RULE_MODULES}
+"""``{code: one-line summary}`` of every rule (``"JW001"``: a jit created and called in a loop)."""
 MAX_BYTES = 4 * 1024 * 1024  # larger files are skipped with a notice (generated code, data)
+"""Files larger than this many bytes (4 MiB) are skipped with a notice."""
 # Every rule needs one of these words in the file: without them, parsing is all there is to do.
 _TRIGGER = re.compile(r"jax|equinox")
 _NOQA = re.compile(
@@ -146,8 +148,15 @@ def _candidates(root: Path, errors: list[LintError]) -> Iterator[Path]:
 def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
     """Source decoded as Python does (BOM, PEP 263 coding line); special and huge files refused.
 
+    Args:
+        path: the file to read.
+        max_bytes: larger files are refused.
+
+    Returns:
+        The decoded source text.
+
     Raises:
-      LintSkip: the file cannot be linted; the message says why.
+        LintSkip: the file cannot be linted; the message says why.
     """
     try:
         info = os.stat(path)  # follows a symlink: its target decides

@@ -9,10 +9,15 @@ is called (``pip install 'jaxwise[flax]'`` / ``'jaxwise[equinox]'``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from jaxwise._extras import require
+
+if TYPE_CHECKING:  # optional extras: imported only for type checkers
+    import equinox as eqx
+    import flax.linen as linen
+    from flax import nnx
 
 __all__ = ["Model", "from_equinox", "from_linen", "from_nnx"]
 
@@ -21,12 +26,14 @@ class Model(NamedTuple):
     """A model split into arrays and a pure function.
 
     Attributes:
-      params: the trainable parameters, a pytree of arrays (an NNX ``State``, a linen
-        ``params`` dict, or an Equinox module whose non-array fields are ``None``).
-      model_state: non-trainable state threaded through ``apply`` (BatchNorm running
-        statistics, NNX RNG counters, an ``eqx.nn.State``); ``None`` when the model has none.
-      apply: ``apply(params, model_state, *args, **kwargs) -> (out, new_model_state)``, pure:
-        it never mutates its inputs, so it works under ``jit``, ``vmap`` and ``grad``.
+        params: the trainable parameters, a pytree of arrays (an NNX ``State``, a linen
+            ``params`` dict, or an Equinox module whose non-array fields are ``None``).
+        model_state: non-trainable state threaded through ``apply`` (BatchNorm running
+            statistics, NNX RNG counters, an ``eqx.nn.State``); ``None`` when the model has
+            none.
+        apply: ``apply(params, model_state, *args, **kwargs) -> (out, new_model_state)``,
+            pure: it never mutates its inputs, so it works under ``jit``, ``vmap`` and
+            ``grad``.
     """
 
     params: Any
@@ -44,7 +51,7 @@ def _named(fn: Callable[..., Any], model: Any) -> Callable[..., Any]:
     return fn
 
 
-def from_nnx(module: Any, trainable: Any = None) -> Model:
+def from_nnx(module: nnx.Module, trainable: Any = None) -> Model:
     """Split a Flax NNX module with ``nnx.split(module, trainable, ...)``; ``apply`` merges it back.
 
     ``params`` is the ``nnx.Param`` state (or the ``trainable`` filter's), ``model_state`` every
@@ -60,12 +67,17 @@ def from_nnx(module: Any, trainable: Any = None) -> Model:
     use_running_average=True)).apply`` takes the same ``params`` and ``model_state``.
 
     Args:
-      module: an ``nnx.Module``.
-      trainable: an NNX filter for the trainable variables (default ``nnx.Param``).
+        module: an ``nnx.Module``.
+        trainable: an NNX filter for the trainable variables (default ``nnx.Param``).
 
     Returns:
-      ``Model(params, model_state, apply)``; ``model_state`` is ``None`` when the module has
-      no variables besides its parameters.
+        ``Model(params, model_state, apply)``; ``model_state`` is ``None`` when the module has
+        no variables besides its parameters. ``apply`` raises ``ValueError`` when given a
+        ``model_state`` the module does not have (or none when it has one).
+
+    Raises:
+        ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
+        TypeError: ``module`` is not an ``nnx.Module``.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -103,7 +115,7 @@ def from_nnx(module: Any, trainable: Any = None) -> Model:
     return Model(params, rest if has_state else None, _named(apply, module))
 
 
-def from_linen(module: Any, variables: Any) -> Model:
+def from_linen(module: linen.Module, variables: Mapping[str, Any]) -> Model:
     """Split linen ``variables`` into ``params`` and the other collections (``model_state``).
 
     ``apply`` calls ``module.apply({"params": params, **model_state}, *args,
@@ -116,13 +128,19 @@ def from_linen(module: Any, variables: Any) -> Model:
     unchanged. Do not pass ``mutable``: the adapter owns it.
 
     Args:
-      module: a ``flax.linen.Module``.
-      variables: what ``module.init(...)`` returned (a dict or ``FrozenDict`` with a
-        ``"params"`` collection).
+        module: a ``flax.linen.Module``.
+        variables: what ``module.init(...)`` returned (a dict or ``FrozenDict`` with a
+            ``"params"`` collection).
 
     Returns:
-      ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections, or
-      ``None`` when ``variables`` holds only ``"params"``.
+        ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections, or
+        ``None`` when ``variables`` holds only ``"params"``. ``apply`` raises ``TypeError``
+        when given ``mutable`` and ``ValueError`` for a ``model_state`` without the
+        module's collections.
+
+    Raises:
+        ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
+        TypeError: ``module`` is not a linen module, or ``variables`` has no ``"params"``.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -143,9 +161,9 @@ def from_linen(module: Any, variables: Any) -> Model:
             "`variables` must be the dict that `module.init(key, ...)` returns, with a "
             f"'params' collection; got {type(variables).__name__}"
         )
-    variables = flax_core.unfreeze(variables)
-    params = variables.pop("params")
-    collections = tuple(sorted(variables))
+    unfrozen = flax_core.unfreeze(variables)
+    params = unfrozen.pop("params")
+    collections = tuple(sorted(unfrozen))
 
     def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if "mutable" in kwargs:
@@ -166,10 +184,10 @@ def from_linen(module: Any, variables: Any) -> Model:
         updated = flax_core.unfreeze(updated)
         return out, {c: updated.get(c, model_state[c]) for c in collections}
 
-    return Model(params, {c: variables[c] for c in collections} or None, _named(apply, module))
+    return Model(params, {c: unfrozen[c] for c in collections} or None, _named(apply, module))
 
 
-def from_equinox(module: Any, state: Any = None) -> Model:
+def from_equinox(module: eqx.Module, state: eqx.nn.State | None = None) -> Model:
     """Split an Equinox module with ``eqx.partition(module, eqx.is_inexact_array)``.
 
     ``params`` holds the floating-point arrays (the module with every other field ``None``);
@@ -187,11 +205,16 @@ def from_equinox(module: Any, state: Any = None) -> Model:
     ``from_equinox(eqx.nn.inference_mode(module), state).apply`` takes the same ``params``.
 
     Args:
-      module: an ``equinox.Module``.
-      state: the ``eqx.nn.State`` of its stateful layers, or ``None``.
+        module: an ``equinox.Module``.
+        state: the ``eqx.nn.State`` of its stateful layers, or ``None``.
 
     Returns:
-      ``Model(params, model_state, apply)`` with ``model_state`` the ``state``.
+        ``Model(params, model_state, apply)`` with ``model_state`` the ``state``.
+
+    Raises:
+        ImportError: Equinox is not installed (``pip install 'jaxwise[equinox]'``).
+        TypeError: ``module`` is not an Equinox module, or ``state`` not an
+            ``eqx.nn.State``.
 
     Examples:
         >>> import jax, jax.numpy as jnp, equinox as eqx

@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import DTypeLike
 
 from jaxwise._checks import check_array, check_callable, check_int, check_key, is_int
 
@@ -24,19 +25,26 @@ __all__ = ["init_mlp", "mlp_apply", "mlp_loss"]
 Params = dict[str, dict[str, jax.Array]]
 
 
-def init_mlp(key: Any, sizes: Sequence[int] = (2, 64, 64, 3), dtype: Any = jnp.float32) -> Params:
+def init_mlp(
+    key: jax.Array | int, sizes: Sequence[int] = (2, 64, 64, 3), dtype: DTypeLike = jnp.float32
+) -> Params:
     """He-initialised ReLU MLP: ``w ~ N(0, 2 / fan_in)``, ``b = 0``.
 
     Args:
-      key: a PRNG key (typed or raw) or an int seed.
-      sizes: layer widths, input first: ``(2, 64, 64, 3)`` is 2 → 64 → 64 → 3.
-      dtype: parameter dtype.
+        key: a PRNG key (typed or raw) or an int seed.
+        sizes: layer widths, input first: ``(2, 64, 64, 3)`` is 2 → 64 → 64 → 3.
+        dtype: parameter dtype (floating).
 
     Returns:
-      ``{"dense_0": {"w": (sizes[0], sizes[1]), "b": (sizes[1],)}, …}``.
+        ``{"dense_0": {"w": (sizes[0], sizes[1]), "b": (sizes[1],)}, …}`` in ``dtype``.
+
+    Raises:
+        TypeError: ``sizes`` is not a sequence, ``key`` not a key or seed, or ``dtype`` not
+            floating.
+        ValueError: fewer than two sizes, a size < 1, or a seed out of range.
 
     References:
-      He et al., Delving Deep into Rectifiers, ICCV 2015, https://arxiv.org/abs/1502.01852
+        He et al., Delving Deep into Rectifiers, ICCV 2015, https://arxiv.org/abs/1502.01852
 
     Examples:
         >>> p = init_mlp(0, (3, 8, 2))
@@ -101,15 +109,15 @@ def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
     """Logits of the ReLU MLP for one example ``(d,)`` or a batch ``(B, d)``.
 
     Args:
-      params: the MLP's parameters (from [`init_mlp`][jaxwise.models.init_mlp]).
-      x: ``(d,)`` or ``(B, d)`` features.
+        params: the MLP's parameters (from [`init_mlp`][jaxwise.models.init_mlp]).
+        x: ``(d,)`` or ``(B, d)`` features.
 
     Returns:
-      ``(C,)`` or ``(B, C)`` logits.
+        ``(C,)`` or ``(B, C)`` logits.
 
     Raises:
-      TypeError: ``params`` is not an MLP's dict, or ``x`` is not a numeric array.
-      ValueError: ``x`` is a scalar or has the wrong number of features.
+        TypeError: ``params`` is not an MLP's dict, or ``x`` is not a numeric array.
+        ValueError: ``x`` is a scalar or has the wrong number of features.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -138,14 +146,14 @@ def mlp_loss(
     `jaxwise.privacy` (a convenience: any ``loss(params, example)`` works there).
 
     Args:
-      loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
-        e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
+        loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
+            e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
 
     Returns:
-      ``loss(params, (x, y)) -> scalar``.
+        ``loss(params, (x, y)) -> scalar``.
 
     Raises:
-      TypeError: ``loss_from_logits`` is not callable.
+        TypeError: ``loss_from_logits`` is not callable.
 
     Examples:
         >>> import jax, jax.numpy as jnp

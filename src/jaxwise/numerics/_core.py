@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
+from jax.typing import ArrayLike
 
 from jaxwise._checks import check_array, check_callable
 
-__all__ = ["Array", "Axis", "double_where"]
+__all__ = ["Array", "ArrayLike", "Axis", "double_where"]
 
 Array = jax.Array
 Axis = int | tuple[int, ...] | None
@@ -70,7 +71,11 @@ def _normalize_axis(axis: Axis, ndim: int) -> tuple[int, ...]:
 
 
 def double_where(
-    fn: Callable[[Array], Array], x: Array, ok: Array, safe_value: Any, fill: Any
+    fn: Callable[[Array], Array],
+    x: ArrayLike,
+    ok: ArrayLike,
+    safe_value: ArrayLike,
+    fill: ArrayLike,
 ) -> Array:
     """``fn(x)`` where ``ok``, ``fill`` elsewhere — with finite gradients everywhere.
 
@@ -79,14 +84,19 @@ def double_where(
     finite derivative and the zero cotangent cannot make it NaN.
 
     Args:
-      fn: elementwise function, finite and differentiable at ``safe_value``.
-      x: input array.
-      ok: boolean array broadcastable to ``x``: where ``fn(x)`` is wanted.
-      safe_value: an input at which ``fn`` is harmless (e.g. 1 for ``log``).
-      fill: the output where ``not ok``.
+        fn: elementwise function, finite and differentiable at ``safe_value``.
+        x: input array (any shape and dtype ``fn`` accepts).
+        ok: boolean array broadcastable to ``x``: where ``fn(x)`` is wanted.
+        safe_value: a scalar input at which ``fn`` is harmless (e.g. 1 for ``log``), cast to
+            ``x``'s dtype.
+        fill: the output where ``not ok`` (a scalar, cast to the output's dtype).
 
     Returns:
-      Array of ``x``'s broadcast shape.
+        ``fn(x)`` where ``ok`` and ``fill`` elsewhere: the broadcast shape of ``x`` and ``ok``,
+        the dtype of ``fn``'s output.
+
+    Raises:
+        TypeError: ``fn`` is not callable, ``x`` is not an array, or ``ok`` is not boolean.
 
     Examples:
         >>> import jax, jax.numpy as jnp

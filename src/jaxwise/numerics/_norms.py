@@ -10,6 +10,7 @@ import numpy as np
 
 from jaxwise.numerics._core import (
     Array,
+    ArrayLike,
     Axis,
     _float_array,
     _normalize_axis,
@@ -81,7 +82,7 @@ def _safe_norm_jvp(
     return norm, dnorm
 
 
-def safe_norm(x: Array, axis: Axis = None, keepdims: bool = False) -> Array:
+def safe_norm(x: ArrayLike, axis: Axis = None, keepdims: bool = False) -> Array:
     """Euclidean norm with a safe custom JVP: zero subgradient at the zero vector.
 
     ``jnp.linalg.norm`` has a NaN gradient at 0 (``x / ‖x‖ = 0/0``). Here the
@@ -91,9 +92,17 @@ def safe_norm(x: Array, axis: Axis = None, keepdims: bool = False) -> Array:
     underflow nor overflow.
 
     Args:
-      x: float array.
-      axis: axis or axes to reduce (``None``: all).
-      keepdims: keep reduced axes with size 1.
+        x: floating-point array, any shape.
+        axis: axis or axes to reduce (``None``: all).
+        keepdims: keep reduced axes with size 1.
+
+    Returns:
+        The norms: ``x``'s shape without ``axis`` (size 1 there with ``keepdims``), ``x``'s
+        dtype.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point array.
+        ValueError: ``axis`` is out of range.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -105,18 +114,24 @@ def safe_norm(x: Array, axis: Axis = None, keepdims: bool = False) -> Array:
     return _safe_norm(x, axis, bool(keepdims))
 
 
-def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
+def cosine_similarity(a: ArrayLike, b: ArrayLike, axis: int = -1) -> Array:
     """Cosine similarity along ``axis``; 0 (with finite gradients) when either vector is zero.
 
     A tiny but nonzero vector (e.g. 1e-30 in float32) is *not* treated as
-    zero: both vectors are normalised with the max-scaled :func:`safe_norm`.
+    zero: both vectors are normalised with the max-scaled
+    [`safe_norm`][jaxwise.numerics.safe_norm].
 
     Args:
-      a, b: float arrays of the same (or broadcastable) shape.
-      axis: the vector axis.
+        a: floating-point array.
+        b: floating-point array of ``a``'s dtype, broadcastable with ``a``.
+        axis: the vector axis.
 
     Returns:
-      Array with ``axis`` removed.
+        The cosines in [−1, 1]: the broadcast shape with ``axis`` removed, the inputs' dtype.
+
+    Raises:
+        TypeError: ``a`` or ``b`` is not a floating-point array, or their dtypes differ.
+        ValueError: the shapes do not broadcast, or ``axis`` is out of range.
 
     Examples:
         >>> import jax.numpy as jnp

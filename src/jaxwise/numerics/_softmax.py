@@ -10,6 +10,7 @@ from jax.core import Tracer
 from jaxwise._checks import check_array
 from jaxwise.numerics._core import (
     Array,
+    ArrayLike,
     Axis,
     _check_mask,
     _float_array,
@@ -38,12 +39,26 @@ def _shifted(x: Array, axis: Axis, mask: Array | None) -> tuple[Array, Array]:
 
 
 def logsumexp(
-    x: Array, axis: Axis = None, where: Array | None = None, keepdims: bool = False
+    x: ArrayLike, axis: Axis = None, where: ArrayLike | None = None, keepdims: bool = False
 ) -> Array:
     """``log Σ exp(x)`` over ``axis``, stable, with a ``where=`` mask like ``jax.nn.logsumexp``.
 
     A fully masked reduction gives ``finfo(dtype).min`` (finite) instead of
     ``-inf``, and zero gradients.
+
+    Args:
+        x: floating-point array, any shape, not empty along ``axis``.
+        axis: axis or axes to reduce (``None``: all).
+        where: optional boolean mask, broadcastable to ``x``: the entries taking part.
+        keepdims: keep reduced axes with size 1.
+
+    Returns:
+        ``x``'s shape without ``axis`` (size 1 there with ``keepdims``), ``x``'s dtype.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point array or ``where`` is not boolean.
+        ValueError: ``x`` is empty along ``axis``, ``axis`` is out of range, or ``where``
+            does not broadcast to ``x``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -65,11 +80,24 @@ def logsumexp(
     return out if keepdims else jnp.squeeze(out, axis=axes)
 
 
-def softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
+def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> Array:
     """Softmax over ``axis`` with a ``where=`` mask: masked entries are exactly 0.
 
     A fully masked row gives all zeros (``jax.nn.softmax`` gives NaN there in
     the gradient); gradients are finite everywhere.
+
+    Args:
+        x: floating-point array, any shape.
+        axis: axis or axes to normalise over.
+        where: optional boolean mask, broadcastable to ``x``: the entries taking part.
+
+    Returns:
+        Probabilities of ``x``'s shape and dtype, summing to 1 over ``axis`` (0 on a fully
+        masked row).
+
+    Raises:
+        TypeError: ``x`` is not a floating-point array or ``where`` is not boolean.
+        ValueError: ``axis`` is out of range or ``where`` does not broadcast to ``x``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -88,12 +116,24 @@ def softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     return double_where(lambda t: e / t, total, _positive(total), 1.0, 0.0)
 
 
-def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
+def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> Array:
     """``x − logsumexp(x)`` over ``axis``, with a ``where=`` mask.
 
     Unmasked entries match ``jax.nn.log_softmax``; masked entries (and every
     entry of a fully masked row) are ``finfo(dtype).min`` — finite, so that
     ``p · log p`` and gradients stay NaN-free.
+
+    Args:
+        x: floating-point array, any shape.
+        axis: axis or axes to normalise over.
+        where: optional boolean mask, broadcastable to ``x``: the entries taking part.
+
+    Returns:
+        Log-probabilities of ``x``'s shape and dtype.
+
+    Raises:
+        TypeError: ``x`` is not a floating-point array or ``where`` is not boolean.
+        ValueError: ``axis`` is out of range or ``where`` does not broadcast to ``x``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -111,10 +151,21 @@ def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     return jnp.where(mask & _positive(total), out, jnp.finfo(x.dtype).min)
 
 
-def mask_logits(logits: Array, mask: Array) -> Array:
+def mask_logits(logits: ArrayLike, mask: ArrayLike) -> Array:
     """Fill masked-out logits with ``finfo(dtype).min`` (never ``-inf``).
 
     Works for float16/bfloat16 (their own ``finfo.min``, no overflow).
+
+    Args:
+        logits: floating-point array, any shape.
+        mask: boolean array broadcastable to ``logits``: True where a logit is kept.
+
+    Returns:
+        ``logits``' shape and dtype, ``finfo(dtype).min`` where ``mask`` is False.
+
+    Raises:
+        TypeError: ``logits`` is not a floating-point array or ``mask`` is not boolean.
+        ValueError: ``mask`` does not broadcast to ``logits``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -133,7 +184,7 @@ def mask_logits(logits: Array, mask: Array) -> Array:
 # --------------------------------------------------------------------------
 
 
-def _check_labels(labels: Array, logits_shape: tuple[int, ...]) -> Array:
+def _check_labels(labels: ArrayLike, logits_shape: tuple[int, ...]) -> Array:
     if not isinstance(labels, Tracer):
         if not hasattr(labels, "dtype"):
             check_array(labels, "labels")
@@ -156,11 +207,11 @@ def _check_labels(labels: Array, logits_shape: tuple[int, ...]) -> Array:
 
 
 def cross_entropy(
-    logits: Array,
-    labels: Array,
+    logits: ArrayLike,
+    labels: ArrayLike,
     *,
-    class_mask: Array | None = None,
-    weights: Array | None = None,
+    class_mask: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
 ) -> Array:
     """Mean softmax cross-entropy with integer labels, stable and NaN-free.
 
@@ -177,19 +228,21 @@ def cross_entropy(
     An empty batch has no mean: it raises ``ValueError``.
 
     Args:
-      logits: float ``(..., C)`` with ``C ≥ 1`` and at least one example.
-      labels: int ``(...)`` in ``[0, C)``. Checked eagerly when concrete;
-        under ``jit`` an out-of-range label gives a NaN loss (JAX's gather
-        fill value) rather than a silently wrong one.
-      class_mask: optional bool, broadcastable to ``logits``: classes that
-        exist (e.g. padded vocabularies).
-      weights: optional float ``(...)`` per-example weights.
+        logits: float ``(..., C)`` with ``C ≥ 1`` and at least one example.
+        labels: int ``(...)`` in ``[0, C)``. Checked eagerly when concrete;
+            under ``jit`` an out-of-range label gives a NaN loss (JAX's gather
+            fill value) rather than a silently wrong one.
+        class_mask: optional bool, broadcastable to ``logits``: classes that
+            exist (e.g. padded vocabularies).
+        weights: optional float ``(...)`` per-example weights.
 
     Returns:
-      Scalar loss.
+        Scalar loss, in ``logits``' dtype.
 
     Raises:
-      ValueError: an empty batch, no classes, labels out of range, or shape mismatches.
+        TypeError: non-float ``logits`` or ``weights``, non-integer ``labels``, or a
+            non-boolean ``class_mask``.
+        ValueError: an empty batch, no classes, labels out of range, or shape mismatches.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -8,7 +8,10 @@ names the argument; NumPy scalars accepted; NaN, infinity and bools rejected), m
 as a regex over dotted leaf paths, mask errors naming the first differing path, ``freeze``
 that keeps frozen parameters bit-identical, ``apply_updates`` that names a structure
 difference, a ``global_norm`` accumulated in float32, and everything runnable under strict
-dtype promotion.
+dtype promotion. In the signatures, ``Scalar`` is a Python, NumPy or 0-d JAX number,
+``Steps`` a Python or NumPy integer, ``ScalarOrSchedule`` a ``Scalar`` or a schedule (a
+function of the step count, Optax's or ours), and the schedule factories return a
+``Schedule``: a function of the step count giving a float or a scalar array.
 
 Examples:
     >>> import jax, jax.numpy as jnp, optax

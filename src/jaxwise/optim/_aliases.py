@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import optax
+from jax.typing import DTypeLike
 
 from jaxwise.optim._base import (
     MaskOrFn,
+    Scalar,
     ScalarOrSchedule,
     adam_moments,
     decay_rate,
@@ -21,15 +21,28 @@ from jaxwise.optim._base import (
 
 def sgd(
     learning_rate: ScalarOrSchedule,
-    momentum: float | None = None,
+    momentum: Scalar | None = None,
     nesterov: bool = False,
-    accumulator_dtype: Any | None = None,
+    accumulator_dtype: DTypeLike | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """SGD, optionally with (Nesterov) momentum: ``optax.sgd`` with validated arguments.
 
+    Args:
+        learning_rate: a number >= 0 or a schedule (a function of the step count).
+        momentum: momentum decay in [0, 1); ``None`` for plain SGD.
+        nesterov: use Nesterov momentum.
+        accumulator_dtype: dtype of the momentum (``None``: the params').
+
+    Returns:
+        An ``optax.GradientTransformationExtraArgs`` whose state is Optax's own.
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
+
     References:
-      Sutskever et al., On the importance of initialization and momentum in deep learning,
-      ICML 2013.
+        Sutskever et al., On the importance of initialization and momentum in deep learning,
+        ICML 2013.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -49,19 +62,35 @@ def sgd(
 
 def adam(
     learning_rate: ScalarOrSchedule,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    eps_root: float = 0.0,
-    mu_dtype: Any | None = None,
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+    mu_dtype: DTypeLike | None = None,
     *,
     nesterov: bool = False,
 ) -> optax.GradientTransformationExtraArgs:
     """Adam: ``optax.adam`` with validated arguments.
 
+    Args:
+        learning_rate: a number >= 0 or a schedule (a function of the step count).
+        b1: decay rate of the first moment, in [0, 1).
+        b2: decay rate of the second moment, in [0, 1).
+        eps: added to the denominator's square root, >= 0.
+        eps_root: added inside the square root, >= 0 (needed to differentiate through Adam).
+        mu_dtype: dtype of the first moment (e.g. ``jnp.bfloat16``); ``None``: the params'.
+        nesterov: use Nesterov momentum (NAdam).
+
+    Returns:
+        An ``optax.GradientTransformationExtraArgs`` whose state is Optax's own.
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
+
     References:
-      Kingma & Ba, Adam: A Method for Stochastic Optimization, ICLR 2015,
-      https://arxiv.org/abs/1412.6980
+        Kingma & Ba, Adam: A Method for Stochastic Optimization, ICLR 2015,
+        https://arxiv.org/abs/1412.6980
 
     Examples:
         >>> import jax.numpy as jnp
@@ -80,11 +109,11 @@ def adam(
 
 def adamw(
     learning_rate: ScalarOrSchedule,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    eps_root: float = 0.0,
-    mu_dtype: Any | None = None,
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.999,
+    eps: Scalar = 1e-8,
+    eps_root: Scalar = 0.0,
+    mu_dtype: DTypeLike | None = None,
     weight_decay: ScalarOrSchedule = 1e-4,
     mask: MaskOrFn | None = None,
     *,
@@ -97,9 +126,30 @@ def adamw(
     dotted leaf paths, e.g. ``r"kernel"`` to decay only Flax kernels; a mask tree that does not
     fit the params raises ``ValueError`` naming the path. The state is exactly Optax's.
 
+    Args:
+        learning_rate: a number >= 0 or a schedule (a function of the step count).
+        b1: decay rate of the first moment, in [0, 1).
+        b2: decay rate of the second moment, in [0, 1).
+        eps: added to the denominator's square root, >= 0.
+        eps_root: added inside the square root, >= 0 (needed to differentiate through Adam).
+        mu_dtype: dtype of the first moment (e.g. ``jnp.bfloat16``); ``None``: the params'.
+        weight_decay: decay rate >= 0 (multiplied by the learning rate) or a schedule.
+        mask: the leaves to decay: ``None`` (all), a regex searched in the dotted leaf paths
+            (``r"kernel"``), a bool tree like the params (or a prefix of it), or a function
+            ``params -> bool tree``.
+        nesterov: use Nesterov momentum.
+
+    Returns:
+        An ``optax.GradientTransformationExtraArgs`` whose state is Optax's own.
+    ``update`` needs ``params`` (the decay reads them).
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
+
     References:
-      Loshchilov & Hutter, Decoupled Weight Decay Regularization, ICLR 2019,
-      https://arxiv.org/abs/1711.05101
+        Loshchilov & Hutter, Decoupled Weight Decay Regularization, ICLR 2019,
+        https://arxiv.org/abs/1711.05101
 
     Examples:
         >>> import jax.numpy as jnp
@@ -122,17 +172,35 @@ def adamw(
 
 def lion(
     learning_rate: ScalarOrSchedule,
-    b1: float = 0.9,
-    b2: float = 0.99,
-    mu_dtype: Any | None = None,
+    b1: Scalar = 0.9,
+    b2: Scalar = 0.99,
+    mu_dtype: DTypeLike | None = None,
     weight_decay: ScalarOrSchedule = 1e-3,
     mask: MaskOrFn | None = None,
 ) -> optax.GradientTransformationExtraArgs:
     """Lion, sign updates with decoupled weight decay: ``optax.lion`` with validated arguments.
 
+    Args:
+        learning_rate: a number >= 0 or a schedule (a function of the step count).
+        b1: interpolation between the gradient and the momentum for the sign, in [0, 1).
+        b2: decay rate of the momentum, in [0, 1).
+        mu_dtype: dtype of the momentum (``None``: the params').
+        weight_decay: decay rate >= 0 (multiplied by the learning rate) or a schedule.
+        mask: the leaves to decay: ``None`` (all), a regex searched in the dotted leaf paths
+            (``r"kernel"``), a bool tree like the params (or a prefix of it), or a function
+            ``params -> bool tree``.
+
+    Returns:
+        An ``optax.GradientTransformationExtraArgs`` whose state is Optax's own.
+    ``update`` needs ``params`` (the decay reads them).
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
+
     References:
-      Chen et al., Symbolic Discovery of Optimization Algorithms, 2023,
-      https://arxiv.org/abs/2302.06675
+        Chen et al., Symbolic Discovery of Optimization Algorithms, 2023,
+        https://arxiv.org/abs/2302.06675
 
     Examples:
         >>> import jax.numpy as jnp

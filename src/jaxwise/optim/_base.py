@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -25,12 +25,16 @@ GradientTransformationExtraArgs = optax.GradientTransformationExtraArgs
 EmptyState = optax.EmptyState
 safe_increment = optax.safe_increment
 
-Params = Any
-Updates = Any
-OptState = Any
+Params = optax.Params
+Updates = optax.Updates
+OptState = optax.OptState
 Schedule = optax.Schedule
-ScalarOrSchedule = optax.ScalarOrSchedule
-MaskOrFn = Any  # bool, bool tree, regex string, or callable params -> bool tree
+Scalar = float | np.floating | np.integer | jax.Array  # a Python, NumPy or 0-d JAX number
+ScalarOrSchedule = Scalar | Schedule
+Steps = int | np.integer  # a Python or NumPy integer
+Hyper = float | jax.Array  # a validated hyper-parameter: a Python float, or a JAX array as given
+# a bool, a regex over dotted leaf paths, a bool tree (or a prefix of one), or params -> those
+MaskOrFn = bool | str | re.Pattern[str] | Params | Callable[[Params], Params | str]
 
 
 def wrap(
@@ -39,9 +43,12 @@ def wrap(
     """``tx`` with its functions run under standard dtype promotion; the state is untouched.
 
     Args:
-      tx: any Optax transformation.
-      needs_params: when set, ``update`` without ``params`` raises ``ValueError`` naming it
-        (Optax would fail deep inside a ``tree.map``).
+        tx: any Optax transformation.
+        needs_params: when set, ``update`` without ``params`` raises ``ValueError`` naming it
+            (Optax would fail deep inside a ``tree.map``).
+
+    Returns:
+        The same transformation with Optax's extra-arguments protocol.
     """
     inner = optax.with_extra_args_support(tx)
 
@@ -63,6 +70,9 @@ def wrap(
 def identity() -> optax.GradientTransformationExtraArgs:
     """Leave updates unchanged (``optax.identity``).
 
+    Returns:
+        A transformation with an empty state.
+
     Examples:
         >>> import jax.numpy as jnp
         >>> tx = identity()
@@ -77,6 +87,15 @@ def chain(*args: optax.GradientTransformation) -> optax.GradientTransformationEx
 
     Accepts jaxwise and Optax transformations alike; extra keyword arguments of ``update``
     reach the transformations that take them.
+
+    Args:
+        *args: the transformations, applied first to last.
+
+    Returns:
+        One transformation whose state is the tuple of the states of ``args``.
+
+    Raises:
+        TypeError: an argument is not a transformation (no ``init``/``update``).
 
     Examples:
         >>> import jax.numpy as jnp
@@ -93,8 +112,18 @@ def chain(*args: optax.GradientTransformation) -> optax.GradientTransformationEx
     return wrap(optax.chain(*args))
 
 
-def scale(step_size: Any) -> optax.GradientTransformationExtraArgs:
+def scale(step_size: Scalar) -> optax.GradientTransformationExtraArgs:
     """Multiply updates by a fixed scalar ``step_size`` (``optax.scale``).
+
+    Args:
+        step_size: a finite number (a Python, NumPy or 0-d JAX scalar).
+
+    Returns:
+        A transformation with an empty state.
+
+    Raises:
+        TypeError: ``step_size`` is not a number.
+        ValueError: ``step_size`` is NaN or infinite.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -105,12 +134,21 @@ def scale(step_size: Any) -> optax.GradientTransformationExtraArgs:
     return wrap(optax.scale(hyper(step_size, "step_size")))
 
 
-def apply_updates(params: Params, updates: Updates) -> Params:
+def apply_updates[P: Params](params: P, updates: Updates) -> P:
     """``params + updates`` leaf by leaf, keeping each parameter's dtype (``optax.apply_updates``).
 
+    Args:
+        params: a pytree of arrays.
+        updates: a pytree with the structure and leaf shapes of ``params``.
+
+    Returns:
+        The new parameters: ``params``' structure, each leaf in its own dtype.
+
     Raises:
-      ValueError: the two trees differ in structure; the message names the first differing
-        path (e.g. updates of another model, or a state's ``opt_state`` passed by mistake).
+        ValueError: the two trees differ in structure or in a leaf's shape; the message names
+            the first differing path (e.g. updates of another model, or a state's
+            ``opt_state`` passed by mistake).
+        TypeError: a leaf is not an array.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -132,7 +170,7 @@ def apply_updates(params: Params, updates: Updates) -> Params:
                 f"{np.shape(p)}{where}"
             )
     with jax.numpy_dtype_promotion("standard"):
-        return optax.apply_updates(params, updates)
+        return cast(P, optax.apply_updates(params, updates))
 
 
 def global_norm(updates: Updates) -> jax.Array:
@@ -142,10 +180,13 @@ def global_norm(updates: Updates) -> jax.Array:
     leaf is float64), so the norm of a large low-precision tree stays accurate.
 
     Args:
-      updates: any pytree of arrays.
+        updates: any pytree of arrays.
 
     Returns:
-      A scalar array, float32 (float64 when a leaf is float64).
+        A scalar array, float32 (float64 when a leaf is float64).
+
+    Raises:
+        TypeError: a leaf is not an array.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -160,7 +201,9 @@ def global_norm(updates: Updates) -> jax.Array:
         return jnp.asarray(optax.tree.norm([jnp.asarray(x).astype(dtype) for x in leaves]), dtype)
 
 
-def tree_difference(a: Any, b: Any, a_name: str, b_name: str, *, a_is_prefix: bool = False) -> str:
+def tree_difference(
+    a: Params, b: Params, a_name: str, b_name: str, *, a_is_prefix: bool = False
+) -> str:
     """A one-line description of where two trees first differ (by dotted path).
 
     With ``a_is_prefix``, a leaf of ``a`` covers every leaf of ``b`` below its path.
@@ -210,7 +253,7 @@ def hyper(
     max_value: float | None = None,
     min_inclusive: bool = True,
     max_inclusive: bool = True,
-) -> Any:
+) -> Hyper:
     """A validated scalar hyper-parameter, as Optax should receive it.
 
     NumPy scalars and 0-d arrays become Python floats; JAX arrays (concrete or traced, e.g.
@@ -229,7 +272,7 @@ def hyper(
     return value if isinstance(value, jax.Array) else float(value)
 
 
-def decay_rate(value: Any, name: str) -> Any:
+def decay_rate(value: Any, name: str) -> Hyper:
     """A decay rate (``b1``, ``b2``, ``momentum``) in ``[0, 1)``."""
     return hyper(value, name, min_value=0.0, max_value=1.0, max_inclusive=False)
 
@@ -245,7 +288,7 @@ def rate_or_schedule(value: Any, name: str, *, allow_none: bool = False) -> Any:
     return hyper(value, name, min_value=0.0)
 
 
-def dtype_or_none(value: Any, name: str) -> Any:
+def dtype_or_none(value: Any, name: str) -> np.dtype | None:
     """``None`` or something ``jnp.dtype`` accepts; ``TypeError`` naming ``name`` otherwise."""
     if value is None:
         return None
@@ -257,7 +300,7 @@ def dtype_or_none(value: Any, name: str) -> Any:
 
 def adam_moments(
     b1: Any, b2: Any, eps: Any, eps_root: Any, mu_dtype: Any
-) -> tuple[Any, Any, Any, Any, Any]:
+) -> tuple[Hyper, Hyper, Hyper, Hyper, np.dtype | None]:
     """Adam's moment hyper-parameters, validated: ``(b1, b2, eps, eps_root, mu_dtype)``.
 
     Optax's positional order in ``optax.adam``, ``optax.adamw`` and ``optax.scale_by_adam``.
@@ -281,11 +324,11 @@ def flag(value: Any, name: str) -> bool:
 # --------------------------------------------------------------------------
 
 
-def mask_fn(mask: MaskOrFn, name: str = "mask") -> Callable[[Params], Any]:
+def mask_fn(mask: MaskOrFn, name: str = "mask") -> Callable[[Params], Params]:
     """A function ``tree -> full bool tree`` for ``optax.masked``, checked against the tree.
 
     ``mask`` may be a bool (all leaves), a regex string or compiled pattern searched in the
-    dotted leaf paths (``r"\\.w$"``, see :func:`jaxwise.tree.path_names`), a bool tree with the
+    dotted leaf paths (``r"\\.w$"``, see `jaxwise.tree.path_names`), a bool tree with the
     params' structure or a prefix of it, or a function ``params -> such a tree``. A tree
     that does not fit raises ``ValueError`` naming the first differing path.
     """
@@ -304,7 +347,7 @@ def mask_fn(mask: MaskOrFn, name: str = "mask") -> Callable[[Params], Any]:
     return lambda tree: resolve_mask(mask, tree, name)
 
 
-def resolve_mask(mask: MaskOrFn, tree: Any, name: str = "mask") -> Any:
+def resolve_mask(mask: MaskOrFn, tree: Params, name: str = "mask") -> Params:
     """The mask as a tree of Python bools with exactly ``tree``'s structure."""
     given = mask(tree) if callable(mask) else mask
     if isinstance(given, (str, re.Pattern)):

@@ -13,26 +13,42 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import cast
 
 import jax
 import optax
+from jax.typing import ArrayLike
 
 from jaxwise._checks import check_float, check_int
-from jaxwise.optim._base import hyper
+from jaxwise.optim._base import Scalar, Steps, hyper
+
+# What the factories return: a function of the step count giving a Python float (a constant
+# schedule) or a scalar array. An optax.Schedule (whose result type also admits complex
+# numbers and arrays of any shape), so it goes wherever Optax takes one.
+Schedule = Callable[[ArrayLike], float | jax.Array]
 
 
-def _promoting(schedule: optax.Schedule) -> optax.Schedule:
-    def wrapped(count: Any) -> Any:
+def _promoting(schedule: optax.Schedule) -> Schedule:
+    def wrapped(count: ArrayLike) -> float | jax.Array:
         with jax.numpy_dtype_promotion("standard"):
-            return schedule(count)
+            return cast(float | jax.Array, schedule(count))
 
     return wrapped
 
 
-def constant_schedule(value: float) -> optax.Schedule:
+def constant_schedule(value: Scalar) -> Schedule:
     """Always ``value`` (``optax.constant_schedule``).
+
+    Args:
+        value: a finite number.
+
+    Returns:
+        The schedule, a function of the step count.
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
 
     Examples:
         >>> constant_schedule(0.1)(123)
@@ -42,12 +58,25 @@ def constant_schedule(value: float) -> optax.Schedule:
 
 
 def linear_schedule(
-    init_value: float, end_value: float, transition_steps: int, transition_begin: int = 0
-) -> optax.Schedule:
+    init_value: Scalar, end_value: Scalar, transition_steps: Steps, transition_begin: Steps = 0
+) -> Schedule:
     """Linear from ``init_value`` to ``end_value`` over ``transition_steps`` steps.
 
     ``optax.linear_schedule``: constant before ``transition_begin``; ``transition_steps=0``
     gives a constant ``init_value``.
+
+    Args:
+        init_value: the value up to ``transition_begin``.
+        end_value: the value from ``transition_begin + transition_steps`` on.
+        transition_steps: the length of the ramp, >= 0.
+        transition_begin: the step where the ramp starts, >= 0.
+
+    Returns:
+        The schedule, a function of the step count.
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
 
     Examples:
         >>> [float(linear_schedule(1.0, 0.0, 4)(s)) for s in (0, 2, 4, 9)]
@@ -64,15 +93,28 @@ def linear_schedule(
 
 
 def cosine_decay_schedule(
-    init_value: float, decay_steps: int, alpha: float = 0.0, exponent: float = 1.0
-) -> optax.Schedule:
+    init_value: Scalar, decay_steps: Steps, alpha: Scalar = 0.0, exponent: Scalar = 1.0
+) -> Schedule:
     """Cosine decay from ``init_value`` to ``alpha * init_value`` over ``decay_steps``.
 
     ``optax.cosine_decay_schedule``.
 
+    Args:
+        init_value: the value at step 0.
+        decay_steps: the length of the decay, >= 1.
+        alpha: the final value as a fraction of ``init_value``, >= 0.
+        exponent: the power applied to the cosine factor.
+
+    Returns:
+        The schedule, a function of the step count.
+
+    Raises:
+        TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).
+        ValueError: an argument is out of range, NaN or infinite.
+
     References:
-      Loshchilov & Hutter, SGDR: Stochastic Gradient Descent with Warm Restarts, ICLR 2017,
-      https://arxiv.org/abs/1608.03983
+        Loshchilov & Hutter, SGDR: Stochastic Gradient Descent with Warm Restarts, ICLR 2017,
+        https://arxiv.org/abs/1608.03983
 
     Examples:
         >>> [round(float(cosine_decay_schedule(1.0, 10)(s)), 4) for s in (0, 5, 10, 20)]
@@ -89,17 +131,32 @@ def cosine_decay_schedule(
 
 
 def warmup_cosine_decay_schedule(
-    init_value: float,
-    peak_value: float,
-    warmup_steps: int,
-    decay_steps: int,
-    end_value: float = 0.0,
-    exponent: float = 1.0,
-) -> optax.Schedule:
+    init_value: Scalar,
+    peak_value: Scalar,
+    warmup_steps: Steps,
+    decay_steps: Steps,
+    end_value: Scalar = 0.0,
+    exponent: Scalar = 1.0,
+) -> Schedule:
     """Linear warm-up to ``peak_value``, then cosine decay to ``end_value``.
 
     ``optax.warmup_cosine_decay_schedule``: ``decay_steps`` is the *total* length, warm-up
     included, so it must exceed ``warmup_steps``.
+
+    Args:
+        init_value: the value at step 0.
+        peak_value: the value at the end of the warm-up.
+        warmup_steps: the length of the linear warm-up, >= 0.
+        decay_steps: the total length (warm-up included), > ``warmup_steps``.
+        end_value: the value from ``decay_steps`` on.
+        exponent: the power applied to the cosine factor.
+
+    Returns:
+        The schedule, a function of the step count.
+
+    Raises:
+        TypeError: an argument has the wrong type.
+        ValueError: an argument is out of range, or ``warmup_steps >= decay_steps``.
 
     Examples:
         >>> s = warmup_cosine_decay_schedule(0.0, 1.0, 10, 110)
@@ -126,11 +183,24 @@ def warmup_cosine_decay_schedule(
 
 
 def piecewise_constant_schedule(
-    init_value: float, boundaries_and_scales: dict[int, float] | None = None
-) -> optax.Schedule:
+    init_value: Scalar, boundaries_and_scales: dict[Steps, Scalar] | None = None
+) -> Schedule:
     """``init_value`` times each scale once the count reaches its boundary.
 
     ``optax.piecewise_constant_schedule``.
+
+    Args:
+        init_value: the value before the first boundary.
+        boundaries_and_scales: ``{step: scale}`` (steps >= 0, scales >= 0); ``None`` for a
+            constant schedule.
+
+    Returns:
+        The schedule, a function of the step count.
+
+    Raises:
+        TypeError: ``boundaries_and_scales`` is not a dict, or a key or value has the wrong
+            type.
+        ValueError: a step or scale is negative, or a value is NaN or infinite.
 
     Examples:
         >>> s = piecewise_constant_schedule(1.0, {10: 0.1, 20: 0.5})
@@ -153,12 +223,21 @@ def piecewise_constant_schedule(
     return _promoting(optax.piecewise_constant_schedule(hyper(init_value, "init_value"), checked))
 
 
-def join_schedules(
-    schedules: Sequence[optax.Schedule], boundaries: Sequence[int]
-) -> optax.Schedule:
+def join_schedules(schedules: Sequence[optax.Schedule], boundaries: Sequence[int]) -> Schedule:
     """Run ``schedules[i]`` from ``boundaries[i-1]`` on, each seeing the steps since its boundary.
 
     ``optax.join_schedules``.
+
+    Args:
+        schedules: the schedules, one more than ``boundaries``.
+        boundaries: the non-decreasing steps (>= 0) where each next schedule starts.
+
+    Returns:
+        The joined schedule, a function of the step count.
+
+    Raises:
+        TypeError: a schedule is not callable or a boundary is not an integer.
+        ValueError: the lengths do not fit, or the boundaries decrease or are negative.
 
     Examples:
         >>> s = join_schedules([constant_schedule(1.0), linear_schedule(1.0, 0.0, 10)], [5])

@@ -113,9 +113,9 @@ def per_example_grad_norms(
     return jax.numpy.sqrt(sq)
 
 
-def clip_and_sum(
+def clip_and_sum[P](
     loss: LossFn,
-    params: Any,
+    params: P,
     batch: Any,
     *,
     clip_norm: float,
@@ -123,7 +123,7 @@ def clip_and_sum(
     chunk_size: ChunkSize = None,
     weights: jax.Array | None = None,
     memory_budget: int = DEFAULT_MEMORY_BUDGET,
-) -> tuple[Any, jax.Array]:
+) -> tuple[P, jax.Array]:
     """Sum over examples of gradients clipped to norm ``clip_norm``, and the pre-clip norms.
 
     ``Σ_i w_i · g_i · min(1, C / ‖g_i‖)`` where ``w_i`` are optional

@@ -23,7 +23,7 @@ from jaxwise.per_example._common import (
 _MAPPED = (None, 0)  # params shared, the batch mapped over its leading axis
 
 
-def per_example_grads(loss: LossFn, params: Any, batch: Any) -> Any:
+def per_example_grads[P](loss: LossFn, params: P, batch: Any) -> P:
     """Gradients of every example: a pytree like ``params`` with a leading batch axis.
 
     ``vmap(grad(loss), in_axes=(None, 0))``: the parameters are shared, only the batch is

@@ -11,6 +11,8 @@ import logging
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import numpy as np
+
 from jaxwise._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._extras import require
 from jaxwise.privacy._noise import _check_noise
@@ -25,7 +27,9 @@ def _dp_accounting(feature: str) -> Any:
     return require("dp_accounting", extra="privacy", feature=feature)
 
 
-def _check_accounting(sample_rate: float, steps: int, delta: float, accountant: str) -> None:
+def _check_accounting(
+    sample_rate: float, steps: int | np.integer, delta: float, accountant: str
+) -> None:
     check_probability(sample_rate, "sample_rate", open_low=True)
     check_int(steps, "steps", min_value=1)
     check_probability(delta, "delta", open_low=True, open_high=True)
@@ -38,7 +42,9 @@ def _accountant(dp_accounting: Any, kind: str) -> Any:
     return dp_accounting.pld.PLDAccountant()
 
 
-def _event(dp_accounting: Any, noise_multiplier: float, sample_rate: float, steps: int) -> Any:
+def _event(
+    dp_accounting: Any, noise_multiplier: float, sample_rate: float, steps: int | np.integer
+) -> Any:
     return dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(
             sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)
@@ -63,7 +69,7 @@ def _epsilon(
     dp_accounting: Any,
     noise_multiplier: float,
     sample_rate: float,
-    steps: int,
+    steps: int | np.integer,
     delta: float,
     accountant: str,
 ) -> float:
@@ -79,7 +85,7 @@ def epsilon(
     *,
     noise_multiplier: float,
     sample_rate: float,
-    steps: int,
+    steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
 ) -> float:
@@ -119,7 +125,7 @@ def noise_multiplier_for(
     *,
     epsilon: float,
     sample_rate: float,
-    steps: int,
+    steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
 ) -> float:

@@ -40,7 +40,7 @@ SAMPLERS = ("poisson", "shuffle")
 
 @dataclasses.dataclass(frozen=True)
 class DPConfig:
-    """DP-SGD settings of [`make_dp_train_epoch`][jaxwise.privacy.make_dp_train_epoch].
+    """DP-SGD settings of `make_dp_train_epoch`.
 
     Attributes:
       clip_norm: ``C``, the per-example clipping norm.
@@ -67,6 +67,14 @@ class PoissonSampler:
     expected size plus six standard deviations, rounded up to a multiple of ``multiple``, e.g.
     the devices of a mesh) with a mask; ``round(n / batch_size)`` steps per epoch.
 
+    Attributes:
+        batch_size: the expected batch size, >= 1.
+        multiple: the padded width is a multiple of it, >= 1.
+
+    Raises:
+        TypeError: a field is not an int.
+        ValueError: a field is < 1.
+
     Examples:
         >>> PoissonSampler(64).width(60000), PoissonSampler(64).steps(60000)
         (113, 938)
@@ -83,7 +91,10 @@ class PoissonSampler:
         """``ValueError`` if the batch size exceeds the ``n`` examples.
 
         Args:
-          n: the dataset size.
+            n: the dataset size.
+
+        Raises:
+            ValueError: ``batch_size > n``.
         """
         if self.batch_size > n:
             raise ValueError(
@@ -94,7 +105,10 @@ class PoissonSampler:
         """Steps per epoch, ``round(n / batch_size)``.
 
         Args:
-          n: the dataset size.
+            n: the dataset size.
+
+        Returns:
+            The steps per epoch, >= 1.
         """
         return max(1, int(round(n / self.batch_size)))
 
@@ -102,7 +116,10 @@ class PoissonSampler:
         """The padded batch width: expected size + 6 standard deviations, rounded up.
 
         Args:
-          n: the dataset size.
+            n: the dataset size.
+
+        Returns:
+            The width, at most ``n`` before rounding up to ``multiple``.
         """
         expected = self.batch_size
         cap = int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
@@ -112,9 +129,12 @@ class PoissonSampler:
         """One sampling key per step of the epoch, and the state's next key.
 
         Args:
-          key: the state's key.
-          step: the state's step counter (unused).
-          n: the dataset size.
+            key: the state's key.
+            step: the state's step counter (unused).
+            n: the dataset size.
+
+        Returns:
+            ``(keys, next_key)``: one sampling key per step, and the state's next key.
         """
         del step
         key, plan_key = jax.random.split(key)
@@ -124,8 +144,11 @@ class PoissonSampler:
         """One step's Poisson batch: ``(indices, mask, {"overflow": ...})``.
 
         Args:
-          x: the step's sampling key.
-          n: the dataset size.
+            x: the step's sampling key.
+            n: the dataset size.
+
+        Returns:
+            ``(indices (width,), mask (width,), {"overflow": bool scalar})``.
         """
         idx, mask, overflow = poisson_batch(x, n, self.batch_size / n, self.width(n))  # x: a key
         return idx, mask, {"overflow": overflow}

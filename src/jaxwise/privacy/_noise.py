@@ -93,9 +93,9 @@ def add_dp_noise(
     return jax.tree.unflatten(treedef, noisy)
 
 
-def dp_gradient(
+def dp_gradient[P](
     loss: LossFn,
-    params: Any,
+    params: P,
     batch: Any,
     key: jax.Array,
     *,
@@ -105,7 +105,7 @@ def dp_gradient(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
-) -> tuple[Any, jax.Array]:
+) -> tuple[P, jax.Array]:
     """The DP-SGD gradient of one batch: ``(noisy mean gradient, per-example norms)``.
 
     Args:
@@ -172,9 +172,9 @@ def _inner_size(microbatches: Any) -> int:
     return sizes[0][1]
 
 
-def dp_gradient_accumulated(
+def dp_gradient_accumulated[P](
     loss: LossFn,
-    params: Any,
+    params: P,
     microbatches: Any,
     key: jax.Array,
     *,
@@ -184,7 +184,7 @@ def dp_gradient_accumulated(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float,
-) -> tuple[Any, jax.Array]:
+) -> tuple[P, jax.Array]:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.
 
     Every leaf of ``microbatches`` has shape ``(M, m, …)`` (M micro-batches of m

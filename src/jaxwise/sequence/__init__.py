@@ -1,10 +1,10 @@
 """Sequences and control flow with ``lax.scan``: masks, segments, returns, loops, RNNs, ODEs.
 
-Everything here is built on ``lax.scan`` / ``lax.associative_scan`` (never a
-Python loop that unrolls into the program), reads masks step by step from
-the scanned inputs (never from the carry), uses finite fills instead of
-``-inf``, and is reverse-differentiable — including :func:`bounded_while`,
-the differentiable replacement for ``lax.while_loop``.
+Everything here is built on ``lax.scan`` / ``lax.associative_scan`` (never a Python loop that
+unrolls into the program), reads masks step by step from the scanned inputs (never from the carry),
+uses finite fills instead of ``-inf``, and is reverse-differentiable — including
+[`bounded_while`][jaxwise.sequence.bounded_while], the differentiable replacement for
+``lax.while_loop``.
 
 Modules: ``_masks`` (masks from lengths, masked and segment reductions), ``_returns``
 (discounted, TD(λ) and GAE returns), ``_loops`` (bounded while, linear recurrences,

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_callable, check_int
-from jaxwise.sequence._common import Array, as_array
+from jaxwise.sequence._common import Array, ArrayLike, as_array
 
 __all__ = ["bounded_while", "linear_recurrence", "piecewise", "piecewise_select"]
 
@@ -18,9 +18,9 @@ __all__ = ["bounded_while", "linear_recurrence", "piecewise", "piecewise_select"
 # --------------------------------------------------------------------------
 
 
-def bounded_while(
-    cond_fun: Callable[[Any], Any], body_fun: Callable[[Any], Any], init: Any, max_steps: int
-) -> tuple[Any, Array]:
+def bounded_while[C](
+    cond_fun: Callable[[C], ArrayLike], body_fun: Callable[[C], C], init: C, max_steps: int
+) -> tuple[C, Array]:
     """``lax.while_loop`` with at most ``max_steps`` iterations — reverse-mode differentiable.
 
     Runs a ``lax.scan`` of ``max_steps`` iterations; once ``cond_fun`` is
@@ -29,10 +29,22 @@ def bounded_while(
     body applications as ``lax.while_loop`` when it finishes within
     ``max_steps``.
 
-    Returns:
-      ``(carry, steps)`` with ``steps`` the int32 number of body applications.
+    Args:
+        cond_fun: ``carry -> bool scalar``: keep iterating while True.
+        body_fun: ``carry -> carry`` (same structure, shapes and dtypes).
+        init: the initial carry, any pytree of arrays.
+        max_steps: the static iteration bound, >= 1.
 
-    Example (Newton's method for √a; the gradient is 1/(2√a)):
+    Returns:
+        ``(carry, steps)`` with ``steps`` the int32 number of body applications.
+
+    Raises:
+        TypeError: ``cond_fun`` or ``body_fun`` is not callable, or ``max_steps`` not an int.
+        ValueError: ``max_steps < 1``.
+
+    Examples:
+        Newton's method for √a; the gradient is 1/(2√a):
+
         >>> def sqrt(a):
         ...     cond = lambda x: jnp.abs(x * x - a) >= 1e-6 * a
         ...     x, _ = bounded_while(cond, lambda x: 0.5 * (x + a / x), a, 50)
@@ -44,7 +56,7 @@ def bounded_while(
     check_callable(body_fun, "body_fun")
     max_steps = check_int(max_steps, "max_steps", min_value=1)
 
-    def step(state: tuple, _: None) -> tuple[tuple, None]:
+    def step(state: tuple[C, Array], _: None) -> tuple[tuple[C, Array], None]:
         carry, steps = state
         running = jnp.asarray(cond_fun(carry), bool)
         # Double where: once finished, the body is evaluated at `init` (a valid input) and its
@@ -60,7 +72,7 @@ def bounded_while(
     return carry, steps
 
 
-def linear_recurrence(a: Array, b: Array, h0: Array | None = None) -> Array:
+def linear_recurrence(a: ArrayLike, b: ArrayLike, h0: ArrayLike | None = None) -> Array:
     """All ``h_t = a_t ⊙ h_{t−1} + b_t`` (``h_{−1} = h0``, default 0) by ``lax.associative_scan``.
 
     O(log T) depth: the composition of two steps is again a step,
@@ -69,7 +81,16 @@ def linear_recurrence(a: Array, b: Array, h0: Array | None = None) -> Array:
     associative one parallelises over T).
 
     Args:
-      a, b: ``(T, …)`` arrays of the same shape (elementwise coefficients).
+        a: float ``(T, …)``: the elementwise coefficients.
+        b: float ``(T, …)``, ``a``'s shape: the inputs.
+        h0: optional initial state, broadcastable to ``b[0]``; default 0.
+
+    Returns:
+        ``(T, …)`` states ``h_0 … h_{T-1}``, ``b``'s dtype.
+
+    Raises:
+        TypeError: ``a`` or ``b`` is not a floating-point array.
+        ValueError: ``a`` and ``b`` differ in shape or are scalars.
 
     Examples:
         >>> linear_recurrence(jnp.asarray([0.5, 0.5, 0.5]), jnp.asarray([1.0, 1.0, 1.0])).tolist()
@@ -96,7 +117,7 @@ def linear_recurrence(a: Array, b: Array, h0: Array | None = None) -> Array:
 # --------------------------------------------------------------------------
 
 
-def piecewise(index: Array, branches: Sequence[Callable[..., Any]], *operands: Any) -> Any:
+def piecewise[R](index: ArrayLike, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
     """``branches[index](*operands)`` via ``lax.switch`` (index clamped to the valid range).
 
     Under ``jit`` with a scalar index, only the chosen branch runs. Under
@@ -104,7 +125,19 @@ def piecewise(index: Array, branches: Sequence[Callable[..., Any]], *operands: A
     **every branch is computed** for every element and the results
     selected — cost is the sum of the branches, and a branch that is invalid
     for some inputs (``log`` of a negative) still runs on them, so make
-    branches safe (see :func:`jaxwise.numerics.double_where`).
+    branches safe (see [`double_where`][jaxwise.numerics.double_where]).
+
+    Args:
+        index: integer scalar (clamped to ``[0, len(branches) - 1]``).
+        branches: functions of ``*operands`` returning the same structure, shapes and dtypes.
+        *operands: the arguments passed to the chosen branch (any pytrees).
+
+    Returns:
+        The chosen branch's output.
+
+    Raises:
+        ValueError: ``branches`` is empty.
+        TypeError: a branch is not callable.
 
     Examples:
         >>> piecewise(jnp.asarray(1), [lambda x: x + 1, lambda x: x * 10], 2.0).item()
@@ -121,11 +154,22 @@ def piecewise(index: Array, branches: Sequence[Callable[..., Any]], *operands: A
 
 
 def piecewise_select(
-    conditions: Sequence[Array], values: Sequence[Array], default: Any = 0.0
+    conditions: Sequence[ArrayLike], values: Sequence[ArrayLike], default: ArrayLike = 0.0
 ) -> Array:
     """Elementwise piecewise values: the first true condition picks its value (``jnp.select``).
 
     All ``values`` are computed everywhere (as under ``vmap``); guard them.
+
+    Args:
+        conditions: boolean arrays, broadcastable together with ``values``.
+        values: one array per condition.
+        default: the value where no condition holds.
+
+    Returns:
+        The broadcast shape of the conditions and values.
+
+    Raises:
+        ValueError: no conditions, or not as many conditions as values.
 
     Examples:
         >>> x = jnp.asarray([-2.0, 0.5, 3.0])

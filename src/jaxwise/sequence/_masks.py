@@ -9,16 +9,27 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_int
-from jaxwise.sequence._common import Array, Tracer, as_array, as_float_array, concrete
+from jaxwise.sequence._common import Array, ArrayLike, Tracer, as_array, as_float_array, concrete
 
 __all__ = ["lengths_to_mask", "masked_mean", "masked_sum", "segment_mean", "segment_softmax"]
 
 
-def lengths_to_mask(lengths: Array, max_len: int) -> Array:
+def lengths_to_mask(lengths: ArrayLike, max_len: int) -> Array:
     """``mask[..., t] = t < lengths[...]``: a bool mask of shape ``(*lengths.shape, max_len)``.
 
     Built from the lengths, never from ``value != 0`` (a real zero is not padding).
     Negative lengths or lengths above ``max_len`` raise when concrete.
+
+    Args:
+        lengths: integer array of any shape: the valid length of each sequence.
+        max_len: the (static) length of the mask's last axis, >= 0.
+
+    Returns:
+        Boolean array of shape ``(*lengths.shape, max_len)``.
+
+    Raises:
+        TypeError: ``lengths`` is not an integer array or ``max_len`` not an integer.
+        ValueError: a (concrete) length is negative or above ``max_len``.
 
     Examples:
         >>> lengths_to_mask(jnp.asarray([1, 3]), 3).tolist()
@@ -57,8 +68,20 @@ def _accumulation_dtype(dtype: Any) -> Any:
     return dtype
 
 
-def masked_sum(x: Array, mask: Array, axis: int | tuple[int, ...] | None = None) -> Array:
+def masked_sum(x: ArrayLike, mask: ArrayLike, axis: int | tuple[int, ...] | None = None) -> Array:
     """Sum of the entries of ``x`` where ``mask`` is True (others contribute exactly 0, NaN too).
+
+    Args:
+        x: real (float, integer or bool) array, any shape.
+        mask: boolean array broadcastable to ``x``.
+        axis: axis or axes to sum over (``None``: all).
+
+    Returns:
+        ``x``'s shape without ``axis``, ``jnp.sum``'s dtype for ``x``.
+
+    Raises:
+        TypeError: ``x`` is not a real array or ``mask`` is not boolean.
+        ValueError: ``mask`` does not broadcast to ``x``.
 
     Examples:
         >>> float(masked_sum(jnp.asarray([1.0, jnp.nan, 3.0]), jnp.asarray([True, False, True])))
@@ -69,12 +92,24 @@ def masked_sum(x: Array, mask: Array, axis: int | tuple[int, ...] | None = None)
     return jnp.sum(jnp.where(mask, x, jnp.zeros((), x.dtype)), axis=axis)
 
 
-def masked_mean(x: Array, mask: Array, axis: int | tuple[int, ...] | None = None) -> Array:
+def masked_mean(x: ArrayLike, mask: ArrayLike, axis: int | tuple[int, ...] | None = None) -> Array:
     """Mean over the masked entries; the denominator is ``max(1, count)``, so empty rows give 0.
 
     Numerator and denominator are both masked; gradients are finite even for fully masked
     rows. Sums and counts of half-precision inputs accumulate in float32 (a float16 count
     overflows past 65,504 entries); the result has ``x``'s dtype.
+
+    Args:
+        x: real array, any shape (integers and bools are averaged as float32).
+        mask: boolean array broadcastable to ``x``.
+        axis: axis or axes to average over (``None``: all).
+
+    Returns:
+        ``x``'s shape without ``axis``, ``x``'s floating dtype.
+
+    Raises:
+        TypeError: ``x`` is not a real array or ``mask`` is not boolean.
+        ValueError: ``mask`` does not broadcast to ``x``.
 
     Examples:
         >>> m = jnp.asarray([[True, True, False], [False, False, False]])
@@ -110,7 +145,11 @@ def _check_segments(values: Array, segment_ids: Any, num_segments: Any) -> Array
 
 
 def segment_softmax(
-    scores: Array, segment_ids: Array, num_segments: int, *, where: Array | None = None
+    scores: ArrayLike,
+    segment_ids: ArrayLike,
+    num_segments: int,
+    *,
+    where: ArrayLike | None = None,
 ) -> Array:
     """Softmax of ``scores`` within each segment (e.g. attention over a node's edges).
 
@@ -121,13 +160,18 @@ def segment_softmax(
     segment (bad input is not hidden).
 
     Args:
-      scores: float ``(N, …)``.
-      segment_ids: int ``(N,)`` in ``[0, num_segments)``.
-      num_segments: static int ≥ 1.
-      where: optional bool mask broadcastable to ``scores``: entries taking part.
+        scores: float ``(N, …)``.
+        segment_ids: int ``(N,)`` in ``[0, num_segments)``.
+        num_segments: static int ≥ 1.
+        where: optional bool mask broadcastable to ``scores``: entries taking part.
 
     Returns:
-      ``(N, …)`` weights that sum to 1 over each non-empty segment.
+        ``(N, …)`` weights (``scores``' dtype) that sum to 1 over each non-empty segment.
+
+    Raises:
+        TypeError: ``scores`` is not floating point, ``segment_ids`` not integer,
+            ``num_segments`` not a static int, or ``where`` not boolean.
+        ValueError: shapes do not fit, or a (concrete) id is out of range.
 
     Examples:
         >>> segment_softmax(jnp.asarray([1.0, 1.0, 500.0]), jnp.asarray([0, 0, 1]), 3).tolist()
@@ -157,8 +201,21 @@ def segment_softmax(
     return e * inverse[segment_ids]
 
 
-def segment_mean(values: Array, segment_ids: Array, num_segments: int) -> Array:
+def segment_mean(values: ArrayLike, segment_ids: ArrayLike, num_segments: int) -> Array:
     """Mean of ``values`` per segment; empty segments give 0.
+
+    Args:
+        values: real ``(N, …)`` array.
+        segment_ids: int ``(N,)`` in ``[0, num_segments)``.
+        num_segments: static int ≥ 1.
+
+    Returns:
+        ``(num_segments, …)`` means, ``values``' floating dtype (float32 for integers).
+
+    Raises:
+        TypeError: ``values`` is not real, ``segment_ids`` not integer, or ``num_segments``
+            not a static int.
+        ValueError: shapes do not fit, or a (concrete) id is out of range.
 
     Examples:
         >>> segment_mean(jnp.asarray([1.0, 3.0, 5.0]), jnp.asarray([0, 0, 2]), 3).tolist()

@@ -18,10 +18,27 @@ def _axpy(h: Any, k: Any, y: Any) -> Any:
     return jax.tree.map(lambda ki, yi: yi + h * ki, k, y)
 
 
-def rk4_step(
-    f: Callable[[Array, Any, Any], Any], t: Array, y: Any, h: Array, args: Any = None
-) -> Any:
+def rk4_step[Y](
+    f: Callable[[Any, Y, Any], Y],
+    t: float | Array,
+    y: Y,
+    h: float | Array,
+    args: Any = None,
+) -> Y:
     """One classical Runge-Kutta step of ``dy/dt = f(t, y, args)`` (pytree ``y``).
+
+    Args:
+        f: ``f(t, y, args)`` returning a pytree like ``y``.
+        t: the time at the start of the step.
+        y: the state, a pytree of float arrays.
+        h: the step size.
+        args: passed to ``f`` unchanged.
+
+    Returns:
+        The state after the step, ``y``'s structure, shapes and dtypes.
+
+    Raises:
+        TypeError: ``f`` is not callable.
 
     Examples:
         >>> round(float(rk4_step(lambda t, y, a: -y, 0.0, 1.0, 0.1)), 6)
@@ -54,14 +71,14 @@ def _check_scalar(value: Any, name: str) -> None:
     check_float(value, name)
 
 
-def odeint_rk4(
-    f: Callable[[Array, Any, Any], Any],
-    y0: Any,
-    t0: float,
-    dt: float,
+def odeint_rk4[Y](
+    f: Callable[[Any, Y, Any], Y],
+    y0: Y,
+    t0: float | Array,
+    dt: float | Array,
     n_steps: int,
     args: Any = None,
-) -> tuple[Any, Any]:
+) -> tuple[Y, Y]:
     """Integrate ``dy/dt = f(t, y, args)`` with ``n_steps`` RK4 steps of size ``dt`` (a scan).
 
     Step ``i`` starts at ``t_i = t0 + i · dt``, computed in the state's dtype (float64
@@ -71,17 +88,24 @@ def odeint_rk4(
     ``args`` (backpropagation through the scan); batch over initial values with ``vmap``.
 
     Args:
-      f: ``f(t, y, args)`` returning a pytree like ``y``.
-      y0: initial state (a pytree of float arrays).
-      t0, dt: start time and step (finite; may be traced).
-      n_steps: static int ≥ 1.
-      args: passed to ``f``.
+        f: ``f(t, y, args)`` returning a pytree like ``y``.
+        y0: initial state (a pytree of float arrays).
+        t0: start time (finite; may be traced).
+        dt: step size (finite; may be traced).
+        n_steps: static int ≥ 1.
+        args: passed to ``f`` unchanged.
 
     Returns:
-      ``(y_T, trajectory)``: the final state and the ``n_steps`` states after
-      each step (``y0`` excluded), each leaf of shape ``(n_steps, *leaf.shape)``.
+        ``(y_T, trajectory)``: the final state and the ``n_steps`` states after
+        each step (``y0`` excluded), each leaf of shape ``(n_steps, *leaf.shape)``.
 
-    Example (harmonic oscillator, one period):
+    Raises:
+        TypeError: ``f`` is not callable, ``n_steps`` not an int, or ``t0``/``dt`` not numbers.
+        ValueError: ``n_steps < 1``, or ``t0``/``dt`` not finite scalars.
+
+    Examples:
+        Harmonic oscillator, one period:
+
         >>> f = lambda t, y, w: jnp.stack([y[1], -w**2 * y[0]])
         >>> yT, traj = odeint_rk4(f, jnp.asarray([1.0, 0.0]), 0.0, 2 * 3.14159265 / 1000, 1000, 1.0)
         >>> [round(abs(v), 4) for v in yT.tolist()], traj.shape
@@ -95,7 +119,7 @@ def odeint_rk4(
     h = jnp.asarray(dt, dtype)
     times = jnp.asarray(t0, dtype) + jnp.arange(n_steps, dtype=dtype) * h
 
-    def step(y: Any, t: Array) -> tuple[Any, Any]:
+    def step(y: Y, t: Array) -> tuple[Y, Y]:
         y = rk4_step(f, t, y, h, args)
         return y, y
 

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwise.sequence._common import Array, as_array, check_rate
+from jaxwise.sequence._common import Array, ArrayLike, as_array, check_rate
 
 __all__ = ["discounted_returns", "gae", "lambda_returns"]
 
@@ -65,12 +65,12 @@ def _reverse_linear(a: Array, b: Array, last: Array) -> Array:
 
 
 def discounted_returns(
-    rewards: Array,
-    dones: Array,
+    rewards: ArrayLike,
+    dones: ArrayLike,
     gamma: float | Array,
     *,
-    truncated: Array | None = None,
-    next_values: Array | None = None,
+    truncated: ArrayLike | None = None,
+    next_values: ArrayLike | None = None,
 ) -> Array:
     """``G_t = r_t + γ (1 − d_t) G_{t+1}`` by a reverse ``lax.scan``.
 
@@ -82,11 +82,20 @@ def discounted_returns(
     done); without, the trajectory is assumed to end there.
 
     Args:
-      rewards, dones: 1-D ``(T,)``, ``T ≥ 1`` (``dones`` 0/1 or bool: true terminations).
-      gamma: discount in [0, 1] (may be traced).
-      truncated: optional 1-D 0/1 flags of time-limit cuts.
-      next_values: optional ``(T,)`` estimates ``V(s_{t+1})`` of each step's
-        actual next state (required with ``truncated``).
+        rewards: 1-D ``(T,)``, ``T ≥ 1``.
+        dones: 1-D ``(T,)`` 0/1 or bool: true terminations.
+        gamma: discount in [0, 1] (may be traced).
+        truncated: optional 1-D 0/1 flags of time-limit cuts.
+        next_values: optional ``(T,)`` estimates ``V(s_{t+1})`` of each step's
+            actual next state (required with ``truncated``).
+
+    Returns:
+        ``(T,)`` returns, ``rewards``' floating dtype (float32 for integer rewards).
+
+    Raises:
+        TypeError: an input is not a real array, or a rate is not a number.
+        ValueError: a shape does not fit (1-D, one entry per step), ``rewards`` is empty, a
+            rate is outside [0, 1], or ``truncated`` comes without ``next_values``.
 
     Examples:
         >>> r, d = jnp.asarray([1.0, 1.0, 1.0]), jnp.zeros(3)
@@ -108,14 +117,14 @@ def discounted_returns(
 
 
 def lambda_returns(
-    rewards: Array,
-    dones: Array,
-    values: Array,
+    rewards: ArrayLike,
+    dones: ArrayLike,
+    values: ArrayLike,
     gamma: float | Array,
     lam: float | Array,
     *,
-    truncated: Array | None = None,
-    next_values: Array | None = None,
+    truncated: ArrayLike | None = None,
+    next_values: ArrayLike | None = None,
 ) -> Array:
     """TD(λ) returns ``G_t = r_t + γ (1 − d_t) [(1 − λ) V_{t+1} + λ G_{t+1}]``.
 
@@ -123,13 +132,26 @@ def lambda_returns(
 
     ``values[t]`` is ``V(s_{t+1})`` (as in ``rlax.lambda_returns``). λ = 1 gives the
     bootstrapped discounted return; λ = 0 the one-step TD target. With ``truncated`` (time
-    limits, as in :func:`discounted_returns`) a cut step bootstraps from the true next state,
-    ``G_t = r_t + γ (1 − d_t) next_values[t]``, and no λ-mixing crosses the cut.
+    limits, as in [`discounted_returns`][jaxwise.sequence.discounted_returns]) a cut step
+    bootstraps from the true next state, ``G_t = r_t + γ (1 − d_t) next_values[t]``, and no
+    λ-mixing crosses the cut.
 
     Args:
-      rewards, dones, values: 1-D ``(T,)``.
-      gamma, lam: in [0, 1] (may be traced).
-      truncated: optional 0/1 flags of time-limit cuts; needs ``next_values`` ``(T,)``.
+        rewards: 1-D ``(T,)``.
+        dones: 1-D ``(T,)`` 0/1 or bool: true terminations.
+        values: 1-D ``(T,)``: ``values[t]`` is ``V(s_{t+1})``.
+        gamma: discount in [0, 1] (may be traced).
+        lam: λ in [0, 1] (may be traced).
+        truncated: optional 0/1 flags of time-limit cuts; needs ``next_values``.
+        next_values: ``(T,)`` values of each step's actual next state (with ``truncated``).
+
+    Returns:
+        ``(T,)`` λ-returns, ``rewards``' floating dtype (float32 for integer rewards).
+
+    Raises:
+        TypeError: an input is not a real array, or a rate is not a number.
+        ValueError: a shape does not fit (1-D, one entry per step), ``rewards`` is empty, a
+            rate is outside [0, 1], or ``truncated`` comes without ``next_values``.
 
     Examples:
         >>> lambda_returns(jnp.ones(2), jnp.zeros(2), jnp.asarray([4.0, 8.0]), 0.5, 0.0).tolist()
@@ -152,14 +174,14 @@ def lambda_returns(
 
 
 def gae(
-    rewards: Array,
-    dones: Array,
-    values: Array,
+    rewards: ArrayLike,
+    dones: ArrayLike,
+    values: ArrayLike,
     gamma: float | Array,
     lam: float | Array,
     *,
-    truncated: Array | None = None,
-    next_values: Array | None = None,
+    truncated: ArrayLike | None = None,
+    next_values: ArrayLike | None = None,
 ) -> Array:
     """Generalized advantage estimates (Schulman et al., 2016) of one trajectory.
 
@@ -170,17 +192,26 @@ def gae(
     value of the reset state) and the advantage recursion stops there.
 
     Args:
-      rewards, dones: 1-D ``(T,)``.
-      values: 1-D ``(T + 1,)``: ``V(s_0) … V(s_T)`` (the last one bootstraps).
-      gamma, lam: in [0, 1] (may be traced).
-      truncated: optional 0/1 flags of time-limit cuts; needs ``next_values`` ``(T,)``.
+        rewards: 1-D ``(T,)``.
+        dones: 1-D ``(T,)`` 0/1 or bool: true terminations.
+        values: 1-D ``(T + 1,)``: ``V(s_0) … V(s_T)`` (the last one bootstraps).
+        gamma: discount in [0, 1] (may be traced).
+        lam: λ in [0, 1] (may be traced).
+        truncated: optional 0/1 flags of time-limit cuts; needs ``next_values``.
+        next_values: ``(T,)`` values of each step's actual next state (with ``truncated``).
 
     Returns:
-      ``(T,)`` advantages (add ``values[:-1]`` for the λ-return targets).
+        ``(T,)`` advantages (add ``values[:-1]`` for the λ-return targets), ``rewards``'
+        floating dtype (float32 for integer rewards).
+
+    Raises:
+        TypeError: an input is not a real array, or a rate is not a number.
+        ValueError: a shape does not fit (1-D, one entry per step), ``rewards`` is empty, a
+            rate is outside [0, 1], or ``truncated`` comes without ``next_values``.
 
     References:
-      Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
-      Estimation", ICLR 2016. https://arxiv.org/abs/1506.02438
+        Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
+        Estimation", ICLR 2016. https://arxiv.org/abs/1506.02438
 
     Examples:
         >>> gae(jnp.ones(2), jnp.zeros(2), jnp.asarray([0.0, 0.0, 4.0]), 0.5, 1.0).tolist()

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int, check_key
-from jaxwise.sequence._common import Array, as_array
+from jaxwise.sequence._common import Array, ArrayLike, as_array
 
 __all__ = ["gru_cell", "init_gru", "init_lstm", "lstm_cell", "run_bidirectional", "run_rnn"]
 
@@ -29,8 +29,22 @@ def _init_key(key: Any, input_dim: Any, hidden_dim: Any) -> Any:
     return key
 
 
-def init_gru(key: Any, input_dim: int, hidden_dim: int) -> dict[str, Array]:
+def init_gru(key: Array | int, input_dim: int, hidden_dim: int) -> dict[str, Array]:
     """GRU parameters ``w (D, 3H)``, ``u_zr (H, 2H)``, ``u_h (H, H)``, ``b (3H,)``; gates z, r, h.
+
+    Glorot-uniform weights, zero biases, all float32.
+
+    Args:
+        key: a PRNG key, or an int seed.
+        input_dim: ``D``, the input size, >= 1.
+        hidden_dim: ``H``, the state size, >= 1.
+
+    Returns:
+        ``{"b", "u_h", "u_zr", "w"}``, float32 arrays of the shapes above.
+
+    Raises:
+        TypeError: ``key`` is not a key or int, or a size is not an int.
+        ValueError: a size is < 1.
 
     Examples:
         >>> {k: v.shape for k, v in init_gru(0, 3, 4).items()}
@@ -55,6 +69,15 @@ def gru_cell(params: dict[str, Array], h: Array, x: Array) -> tuple[Array, Array
     (z → 1 *keeps* the state) and applies the reset after the matrix product,
     ``r ⊙ (h U_h + b_hn)``. Convert weights accordingly.
 
+    Args:
+        params: from [`init_gru`][jaxwise.sequence.init_gru].
+        h: the state, ``(..., H)``.
+        x: the input, ``(..., D)``.
+
+    Returns:
+        ``(h', h')``: the new state (``(..., H)``) as both carry and output, the shape
+        [`run_rnn`][jaxwise.sequence.run_rnn] expects of a cell.
+
     Examples:
         >>> p = init_gru(0, 2, 3)
         >>> gru_cell(p, jnp.zeros(3), jnp.ones(2))[0].shape
@@ -69,10 +92,22 @@ def gru_cell(params: dict[str, Array], h: Array, x: Array) -> tuple[Array, Array
     return new, new
 
 
-def init_lstm(key: Any, input_dim: int, hidden_dim: int) -> dict[str, Array]:
+def init_lstm(key: Array | int, input_dim: int, hidden_dim: int) -> dict[str, Array]:
     """LSTM parameters, gates stacked i, f, g, o: ``w (D, 4H)``, ``u (H, 4H)``, ``b (4H,)``.
 
     The forget-gate bias starts at 1 (Jozefowicz et al., 2015).
+
+    Args:
+        key: a PRNG key, or an int seed.
+        input_dim: ``D``, the input size, >= 1.
+        hidden_dim: ``H``, the state size, >= 1.
+
+    Returns:
+        ``{"b", "u", "w"}``, float32 arrays of the shapes above (Glorot-uniform weights).
+
+    Raises:
+        TypeError: ``key`` is not a key or int, or a size is not an int.
+        ValueError: a size is < 1.
 
     Examples:
         >>> init_lstm(0, 3, 2)["b"].tolist()
@@ -92,6 +127,14 @@ def lstm_cell(
     params: dict[str, Array], carry: tuple[Array, Array], x: Array
 ) -> tuple[tuple[Array, Array], Array]:
     """One LSTM step: ``c' = f ⊙ c + i ⊙ g``, ``h' = o ⊙ tanh(c')``; returns ``((h', c'), h')``.
+
+    Args:
+        params: from [`init_lstm`][jaxwise.sequence.init_lstm].
+        carry: ``(h, c)``, each ``(..., H)``.
+        x: the input, ``(..., D)``.
+
+    Returns:
+        ``((h', c'), h')``: the new carry and the output ``h'``, each ``(..., H)``.
 
     Examples:
         >>> p = init_lstm(0, 2, 3)
@@ -114,18 +157,15 @@ def lstm_cell(
     return (h, c), h
 
 
-Cell = Callable[[Any, Any, Array], tuple[Any, Array]]
-
-
-def run_rnn(
-    cell: Cell,
-    params: Any,
-    xs: Array,
-    carry0: Any,
-    mask: Array | None = None,
+def run_rnn[P, C](
+    cell: Callable[[P, C, Array], tuple[C, Array]],
+    params: P,
+    xs: ArrayLike,
+    carry0: C,
+    mask: ArrayLike | None = None,
     checkpoint: bool = False,
     reverse: bool = False,
-) -> tuple[Any, Array]:
+) -> tuple[C, Array]:
     """Run ``cell(params, carry, x) -> (carry, output)`` over one sequence ``xs (T, D)`` (a scan).
 
     ``mask (T,)`` is read step by step from the scanned inputs: at a padding
@@ -136,8 +176,23 @@ def run_rnn(
     memory). ``reverse=True`` runs from the end (outputs stay aligned with
     ``xs``). Batch with ``vmap``.
 
+    Args:
+        cell: ``cell(params, carry, x) -> (carry, output)``, e.g.
+            [`gru_cell`][jaxwise.sequence.gru_cell] or [`lstm_cell`][jaxwise.sequence.lstm_cell].
+        params: the cell's parameters.
+        xs: float ``(T, D)``: one sequence.
+        carry0: the initial carry (any pytree the cell takes).
+        mask: optional bool ``(T,)``: False at padding steps.
+        checkpoint: recompute each step's activations in the backward pass.
+        reverse: run from the last step to the first.
+
     Returns:
-      ``(final_carry, outputs (T, H))``.
+        ``(final_carry, outputs)`` with ``outputs`` of shape ``(T, H)``.
+
+    Raises:
+        TypeError: ``cell`` is not callable, ``xs`` is not floating point, or ``mask`` is
+            not boolean.
+        ValueError: ``xs`` is not ``(T, D)`` or ``mask`` is not ``(T,)``.
 
     Examples:
         >>> p = init_gru(0, 2, 3)
@@ -158,35 +213,52 @@ def run_rnn(
                 f"`mask` must be a bool array of shape {xs.shape[:1]}, got shape {mask.shape}"
             )
 
-    def step(carry: Any, x: Array) -> tuple[Any, Array]:
+    def step(carry: C, x: Array) -> tuple[C, Array]:
         return cell(params, carry, x)
 
-    def masked_step(carry: Any, inputs: tuple[Array, Array]) -> tuple[Any, Array]:
+    def masked_step(carry: C, inputs: tuple[Array, Array]) -> tuple[C, Array]:
         x, keep = inputs
         new_carry, out = cell(params, carry, x)
         carry = jax.tree.map(lambda n, o: jnp.where(keep, n, o), new_carry, carry)
         return carry, jnp.where(keep, out, jnp.zeros_like(out))
 
-    body: Callable[[Any, Any], tuple[Any, Array]] = step if mask is None else masked_step
+    body: Callable[[C, Any], tuple[C, Array]] = step if mask is None else masked_step
     if checkpoint:
         body = jax.checkpoint(body)
     scanned: Any = xs if mask is None else (xs, mask)
     return jax.lax.scan(body, carry0, scanned, reverse=reverse)
 
 
-def run_bidirectional(
-    cell: Cell,
-    params_fwd: Any,
-    params_bwd: Any,
-    xs: Array,
-    carry0: Any,
-    mask: Array | None = None,
+def run_bidirectional[P, C](
+    cell: Callable[[P, C, Array], tuple[C, Array]],
+    params_fwd: P,
+    params_bwd: P,
+    xs: ArrayLike,
+    carry0: C,
+    mask: ArrayLike | None = None,
     checkpoint: bool = False,
-) -> tuple[tuple[Any, Any], Array]:
+) -> tuple[tuple[C, C], Array]:
     """A bidirectional RNN: forward and reverse passes, outputs concatenated ``(T, 2H)``.
 
     With padding at the end (``mask``), the reverse pass starts at the last
     real step (padding keeps the initial carry).
+
+    Args:
+        cell: ``cell(params, carry, x) -> (carry, output)``, as in
+            [`run_rnn`][jaxwise.sequence.run_rnn].
+        params_fwd: the forward cell's parameters.
+        params_bwd: the reverse cell's parameters.
+        xs: float ``(T, D)``: one sequence.
+        carry0: the initial carry of both passes.
+        mask: optional bool ``(T,)``: False at padding steps.
+        checkpoint: recompute each step's activations in the backward pass.
+
+    Returns:
+        ``((forward_carry, reverse_carry), outputs)`` with ``outputs`` of shape ``(T, 2H)``.
+
+    Raises:
+        TypeError: as [`run_rnn`][jaxwise.sequence.run_rnn].
+        ValueError: as [`run_rnn`][jaxwise.sequence.run_rnn].
 
     Examples:
         >>> p = init_gru(0, 2, 3)

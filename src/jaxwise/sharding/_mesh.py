@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -28,12 +29,22 @@ __all__ = [
 ]
 
 
-def data_mesh(devices: Any = None) -> Mesh:
+def data_mesh(devices: Sequence[Any] | None = None) -> Mesh:
     """A 1-D mesh with axis ``"data"`` over ``devices`` (default: all devices of every process).
 
     In a single process this is every local device; in a ``jax.distributed``
     job it spans the devices of all processes (the global mesh every process
     must build identically).
+
+    Args:
+        devices: the devices, in mesh order; ``None`` for ``jax.devices()``.
+
+    Returns:
+        The mesh.
+
+    Raises:
+        TypeError: ``devices`` is not a list of JAX devices.
+        ValueError: ``devices`` is empty.
 
     Examples:
         >>> data_mesh().axis_names
@@ -64,6 +75,12 @@ def data_size(mesh: Mesh | None) -> int:
 def replicated(mesh: Mesh) -> NamedSharding:
     """The sharding that keeps a full copy on every device of ``mesh``.
 
+    Args:
+        mesh: any mesh.
+
+    Returns:
+        ``NamedSharding(mesh, P())``.
+
     Examples:
         >>> replicated(data_mesh()).spec
         P()
@@ -73,6 +90,12 @@ def replicated(mesh: Mesh) -> NamedSharding:
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:
     """The sharding that splits the leading (example) axis over the mesh's ``"data"`` axis.
+
+    Args:
+        mesh: a mesh with a ``"data"`` axis.
+
+    Returns:
+        ``NamedSharding(mesh, P("data"))``.
 
     Examples:
         >>> batch_sharding(data_mesh()).spec
@@ -113,7 +136,7 @@ def _place_global(leaves: list[Any], shardings: list[Any]) -> list[Any]:
     return _copy_program(tuple(impls), tuple(shardings))(raw, tuple(impls))
 
 
-def place_state(state: Any, sharding: Any) -> Any:
+def place_state[T](state: T, sharding: jax.sharding.Sharding | Any) -> T:
     """Put every leaf of ``state`` on ``sharding`` (one sharding, or a matching tree of them).
 
     Works in a multi-process ``jax.distributed`` job, where ``jax.device_put``
@@ -121,6 +144,14 @@ def place_state(state: Any, sharding: Any) -> Any:
     addressable devices"): there each process must hold the same full value
     (e.g. the same initialisation from the same seed) and contributes its
     addressable shards. Leaves already on their sharding are kept as they are.
+
+    Args:
+        state: any pytree of arrays (a ``TrainState``, parameters, …).
+        sharding: one ``jax.sharding.Sharding`` for every leaf, or a tree of them matching
+            ``state`` (e.g. from [`state_shardings`][jaxwise.sharding.state_shardings]).
+
+    Returns:
+        ``state`` with every leaf a ``jax.Array`` on its sharding.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -148,16 +179,24 @@ def place_state(state: Any, sharding: Any) -> Any:
     return jax.tree.unflatten(treedef, leaves)
 
 
-def fsdp_mesh(model: int, devices: Any = None) -> Mesh:
+def fsdp_mesh(model: int, devices: Sequence[Any] | None = None) -> Mesh:
     """A 2-D mesh ``("data", "model")`` with ``model`` devices along ``"model"``.
 
     Give it to ``make_train_step(..., mesh=...)``: batches are split over ``"data"``
     and every large parameter and optimizer-state leaf over ``"model"`` (see
-    :func:`state_shardings`), so each device holds about ``1/model`` of them.
+    [`state_shardings`][jaxwise.sharding.state_shardings]), so each device holds about
+    ``1/model`` of them.
 
     Args:
-      model: devices per parameter shard; must divide the number of devices.
-      devices: the devices (default: every device of every process).
+        model: devices per parameter shard; must divide the number of devices.
+        devices: the devices (default: every device of every process).
+
+    Returns:
+        The mesh, of shape ``(len(devices) // model, model)``.
+
+    Raises:
+        TypeError: ``model`` is not an int.
+        ValueError: ``model < 1`` or it does not divide the number of devices.
 
     Examples:
         >>> fsdp_mesh(1).axis_names
@@ -180,7 +219,9 @@ def _leaf_spec(leaf: Any, model: int, min_size: int) -> P:
     return P()
 
 
-def state_shardings(state: Any, mesh: Any, *, min_size: int = 1024) -> Any:
+def state_shardings(
+    state: Any, mesh: Mesh | jax.sharding.AbstractMesh, *, min_size: int = 1024
+) -> Any:
     """FSDP-style shardings for every leaf of ``state`` (a tree of ``NamedSharding``).
 
     A leaf with at least ``min_size`` elements is split along its largest dimension
@@ -188,6 +229,18 @@ def state_shardings(state: Any, mesh: Any, *, min_size: int = 1024) -> Any:
     indivisible leaves, PRNG keys) is replicated. Parameters and the optimizer moments
     that mirror them get the same layout. Without a ``"model"`` axis all are replicated
     (plain data parallelism). Works on arrays, tracers and ``jax.ShapeDtypeStruct``.
+
+    Args:
+        state: any pytree of arrays (or of ``jax.ShapeDtypeStruct``).
+        mesh: a mesh (concrete or abstract), with or without a ``"model"`` axis.
+        min_size: leaves with fewer elements stay replicated.
+
+    Returns:
+        A tree of ``NamedSharding`` with ``state``'s structure.
+
+    Raises:
+        TypeError: ``mesh`` is not a mesh, or ``min_size`` not an int.
+        ValueError: ``min_size < 0``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -205,7 +258,7 @@ def state_shardings(state: Any, mesh: Any, *, min_size: int = 1024) -> Any:
 
 
 def constrain_state(state: Any, mesh: Mesh | None) -> Any:
-    """Inside ``jit``: pin ``state`` to :func:`state_shardings` (identity without a "model" axis).
+    """Inside ``jit``: pin ``state`` to `state_shardings` (identity without a "model" axis).
 
     Applied to a step's output state, it keeps the layout of the input, so the next call
     finds the same shardings and the step compiles once.
@@ -218,7 +271,7 @@ def constrain_state(state: Any, mesh: Mesh | None) -> Any:
 def keep_layout(fn: Any, mesh: Mesh | None) -> Any:
     """Wrap a program ``fn(state, data) -> (state, out)`` so its output state keeps its layout.
 
-    With a ``"model"`` axis the output state is pinned to :func:`state_shardings` (the input
+    With a ``"model"`` axis the output state is pinned to `state_shardings` (the input
     layout), so donation reuses the buffers and the next call compiles nothing; otherwise
     ``fn`` is returned unchanged.
     """

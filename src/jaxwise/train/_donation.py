@@ -4,7 +4,7 @@ Donation hands the state's buffers to XLA to reuse for the new state. Three mist
 silently or with a raw error: a buffer already deleted by an earlier call (JAX: "Array has been
 deleted"), a batch that *is* part of the state (``step(state, state.params)``), and a live NumPy
 view (``np.asarray(state.params["w"])`` on CPU shares memory): JAX then quietly skips donating
-that buffer, keeping a stale copy alive. :class:`Audit` turns each into a :class:`DonationError`
+that buffer, keeping a stale copy alive. `Audit` turns each into a `DonationError`
 naming the path, and checks for the same buffer at two paths on every call. The first call
 additionally checks the optimizer against the state and the state's type signature (a step must
 not change it).
@@ -15,8 +15,8 @@ every other call. The audit steps aside when there is nothing to audit: inside t
 ``jax.jit`` (the state is made of tracers; the outer function donates, or not) and under
 ``jax.disable_jit()``
 (nothing is compiled, so nothing is donated: it says so once, as a ``RuntimeWarning``).
-Every ``DonationError`` it raises is first handed to :data:`LISTENERS` (``jaxwise.watch``
-records them there); while :data:`SUSPENDED` is non-empty (``jaxwise watch --nans``, under
+Every ``DonationError`` it raises is first handed to `LISTENERS` (``jaxwise.watch``
+records them there); while `SUSPENDED` is non-empty (``jaxwise watch --nans``, under
 which nothing donates) the audit is off.
 """
 
@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import optax
 from jax.core import Tracer
 
 from jaxwise.train._state import type_signature
@@ -45,6 +46,10 @@ __all__ = [
 
 class DonationError(ValueError):
     """A state cannot be donated safely (shared buffers, deleted arrays, or unusable donations).
+
+    Args:
+      message: what cannot be donated and why.
+      argument: the path of the leaf at fault (``""`` when the error is not about one leaf).
 
     Attributes:
       result: when raised *after* a call (a donated buffer that stayed alive), the call's
@@ -103,12 +108,19 @@ def _buffer_ids(x: jax.Array) -> list[int]:
 
 
 def check_donatable(tree: Any, what: str = "state") -> None:
-    """Raise :class:`DonationError` if ``tree`` cannot be donated to a jitted call.
+    """Raise `DonationError` if ``tree`` cannot be donated to a jitted call.
 
     Catches, before XLA does (with a less helpful message), arrays that were
     already deleted (donated earlier and used again) and the same buffer
     appearing at two paths (``Attempt to donate the same buffer twice``),
     e.g. one ``zeros`` array used for both ``mu`` and ``nu``.
+
+    Args:
+      tree: the pytree about to be donated (e.g. a ``TrainState``).
+      what: its name in the message.
+
+    Raises:
+      DonationError: a leaf was deleted, or one buffer appears at two paths.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -172,11 +184,22 @@ def _outline(tree: Any) -> str:
     return type(tree).__name__
 
 
-def check_optimizer_fits(optimizer: Any, params: Any, opt_state: Any) -> None:
+def check_optimizer_fits(
+    optimizer: optax.GradientTransformation, params: optax.Params, opt_state: optax.OptState
+) -> None:
     """``ValueError`` when ``opt_state`` is not what ``optimizer.init(params)`` builds.
 
     Compares tree structures (and then leaf shapes/dtypes) with ``jax.eval_shape``: nothing
     is computed or compiled. Catches a state created with one optimizer stepped with another.
+
+    Args:
+      optimizer: the step's optimizer.
+      params: the state's parameters.
+      opt_state: the state's optimizer state.
+
+    Raises:
+      ValueError: the structures differ, or a leaf's shape or dtype does; the message names
+        both outlines and the first difference.
 
     Examples:
         >>> import jax.numpy as jnp, optax
@@ -244,8 +267,8 @@ _DISABLE_JIT = (
 class Audit:
     """Per-call donation checks for a jitted ``fn(state, data)`` that donates ``state``.
 
-    Each call runs :meth:`before`, the call (the first one through :meth:`first_call`), then
-    :meth:`after`; a call made while tracing (the state holds tracers) or under
+    Each call runs `before`, the call (the first one through `first_call`), then
+    `after`; a call made while tracing (the state holds tracers) or under
     ``jax.disable_jit()`` is not audited.
     """
 
@@ -309,7 +332,7 @@ class Audit:
             self._returned = None
 
     def after(self, state: Any, leaves: list[Any], result: Any) -> None:
-        """Every donated leaf must now be deleted; otherwise :class:`DonationError` naming it."""
+        """Every donated leaf must now be deleted; otherwise `DonationError` naming it."""
         if self._skip:
             return
         self._remember(result)

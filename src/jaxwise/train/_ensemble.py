@@ -1,10 +1,10 @@
 """Several models trained at once in one program: the one update path, vmapped over models.
 
-Every leaf of the :class:`TrainState` carries a leading *model* axis. Each epoch, every model
-shuffles the rows it may train on (``allowed``) with the hash of :func:`shuffle_hash` and
+Every leaf of the `TrainState` carries a leading *model* axis. Each epoch, every model
+shuffles the rows it may train on (``allowed``) with the hash of `shuffle_hash` and
 takes ``min(rows allowed) // batch_size`` mini-batches (a count known only at run time, so
 padded datasets of one shape share the program); one step updates every model at once with
-``jax.vmap`` of :func:`make_update` (the NaN guard and optimizer handling of every other
+``jax.vmap`` of `make_update` (the NaN guard and optimizer handling of every other
 program). After each epoch every model's validation loss decides its early stopping: a model
 keeps its best parameters, and once it has waited ``patience`` epochs its state no longer
 changes. The loop ends when every model has stopped or after ``epochs``.
@@ -29,7 +29,7 @@ Validate = Callable[[Any, Any, Any], jax.Array]
 
 
 class ModelsFit(NamedTuple):
-    """What :func:`fit_models` returns (every leaf with a leading model axis ``M``).
+    """What `fit_models` returns (every leaf with a leading model axis ``M``).
 
     Attributes:
       params: each model's best parameters (its last ones without early stopping).
@@ -86,7 +86,7 @@ def fit_models(
       loss_fn: the loss of one model on one mini-batch, ``loss_fn(params, batch)`` or
         ``loss_fn(params, model_state, batch) -> (loss, model_state)`` with ``model_state``.
       optimizer: an Optax ``GradientTransformation`` (``states.opt_state`` is its state).
-      states: a :class:`TrainState` whose leaves have a leading model axis ``M``.
+      states: a `TrainState` whose leaves have a leading model axis ``M``.
       data: the rows, a pytree whose leaves share the leading axis ``n`` (all models).
       allowed: ``(M, n)`` bool, the rows each model may train on (every model at least
         ``batch_size``).
@@ -96,10 +96,10 @@ def fit_models(
       epochs: the most epochs.
       patience: a model stops after this many epochs without a lower validation loss
         (``None``: never; each model keeps its last parameters).
-      model_state: as in :func:`jaxwise.train.make_train_step`.
+      model_state: as in `jaxwise.train.make_train_step`.
 
     Returns:
-      :class:`ModelsFit`.
+      `ModelsFit`.
     """
     update = make_update(
         loss_gradient(loss_fn, model_state=model_state, has_aux=False, with_key=False),

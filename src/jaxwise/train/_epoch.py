@@ -1,26 +1,30 @@
 """A whole epoch as one ``lax.scan`` program: the only scanned training loop of jaxwise.
 
-An epoch is a *sampler* (how the epoch's mini-batches are drawn, inside the program) plus the
-one update path of :mod:`jaxwise.train._update` with a *gradient function*. Plain training uses
-:class:`ShuffleSampler` and ``value_and_grad`` of the loss; DP-SGD
-(:func:`jaxwise.privacy.make_dp_train_epoch`) plugs in Poisson sampling and the DP gradient, and
-so gets the NaN guard, the donation audit and ``mesh`` of every other program.
+An epoch is a *sampler* (how the epoch's mini-batches are drawn, inside the program) plus the one
+update path of `jaxwise.train._update` with a *gradient function*. Plain training uses
+`ShuffleSampler` and ``value_and_grad`` of the loss; DP-SGD
+(`make_dp_train_epoch`) plugs in Poisson sampling and the DP
+gradient, and so gets the NaN guard, the donation audit and ``mesh`` of every other program.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 from jax.sharding import Mesh
+from jax.typing import DTypeLike
 
 from jaxwise._checks import check_int
 from jaxwise.sharding._mesh import data_size as _data_size
+from jaxwise.train._precision import DynamicLossScale
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._step import (
-    LossFn,
     Program,
     check_flags,
     leading_size,
@@ -29,6 +33,9 @@ from jaxwise.train._step import (
     validate,
 )
 from jaxwise.train._update import GradientFn, Gradients, UpdateConfig, loss_gradient, make_update
+
+if TYPE_CHECKING:  # a type only: train does not import per_example at run time
+    from jaxwise.per_example import LossFn
 
 __all__ = ["Sampler", "ShuffleSampler", "TrainEpoch", "make_train_epoch", "shuffle_hash"]
 
@@ -44,11 +51,65 @@ class Sampler(Protocol):
     ``ValueError`` for a dataset the sampler cannot use.
     """
 
-    def check(self, n: int) -> None: ...
-    def steps(self, n: int) -> int: ...
-    def width(self, n: int) -> int: ...
-    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[Any, jax.Array]: ...
-    def draw(self, x: Any, n: int) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]: ...
+    def check(self, n: int) -> None:
+        """Refuse a dataset the sampler cannot draw from.
+
+        Args:
+            n: the number of examples.
+
+        Raises:
+            ValueError: the sampler cannot draw batches from ``n`` examples.
+        """
+        ...
+
+    def steps(self, n: int) -> int:
+        """The number of steps of an epoch.
+
+        Args:
+            n: the number of examples.
+
+        Returns:
+            The steps per epoch.
+        """
+        ...
+
+    def width(self, n: int) -> int:
+        """The (static) number of rows of every batch.
+
+        Args:
+            n: the number of examples.
+
+        Returns:
+            The batch width (padded rows included).
+        """
+        ...
+
+    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[Any, jax.Array]:
+        """The epoch's plan, traced once per epoch.
+
+        Args:
+            key: the state's key.
+            step: the state's step counter.
+            n: the number of examples.
+
+        Returns:
+            ``(xs, next_key)``: what the scan iterates over (leading axis: steps) and the
+            state's key for after the epoch.
+        """
+        ...
+
+    def draw(self, x: Any, n: int) -> tuple[jax.Array, jax.Array | None, dict[str, Any]]:
+        """One step's batch, traced inside the scan.
+
+        Args:
+            x: this step's slice of the plan's ``xs``.
+            n: the number of examples.
+
+        Returns:
+            ``(indices, mask, metrics)``: int ``(width,)`` rows to gather, bool ``(width,)``
+            real rows (``None`` when all are real), and extra per-step metrics.
+        """
+        ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +125,13 @@ class ShuffleSampler:
     ``jax.random.bits`` would add a Threefry loop to every epoch program (about a tenth of the
     spiral epoch's compile time). Privacy-critical sampling (DP-SGD) uses ``jax.random``.
 
+    Attributes:
+        batch_size: rows per batch, >= 1.
+
+    Raises:
+        TypeError: ``batch_size`` is not an int.
+        ValueError: ``batch_size < 1``.
+
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> xs, key = ShuffleSampler(4).plan(jax.random.key(0), jnp.int32(0), 10)
@@ -77,24 +145,68 @@ class ShuffleSampler:
         check_int(self.batch_size, "batch_size", min_value=1)
 
     def check(self, n: int) -> None:
+        """Refuse a dataset smaller than one batch.
+
+        Args:
+            n: the number of examples.
+
+        Raises:
+            ValueError: ``batch_size > n``.
+        """
         if self.batch_size > n:
             raise ValueError(
                 f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
             )
 
     def steps(self, n: int) -> int:
+        """``n // batch_size``: the remainder is dropped.
+
+        Args:
+            n: the number of examples.
+
+        Returns:
+            The steps per epoch.
+        """
         return n // self.batch_size
 
     def width(self, n: int) -> int:
+        """``batch_size``: no padding.
+
+        Args:
+            n: the number of examples (unused).
+
+        Returns:
+            The batch width.
+        """
         del n
         return self.batch_size
 
     def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        """The epoch's permutation, cut into batches.
+
+        Args:
+            key: the state's key (not consumed).
+            step: the state's step counter.
+            n: the number of examples.
+
+        Returns:
+            ``(indices, key)``: int32 ``(steps, batch_size)`` rows of each step, and ``key``
+            unchanged.
+        """
         steps = self.steps(n)
         order = jnp.argsort(shuffle_hash(key, step, n))
         return order[: steps * self.batch_size].reshape(steps, self.batch_size), key
 
     def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, None, dict[str, Any]]:
+        """One step's rows: the plan's row, every one real.
+
+        Args:
+            x: the step's indices ``(batch_size,)``.
+            n: the number of examples (unused).
+
+        Returns:
+            ``(x, None, {})``.
+        """
         del n
         return x, None, {}
 
@@ -126,9 +238,24 @@ def shuffle_hash(key: jax.Array, step: jax.Array, n: int) -> jax.Array:
 class TrainEpoch(Program):
     """``epoch(state, data) -> (state, metrics)``: a whole epoch as one ``lax.scan`` program.
 
+    Made by [`make_train_epoch`][jaxwise.train.make_train_epoch] (or
+    [`make_dp_train_epoch`][jaxwise.privacy.make_dp_train_epoch]), which validate the
+    arguments; call it like a function.
+
+    Args:
+        name: the program's name.
+        gradient: how a batch becomes a gradient.
+        optimizer: the optimizer.
+        sampler: how the epoch draws its batches.
+        config: the validated static configuration of the update.
+        donate: donate the state.
+        mesh: the mesh, or ``None``.
+        audit: check donation on every call.
+
     Attributes:
-      sampler: how the epoch draws its batches.
-      config: the settings of a plugged-in scheme (e.g. :class:`jaxwise.privacy.DPConfig`), or None.
+        sampler: how the epoch draws its batches.
+        config: the settings of a plugged-in scheme (e.g.
+            [`DPConfig`][jaxwise.privacy.DPConfig]), or None.
     """
 
     config: Any = None
@@ -137,7 +264,7 @@ class TrainEpoch(Program):
         self,
         name: str,
         gradient: GradientFn,
-        optimizer: Any,
+        optimizer: optax.GradientTransformation,
         sampler: Sampler,
         config: UpdateConfig,
         *,
@@ -173,11 +300,25 @@ class TrainEpoch(Program):
         )
 
     def steps_per_epoch(self, n: int) -> int:
-        """How many steps an epoch over ``n`` examples runs."""
+        """How many steps an epoch over ``n`` examples runs.
+
+        Args:
+            n: the number of examples.
+
+        Returns:
+            The sampler's steps per epoch.
+        """
         return self.sampler.steps(n)
 
     def sample_rate(self, n: int) -> float:
-        """The (expected) fraction of the ``n`` examples in one batch, for privacy accounting."""
+        """The (expected) fraction of the ``n`` examples in one batch, for privacy accounting.
+
+        Args:
+            n: the number of examples.
+
+        Returns:
+            ``batch_size / n`` (the expected batch size for Poisson sampling).
+        """
         return getattr(self.sampler, "batch_size", self.sampler.width(n)) / n
 
     def __call__(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
@@ -214,20 +355,20 @@ def _custom_gradient(gradient: Any) -> GradientFn:
 
 
 def make_train_epoch(
-    loss_fn: LossFn,
-    optimizer: Any,
-    batch_size: int,
+    loss_fn: LossFn | Callable[..., Any],
+    optimizer: optax.GradientTransformation,
+    batch_size: int | np.integer,
     *,
     model_state: bool = False,
     has_aux: bool = False,
     donate: bool = True,
     skip_nonfinite: bool = True,
     mesh: Mesh | None = None,
-    compute_dtype: Any = None,
-    loss_scale: Any = None,
+    compute_dtype: DTypeLike | None = None,
+    loss_scale: float | Literal["dynamic"] | DynamicLossScale | None = None,
     with_key: bool = False,
     audit: bool = True,
-    gradient: Any = None,
+    gradient: Callable[..., Gradients] | None = None,
     sampler: Sampler | None = None,
 ) -> TrainEpoch:
     """A whole epoch as one jitted program: ``epoch(state, data) -> (state, per-step metrics)``.
@@ -240,18 +381,45 @@ def make_train_epoch(
     and the steps run in one ``lax.scan``. Metrics are stacked per step.
     Everything else (``model_state``, ``has_aux``, the NaN guard, donation
     audits, ``mesh``, ``compute_dtype``/``loss_scale``) is as in
-    :func:`make_train_step`; with ``mesh`` the data is replicated and each
-    mini-batch sharded over the ``"data"`` axis.
+    [`make_train_step`][jaxwise.train.make_train_step]; with ``mesh`` the data is replicated
+    and each mini-batch sharded over the ``"data"`` axis.
 
     Two plug-ins make other training schemes configurations of this one loop
-    (DP-SGD: :func:`jaxwise.privacy.make_dp_train_epoch`):
+    (DP-SGD: [`make_dp_train_epoch`][jaxwise.privacy.make_dp_train_epoch]):
 
-    - ``sampler``: how batches are drawn (a :class:`Sampler`; default
+    - ``sampler``: how batches are drawn (a [`Sampler`][jaxwise.train.Sampler]; default
       ``ShuffleSampler(batch_size)``), e.g. Poisson sampling with a mask.
     - ``gradient``: replaces ``value_and_grad(loss_fn)``;
       ``gradient(params, model_state, batch, key, mask) -> Gradients`` with a
       fresh ``key`` every step and the sampler's ``mask``. ``loss_fn`` then
       only names the program.
+
+    Args:
+        loss_fn: the loss, as for [`make_train_step`][jaxwise.train.make_train_step]:
+            ``loss_fn(params, batch) -> loss`` on one mini-batch.
+        optimizer: the optimizer the state was created with.
+        batch_size: rows per mini-batch, >= 1 (with the default sampler).
+        model_state: thread ``state.model_state`` through the loss.
+        has_aux: the loss returns ``(loss, aux)``; ``metrics["aux"]`` stacks them.
+        donate: donate the state.
+        skip_nonfinite: skip (and count in ``metrics["skipped"]``) non-finite steps.
+        mesh: a mesh with a ``"data"`` axis: each mini-batch is sharded over it.
+        compute_dtype: ``jnp.bfloat16`` or ``jnp.float16`` for the forward/backward pass.
+        loss_scale: ``"dynamic"``, a ``DynamicLossScale`` or a fixed scale.
+        with_key: pass a fresh key to the loss every step.
+        audit: check donation on every call.
+        gradient: a plugged-in gradient function (see above), or ``None``.
+        sampler: a plugged-in [`Sampler`][jaxwise.train.Sampler], or ``None`` for
+            ``ShuffleSampler(batch_size)``.
+
+    Returns:
+        A [`TrainEpoch`][jaxwise.train.TrainEpoch]: ``epoch(state, data) -> (state,
+        metrics)`` with every metric stacked over the steps (leading axis).
+
+    Raises:
+        TypeError: as for ``make_train_step``, or ``gradient`` is not callable.
+        ValueError: as for ``make_train_step``, ``batch_size`` is not divisible by the mesh's
+            ``"data"`` axis, or ``compute_dtype``/``loss_scale`` given with a ``gradient``.
 
     Examples:
         >>> import jax, jax.numpy as jnp

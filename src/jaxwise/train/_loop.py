@@ -20,7 +20,7 @@ __all__ = ["FitReport", "fit"]
 
 
 class _Saver(Protocol):
-    """What :func:`fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
+    """What `fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
 
     A structural type, so that ``train`` does not import ``checkpoint`` (the layer above it).
     """
@@ -30,14 +30,14 @@ class _Saver(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class FitReport:
-    """What :func:`fit` did.
+    """What `fit` did.
 
     Attributes:
-      steps: batches trained on in this call.
-      skipped: steps the NaN guard skipped (non-finite loss or gradients; state unchanged).
-      losses: float64 ``(steps,)``: the loss of every step, in order.
-      checkpoints: the step numbers saved, in order.
-      seconds: wall-clock time of the loop.
+        steps: batches trained on in this call.
+        skipped: steps the NaN guard skipped (non-finite loss or gradients; state unchanged).
+        losses: float64 ``(steps,)``: the loss of every step, in order.
+        checkpoints: the step numbers saved, in order.
+        seconds: wall-clock time of the loop.
     """
 
     steps: int
@@ -78,7 +78,7 @@ def fit(
 ) -> tuple[TrainState, FitReport]:
     """Train ``step`` over an iterator of host batches, keeping the device busy.
 
-    Batches are transferred by :func:`jaxwise.data.prefetch_to_device` (``prefetch``
+    Batches are transferred by [`prefetch_to_device`][jaxwise.data.prefetch_to_device] (``prefetch``
     ahead, in a background thread, sharded over ``step.mesh``'s ``"data"`` axis when
     the step has a mesh) while the device trains on earlier ones; each step's metrics
     are read only after the next step is dispatched, so the host never waits for the
@@ -88,23 +88,31 @@ def fit(
     and at the end.
 
     Args:
-      step: a :func:`make_train_step` step (or any ``step(state, batch) -> (state,
-        metrics)`` whose metrics have ``"loss"`` and ``"skipped"``).
-      state: the initial state (donated to the first step, as with ``step``).
-      batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
-        each process's own rows.
-      steps: stop after this many batches (default: when ``batches`` ends).
-      checkpointer: saves the checkpoints, e.g. ``Checkpointer(directory, keep=3)``
-        from `jaxwise.checkpoint` (``None``: no checkpoints). ``fit`` calls its
-        ``save(state, metadata)`` and leaves it open.
-      checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
-      metadata: JSON metadata saved with every checkpoint.
-      prefetch: batches kept ready on the devices (0: transfer in the loop).
-      progress: show a progress bar on stderr (loss, skipped steps); needs rich (the
-        ``cli`` extra).
+        step: a [`make_train_step`][jaxwise.train.make_train_step] step (or any
+            ``step(state, batch) -> (state, metrics)`` whose metrics have ``"loss"`` and
+            ``"skipped"``).
+        state: the initial state (donated to the first step, as with ``step``).
+        batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
+            each process's own rows.
+        steps: stop after this many batches (default: when ``batches`` ends).
+        checkpointer: saves the checkpoints, e.g. ``Checkpointer(directory, keep=3)``
+            from `jaxwise.checkpoint` (``None``: no checkpoints). ``fit`` calls its
+            ``save(state, metadata)`` and leaves it open.
+        checkpoint_every: save every this many steps (and at the end); needs
+            ``checkpointer``.
+        metadata: JSON metadata saved with every checkpoint.
+        prefetch: batches kept ready on the devices (0: transfer in the loop).
+        progress: show a progress bar on stderr (loss, skipped steps); needs rich (the
+            ``cli`` extra).
 
     Returns:
-      ``(state, report)``: the final state and a :class:`FitReport`.
+        ``(state, report)``: the final state and a [`FitReport`][jaxwise.train.FitReport].
+
+    Raises:
+        TypeError: ``step`` is not callable, ``state`` is not a ``TrainState``, ``batches``
+            is not iterable, ``checkpointer`` has no ``save``, or a count is not an int.
+        ValueError: a count is out of range, or ``checkpoint_every`` without a
+            ``checkpointer``.
 
     Examples:
         >>> import jax, jax.numpy as jnp, numpy as np

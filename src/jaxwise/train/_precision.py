@@ -33,7 +33,12 @@ _COMPUTE_DTYPES = {
 
 
 class LossScaleState(NamedTuple):
-    """The carried part of dynamic loss scaling (a leaf group of ``TrainState.loss_scale``)."""
+    """The carried part of dynamic loss scaling (a leaf group of ``TrainState.loss_scale``).
+
+    Attributes:
+        scale: float32 scalar: the current loss scale.
+        good_steps: int32 scalar: finite steps in a row since the scale last changed.
+    """
 
     scale: jax.Array  # shape=(), dtype=float32
     good_steps: jax.Array  # shape=(), dtype=int32: finite steps in a row since the last change
@@ -44,10 +49,15 @@ class DynamicLossScale:
     """Configuration of dynamic loss scaling (``loss_scale="dynamic"`` uses the defaults).
 
     Attributes:
-      initial_scale: the scale of the first step (``2**15``).
-      growth_interval: finite steps in a row after which the scale is multiplied by ``factor``.
-      factor: growth and back-off factor (the scale is divided by it on overflow).
-      min_scale: the scale never goes below this (1.0).
+        initial_scale: the scale of the first step (``2**15``), > 0.
+        growth_interval: finite steps in a row after which the scale is multiplied by
+            ``factor``, >= 1.
+        factor: growth and back-off factor (the scale is divided by it on overflow), > 1.
+        min_scale: the scale never goes below this (1.0), > 0.
+
+    Raises:
+        TypeError: a field has the wrong type.
+        ValueError: a field is out of range.
 
     Examples:
         >>> DynamicLossScale(growth_interval=100).init().scale.item()
@@ -66,13 +76,28 @@ class DynamicLossScale:
         check_float(self.min_scale, "min_scale", min_value=0.0, min_inclusive=False)
 
     def init(self) -> LossScaleState:
-        """The state of the first step: ``initial_scale`` and no good steps yet."""
+        """The state of the first step: ``initial_scale`` and no good steps yet.
+
+        Returns:
+            ``LossScaleState(initial_scale, 0)``.
+        """
         return LossScaleState(
             jnp.asarray(self.initial_scale, jnp.float32), jnp.zeros((), jnp.int32)
         )
 
     def adjust(self, state: LossScaleState, finite: jax.Array) -> LossScaleState:
-        """The next state after a step whose gradients were ``finite`` (a traced bool)."""
+        """The next state after a step whose gradients were ``finite`` (a traced bool).
+
+        Grows the scale by ``factor`` after ``growth_interval`` finite steps in a row; divides
+        it by ``factor`` (not below ``min_scale``) after a non-finite step.
+
+        Args:
+            state: the current state.
+            finite: bool scalar: the step's gradients were finite.
+
+        Returns:
+            The next state.
+        """
         grown = state.good_steps + 1 >= self.growth_interval
         up = jnp.where(grown, state.scale * self.factor, state.scale)
         scale = jnp.where(finite, up, jnp.maximum(state.scale / self.factor, self.min_scale))
@@ -100,7 +125,7 @@ def check_compute_dtype(compute_dtype: Any) -> np.dtype | None:
 def check_loss_scale(
     loss_scale: Any, compute_dtype: np.dtype | None
 ) -> DynamicLossScale | float | None:
-    """``None``, a fixed positive scale, or a :class:`DynamicLossScale` (from ``"dynamic"``)."""
+    """``None``, a fixed positive scale, or a `DynamicLossScale` (from ``"dynamic"``)."""
     if loss_scale is None:
         if compute_dtype == np.dtype(jnp.float16):
             raise ValueError(

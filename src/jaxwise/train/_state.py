@@ -9,6 +9,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxwise._checks import is_key
 from jaxwise._params import check_not_a_model, check_params
@@ -59,7 +60,7 @@ def _strong(x: Any) -> Any:
 
 
 def check_train_state(state: Any, what: str = "state") -> None:
-    """``TypeError`` unless ``state`` is a jaxwise :class:`TrainState` (a Flax one is not)."""
+    """``TypeError`` unless ``state`` is a jaxwise `TrainState` (a Flax one is not)."""
     if isinstance(state, TrainState):
         return
     kind = f"{type(state).__module__}.{type(state).__qualname__}"
@@ -101,14 +102,25 @@ class TrainState:
     typed PRNG key), ``model_state`` (non-trainable state such as BatchNorm
     running statistics; ``None`` — an empty pytree — when unused) and
     ``loss_scale`` (the dynamic loss scale of float16 training, see
-    :class:`LossScaleState`; ``None`` otherwise). ``config`` is a *static* field (part of the tree
-    structure, not a leaf): hashable configuration as sorted
-    ``(name, value)`` pairs, read with ``state.config_dict``. Changing it
-    recompiles once; nothing else about the state ever does, because
-    :meth:`create` builds every array independently with a fixed, strong dtype.
+    [`LossScaleState`][jaxwise.train.LossScaleState]; ``None`` otherwise). ``config`` is a
+    *static* field (part of the tree structure, not a leaf): hashable configuration as
+    sorted ``(name, value)`` pairs, read with ``state.config_dict``. Changing it recompiles
+    once; nothing else about the state ever does, because
+    [`create`][jaxwise.train.TrainState.create] builds every array independently with a
+    fixed, strong dtype.
     Subclass it (with ``@jax.tree_util.register_dataclass`` and
     ``@dataclasses.dataclass(frozen=True)``) to add named static fields
     (``dataclasses.field(metadata=dict(static=True))``).
+
+    Attributes:
+        step: int32 scalar, the number of updates applied.
+        params: the parameter pytree.
+        opt_state: the optimizer's state for ``params``.
+        key: a typed PRNG key, split by every step or epoch that draws randomness.
+        model_state: non-trainable state (a pytree), or ``None``.
+        loss_scale: a [`LossScaleState`][jaxwise.train.LossScaleState] with dynamic loss
+            scaling, else ``None``.
+        config: static ``(name, value)`` pairs (see ``config_dict``).
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -129,21 +141,36 @@ class TrainState:
 
     @classmethod
     def create(
-        cls, params: Any, optimizer: Any, key: Any, *, model_state: Any = None, **static: Any
+        cls,
+        params: optax.Params,
+        optimizer: optax.GradientTransformation,
+        key: jax.Array | int,
+        *,
+        model_state: Any = None,
+        **static: Any,
     ) -> TrainState:
         """A fresh state: copies of ``params``, ``optimizer.init`` state, step 0, a typed key.
 
         Args:
-          params: the parameter pytree (copied: donating the state never
-            deletes the caller's arrays): floating-point leaves only. Not a model
-            object: split a Flax or Equinox model first (``jaxwise.models.from_nnx``
-            / ``from_linen`` / ``from_equinox``) and pass its ``params``.
-          optimizer: anything with ``init(params)`` (jaxwise or Optax).
-          key: typed key, raw ``PRNGKey`` or int seed.
-          model_state: non-trainable state (BatchNorm statistics…), any
-            pytree of arrays (copied too); ``None`` when unused.
-          **static: hashable configuration; names of static fields of a
-            subclass go to those fields, the rest to ``config``.
+            params: the parameter pytree (copied: donating the state never
+                deletes the caller's arrays): floating-point leaves only. Not a model
+                object: split a Flax or Equinox model first (``jaxwise.models.from_nnx``
+                / ``from_linen`` / ``from_equinox``) and pass its ``params``.
+            optimizer: a ``GradientTransformation`` (jaxwise or Optax).
+            key: typed key, raw ``PRNGKey`` or int seed.
+            model_state: non-trainable state (BatchNorm statistics…), any
+                pytree of arrays (copied too); ``None`` when unused.
+            **static: hashable configuration; names of static fields of a
+                subclass go to those fields, the rest to ``config``.
+
+        Returns:
+            The state at step 0, every array a fresh buffer with a strong dtype.
+
+        Raises:
+            TypeError: ``optimizer`` has no ``init``/``update``, ``params`` or
+                ``model_state`` has a leaf that is not a (floating-point) array or is a model
+                object, ``key`` is not a key or seed, or a static value is not hashable.
+            ValueError: ``key`` is a batch of keys.
         """
         if not (
             callable(getattr(optimizer, "init", None))
@@ -188,12 +215,25 @@ class TrainState:
         return dict(self.config)
 
     def replace(self, **changes: Any) -> TrainState:
-        """``dataclasses.replace(self, **changes)``."""
+        """``dataclasses.replace(self, **changes)``.
+
+        Args:
+            **changes: new values of fields, by name.
+
+        Returns:
+            A new state; ``self`` is unchanged.
+        """
         return dataclasses.replace(self, **changes)
 
 
 def type_signature(tree: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
     """``(path, shape, dtype, weak_type)`` of every leaf: what ``jit`` keys its cache on.
+
+    Args:
+        tree: any pytree of arrays (or Python scalars).
+
+    Returns:
+        One ``(path, shape, dtype name, weak_type)`` per leaf, in flatten order.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import jax
 import jax.numpy as jnp
+import optax
 from jax.sharding import Mesh
+from jax.typing import DTypeLike
 
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._prefetch import place_batch
@@ -21,7 +23,10 @@ from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._update import UpdateConfig, loss_gradient, make_update
 from jaxwise.tree import path_names
 
-LossFn = Callable[..., Any]
+if TYPE_CHECKING:  # types only: train does not import per_example at run time
+    import numpy as np
+
+    from jaxwise.per_example import LossFn
 
 
 def leading_size(data: Any, what: str) -> int:
@@ -79,7 +84,7 @@ def update_config(
     mesh: Mesh | None,
     compute_dtype: Any,
     loss_scale: Any,
-) -> tuple[UpdateConfig, Any]:
+) -> tuple[UpdateConfig, np.dtype | None]:
     """The validated static configuration of an update, and the compute dtype."""
     dtype = check_compute_dtype(compute_dtype)
     scale = check_loss_scale(loss_scale, dtype)
@@ -106,11 +111,21 @@ def program_name(loss_fn: Any, suffix: str) -> str:
 class Program:
     """A jitted ``fn(state, data) -> (state, metrics)`` with per-call audits and mesh placement.
 
+    Args:
+        fn: the program, ``fn(state, data) -> (state, metrics)``.
+        name: the program's name (``jit(<name>)``).
+        optimizer: the optimizer the state must fit (checked on the first call).
+        donate: donate the state to the program.
+        mesh: place state and data on this mesh, or ``None``.
+        audit: check donation on every call.
+        loss_scale: the update's loss scaling (a ``DynamicLossScale`` keeps its state in
+            ``state.loss_scale``).
+
     Attributes:
-      jitted: the underlying ``jax.jit`` function (for ``.lower``, ``stage_report``,
-        ``CompileCounter(step)``…); it compiles under the name ``<loss name>_<kind>``.
-      mesh: the mesh, or ``None``.
-      batch_sharding: how each mini-batch is sharded over the mesh (``None`` without one).
+        jitted: the underlying ``jax.jit`` function (for ``.lower``, ``stage_report``,
+            ``CompileCounter(step)``…); it compiles under the name ``<loss name>_<kind>``.
+        mesh: the mesh, or ``None``.
+        batch_sharding: how each mini-batch is sharded over the mesh (``None`` without one).
     """
 
     data_name = "data"
@@ -120,11 +135,11 @@ class Program:
         fn: Callable[..., Any],
         *,
         name: str,
-        optimizer: Any,
+        optimizer: optax.GradientTransformation,
         donate: bool,
         mesh: Mesh | None,
         audit: bool,
-        loss_scale: Any,
+        loss_scale: DynamicLossScale | float | None,
     ) -> None:
         fn = keep_layout(fn, mesh)  # FSDP (a "model" axis): the state keeps its layout
         fn.__name__ = fn.__qualname__ = name
@@ -167,18 +182,32 @@ class Program:
 
 
 class TrainStep(Program):
-    """``step(state, batch) -> (state, metrics)``: one jitted, donating, NaN-guarded update."""
+    """``step(state, batch) -> (state, metrics)``: one jitted, donating, NaN-guarded update.
+
+    Made by [`make_train_step`][jaxwise.train.make_train_step], which validates the arguments
+    and documents the behaviour; call it like a function.
+
+    Args:
+        loss_fn: the loss, as for ``make_train_step``.
+        optimizer: the optimizer.
+        config: the validated static configuration of the update.
+        model_state: thread ``state.model_state`` through the loss.
+        compute_dtype: the forward/backward dtype, or ``None``.
+        donate: donate the state.
+        mesh: the mesh, or ``None``.
+        audit: check donation on every call.
+    """
 
     data_name = "batch"
 
     def __init__(
         self,
-        loss_fn: LossFn,
-        optimizer: Any,
+        loss_fn: LossFn | Callable[..., Any],
+        optimizer: optax.GradientTransformation,
         config: UpdateConfig,
         *,
         model_state: bool,
-        compute_dtype: Any,
+        compute_dtype: DTypeLike | None,
         donate: bool,
         mesh: Mesh | None,
         audit: bool,
@@ -220,58 +249,66 @@ class TrainStep(Program):
 
 
 def make_train_step(
-    loss_fn: LossFn,
-    optimizer: Any,
+    loss_fn: LossFn | Callable[..., Any],
+    optimizer: optax.GradientTransformation,
     *,
     model_state: bool = False,
     has_aux: bool = False,
     donate: bool = True,
     skip_nonfinite: bool = True,
     mesh: Mesh | None = None,
-    compute_dtype: Any = None,
-    loss_scale: Any = None,
+    compute_dtype: DTypeLike | None = None,
+    loss_scale: float | Literal["dynamic"] | DynamicLossScale | None = None,
     with_key: bool = False,
     audit: bool = True,
 ) -> TrainStep:
     """A jitted training step ``step(state, batch) -> (state, metrics)``.
 
-    Args:
-      loss_fn: ``loss_fn(params, batch) -> loss`` (a float scalar), or
-        ``loss_fn(params, model_state, batch) -> (loss, new_model_state)`` with
-        ``model_state=True``. With ``has_aux`` the loss is ``(loss, aux)``
-        (``(loss, (new_model_state, aux))`` with model state) and ``aux`` is
-        returned in ``metrics["aux"]``. With ``with_key=True`` a trailing
-        ``key`` argument gets a fresh key split from ``state.key`` every step.
-      optimizer: the optimizer the state was created with (Optax or
-        jaxwise); checked against ``state.opt_state`` on the first call.
-      model_state: thread ``state.model_state`` (BatchNorm statistics…)
-        through the loss.
-      has_aux: see ``loss_fn``.
-      donate: donate the state (its buffers are reused for the new one).
-      skip_nonfinite: a step whose loss, gradient or update is not finite
-        returns the input state unchanged (bit-identical) with ``skipped = 1``.
-      mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis: the batch is
-        sharded over it, the state replicated (data parallelism).
-      compute_dtype: ``jnp.bfloat16`` or ``jnp.float16``: params, model state
-        and floating batch leaves are cast for the forward/backward pass; the
-        master weights and optimizer state keep their dtype (float32).
-      loss_scale: ``"dynamic"`` (required with float16), a
-        :class:`DynamicLossScale`, or a fixed positive scale. Dynamic
-        scaling keeps its scale in ``state.loss_scale`` and reports it in
-        ``metrics["loss_scale"]``; an overflow skips the step.
-      with_key: see ``loss_fn``.
-      audit: check donation on every call (see below).
-
-    Returns:
-      A :class:`TrainStep`; ``metrics`` has ``"loss"``, ``"grad_norm"`` and
-      ``"skipped"`` (and ``"aux"``, ``"loss_scale"`` when used).
-
     Every call audits donation: a deleted state leaf (a state used after it
     was donated), a batch leaf that is a state leaf, or a donated leaf still
-    alive after the call (a live NumPy view) raises :class:`DonationError`
-    naming the path. The first call also checks shared buffers, that the
-    step keeps the state's type signature, and that ``optimizer`` fits
-    ``state.opt_state`` (``ValueError`` before anything is donated).
+    alive after the call (a live NumPy view) raises
+    [`DonationError`][jaxwise.train.DonationError] naming the path. The first call also
+    checks shared buffers, that the step keeps the state's type signature, and that
+    ``optimizer`` fits ``state.opt_state`` (``ValueError`` before anything is donated).
+
+    Args:
+        loss_fn: ``loss_fn(params, batch) -> loss`` (a float scalar; the
+            [`LossFn`][jaxwise.per_example.LossFn] protocol), or
+            ``loss_fn(params, model_state, batch) -> (loss, new_model_state)`` with
+            ``model_state=True``. With ``has_aux`` the loss is ``(loss, aux)``
+            (``(loss, (new_model_state, aux))`` with model state) and ``aux`` is
+            returned in ``metrics["aux"]``. With ``with_key=True`` a trailing
+            ``key`` argument gets a fresh key split from ``state.key`` every step.
+        optimizer: the optimizer the state was created with (Optax or
+            jaxwise); checked against ``state.opt_state`` on the first call.
+        model_state: thread ``state.model_state`` (BatchNorm statistics…)
+            through the loss.
+        has_aux: see ``loss_fn``.
+        donate: donate the state (its buffers are reused for the new one).
+        skip_nonfinite: a step whose loss, gradient or update is not finite
+            returns the input state unchanged (bit-identical) with ``skipped = 1``.
+        mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis: the batch is
+            sharded over it, the state replicated (data parallelism).
+        compute_dtype: ``jnp.bfloat16`` or ``jnp.float16``: params, model state
+            and floating batch leaves are cast for the forward/backward pass; the
+            master weights and optimizer state keep their dtype (float32).
+        loss_scale: ``"dynamic"`` (required with float16), a
+            [`DynamicLossScale`][jaxwise.train.DynamicLossScale], or a fixed positive
+            scale. Dynamic scaling keeps its scale in ``state.loss_scale`` and reports it in
+            ``metrics["loss_scale"]``; an overflow skips the step.
+        with_key: see ``loss_fn``.
+        audit: check donation on every call (see above).
+
+    Returns:
+        A [`TrainStep`][jaxwise.train.TrainStep]; ``metrics`` has ``"loss"``,
+        ``"grad_norm"`` and ``"skipped"`` (and ``"aux"``, ``"loss_scale"`` when used).
+
+    Raises:
+        TypeError: ``loss_fn`` is not callable, ``optimizer`` is not a transformation,
+            ``mesh`` is not a mesh, a flag is not a bool, or ``compute_dtype`` is not
+            bfloat16/float16/float32.
+        ValueError: ``mesh`` has no ``"data"`` axis, an unknown ``loss_scale``, or float16
+            without loss scaling.
 
     Examples:
         >>> import jax, jax.numpy as jnp

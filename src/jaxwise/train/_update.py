@@ -1,7 +1,7 @@
 """The one update path: gradient → optimizer → parameters, NaN-guarded, model state, loss scale.
 
 Every training program of jaxwise (a step, a scanned epoch, a DP-SGD epoch) runs
-:func:`make_update`. What differs between them is only *how a batch becomes a gradient*: a
+`make_update`. What differs between them is only *how a batch becomes a gradient*: a
 ``GradientFn`` (``value_and_grad`` of the user's loss by default; the DP-SGD gradient for
 private training).
 """
@@ -26,11 +26,11 @@ class Gradients(NamedTuple):
     """What a gradient function returns for one batch.
 
     Attributes:
-      grads: a pytree like ``params``.
-      loss: the scalar loss, or ``None`` when the gradient function does not compute one.
-      model_state: the new model state (the old one when the model has none).
-      aux: the loss function's auxiliary output (``None`` without ``has_aux``).
-      metrics: extra scalar metrics of this step (a dict, possibly empty).
+        grads: a pytree like ``params``.
+        loss: the scalar loss, or ``None`` when the gradient function does not compute one.
+        model_state: the new model state (the old one when the model has none).
+        aux: the loss function's auxiliary output (``None`` without ``has_aux``).
+        metrics: extra scalar metrics of this step (a dict, possibly empty).
     """
 
     grads: Any
@@ -141,7 +141,7 @@ def loss_gradient(
 
 @dataclasses.dataclass(frozen=True)
 class UpdateConfig:
-    """How :func:`make_update` treats a step (all static)."""
+    """How `make_update` treats a step (all static)."""
 
     skip_nonfinite: bool = True
     needs_key: bool = False

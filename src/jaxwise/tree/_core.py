@@ -40,6 +40,12 @@ def path_names(tree: Any) -> list[str]:
     Dict keys, attribute names (dataclasses, NamedTuples) and sequence
     indices are joined with dots: ``"dense_0.w"``, ``"opt_state.0.mu.dense_0.w"``.
 
+    Args:
+        tree: any pytree.
+
+    Returns:
+        One name per leaf (``""`` for a tree that is a single leaf).
+
     Examples:
         >>> path_names({"b": 1, "a": [2, 3]})
         ['a.0', 'a.1', 'b']
@@ -50,7 +56,15 @@ def path_names(tree: Any) -> list[str]:
 
 @dataclasses.dataclass(frozen=True)
 class ParamRow:
-    """One parameter leaf."""
+    """One parameter leaf.
+
+    Attributes:
+        path: the dotted path (see [`path_names`][jaxwise.tree.path_names]).
+        shape: the leaf's shape.
+        dtype: its dtype's name.
+        count: its number of elements.
+        bytes: its size in bytes (a typed PRNG key: its raw key data).
+    """
 
     path: str
     shape: tuple[int, ...]
@@ -61,7 +75,13 @@ class ParamRow:
 
 @dataclasses.dataclass(frozen=True)
 class ParamTable:
-    """Rows per leaf with totals; ``str()`` renders an aligned text table."""
+    """Rows per leaf with totals; ``str()`` renders an aligned text table.
+
+    Attributes:
+        rows: one [`ParamRow`][jaxwise.tree.ParamRow] per leaf, in flatten order.
+        total_count: the sum of the counts.
+        total_bytes: the sum of the sizes in bytes.
+    """
 
     rows: tuple[ParamRow, ...]
     total_count: int
@@ -69,6 +89,7 @@ class ParamTable:
 
     @property
     def text(self) -> str:
+        """The aligned text table: a header, one line per leaf, and the totals."""
         header = ("path", "shape", "dtype", "count", "bytes")
         body = [
             (r.path, str(r.shape), r.dtype, f"{r.count:,}", _human_bytes(r.bytes))
@@ -99,6 +120,12 @@ def _human_bytes(n: int) -> str:
 
 def param_table(params: Any) -> ParamTable:
     """A table of every array leaf: path, shape, dtype, count, bytes, with totals.
+
+    Args:
+        params: any pytree of arrays (non-array leaves are read with ``np.asarray``).
+
+    Returns:
+        The table; ``str(table)`` is its text.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -131,9 +158,16 @@ def mask_by_path(
     """A bool tree: ``True`` where the leaf's dotted path matches.
 
     Args:
-      tree: any pytree (e.g. parameters).
-      predicate_or_regex: a regular expression searched in each path
-        (``re.search``), or a function ``path -> bool``.
+        tree: any pytree (e.g. parameters).
+        predicate_or_regex: a regular expression searched in each path
+            (``re.search``), or a function ``path -> bool``.
+
+    Returns:
+        A tree of ``tree``'s structure with a Python bool per leaf.
+
+    Raises:
+        ValueError: an invalid regular expression.
+        TypeError: ``predicate_or_regex`` is neither a regex nor callable.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -161,9 +195,27 @@ def mask_by_path(
 
 
 def tree_allclose(
-    a: Any, b: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False
+    a: Any,
+    b: Any,
+    rtol: float | np.floating = 1e-5,
+    atol: float | np.floating = 1e-8,
+    equal_nan: bool = False,
 ) -> bool:
     """Whether two pytrees have the same structure, shapes and ``allclose`` leaves.
+
+    Args:
+        a: a pytree of numeric arrays.
+        b: another.
+        rtol: relative tolerance, >= 0 (as ``np.allclose``).
+        atol: absolute tolerance, >= 0.
+        equal_nan: count NaNs in the same places as equal.
+
+    Returns:
+        True when the structures, every leaf's shape and every value match.
+
+    Raises:
+        TypeError: a leaf is not numeric, or an option has the wrong type.
+        ValueError: a tolerance is negative or not finite.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -198,6 +250,13 @@ def host_copy(tree: Any) -> Any:
     Safe to keep across donation: unlike ``np.asarray`` on CPU, it does not
     alias the device buffer (which would silently block donating it). Typed
     PRNG keys are copied as their raw ``key_data``.
+
+    Args:
+        tree: any pytree; its JAX and NumPy array leaves are copied.
+
+    Returns:
+        ``tree``'s structure with NumPy copies of the array leaves (other leaves as they
+        are).
 
     Examples:
         >>> import jax.numpy as jnp

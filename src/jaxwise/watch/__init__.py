@@ -12,7 +12,7 @@ device per call site. In a notebook::
         train()
     print(w.report())
 
-Modules: ``_watch`` (:class:`Watch`), ``_patch`` (the one place that replaces ``jax.jit``,
+Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit``,
 for the duration of a watch), ``_calls`` (per-call argument checks), ``_nans`` (NaN checking),
 ``_report`` (the report and its JSON), ``_run`` (running a script: the command line).
 """

@@ -1,6 +1,6 @@
 """Per-call checks of a watched function's arguments: donated and host (NumPy, scalar) values.
 
-A :class:`CallPlan` is computed once, when the function is jitted, from ``jax.jit``'s options
+A `CallPlan` is computed once, when the function is jitted, from ``jax.jit``'s options
 and the function's signature: which positions and keywords are donated or static. Per call it
 costs one flatten of the donated arguments (and, with transfer counting, of the others).
 """

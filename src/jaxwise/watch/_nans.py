@@ -4,7 +4,7 @@
 script may run on purpose, and (JAX 0.12.0.1) stops checking already compiled functions once
 ``vmap`` has run in the process. Instead each watched call's floating outputs are reduced to
 one flag by a small compiled program, and a call that produced a non-finite value is replayed
-by :func:`jaxwise.debug.locate_nan` on the same arguments (the watch keeps them alive by not
+by `locate_nan` on the same arguments (the watch keeps them alive by not
 donating while NaN checking is on).
 """
 

@@ -1,10 +1,10 @@
 """The one place that patches JAX: ``jax.jit``, for the duration of a watch only.
 
-Every function jitted while a watch is active is wrapped in a :class:`Tracked` that forwards
+Every function jitted while a watch is active is wrapped in a `Tracked` that forwards
 each call to the real jitted function and lets the watch count it. That covers ``jax.jit`` as a
 decorator, ``jax.jit(f, static_argnums=...)``, ``functools.partial(jax.jit, ...)`` and the
 libraries that call ``jax.jit`` when a function is decorated (Flax's ``nnx.jit``, Equinox's
-``filter_jit``, jaxwise's train steps). :func:`installed` restores the original ``jax.jit`` on
+``filter_jit``, jaxwise's train steps). `installed` restores the original ``jax.jit`` on
 exit, also when the block raises. tests/test_watch.py::test_jax_jit_patch_still_fits fails if
 JAX changes what the patch relies on: ``jax.jit``'s signature, and the jitted function's
 attributes (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``__wrapped__``) and
@@ -31,7 +31,7 @@ ORIGINAL_JIT = jax.jit
 
 
 class Session(Protocol):
-    """What a :class:`Tracked` function needs from the watch that created it."""
+    """What a `Tracked` function needs from the watch that created it."""
 
     passthrough: bool
 
@@ -114,7 +114,7 @@ def installed(factory: Callable[[Any, dict[str, Any], str | None], Any]) -> Iter
     """Replace ``jax.jit`` by ``factory(fun, options, where)`` inside the block.
 
     Args:
-      factory: builds the jitted function; it calls :data:`ORIGINAL_JIT` itself.
+      factory: builds the jitted function; it calls `ORIGINAL_JIT` itself.
 
     Raises:
       RuntimeError: ``jax.jit`` is already replaced (another watch is active).

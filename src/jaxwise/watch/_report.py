@@ -1,6 +1,6 @@
 """What a watch found: per-function compiles and recompiles, NaNs, donations, transfers, time.
 
-:class:`WatchReport` is plain data: ``to_json()`` gives the strict JSON document (``"schema":
+`WatchReport` is plain data: ``to_json()`` gives the strict JSON document (``"schema":
 1``) and ``str()`` a text table. Nothing here imports JAX.
 """
 
@@ -29,7 +29,7 @@ class MissReport:
     """One compilation of a watched function and why it happened.
 
     Attributes:
-      kind: the :class:`~jaxwise.compilation.CacheMiss` kind (``"first"``, ``"static"``,
+      kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"first"``, ``"static"``,
         ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"structure"``, ``"sharding"``,
         ``"config"``, ``"donation"``, ``"new_function"``, ``"other"``).
       argument: the argument that changed (``"lr"``, ``"batch[0]"``, ``"jax_enable_x64"``),
@@ -53,6 +53,11 @@ class MissReport:
     summary: str
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON fields of the watch report's schema.
+
+        Returns:
+            A dict of JSON-ready values (no NaN or infinity).
+        """
         return {
             "kind": self.kind,
             "argument": self.argument,
@@ -77,7 +82,7 @@ class FunctionReport:
       compile_seconds: time spent tracing, lowering and compiling it.
       call_seconds: time spent inside its calls (dispatch, and compiling when it did; the
         device work itself runs asynchronously and shows up where the result is read).
-      misses: one :class:`MissReport` per compile, in order.
+      misses: one `MissReport` per compile, in order.
     """
 
     name: str
@@ -94,6 +99,11 @@ class FunctionReport:
         return tuple(m for m in self.misses if m.steady_state)
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON fields of the watch report's schema.
+
+        Returns:
+            A dict of JSON-ready values (no NaN or infinity).
+        """
         return {
             "name": self.name,
             "where": self.where,
@@ -126,6 +136,11 @@ class NanFinding:
     call_site: str | None
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON fields of the watch report's schema.
+
+        Returns:
+            A dict of JSON-ready values (no NaN or infinity).
+        """
         return {
             "function": self.function,
             "primitive": self.primitive,
@@ -134,6 +149,11 @@ class NanFinding:
         }
 
     def describe(self) -> str:
+        """One line: the primitive, the phase, the user's line and the jitted function.
+
+        Returns:
+            The line.
+        """
         at = f" at {self.where}" if self.where else ""
         line = f": {self.source}" if self.source else ""
         if self.primitive == "argument":
@@ -161,6 +181,11 @@ class DonationFinding:
     count: int = 1
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON fields of the watch report's schema.
+
+        Returns:
+            A dict of JSON-ready values (no NaN or infinity).
+        """
         return {"function": self.function, "argument": self.argument, "cause": self.cause}
 
 
@@ -185,6 +210,11 @@ class TransferSite:
     arguments: tuple[str, ...]
 
     def to_json(self) -> dict[str, Any]:
+        """The JSON fields of the watch report's schema.
+
+        Returns:
+            A dict of JSON-ready values (no NaN or infinity).
+        """
         return {
             "where": self.where,
             "function": self.function,
@@ -204,7 +234,7 @@ class WatchReport:
     """Everything a watch saw.
 
     Attributes:
-      functions: one :class:`FunctionReport` per jitted function, most compile time first.
+      functions: one `FunctionReport` per jitted function, most compile time first.
       nans: the located non-finite values (with ``nans`` checking on).
       donations: the failed donations.
       transfers: implicit host-to-device transfers per call site (``None`` unless
@@ -236,7 +266,14 @@ class WatchReport:
         return tuple((f, m) for f in self.functions for m in f.steady_state_recompiles)
 
     def triggered(self, fail_on: tuple[str, ...] | list[str]) -> tuple[str, ...]:
-        """The conditions of ``fail_on`` (``"recompile"``, ``"nan"``, ``"donation"``) that hold."""
+        """The conditions of ``fail_on`` (``"recompile"``, ``"nan"``, ``"donation"``) that hold.
+
+        Args:
+            fail_on: the conditions to test.
+
+        Returns:
+            Those of ``fail_on`` that the report shows, in ``fail_on``'s order.
+        """
         found = {
             "recompile": bool(self.steady_state_recompiles),
             "nan": bool(self.nans),
@@ -245,7 +282,11 @@ class WatchReport:
         return tuple(c for c in FAIL_ON if c in fail_on and found[c])
 
     def to_json(self) -> dict[str, Any]:
-        """The strict JSON document (no NaN/Infinity), ``"schema": 1``."""
+        """The strict JSON document (no NaN/Infinity), ``"schema": 1``.
+
+        Returns:
+            The document as a dict (``json.dumps`` writes it).
+        """
         return {
             "schema": SCHEMA,
             "functions": [f.to_json() for f in self.functions],
@@ -260,7 +301,11 @@ class WatchReport:
         }
 
     def headline(self) -> str:
-        """One line: time, compiles and what was flagged."""
+        """One line: time, compiles and what was flagged.
+
+        Returns:
+            The line.
+        """
         compiles = sum(f.compiles for f in self.functions)
         share = self.seconds_compiling / self.seconds_total if self.seconds_total > 0 else 0.0
         flags = [

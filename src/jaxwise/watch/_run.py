@@ -1,4 +1,4 @@
-"""Run a user's script under a :class:`Watch`: in-process, unchanged, its exit code kept.
+"""Run a user's script under a `Watch`: in-process, unchanged, its exit code kept.
 
 The script runs as ``python SCRIPT ARGS...`` would run it: ``__name__ == "__main__"``,
 ``sys.argv`` set to ``[SCRIPT, *ARGS]``, the script's directory first on ``sys.path``, its
@@ -88,13 +88,13 @@ def run_script(
     stream: TextIO | None = None,
     rich: bool = True,
 ) -> int:
-    """Run ``script`` with ``argv`` under a :class:`Watch` and report; returns the exit code.
+    """Run ``script`` with ``argv`` under a `Watch` and report; returns the exit code.
 
     Args:
       script: path of the Python script.
       argv: its arguments.
       json_path: also write the report as strict JSON there.
-      nans, transfers, fail_on, warmup: as for :class:`Watch`.
+      nans, transfers, fail_on, warmup: as for `Watch`.
       stream: where the report goes (default ``sys.stderr``).
       rich: render a rich table (needs ``jaxwise[cli]``); else plain text.
 

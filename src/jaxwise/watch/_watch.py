@@ -2,18 +2,18 @@
 
 While a watch is active:
 
-- ``jax.jit`` is replaced (:mod:`._patch`) so that each function jitted in the block is
+- ``jax.jit`` is replaced (`._patch`) so that each function jitted in the block is
   tracked: its name, the user's line that jitted it, its calls and the time inside them;
 - every backend compilation arrives from ``jax.monitoring`` through
-  :mod:`jaxwise.compilation`'s listener with its structured
-  :class:`~jaxwise.compilation.CacheMiss`, and is attributed to the tracked call that is
+  `jaxwise.compilation`'s listener with its structured
+  `CacheMiss`, and is attributed to the tracked call that is
   running (found on the Python stack, so no per-call bookkeeping is needed); tracing and
   lowering times arrive the same way;
 - donations: JAX's "Some donated buffers were not usable" warnings are captured, every
   donated input is checked after the call (a live NumPy view keeps a buffer alive and JAX
   then silently skips the donation), and jaxwise steps report their ``DonationError`` here;
 - with ``nans``: each watched call's outputs are checked, and the first non-finite one is
-  located with :func:`jaxwise.debug.locate_nan` on the same arguments;
+  located with `locate_nan` on the same arguments;
 - with ``transfers``: host values (NumPy arrays, Python scalars) passed to watched calls,
   which JAX copies to the device on every call, are counted per call site.
 """
@@ -62,7 +62,7 @@ class NanStop(BaseException):
     """Raised from a watched call whose output is not finite (``nans="stop"``).
 
     A ``BaseException`` (like ``KeyboardInterrupt``), so that the watched code's ``except
-    Exception`` blocks do not swallow it; the :class:`Watch` block ends there, silently.
+    Exception`` blocks do not swallow it; the `Watch` block ends there, silently.
     """
 
     def __init__(self, finding: NanFinding) -> None:
@@ -105,7 +105,7 @@ class Watch:
     """Context manager: watch every jitted function of a block, with no change to its code.
 
     Reports per function (its name and the line that jitted it): calls, compiles, compile
-    time and each compile's :class:`~jaxwise.compilation.CacheMiss` (kind, argument, old,
+    time and each compile's [`CacheMiss`][jaxwise.compilation.CacheMiss] (kind, argument, old,
     new) with the user's call site; compiles after a function's first ``warmup`` ones are
     flagged as steady-state recompiles. Also: donations JAX could not use (and jaxwise steps'
     ``DonationError``), with ``nans`` the first non-finite output located to a primitive and
@@ -125,7 +125,7 @@ class Watch:
       transfers: count host values (NumPy arrays, Python scalars) passed to watched calls.
       warmup: compiles per function that are expected (default 2: the first call and, e.g.,
         the last, smaller batch); later ones are steady-state recompiles.
-      fail_on: conditions that make :attr:`WatchReport.triggered` (and ``jaxwise watch``'s
+      fail_on: conditions that make `WatchReport.triggered` (and ``jaxwise watch``'s
         exit code) fail: any of ``"recompile"``, ``"nan"`` (turns on ``nans="report"`` when
         ``nans`` is ``None``) and ``"donation"``.
 
@@ -267,7 +267,16 @@ class Watch:
         return tracked
 
     def call(self, tracked: _patch.Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """One watched call (not under a JAX transformation)."""
+        """One watched call (not under a JAX transformation); called by the patched ``jax.jit``.
+
+        Args:
+            tracked: the watched jitted function.
+            args: the call's positional arguments.
+            kwargs: the call's keyword arguments.
+
+        Returns:
+            The jitted function's output.
+        """
         plan: _calls.CallPlan = tracked.plan
         stats: _Stats = tracked.stats
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
@@ -435,6 +444,9 @@ class Watch:
 
         Args:
           exit_code: the exit code to record (``jaxwise watch`` passes the script's).
+
+        Returns:
+          The [`WatchReport`][jaxwise.watch.WatchReport].
         """
         end = self._end if self._end else time.perf_counter()
         functions = tuple(
