@@ -7,9 +7,10 @@ are imported on first use (``jaxwise.train`` imports JAX; ``import jaxwise`` alo
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jaxwise._version import __version__ as __version__
+if TYPE_CHECKING:
+    __version__: str
 
 __all__ = [  # the version, then the sub-packages (each imported on first use)
     "__version__",
@@ -33,6 +34,10 @@ _SUBMODULES = frozenset(__all__[1:])
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # read from the installed metadata on first use
+        from jaxwise._version import version
+
+        return version()
     if name in _SUBMODULES:
         module = importlib.import_module(f"jaxwise.{name}")
         globals()[name] = module

@@ -20,15 +20,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
-from jaxwise._checks import UserError
-from jaxwise._version import __version__
+from jaxwise._errors import UserError
 
 __all__ = ["build_parser", "main"]
 
@@ -282,6 +280,16 @@ def _add_tools(sub: Any) -> None:
     bench.set_defaults(run=commands.cmd_bench)
 
 
+class _Version(argparse.Action):
+    """``--version``, reading the installed version only when asked (``importlib.metadata``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from jaxwise._version import version
+
+        print(f"jaxwise {version()}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line (exit code 2) like every other jaxwise error."""
 
@@ -295,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jaxwise",
         description="JAX training that compiles once, stays finite and is verified in float64.",
     )
-    parser.add_argument("--version", action="version", version=f"jaxwise {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     parser.add_argument(
         "--debug", action="store_true", help="show the full traceback of an unexpected error"
     )
@@ -316,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _quiet() -> None:
     """No third-party log lines on the user's terminal (orbax and absl log at INFO/WARNING)."""
+    import logging
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     for name in (
         "absl",

@@ -68,6 +68,15 @@ def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
     return numerics.cross_entropy(mlp_apply(params, batch[0]), batch[1])
 
 
+def batch_loss_and_accuracy(
+    params: Any, batch: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    """``(mean cross-entropy, accuracy)`` of the MLP on a mini-batch ``(x, y)`` (``has_aux``)."""
+    logits = mlp_apply(params, batch[0])
+    correct = (jnp.argmax(logits, -1) == batch[1]).astype(jnp.float32)
+    return numerics.cross_entropy(logits, batch[1]), jnp.mean(correct)
+
+
 def make_optimizer(
     total_steps: int, peak_lr: float, weight_decay: float, warmup: int, end_lr: float
 ) -> Any:
@@ -120,18 +129,19 @@ def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
     return h
 
 
-def float64_check(params: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """Logits, cross-entropy and accuracy of the float32 model against the float64 referee."""
-    ours = np.asarray(jax.jit(mlp_apply)(params, jnp.asarray(x)), np.float64)
+def float64_check(
+    params: Any, x: np.ndarray, y: np.ndarray, logits: np.ndarray, cross_entropy: float
+) -> dict[str, Any]:
+    """The float32 model's ``logits (N, C)`` and mean cross-entropy against the float64 referee."""
+    ours = np.asarray(logits, np.float64)
     ref = mlp_float64(params, x)
     shifted = ref - ref.max(1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
     ce64 = float(-logp[np.arange(len(y)), y].mean())
-    ce32 = float(evaluate(params, jnp.asarray(x), jnp.asarray(y))[0])
     return {
         "max_logit_error": float(np.max(np.abs(ours - ref))),
         "cross_entropy_float64": ce64,
-        "cross_entropy_error": abs(ce32 - ce64),
+        "cross_entropy_error": abs(cross_entropy - ce64),
         "accuracy_float64": float((ref.argmax(1) == y).mean()),
         "accuracy_float32": float((ours.argmax(1) == y).mean()),
     }
@@ -143,12 +153,17 @@ def schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> j
     return jax.vmap(schedule)(jnp.arange(steps))
 
 
-def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
-    """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping)."""
-    from jaxwise.privacy import make_dp_train_epoch
+def make_epoch(tx: Any, cfg: Any, *, accuracy: bool = False) -> Any:
+    """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping).
+
+    With ``accuracy``, the plain epoch's metrics include ``"aux"``: each step's mini-batch
+    accuracy (see :func:`epoch_progress`).
+    """
     from jaxwise.train import make_train_epoch
 
     if cfg.dp:
+        from jaxwise.privacy import make_dp_train_epoch
+
         return make_dp_train_epoch(
             per_example_loss(),
             tx,
@@ -158,7 +173,17 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
             sampling="poisson",
             method="ghost",
         )
+    if accuracy:
+        return make_train_epoch(batch_loss_and_accuracy, tx, cfg.batch_size, has_aux=True)
     return make_train_epoch(batch_loss, tx, cfg.batch_size)
+
+
+def epoch_progress(metrics: dict[str, Any], step_losses: np.ndarray) -> dict[str, float]:
+    """Progress-bar fields from an epoch's own metrics: mean mini-batch loss (and accuracy)."""
+    fields = {"loss": float(np.mean(step_losses))}
+    if "aux" in metrics:
+        fields["acc"] = float(np.mean(np.asarray(metrics["aux"])))
+    return fields
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
@@ -251,14 +276,20 @@ def progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4f}  acc {task.fields[acc]:.3f}"),
+        TextColumn("{task.fields[figures]}"),
         TimeElapsedColumn(),
     )
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(
-            description, total=total, completed=completed, loss=float("nan"), acc=float("nan")
+
+    def advance(**fields: float) -> None:
+        figures = "  ".join(
+            f"{name} {value:.4f}" if name == "loss" else f"{name} {value:.3f}"
+            for name, value in fields.items()
         )
-        yield lambda **fields: bar.update(task, advance=1, **fields)
+        bar.update(task, advance=1, figures=figures)
+
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(description, total=total, completed=completed, figures="")
+        yield advance
 
 
 __all__ = [
@@ -267,10 +298,12 @@ __all__ = [
     "UserError",
     "accuracy",
     "batch_loss",
+    "batch_loss_and_accuracy",
     "check_hidden",
     "check_run_health",
     "check_training_options",
     "dp_report",
+    "epoch_progress",
     "evaluate",
     "float64_check",
     "jsonable",
