@@ -21,8 +21,8 @@ import numpy as np
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section
 
 from jaxwise import numerics
-from jaxwise.models import init_mlp
-from jaxwise.per_example import ghost_coverage, mlp_loss
+from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.per_example import ghost_coverage
 from jaxwise.privacy import add_dp_noise, dp_gradient
 
 SIGMA, CLIP = 1.1, 1.0
@@ -40,7 +40,11 @@ def mlp_model(b):
         jnp.asarray(rng.normal(size=(b, 784)), jnp.float32),
         jnp.asarray(rng.integers(0, 10, b), jnp.int32),
     )
-    return mlp_loss(xent), params, batch
+
+    def loss(p, x, y):
+        return xent(mlp_apply(p, x), y)
+
+    return loss, params, batch
 
 
 def cnn_model(b):
@@ -112,8 +116,15 @@ def temp_mib(jitted, *args):
     return jitted.lower(*args).compile().memory_analysis().temp_size_in_bytes / 2**20
 
 
+def packed(loss):
+    """The models' ``loss(p, x, y)`` (jax-privacy's form) as jaxwise's ``loss(p, (x, y))``."""
+    return lambda p, example: loss(p, *example)
+
+
 def steps(loss, with_vmap):
     from jax_privacy.clipping import clipped_grad
+
+    ours = packed(loss)
 
     def mean_loss(p, *batch):
         return jnp.mean(jax.vmap(loss, in_axes=(None, 0, 0))(p, *batch))
@@ -124,17 +135,19 @@ def steps(loss, with_vmap):
     fns = {
         "non-private gradient": lambda p, b, k: jax.grad(mean_loss)(p, *b),
         "ghost clipping (σ = 0)": lambda p, b, k: dp_gradient(
-            loss, p, b, k, CLIP, 0.0, method="ghost"
+            ours, p, b, k, clip_norm=CLIP, noise_multiplier=0.0, method="ghost"
         )[0],
         "noise only": lambda p, b, k: add_dp_noise(p, k, CLIP, SIGMA, b[0].shape[0]),
-        "ghost DP step": lambda p, b, k: dp_gradient(loss, p, b, k, CLIP, SIGMA, method="ghost")[0],
+        "ghost DP step": lambda p, b, k: dp_gradient(
+            ours, p, b, k, clip_norm=CLIP, noise_multiplier=SIGMA, method="ghost"
+        )[0],
         "jax-privacy clipped_grad (micro 32) + noise": lambda p, b, k: add_dp_noise(
             peer_clip(p, *b), k, CLIP, SIGMA, b[0].shape[0]
         ),
     }
     if with_vmap:
         fns["vmap DP step"] = lambda p, b, k: dp_gradient(
-            loss, p, b, k, CLIP, SIGMA, method="vmap"
+            ours, p, b, k, clip_norm=CLIP, noise_multiplier=SIGMA, method="vmap"
         )[0]
     return {name: jax.jit(f) for name, f in fns.items()}
 
@@ -190,7 +203,8 @@ def run() -> None:
         detail += rows
         summary.append(s)
     loss, params, batch = transformer_model(1)
-    coverage = "\n".join(str(r) for r in ghost_coverage(loss, params, *(a[0] for a in batch)))
+    first = tuple(a[0] for a in batch)
+    coverage = "\n".join(str(r) for r in ghost_coverage(packed(loss), params, first))
     body = table(
         [
             "model",

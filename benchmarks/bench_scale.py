@@ -23,7 +23,8 @@ from jax.sharding import NamedSharding  # noqa: E402
 from jax.sharding import PartitionSpec as P  # noqa: E402
 
 from jaxwise import optim  # noqa: E402
-from jaxwise.train import TrainState, data_mesh, fit, fsdp_mesh, make_train_step  # noqa: E402
+from jaxwise.sharding import data_mesh, fsdp_mesh  # noqa: E402
+from jaxwise.train import TrainState, fit, make_train_step  # noqa: E402
 
 HIDDEN = 256 if QUICK else 512
 

@@ -25,7 +25,8 @@ import numpy as np  # noqa: E402
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section  # noqa: E402
 
 from jaxwise import data, models, numerics, optim  # noqa: E402
-from jaxwise.train import TrainState, data_mesh, make_train_epoch, make_train_step  # noqa: E402
+from jaxwise.sharding import data_mesh  # noqa: E402
+from jaxwise.train import TrainState, make_train_epoch, make_train_step  # noqa: E402
 from jaxwise.tree import param_table  # noqa: E402
 
 

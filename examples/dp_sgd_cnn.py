@@ -52,35 +52,30 @@ def logits_single(params, image):
     return jnp.mean(h, axis=(0, 1)) @ params["dense"]["w"] + params["dense"]["b"]
 
 
-def loss_single(params, image, label):
-    """Cross-entropy of ONE example (what per-example clipping needs)."""
-    return -jax.nn.log_softmax(logits_single(params, image))[label]
+def loss(params, example):
+    """Cross-entropy of ONE example ``{"image", "label"}`` (what per-example clipping needs)."""
+    return -jax.nn.log_softmax(logits_single(params, example["image"]))[example["label"]]
 
 
 x, y = make_images(1024, seed=0)
 params = init(jax.random.key(0))
-for row in ghost_coverage(loss_single, params, x[0], y[0]):
+for row in ghost_coverage(loss, params, {"image": x[0], "label": y[0]}):
     print(f"  {row}")
 
-ghost_sum, ghost_norms = clip_and_sum(
-    loss_single, params, x[:64], y[:64], clip_norm=1.0, method="ghost"
-)
-vmap_sum, vmap_norms = clip_and_sum(
-    loss_single, params, x[:64], y[:64], clip_norm=1.0, method="vmap"
-)
+first = {"image": x[:64], "label": y[:64]}
+ghost_sum, ghost_norms = clip_and_sum(loss, params, first, clip_norm=1.0, method="ghost")
+vmap_sum, vmap_norms = clip_and_sum(loss, params, first, clip_norm=1.0, method="vmap")
 np.testing.assert_allclose(ghost_norms, vmap_norms, rtol=1e-4)
 for a, b in zip(jax.tree.leaves(ghost_sum), jax.tree.leaves(vmap_sum)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6)
 print("ghost clipping equals per-example clipping (64 examples, rtol 1e-4)")
 
 tx = optim.adam(3e-3)
-epoch = make_dp_train_epoch(
-    loss_single, tx, 64, clip_norm=1.0, noise_multiplier=1.0, method="ghost"
-)
+epoch = make_dp_train_epoch(loss, tx, 64, clip_norm=1.0, noise_multiplier=1.0, method="ghost")
 state = TrainState.create(params, tx, jax.random.key(1))
 epochs = 6
 for _ in range(epochs):
-    state, metrics = epoch(state, (jnp.asarray(x), jnp.asarray(y)))
+    state, metrics = epoch(state, {"image": jnp.asarray(x), "label": jnp.asarray(y)})
 
 test_x, test_y = make_images(512, seed=1)
 logits = jax.vmap(logits_single, in_axes=(None, 0))(state.params, jnp.asarray(test_x))

@@ -23,14 +23,17 @@ CONTRACT = {
     "debug": "locate_nan NanReport checked assert_finite",
     "autodiff": "jacobian jvp_many hvp cg_solve newton_cg_step newton_cg",
     "per_example": (
-        "per_example_grads per_example_grad_norms clip_and_sum hardest_examples "
-        "find_label_errors ghost_coverage"
+        "per_example_grads per_example_grad_norms clip_and_sum ghost_coverage "
+        "auto_chunk_size CoverageRow LossFn"
     ),
     "privacy": (
         "add_dp_noise dp_gradient dp_gradient_accumulated poisson_batch epsilon "
         "noise_multiplier_for make_dp_train_epoch"
     ),
-    "label_errors": "find_label_errors confident_learning out_of_fold_probabilities",
+    "label_errors": (
+        "find_label_errors hardest_examples LabelIssues confident_learning "
+        "out_of_fold_probabilities stratified_folds precision_recall OutOfFold"
+    ),
     "optim": (
         "GradientTransformation apply_updates global_norm identity scale "
         "scale_by_schedule scale_by_learning_rate trace scale_by_adam scale_by_lion "
@@ -39,17 +42,19 @@ CONTRACT = {
         "warmup_cosine_decay_schedule piecewise_constant_schedule join_schedules"
     ),
     "tree": "param_table path_names mask_by_path tree_allclose host_copy",
-    "train": (
-        "TrainState make_train_step make_train_epoch check_donatable data_mesh save "
-        "restore DonationError"
+    "train": "TrainState make_train_step make_train_epoch fit check_donatable DonationError",
+    "checkpoint": (
+        "Checkpointer save restore CheckpointError CheckpointWarning latest_step "
+        "load_metadata data_fingerprint"
     ),
+    "sharding": "data_mesh fsdp_mesh state_shardings place_state place_batch",
     "sequence": (
         "lengths_to_mask masked_sum masked_mean segment_softmax segment_mean "
         "discounted_returns bounded_while linear_recurrence init_gru gru_cell init_lstm "
         "lstm_cell run_rnn rk4_step odeint_rk4 lambda_returns gae"
     ),
     "data": "make_spiral make_blobs flip_labels load_csv prefetch_to_device",
-    "models": "init_mlp mlp_apply Model from_nnx from_linen from_equinox",
+    "models": "init_mlp mlp_apply mlp_loss Model from_nnx from_linen from_equinox",
     "lint": "lint_source lint_paths RULES",
     "diagnose": "captured_constants why_recompiled",
     "cli": "main",

@@ -25,6 +25,7 @@ import pytest
 
 from jaxwise import (
     buckets,
+    checkpoint,
     compilation,
     data,
     diagnose,
@@ -32,6 +33,7 @@ from jaxwise import (
     models,
     optim,
     privacy,
+    sharding,
     train,
     tree,
 )
@@ -46,16 +48,15 @@ Y = jnp.zeros((4,), jnp.int32)
 MLP = models.init_mlp(0, (3, 4, 2))
 
 
-def loss_single(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-    """Squared error of a linear model on ONE example."""
-    del y
+def loss_single(params: Any, example: tuple[jax.Array, jax.Array]) -> jax.Array:
+    """Squared error of a linear model on ONE example ``(x, y)``."""
+    x, _ = example
     return (x @ params["w"] + params["b"]) ** 2
 
 
 def loss_batch(params: Any, batch: Any) -> jax.Array:
     """Mean of ``loss_single`` over a batch ``(x, y)``."""
-    x, y = batch
-    return jnp.mean(jax.vmap(loss_single, (None, 0, 0))(params, x, y))
+    return jnp.mean(jax.vmap(loss_single, (None, 0))(params, batch))
 
 
 def _state() -> train.TrainState:
@@ -534,31 +535,41 @@ TRAIN: list[Row] = [
         "opt",
     ),
     ("donatable-deleted", lambda: train.check_donatable(_deleted_tree()), ValueError, "w"),
-    ("save-state-str", lambda: train.save(_tmp() / "ck", "state"), TypeError, "state"),
-    ("save-keep-zero", lambda: train.save(_tmp() / "ck", _state(), keep=0), ValueError, "keep"),
+    ("save-state-str", lambda: checkpoint.save(_tmp() / "ck", "state"), TypeError, "state"),
+    (
+        "save-keep-zero",
+        lambda: checkpoint.save(_tmp() / "ck", _state(), keep=0),
+        ValueError,
+        "keep",
+    ),
     (
         "save-metadata-obj",
-        lambda: train.save(_tmp() / "ck", _state(), {"x": object()}),
+        lambda: checkpoint.save(_tmp() / "ck", _state(), {"x": object()}),
         TypeError,
         "metadata",
     ),
-    ("restore-like-str", lambda: train.restore(_tmp() / "ck", "like"), TypeError, "like"),
+    ("restore-like-str", lambda: checkpoint.restore(_tmp() / "ck", "like"), TypeError, "like"),
     (
         "restore-step-neg",
-        lambda: train.restore(_tmp() / "ck", _state(), step=-1),
+        lambda: checkpoint.restore(_tmp() / "ck", _state(), step=-1),
         ValueError,
         "step",
     ),
     (
         "restore-step-str",
-        lambda: train.restore(_tmp() / "ck", _state(), step="1"),
+        lambda: checkpoint.restore(_tmp() / "ck", _state(), step="1"),
         TypeError,
         "step",
     ),
-    ("checkpointer-keep", lambda: train.Checkpointer(_tmp() / "ck", keep=0), ValueError, "keep"),
-    ("fsdp-zero", lambda: train.fsdp_mesh(0), ValueError, "model"),
-    ("fsdp-divide", lambda: train.fsdp_mesh(3), ValueError, "model"),
-    ("fsdp-float", lambda: train.fsdp_mesh(2.0), TypeError, "model"),
+    (
+        "checkpointer-keep",
+        lambda: checkpoint.Checkpointer(_tmp() / "ck", keep=0),
+        ValueError,
+        "keep",
+    ),
+    ("fsdp-zero", lambda: sharding.fsdp_mesh(0), ValueError, "model"),
+    ("fsdp-divide", lambda: sharding.fsdp_mesh(3), ValueError, "model"),
+    ("fsdp-float", lambda: sharding.fsdp_mesh(2.0), TypeError, "model"),
     ("fit-state-str", lambda: train.fit(lambda s, b: (s, {}), "state", []), TypeError, "state"),
     (
         "fit-steps-zero",
@@ -612,19 +623,19 @@ TRAIN: list[Row] = [
     ),
     (
         "save-metadata-list",
-        lambda: train.save(_tmp() / "ck", _state(), [1, 2]),
+        lambda: checkpoint.save(_tmp() / "ck", _state(), [1, 2]),
         TypeError,
         "metadata",
     ),
-    ("save-path-none", lambda: train.save(None, _state()), TypeError, "path"),
-    ("restore-path-none", lambda: train.restore(None, _state()), TypeError, "path"),
-    ("latest-step-none", lambda: train.latest_step(None), TypeError, "path"),
-    ("data-mesh-str", lambda: train.data_mesh("cpu"), TypeError, "devices"),
-    ("data-mesh-empty", lambda: train.data_mesh([]), ValueError, "devices"),
-    ("shardings-mesh-str", lambda: train.state_shardings(_state(), "mesh"), TypeError, "mesh"),
+    ("save-path-none", lambda: checkpoint.save(None, _state()), TypeError, "path"),
+    ("restore-path-none", lambda: checkpoint.restore(None, _state()), TypeError, "path"),
+    ("latest-step-none", lambda: checkpoint.latest_step(None), TypeError, "path"),
+    ("data-mesh-str", lambda: sharding.data_mesh("cpu"), TypeError, "devices"),
+    ("data-mesh-empty", lambda: sharding.data_mesh([]), ValueError, "devices"),
+    ("shardings-mesh-str", lambda: sharding.state_shardings(_state(), "mesh"), TypeError, "mesh"),
     (
         "shardings-min-size",
-        lambda: train.state_shardings(_state(), train.fsdp_mesh(2), min_size=-1),
+        lambda: sharding.state_shardings(_state(), sharding.fsdp_mesh(2), min_size=-1),
         ValueError,
         "min_size",
     ),
@@ -647,7 +658,7 @@ TRAIN: list[Row] = [
         TypeError,
         "has_aux",
     ),
-    ("load-metadata-none", lambda: train.load_metadata(None), TypeError, "path"),
+    ("load-metadata-none", lambda: checkpoint.load_metadata(None), TypeError, "path"),
 ]
 
 _TMP: list[Path] = []
@@ -672,142 +683,180 @@ PREFETCH: list[Row] = [
 ]
 
 PER_EXAMPLE: list[Row] = [
-    ("grads-loss-str", lambda: pe.per_example_grads("loss", P, X, Y), TypeError, "loss_single"),
-    ("grads-no-batch", lambda: pe.per_example_grads(loss_single, P), ValueError, "batch"),
+    ("grads-loss-str", lambda: pe.per_example_grads("loss", P, (X, Y)), TypeError, "loss"),
+    ("grads-no-batch", lambda: pe.per_example_grads(loss_single, P, ()), ValueError, "batch"),
     (
         "grads-batch-mismatch",
-        lambda: pe.per_example_grads(loss_single, P, X, Y[:3]),
+        lambda: pe.per_example_grads(loss_single, P, (X, Y[:3])),
         ValueError,
         "batch",
     ),
     (
         "grads-batch-scalar",
-        lambda: pe.per_example_grads(loss_single, P, jnp.ones(()), Y),
+        lambda: pe.per_example_grads(loss_single, P, (jnp.ones(()), Y)),
         ValueError,
         "batch",
     ),
     (
         "norms-chunk-zero",
-        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size=0),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size=0),
         ValueError,
         "chunk_size",
     ),
     (
         "norms-chunk-neg",
-        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size=-2),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size=-2),
         ValueError,
         "chunk_size",
     ),
     (
         "norms-chunk-float",
-        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size=2.5),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size=2.5),
         TypeError,
         "chunk_size",
     ),
     (
         "norms-chunk-str",
-        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, chunk_size="big"),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), chunk_size="big"),
         ValueError,
         "chunk_size",
     ),
     (
         "norms-method",
-        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, method="fast"),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), method="fast"),
         ValueError,
         "method",
     ),
     (
         "norms-budget-zero",
-        lambda: pe.per_example_grad_norms(loss_single, P, X, Y, memory_budget=0),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X, Y), memory_budget=0),
         ValueError,
         "memory_budget",
     ),
     (
         "norms-params-str",
-        lambda: pe.per_example_grad_norms(loss_single, "p", X, Y),
+        lambda: pe.per_example_grad_norms(loss_single, "p", (X, Y)),
         TypeError,
         "params",
     ),
-    ("norms-loss-none", lambda: pe.per_example_grad_norms(None, P, X, Y), TypeError, "loss_single"),
+    ("norms-loss-none", lambda: pe.per_example_grad_norms(None, P, (X, Y)), TypeError, "loss"),
     (
         "clip-zero",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=0.0),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=0.0),
         ValueError,
         "clip_norm",
     ),
     (
         "clip-neg",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=-1.0),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=-1.0),
         ValueError,
         "clip_norm",
     ),
     (
         "clip-nan",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=NAN),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=NAN),
         ValueError,
         "clip_norm",
     ),
     (
         "clip-weights-shape",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=1.0, weights=jnp.ones(3)),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=1.0, weights=jnp.ones(3)),
         ValueError,
         "weights",
     ),
-    ("hardest-k-zero", lambda: pe.hardest_examples(loss_single, P, X, Y, k=0), ValueError, "k"),
-    ("hardest-k-big", lambda: pe.hardest_examples(loss_single, P, X, Y, k=5), ValueError, "k"),
-    ("hardest-k-float", lambda: pe.hardest_examples(loss_single, P, X, Y, k=2.5), TypeError, "k"),
-    ("hardest-k-str", lambda: pe.hardest_examples(loss_single, P, X, Y, k="3"), TypeError, "k"),
-    ("pe-label-errors-k", lambda: pe.find_label_errors(loss_single, P, X, Y, k=0), ValueError, "k"),
-    ("coverage-no-example", lambda: pe.ghost_coverage(loss_single, P), ValueError, "example"),
-    ("mlp-loss-int", lambda: pe.mlp_loss(3), TypeError, "loss_from_logits"),
+    (
+        "hardest-k-zero",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=0),
+        ValueError,
+        "k",
+    ),
+    (
+        "hardest-k-big",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=5),
+        ValueError,
+        "k",
+    ),
+    (
+        "hardest-k-float",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k=2.5),
+        TypeError,
+        "k",
+    ),
+    (
+        "hardest-k-str",
+        lambda: label_errors.hardest_examples(loss_single, P, (X, Y), k="3"),
+        TypeError,
+        "k",
+    ),
+    (
+        "gradnorm-no-params",
+        lambda: label_errors.find_label_errors(X, Y, method="gradnorm"),
+        TypeError,
+        "params",
+    ),
+    (
+        "gradnorm-int-params",
+        lambda: label_errors.find_label_errors(
+            X, Y, method="gradnorm", params={"w": jnp.ones(2, jnp.int32)}
+        ),
+        TypeError,
+        "params",
+    ),
+    ("coverage-no-example", lambda: pe.ghost_coverage(loss_single, P, ()), ValueError, "example"),
+    ("mlp-loss-int", lambda: models.mlp_loss(3), TypeError, "loss_from_logits"),
     (
         "auto-chunk-budget",
-        lambda: pe.auto_chunk_size(loss_single, P, X, Y, memory_budget=0),
+        lambda: pe.auto_chunk_size(loss_single, P, (X, Y), memory_budget=0),
         ValueError,
         "memory_budget",
     ),
-    ("grads-batch-str", lambda: pe.per_example_grads(loss_single, P, "x", Y), TypeError, "batch"),
-    ("grads-batch-none", lambda: pe.per_example_grads(loss_single, P, None, Y), TypeError, "batch"),
+    ("grads-batch-str", lambda: pe.per_example_grads(loss_single, P, ("x", Y)), TypeError, "batch"),
+    ("grads-batch-none", lambda: pe.per_example_grads(loss_single, P, None), ValueError, "batch"),
     (
         "grads-batch-empty",
-        lambda: pe.per_example_grads(loss_single, P, X[:0], Y[:0]),
+        lambda: pe.per_example_grads(loss_single, P, (X[:0], Y[:0])),
         ValueError,
         "batch",
     ),
-    ("grads-params-str", lambda: pe.per_example_grads(loss_single, "p", X, Y), TypeError, "params"),
+    (
+        "grads-params-str",
+        lambda: pe.per_example_grads(loss_single, "p", (X, Y)),
+        TypeError,
+        "params",
+    ),
     (
         "norms-params-none",
-        lambda: pe.per_example_grad_norms(loss_single, None, X, Y),
+        lambda: pe.per_example_grad_norms(loss_single, None, (X, Y)),
         TypeError,
         "params",
     ),
     (
         "norms-batch-empty",
-        lambda: pe.per_example_grad_norms(loss_single, P, X[:0], Y[:0]),
+        lambda: pe.per_example_grad_norms(loss_single, P, (X[:0], Y[:0])),
         ValueError,
         "batch",
     ),
     (
         "clip-str",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm="1"),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm="1"),
         TypeError,
         "clip_norm",
     ),
     (
         "clip-none",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=None),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=None),
         TypeError,
         "clip_norm",
     ),
     (
         "clip-weights-str",
-        lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=1.0, weights="w"),
+        lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=1.0, weights="w"),
         TypeError,
         "weights",
     ),
     (
         "clip-batch-empty",
-        lambda: pe.clip_and_sum(loss_single, P, X[:0], Y[:0], clip_norm=1.0),
+        lambda: pe.clip_and_sum(loss_single, P, (X[:0], Y[:0]), clip_norm=1.0),
         ValueError,
         "batch",
     ),
@@ -848,70 +897,90 @@ PRIVACY: list[Row] = [
     ("noise-clip-zero", lambda: privacy.add_dp_noise(P, KEY, 0.0, 1.0, 4), ValueError, "clip_norm"),
     ("noise-key-str", lambda: privacy.add_dp_noise(P, "k", 1.0, 1.0, 4), TypeError, "key"),
     (
-        "dpg-batch-list",
-        lambda: privacy.dp_gradient(loss_single, P, [X, Y], KEY, 1.0, 1.0),
-        TypeError,
+        "dpg-batch-dict-mismatch",
+        lambda: privacy.dp_gradient(
+            loss_single, P, {"x": X, "y": Y[:3]}, KEY, clip_norm=1.0, noise_multiplier=1.0
+        ),
+        ValueError,
         "batch",
     ),
     (
-        "dpg-batch-array",
-        lambda: privacy.dp_gradient(loss_single, P, X, KEY, 1.0, 1.0),
-        TypeError,
+        "dpg-batch-scalar",
+        lambda: privacy.dp_gradient(
+            loss_single, P, jnp.ones(()), KEY, clip_norm=1.0, noise_multiplier=1.0
+        ),
+        ValueError,
         "batch",
     ),
     (
         "dpg-key-str",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), "k", 1.0, 1.0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), "k", clip_norm=1.0, noise_multiplier=1.0
+        ),
         TypeError,
         "key",
     ),
     (
         "dpg-key-none",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), None, 1.0, 1.0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), None, clip_norm=1.0, noise_multiplier=1.0
+        ),
         TypeError,
         "key",
     ),
     (
         "dpg-clip-zero",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 0.0, 1.0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=0.0, noise_multiplier=1.0
+        ),
         ValueError,
         "clip_norm",
     ),
     (
         "dpg-clip-nan",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, NAN, 1.0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=NAN, noise_multiplier=1.0
+        ),
         ValueError,
         "clip_norm",
     ),
     (
         "dpg-nm-nan",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, NAN),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=NAN
+        ),
         ValueError,
         "noise_multiplier",
     ),
     (
         "dpg-nm-neg",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, -0.5),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=-0.5
+        ),
         ValueError,
         "noise_multiplier",
     ),
     (
         "dpg-chunk-zero",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, 1.0, chunk_size=0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=1.0, chunk_size=0
+        ),
         ValueError,
         "chunk_size",
     ),
     (
         "dpg-method",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, 1.0, 1.0, method="magic"),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=1.0, method="magic"
+        ),
         ValueError,
         "method",
     ),
     (
         "dpg-loss-str",
-        lambda: privacy.dp_gradient("loss", P, (X, Y), KEY, 1.0, 1.0),
+        lambda: privacy.dp_gradient("loss", P, (X, Y), KEY, clip_norm=1.0, noise_multiplier=1.0),
         TypeError,
-        "loss_single",
+        "loss",
     ),
     ("poisson-n-zero", lambda: privacy.poisson_batch(KEY, 0, 0.5, 4), ValueError, "n"),
     ("poisson-n-neg", lambda: privacy.poisson_batch(KEY, -5, 0.5, 4), ValueError, "n"),
@@ -949,83 +1018,161 @@ PRIVACY: list[Row] = [
     ("shuffled-n-zero", lambda: privacy.shuffled_batches(KEY, 0, 1), ValueError, "n"),
     ("shuffled-n-str", lambda: privacy.shuffled_batches(KEY, "10", 2), TypeError, "n"),
     ("shuffled-key-str", lambda: privacy.shuffled_batches("k", 10, 2), TypeError, "key"),
-    ("eps-nm-nan", lambda: privacy.epsilon(NAN, 0.01, 100, 1e-5), ValueError, "noise_multiplier"),
-    ("eps-nm-neg", lambda: privacy.epsilon(-1.0, 0.01, 100, 1e-5), ValueError, "noise_multiplier"),
-    ("eps-nm-bool", lambda: privacy.epsilon(True, 0.01, 100, 1e-5), TypeError, "noise_multiplier"),
+    (
+        "eps-nm-nan",
+        lambda: privacy.epsilon(noise_multiplier=NAN, sample_rate=0.01, steps=100, delta=1e-5),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "eps-nm-neg",
+        lambda: privacy.epsilon(noise_multiplier=-1.0, sample_rate=0.01, steps=100, delta=1e-5),
+        ValueError,
+        "noise_multiplier",
+    ),
+    (
+        "eps-nm-bool",
+        lambda: privacy.epsilon(noise_multiplier=True, sample_rate=0.01, steps=100, delta=1e-5),
+        TypeError,
+        "noise_multiplier",
+    ),
     (
         "eps-nm-np-nan",
-        lambda: privacy.epsilon(np.float64(NAN), 0.01, 100, 1e-5),
+        lambda: privacy.epsilon(
+            noise_multiplier=np.float64(NAN), sample_rate=0.01, steps=100, delta=1e-5
+        ),
         ValueError,
         "noise_multiplier",
     ),
     (
         "eps-steps-np-zero",
-        lambda: privacy.epsilon(1.0, 0.01, np.int64(0), 1e-5),
+        lambda: privacy.epsilon(
+            noise_multiplier=1.0, sample_rate=0.01, steps=np.int64(0), delta=1e-5
+        ),
         ValueError,
         "steps",
     ),
-    ("eps-rate-zero", lambda: privacy.epsilon(1.0, 0.0, 100, 1e-5), ValueError, "sample_rate"),
-    ("eps-rate-big", lambda: privacy.epsilon(1.0, 1.5, 100, 1e-5), ValueError, "sample_rate"),
-    ("eps-rate-nan", lambda: privacy.epsilon(1.0, NAN, 100, 1e-5), ValueError, "sample_rate"),
-    ("eps-rate-str", lambda: privacy.epsilon(1.0, "0.01", 100, 1e-5), TypeError, "sample_rate"),
-    ("eps-steps-zero", lambda: privacy.epsilon(1.0, 0.01, 0, 1e-5), ValueError, "steps"),
-    ("eps-steps-float", lambda: privacy.epsilon(1.0, 0.01, 2.5, 1e-5), TypeError, "steps"),
-    ("eps-steps-str", lambda: privacy.epsilon(1.0, 0.01, "100", 1e-5), TypeError, "steps"),
-    ("eps-delta-zero", lambda: privacy.epsilon(1.0, 0.01, 100, 0.0), ValueError, "delta"),
-    ("eps-delta-one", lambda: privacy.epsilon(1.0, 0.01, 100, 1.0), ValueError, "delta"),
-    ("eps-delta-nan", lambda: privacy.epsilon(1.0, 0.01, 100, NAN), ValueError, "delta"),
-    ("eps-delta-str", lambda: privacy.epsilon(1.0, 0.01, 100, "1e-5"), TypeError, "delta"),
+    (
+        "eps-rate-zero",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.0, steps=100, delta=1e-5),
+        ValueError,
+        "sample_rate",
+    ),
+    (
+        "eps-rate-big",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=1.5, steps=100, delta=1e-5),
+        ValueError,
+        "sample_rate",
+    ),
+    (
+        "eps-rate-nan",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=NAN, steps=100, delta=1e-5),
+        ValueError,
+        "sample_rate",
+    ),
+    (
+        "eps-rate-str",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate="0.01", steps=100, delta=1e-5),
+        TypeError,
+        "sample_rate",
+    ),
+    (
+        "eps-steps-zero",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=0, delta=1e-5),
+        ValueError,
+        "steps",
+    ),
+    (
+        "eps-steps-float",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=2.5, delta=1e-5),
+        TypeError,
+        "steps",
+    ),
+    (
+        "eps-steps-str",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps="100", delta=1e-5),
+        TypeError,
+        "steps",
+    ),
+    (
+        "eps-delta-zero",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=0.0),
+        ValueError,
+        "delta",
+    ),
+    (
+        "eps-delta-one",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1.0),
+        ValueError,
+        "delta",
+    ),
+    (
+        "eps-delta-nan",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=NAN),
+        ValueError,
+        "delta",
+    ),
+    (
+        "eps-delta-str",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta="1e-5"),
+        TypeError,
+        "delta",
+    ),
     (
         "eps-accountant",
-        lambda: privacy.epsilon(1.0, 0.01, 100, 1e-5, accountant="moments"),
+        lambda: privacy.epsilon(
+            noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="moments"
+        ),
         ValueError,
         "accountant",
     ),
     (
         "nmf-eps-zero",
-        lambda: privacy.noise_multiplier_for(0.0, 1e-5, 0.01, 100),
+        lambda: privacy.noise_multiplier_for(epsilon=0.0, sample_rate=0.01, steps=100, delta=1e-5),
         ValueError,
-        "target_epsilon",
+        "epsilon",
     ),
     (
         "nmf-eps-nan",
-        lambda: privacy.noise_multiplier_for(NAN, 1e-5, 0.01, 100),
+        lambda: privacy.noise_multiplier_for(epsilon=NAN, sample_rate=0.01, steps=100, delta=1e-5),
         ValueError,
-        "target_epsilon",
+        "epsilon",
     ),
     (
         "nmf-eps-inf",
-        lambda: privacy.noise_multiplier_for(INF, 1e-5, 0.01, 100),
+        lambda: privacy.noise_multiplier_for(epsilon=INF, sample_rate=0.01, steps=100, delta=1e-5),
         ValueError,
-        "target_epsilon",
+        "epsilon",
     ),
     (
         "nmf-eps-str",
-        lambda: privacy.noise_multiplier_for("1", 1e-5, 0.01, 100),
+        lambda: privacy.noise_multiplier_for(epsilon="1", sample_rate=0.01, steps=100, delta=1e-5),
         TypeError,
-        "target_epsilon",
+        "epsilon",
     ),
     (
         "nmf-delta-zero",
-        lambda: privacy.noise_multiplier_for(1.0, 0.0, 0.01, 100),
+        lambda: privacy.noise_multiplier_for(epsilon=1.0, sample_rate=0.01, steps=100, delta=0.0),
         ValueError,
         "delta",
     ),
     (
         "nmf-rate-nan",
-        lambda: privacy.noise_multiplier_for(1.0, 1e-5, NAN, 100),
+        lambda: privacy.noise_multiplier_for(epsilon=1.0, sample_rate=NAN, steps=100, delta=1e-5),
         ValueError,
         "sample_rate",
     ),
     (
         "nmf-steps-neg",
-        lambda: privacy.noise_multiplier_for(1.0, 1e-5, 0.01, -1),
+        lambda: privacy.noise_multiplier_for(epsilon=1.0, sample_rate=0.01, steps=-1, delta=1e-5),
         ValueError,
         "steps",
     ),
     (
         "nmf-accountant",
-        lambda: privacy.noise_multiplier_for(1.0, 1e-5, 0.01, 100, accountant="x"),
+        lambda: privacy.noise_multiplier_for(
+            epsilon=1.0, sample_rate=0.01, steps=100, delta=1e-5, accountant="x"
+        ),
         ValueError,
         "accountant",
     ),
@@ -1054,12 +1201,12 @@ PRIVACY: list[Row] = [
         "noise_multiplier",
     ),
     (
-        "dp-epoch-sampling",
+        "dp-epoch-sampler",
         lambda: privacy.make_dp_train_epoch(
-            loss_single, optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0, sampling="x"
+            loss_single, optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0, sampler="x"
         ),
         ValueError,
-        "sampling",
+        "sampler",
     ),
     ("noise-bs-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, 0), ValueError, "batch_size"),
     ("noise-bs-neg", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, -3), ValueError, "batch_size"),
@@ -1068,7 +1215,9 @@ PRIVACY: list[Row] = [
     ("noise-summed-str", lambda: privacy.add_dp_noise("s", KEY, 1.0, 1.0, 4), TypeError, "summed"),
     (
         "dpg-batch-empty",
-        lambda: privacy.dp_gradient(loss_single, P, (X[:0], Y[:0]), KEY, 1.0, 1.0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X[:0], Y[:0]), KEY, clip_norm=1.0, noise_multiplier=1.0
+        ),
         ValueError,
         "batch",
     ),
@@ -1078,13 +1227,15 @@ PRIVACY: list[Row] = [
             "loss", optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=1.0
         ),
         TypeError,
-        "loss_single",
+        "loss",
     ),
     ("poisson-sampler-bs", lambda: privacy.PoissonSampler(0), ValueError, "batch_size"),
     ("noise-clip-inf", lambda: privacy.add_dp_noise(P, KEY, INF, 1.0, 4), ValueError, "clip_norm"),
     (
         "dpg-clip-inf",
-        lambda: privacy.dp_gradient(loss_single, P, (X, Y), KEY, INF, 1.0),
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, Y), KEY, clip_norm=INF, noise_multiplier=1.0
+        ),
         ValueError,
         "clip_norm",
     ),
@@ -1487,18 +1638,29 @@ ZERO_P = jax.tree.map(jnp.zeros_like, P)  # a zero gradient
 FINITE: list[tuple[str, Callable[[], Any]]] = [
     (
         "norms-vmap-zero-grad",
-        lambda: pe.per_example_grad_norms(loss_single, P, Z, Y, method="vmap"),
+        lambda: pe.per_example_grad_norms(loss_single, P, (Z, Y), method="vmap"),
     ),
     (
         "norms-ghost-zero-grad",
-        lambda: pe.per_example_grad_norms(loss_single, P, Z, Y, method="ghost"),
+        lambda: pe.per_example_grad_norms(loss_single, P, (Z, Y), method="ghost"),
     ),
-    ("clip-zero-grad", lambda: pe.clip_and_sum(loss_single, P, Z, Y, clip_norm=1.0)),
-    ("clip-tiny-norm", lambda: pe.clip_and_sum(loss_single, P, X, Y, clip_norm=1e-30)),
-    ("dp-gradient-zero-grad", lambda: privacy.dp_gradient(loss_single, P, (Z, Y), KEY, 1.0, 0.0)),
+    ("clip-zero-grad", lambda: pe.clip_and_sum(loss_single, P, (Z, Y), clip_norm=1.0)),
+    ("clip-tiny-norm", lambda: pe.clip_and_sum(loss_single, P, (X, Y), clip_norm=1e-30)),
+    (
+        "dp-gradient-zero-grad",
+        lambda: privacy.dp_gradient(
+            loss_single, P, (Z, Y), KEY, clip_norm=1.0, noise_multiplier=0.0
+        ),
+    ),
     ("dp-noise-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 0.0, 4)),
-    ("epsilon-small-rate", lambda: privacy.epsilon(1.0, 1e-6, 10, 1e-5)),
-    ("epsilon-full-batch", lambda: privacy.epsilon(0.5, 1.0, 1, 1e-5)),
+    (
+        "epsilon-small-rate",
+        lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=1e-6, steps=10, delta=1e-5),
+    ),
+    (
+        "epsilon-full-batch",
+        lambda: privacy.epsilon(noise_multiplier=0.5, sample_rate=1.0, steps=1, delta=1e-5),
+    ),
     ("global-norm-zero", lambda: optim.global_norm({"a": jnp.zeros(3)})),
     ("global-norm-big-f16", lambda: optim.global_norm({"a": jnp.full(4, 6e4, jnp.float16)})),
     (
@@ -1539,10 +1701,9 @@ FINITE: list[tuple[str, Callable[[], Any]]] = [
     (
         "norms-ghost-mlp-zero-input",
         lambda: pe.per_example_grad_norms(
-            pe.mlp_loss(lambda logits, y: -jax.nn.log_softmax(logits)[y]),
+            models.mlp_loss(lambda logits, y: -jax.nn.log_softmax(logits)[y]),
             MLP,
-            jnp.zeros((4, 3)),
-            Y,
+            (jnp.zeros((4, 3)), Y),
             method="ghost",
         ),
     ),

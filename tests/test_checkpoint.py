@@ -17,19 +17,19 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
-from jaxwise.compilation import CompileCounter
-from jaxwise.train import (
+from jaxwise.checkpoint import (
     Checkpointer,
     CheckpointError,
     CheckpointWarning,
-    TrainState,
     data_fingerprint,
     latest_step,
     load_metadata,
     restore,
     save,
 )
-from jaxwise.train._ckpt_format import checkpoint_checksums
+from jaxwise.checkpoint._format import checkpoint_checksums
+from jaxwise.compilation import CompileCounter
+from jaxwise.train import TrainState
 from jaxwise.tree import host_copy
 
 
@@ -227,7 +227,8 @@ WRITER = textwrap.dedent(
     """
     import sys, jax, jax.numpy as jnp
     from jaxwise import optim
-    from jaxwise.train import Checkpointer, TrainState
+    from jaxwise.checkpoint import Checkpointer
+    from jaxwise.train import TrainState
     with Checkpointer(sys.argv[1]) as ck:
         ck.save(TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), 0))
         print("locked", flush=True)

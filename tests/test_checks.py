@@ -103,10 +103,14 @@ def test_check_key_accepts_typed_and_raw_keys_only():
             C.check_key(bad)
 
 
-def test_steps_per_epoch_drops_the_remainder():
-    assert C.steps_per_epoch(1000, 128) == 7
-    with pytest.raises(ValueError, match="batch_size"):
-        C.steps_per_epoch(10, 11)
+def test_is_key_is_true_for_typed_keys_only():
+    key = jax.random.key(0)
+    assert C.is_key(key) and C.is_key(jax.random.split(key, 3))
+    assert C.is_key(jax.ShapeDtypeStruct((), key.dtype))  # abstract values too
+    assert jax.jit(lambda k: jnp.asarray(C.is_key(k)))(key)  # and tracers
+    legacy = jax.random.PRNGKey(0)  # noqa: JW004 - raw key data is not a typed key
+    for not_a_key in (legacy, np.zeros(2, np.uint32), 3, "key", None):
+        assert not C.is_key(not_a_key)
 
 
 def test_user_error_is_an_exception_not_a_value_error():

@@ -332,7 +332,7 @@ def test_resume_without_the_history_leaves_the_plot_alone(tmp_path, small_csv, c
 
 def test_checkpoint_error_is_exit_2(tmp_path, small_csv, capsys, monkeypatch):
     from jaxwise import jobs
-    from jaxwise.train import CheckpointError
+    from jaxwise.checkpoint import CheckpointError
 
     def broken(cfg):
         raise CheckpointError(

@@ -273,13 +273,26 @@ def _close(a, b, rtol=1e-4, atol=1e-6):
         )
 
 
+def packed(loss):
+    """``loss(p, x, y)`` of the models above as ``loss(p, (x, y))``: the library's convention."""
+    return lambda p, example: loss(p, *example)
+
+
+def first(batch):
+    """The first example of a tuple batch (no batch axis): what ``ghost_coverage`` takes."""
+    return tuple(a[0] for a in batch)
+
+
 def _everything(loss, method, clip):
     """One jitted program: norms, clipped sum and DP gradient by ``method``."""
+    loss = packed(loss)
 
     def run(params, batch, key):
-        norms = per_example_grad_norms(loss, params, *batch, method=method)
-        summed, sum_norms = clip_and_sum(loss, params, *batch, clip_norm=clip, method=method)
-        noisy, _ = dp_gradient(loss, params, batch, key, clip, 1.0, method=method)
+        norms = per_example_grad_norms(loss, params, batch, method=method)
+        summed, sum_norms = clip_and_sum(loss, params, batch, clip_norm=clip, method=method)
+        noisy, _ = dp_gradient(
+            loss, params, batch, key, clip_norm=clip, noise_multiplier=1.0, method=method
+        )
         return norms, sum_norms, summed, noisy
 
     return jax.jit(run)
@@ -306,14 +319,14 @@ def test_ghost_equals_vmap(name):
 @pytest.mark.parametrize("name", [n for n in MODELS if n != "equinox"])
 def test_coverage_rows_exact(name):
     loss, params, batch, kinds = MODELS[name][0]()
-    rows = ghost_coverage(loss, params, *(a[0] for a in batch))
+    rows = ghost_coverage(packed(loss), params, first(batch))
     assert {row.path: row.kind for row in rows} == kinds
     assert all(row.path in str(row) and row.kind in str(row) for row in rows)
 
 
 def test_equinox_coverage():
     loss, params, batch, _ = equinox_model()
-    kinds = [row.kind for row in ghost_coverage(loss, params, *(a[0] for a in batch))]
+    kinds = [row.kind for row in ghost_coverage(packed(loss), params, first(batch))]
     assert kinds == [
         "embedding",
         *["dense", "elementwise"] * 3,
@@ -344,7 +357,7 @@ def tied_rnn():
 
 def test_fallback_leaves_are_exact():
     loss, params, batch = tied_rnn()
-    rows = {row.path: row.kind for row in ghost_coverage(loss, params, *(a[0] for a in batch))}
+    rows = {row.path: row.kind for row in ghost_coverage(packed(loss), params, first(batch))}
     assert rows == {"table": "fallback", "rec": "fallback", "unused": "unused"}
     ref_norms, _, ref_sum, ref_dp = _everything(loss, "vmap", 1.0)(params, batch, jax.random.key(0))
     norms, _, summed, noisy = _everything(loss, "auto", 1.0)(params, batch, jax.random.key(0))
@@ -358,7 +371,8 @@ def test_bfloat16_compute_matches_vmap():
     params16 = jax.tree.map(lambda a: a.astype(jnp.bfloat16), params)
     batch16 = (batch[0].astype(jnp.bfloat16), batch[1])
     f = jax.jit(
-        lambda p, b, m: clip_and_sum(loss, p, *b, clip_norm=3.0, method=m), static_argnums=2
+        lambda p, b, m: clip_and_sum(packed(loss), p, b, clip_norm=3.0, method=m),
+        static_argnums=2,
     )
     ref_sum32, ref32 = f(params, batch, "vmap")
     ref_sum, ref = f(params16, batch16, "vmap")
@@ -378,7 +392,15 @@ def test_ghost_inside_accumulation():
     mask = jnp.ones((2, 5), bool).at[1, 4].set(False)
     run = jax.jit(
         lambda p, m, k, method: dp_gradient_accumulated(
-            loss, p, m, k, 2.5, 0.5, 10.0, mask=mask, method=method
+            packed(loss),
+            p,
+            m,
+            k,
+            clip_norm=2.5,
+            noise_multiplier=0.5,
+            expected_batch_size=10.0,
+            mask=mask,
+            method=method,
         ),
         static_argnums=3,
     )
@@ -423,8 +445,17 @@ def test_auto_falls_back_to_vmap_when_ghost_cannot_apply():
             TypeError,
             "scalar",
         ),
-        (lambda: ghost_coverage(lambda w, x: jnp.sum(w * x), jnp.ones(2)), ValueError, "example"),
-        (lambda: ghost_coverage("loss", jnp.ones(2), jnp.ones(2)), TypeError, "loss_single"),
+        (
+            lambda: ghost_coverage(lambda w, x: jnp.sum(w * x), jnp.ones(2), ()),
+            ValueError,
+            "`example` has no arrays",
+        ),
+        (
+            lambda: ghost_coverage(lambda w, x: jnp.sum(w * x), jnp.ones(2), {"x": "a"}),
+            TypeError,
+            r"example\['x'\]",
+        ),
+        (lambda: ghost_coverage("loss", jnp.ones(2), jnp.ones(2)), TypeError, "`loss`"),
     ],
 )
 def test_bad_input(call, error, match):

@@ -109,11 +109,11 @@ def test_spiral_job_compiles_three_programs_and_the_epoch_once(dp):
     with CompileCounter() as counter:
         summary = run_spiral(cfg)
     names = sorted(r.fun_name for r in counter.records)
-    epoch = "jit(loss_single_train_epoch)" if dp else "jit(batch_loss_and_accuracy_train_epoch)"
-    expected = [epoch, "jit(_initial_state)", "jit(_verification)"]
+    epochs = [name for name in names if name.endswith("_train_epoch)")]
+    expected = ["jit(_initial_state)", "jit(_verification)"]
     if dp:  # DP epochs report no loss: the training set is evaluated after each
         expected.append("jit(evaluate)")
-    assert names == sorted(expected), names
+    assert len(epochs) == 1 and sorted(set(names) - set(epochs)) == expected, names
     assert summary["compiles"] == 1 and summary["checks"]["compiles_once"]["ok"]
     assert summary["checks"]["state_donated"]["ok"] and summary["skipped"] == 0
     assert len(summary["hard_examples"]) == 5

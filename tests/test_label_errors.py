@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,7 +12,12 @@ import pytest
 from jaxwise import label_errors as le
 from jaxwise.compilation import CompileCounter
 from jaxwise.data import flip_labels, make_blobs, make_spiral
-from jaxwise.models import mlp_apply
+from jaxwise.models import init_mlp, mlp_apply, mlp_loss
+
+
+def mlp_init(sizes: tuple[int, ...]) -> functools.partial:
+    """``init(key)`` of an MLP: one stable object, so reruns reuse the program."""
+    return functools.partial(init_mlp, sizes=sizes)
 
 
 def _reference_confident_learning(
@@ -85,7 +92,7 @@ def test_confident_learning_bad_input(kwargs: dict, error: type, names: str) -> 
 
 def test_out_of_fold_is_one_program_and_reused() -> None:
     x, y = make_blobs(120, n_features=2, n_classes=3, seed=0)
-    init = le.mlp_init((2, 8, 3))
+    init = mlp_init((2, 8, 3))
     with CompileCounter("_train_folds") as first:
         le.out_of_fold_probabilities(mlp_apply, init, x, y, folds=4, epochs=3, batch_size=32)
     assert first.count == 1
@@ -125,11 +132,11 @@ def test_early_stopping_keeps_the_best_epoch() -> None:
     x, y = make_blobs(150, n_features=2, n_classes=3, seed=1)
     noisy, _ = flip_labels(y, 30, 3, seed=0)
     out = le.out_of_fold_probabilities(
-        mlp_apply, le.mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=25
+        mlp_apply, mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=25
     )
     np.testing.assert_array_equal(out.best_epoch, np.nanargmin(out.val_loss, axis=0) + 1)
     short = le.out_of_fold_probabilities(
-        mlp_apply, le.mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=2
+        mlp_apply, mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=2
     )
     for fold in range(3):  # stopped: no later epoch improved on the kept one by patience's end
         best = short.best_epoch[fold]
@@ -187,6 +194,13 @@ def test_custom_model_through_apply_fn() -> None:
         ({"num_classes": 1}, ValueError, "num_classes"),
         ({"apply_fn": mlp_apply}, TypeError, "init"),
         ({"batch_size": 0}, ValueError, "batch_size"),
+        ({"method": "loss"}, ValueError, "method"),
+        ({"params": {"w": jnp.ones(2)}}, TypeError, "params"),
+        ({"method": "gradnorm"}, TypeError, "params"),
+        ({"method": "gradnorm", "init": {"w": jnp.ones(2)}}, TypeError, "init"),
+        ({"method": "gradnorm", "params": {"w": jnp.ones(2, jnp.int32)}}, TypeError, "params"),
+        ({"method": "gradnorm", "params": init_mlp(0, (2, 3)), "num_classes": 2}, ValueError, "3"),
+        ({"y": np.zeros(7, np.int32)}, ValueError, "rows"),
     ],
 )
 def test_find_label_errors_bad_input(kwargs: dict, error: type, name: str) -> None:
@@ -194,3 +208,75 @@ def test_find_label_errors_bad_input(kwargs: dict, error: type, name: str) -> No
     call = {"x": x, "y": y, "epochs": 1, **kwargs}
     with pytest.raises(error, match=name):
         le.find_label_errors(call.pop("x"), call.pop("y"), **call)
+
+
+def _trained_linear_softmax(x: np.ndarray, y: np.ndarray) -> dict:
+    """Multinomial logistic regression (a one-layer jaxwise MLP), trained on every row."""
+    from jaxwise import optim
+
+    params = init_mlp(jax.random.key(0), (x.shape[1], int(y.max()) + 1))
+    tx = optim.adam(1e-2)
+    xj, yj = jnp.asarray(x), jnp.asarray(y)
+    loss = mlp_loss(lambda z, t: -jax.nn.log_softmax(z)[t])
+
+    @jax.jit
+    def step(p: dict, s: object) -> tuple:
+        g = jax.grad(lambda q: jnp.mean(jax.vmap(loss, in_axes=(None, 0))(q, (xj, yj))))(p)
+        u, s = tx.update(g, s, p)
+        return optim.apply_updates(p, u), s
+
+    state = tx.init(params)
+    for _ in range(150):
+        params, state = step(params, state)
+    return params
+
+
+def test_gradnorm_ranks_by_a_trained_models_gradient_norm() -> None:
+    x, y = make_blobs(1000, 20, 10, seed=0)
+    noisy, flipped = flip_labels(y, 20, 10, seed=1)
+    params = _trained_linear_softmax(x, noisy)
+    found = le.find_label_errors(x, noisy, method="gradnorm", params=params)
+    recall = len(set(found.indices[:40].tolist()) & set(flipped.tolist())) / len(flipped)
+    assert recall >= 0.9, recall
+    # float64 referee: for softmax(x W + b), ‖∇_i‖² = (‖x_i‖² + 1) ‖p_i − onehot(y_i)‖²
+    w = np.asarray(params["dense_0"]["w"], np.float64)
+    b = np.asarray(params["dense_0"]["b"], np.float64)
+    z = x.astype(np.float64) @ w + b
+    p = np.exp(z - z.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    residual = p - np.eye(10)[noisy]
+    norms64 = np.sqrt((np.sum(x.astype(np.float64) ** 2, 1) + 1) * np.sum(residual**2, 1))
+    np.testing.assert_allclose(-found.score, norms64[found.indices], rtol=1e-4, atol=1e-4)
+    assert np.all(np.diff(-found.score) <= 0) and not found.candidate.any()
+    np.testing.assert_allclose(found.pred_probs, p, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(found.p_given, p[found.indices, noisy[found.indices]], atol=1e-6)
+    idx, norms = le.hardest_examples(
+        mlp_loss(lambda zz, t: -jax.nn.log_softmax(zz)[t]),
+        params,
+        (jnp.asarray(x), jnp.asarray(noisy)),
+        k=5,
+        method="ghost",
+    )
+    np.testing.assert_array_equal(np.asarray(idx), found.indices[:5])
+    np.testing.assert_allclose(np.asarray(norms), norms64[found.indices[:5]], rtol=1e-4)
+
+
+def test_hardest_examples_takes_a_dict_batch_and_checks_k() -> None:
+    w = jnp.asarray([1.0, -2.0])
+    x = jnp.asarray([[1.0, 0.0], [0.0, 3.0], [2.0, 2.0], [0.5, 0.5]])
+    y = jnp.asarray([1.0, 0.0, 0.0, 0.0])
+    tuple_idx, tuple_norms = le.hardest_examples(
+        lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=3
+    )
+    dict_idx, dict_norms = le.hardest_examples(
+        lambda p, e: (e["x"] @ p - e["y"]) ** 2, w, {"x": x, "y": y}, k=3
+    )
+    x64, y64, w64 = (np.asarray(a, np.float64) for a in (x, y, w))
+    norms64 = np.abs(2 * (x64 @ w64 - y64)) * np.linalg.norm(x64, axis=1)
+    np.testing.assert_array_equal(np.asarray(tuple_idx), np.argsort(-norms64)[:3])
+    np.testing.assert_array_equal(np.asarray(dict_idx), np.asarray(tuple_idx))
+    np.testing.assert_allclose(np.asarray(dict_norms), np.sort(norms64)[::-1][:3], rtol=1e-6)
+    np.testing.assert_array_equal(np.asarray(dict_norms), np.asarray(tuple_norms))
+    for k, error in ((0, ValueError), (5, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="`k`"):
+            le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)

@@ -11,7 +11,8 @@ import jax
 import numpy as np
 import pytest
 
-from jaxwise.train import data_mesh, restore
+from jaxwise.checkpoint import restore
+from jaxwise.sharding import data_mesh
 from jaxwise.tree import host_copy
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "scale-out.md"

@@ -1,19 +1,19 @@
-"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, label errors."""
+"""Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, batch forms."""
+
+import dataclasses
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise import data, numerics, optim
+from jaxwise import numerics
 from jaxwise.compilation import CompileBudget
-from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.models import init_mlp, mlp_apply, mlp_loss
 from jaxwise.per_example import (
     auto_chunk_size,
     clip_and_sum,
-    find_label_errors,
-    hardest_examples,
-    mlp_loss,
+    ghost_coverage,
     per_example_grad_norms,
     per_example_grads,
 )
@@ -26,7 +26,8 @@ def xent_single(logits, y):
 MLP_LOSS = mlp_loss(xent_single)
 
 
-def mlp_single(params, x, y):
+def mlp_single(params, example):
+    x, y = example
     return xent_single(mlp_apply(params, x), y)
 
 
@@ -48,12 +49,12 @@ def _flat(tree):
 
 def test_vmap_grads_equal_python_loop_and_mean_equals_batch_gradient(problem):
     params, x, y = problem
-    grads = per_example_grads(mlp_single, params, x, y)
+    grads = per_example_grads(mlp_single, params, (x, y))
     for i in (0, 7, 22):
-        single = jax.grad(mlp_single)(params, x[i], y[i])
+        single = jax.grad(mlp_single)(params, (x[i], y[i]))
         for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(single)):
             np.testing.assert_allclose(np.asarray(a[i]), np.asarray(b), rtol=1e-5, atol=1e-7)
-    batch_grad = jax.grad(lambda p: jnp.mean(jax.vmap(mlp_single, in_axes=(None, 0, 0))(p, x, y)))(
+    batch_grad = jax.grad(lambda p: jnp.mean(jax.vmap(mlp_single, in_axes=(None, 0))(p, (x, y))))(
         params
     )
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(batch_grad)):
@@ -79,15 +80,15 @@ def test_default_in_axes_mistake_is_silent_and_ours_cannot_make_it():
 @pytest.mark.parametrize("chunk", [1, 4, 5, 23, 64])
 def test_chunked_norms_and_clipped_sums_equal_whole_batch(problem, chunk):
     params, x, y = problem
-    whole_norms = per_example_grad_norms(mlp_single, params, x, y, method="vmap")
+    whole_norms = per_example_grad_norms(mlp_single, params, (x, y), method="vmap")
     np.testing.assert_allclose(
-        per_example_grad_norms(mlp_single, params, x, y, chunk_size=chunk, method="chunked"),
+        per_example_grad_norms(mlp_single, params, (x, y), chunk_size=chunk, method="chunked"),
         whole_norms,
         rtol=1e-5,
     )
-    whole_sum, n1 = clip_and_sum(mlp_single, params, x, y, clip_norm=0.5, method="vmap")
+    whole_sum, n1 = clip_and_sum(mlp_single, params, (x, y), clip_norm=0.5, method="vmap")
     chunk_sum, n2 = clip_and_sum(
-        mlp_single, params, x, y, clip_norm=0.5, chunk_size=chunk, method="chunked"
+        mlp_single, params, (x, y), clip_norm=0.5, chunk_size=chunk, method="chunked"
     )
     np.testing.assert_allclose(n2, n1, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(chunk_sum), jax.tree.leaves(whole_sum)):
@@ -96,16 +97,16 @@ def test_chunked_norms_and_clipped_sums_equal_whole_batch(problem, chunk):
 
 def test_norms_match_float64_reference(problem):
     params, x, y = problem
-    grads = _flat(per_example_grads(mlp_single, params, x, y))
+    grads = _flat(per_example_grads(mlp_single, params, (x, y)))
     clip = 0.3
     factor = np.minimum(1.0, clip / np.linalg.norm(grads, axis=1))
     for method in ("vmap", "ghost"):
         np.testing.assert_allclose(
-            per_example_grad_norms(mlp_single, params, x, y, method=method),
+            per_example_grad_norms(mlp_single, params, (x, y), method=method),
             np.linalg.norm(grads, axis=1),
             rtol=1e-5,
         )
-        summed, norms = clip_and_sum(mlp_single, params, x, y, clip_norm=clip, method=method)
+        summed, norms = clip_and_sum(mlp_single, params, (x, y), clip_norm=clip, method=method)
         np.testing.assert_allclose(
             _flat(jax.tree.map(lambda a: a[None], summed))[0],
             (grads * factor[:, None]).sum(0),
@@ -120,24 +121,24 @@ def test_ghost_norms_equal_vmap_norms(sizes):
     rng = np.random.default_rng(3)
     x = jnp.asarray(rng.normal(size=(17, 5)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 3, 17), jnp.int32)
-    vmap_norms = per_example_grad_norms(MLP_LOSS, params, x, y)
-    ghost_norms = per_example_grad_norms(MLP_LOSS, params, x, y, method="ghost")
+    vmap_norms = per_example_grad_norms(MLP_LOSS, params, (x, y))
+    ghost_norms = per_example_grad_norms(MLP_LOSS, params, (x, y), method="ghost")
     np.testing.assert_allclose(ghost_norms, vmap_norms, rtol=1e-4)
-    g_sum, g_norms = clip_and_sum(MLP_LOSS, params, x, y, clip_norm=0.4, method="ghost")
-    v_sum, _ = clip_and_sum(MLP_LOSS, params, x, y, clip_norm=0.4)
+    g_sum, g_norms = clip_and_sum(MLP_LOSS, params, (x, y), clip_norm=0.4, method="ghost")
+    v_sum, _ = clip_and_sum(MLP_LOSS, params, (x, y), clip_norm=0.4)
     for a, b in zip(jax.tree.leaves(g_sum), jax.tree.leaves(v_sum)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
 def test_ghost_works_for_any_loss_and_auto_is_the_default(problem):
     params, x, y = problem
-    ref = per_example_grad_norms(mlp_single, params, x, y, method="vmap")
+    ref = per_example_grad_norms(mlp_single, params, (x, y), method="vmap")
     np.testing.assert_allclose(
-        per_example_grad_norms(mlp_single, params, x, y, method="ghost"), ref, rtol=1e-4
+        per_example_grad_norms(mlp_single, params, (x, y), method="ghost"), ref, rtol=1e-4
     )
-    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, x, y), ref, rtol=1e-4)
+    np.testing.assert_allclose(per_example_grad_norms(mlp_single, params, (x, y)), ref, rtol=1e-4)
     np.testing.assert_allclose(
-        per_example_grad_norms(mlp_single, params, x, y, method="chunked", chunk_size=5),
+        per_example_grad_norms(mlp_single, params, (x, y), method="chunked", chunk_size=5),
         ref,
         rtol=1e-5,
     )
@@ -153,7 +154,7 @@ def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
     def temp(chunk):
         fn = jax.jit(
             lambda p, x, y: per_example_grad_norms(
-                MLP_LOSS, p, x, y, chunk_size=chunk, method="vmap"
+                MLP_LOSS, p, (x, y), chunk_size=chunk, method="vmap"
             )
         )
         return fn.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes
@@ -162,10 +163,10 @@ def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
     assert full >= 0.5 * 512 * n_params * 4  # of the order of B × P floats (XLA fuses some of it)
     assert chunk16 <= 2 * 16 * n_params * 4 + 4 * 2**20  # ≈ chunk × P floats (+ activations)
     assert chunk16 * 8 < full
-    ghost = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y, method="ghost"))
+    ghost = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y), method="ghost"))
     assert ghost.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes * 20 < full
     assert (
-        jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, x, y))
+        jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y)))
         .lower(spec, x, y)
         .compile()
         .memory_analysis()
@@ -181,21 +182,23 @@ def test_auto_chunk_size_fits_budget(problem):
     y = jnp.zeros(64, jnp.int32)
     n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
     budget = 8 * n_params * 4 + 2**20
-    chunk = auto_chunk_size(MLP_LOSS, params, x, y, memory_budget=budget)
+    chunk = auto_chunk_size(MLP_LOSS, params, (x, y), memory_budget=budget)
     assert 1 <= chunk < 64
     norms = per_example_grad_norms(
-        MLP_LOSS, params, x, y, chunk_size="auto", memory_budget=budget, method="chunked"
+        MLP_LOSS, params, (x, y), chunk_size="auto", memory_budget=budget, method="chunked"
     )
     np.testing.assert_allclose(
-        norms, per_example_grad_norms(MLP_LOSS, params, x, y, method="vmap"), rtol=1e-5
+        norms, per_example_grad_norms(MLP_LOSS, params, (x, y), method="vmap"), rtol=1e-5
     )
-    assert auto_chunk_size(MLP_LOSS, params, x, y, memory_budget=2**40) == 64
+    assert auto_chunk_size(MLP_LOSS, params, (x, y), memory_budget=2**40) == 64
 
 
 def test_jitted_norms_compile_once(problem):
     params, x, y = problem
     fn = jax.jit(
-        lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=8, method="chunked")
+        lambda p, x, y: per_example_grad_norms(
+            mlp_single, p, (x, y), chunk_size=8, method="chunked"
+        )
     )
     batches = [(x + i, y) for i in range(3)]
     with CompileBudget(1, fn, exact=True):
@@ -206,38 +209,40 @@ def test_jitted_norms_compile_once(problem):
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=0.0), ValueError, "clip_norm"),
         (
-            lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=-1.0),
+            lambda p, x, y: clip_and_sum(mlp_single, p, (x, y), clip_norm=0.0),
             ValueError,
             "clip_norm",
         ),
         (
-            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=0),
+            lambda p, x, y: clip_and_sum(mlp_single, p, (x, y), clip_norm=-1.0),
+            ValueError,
+            "clip_norm",
+        ),
+        (
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), chunk_size=0),
             ValueError,
             "chunk_size",
         ),
         (
-            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, chunk_size=2.5),
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), chunk_size=2.5),
             TypeError,
             "chunk_size",
         ),
         (
-            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, memory_budget=0),
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), memory_budget=0),
             ValueError,
             "memory_budget",
         ),
-        (lambda p, x, y: hardest_examples(mlp_single, p, x, y, k=True), TypeError, "`k`"),
-        (lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y[:5]), ValueError, "leading"),
-        (lambda p, x, y: per_example_grads("loss", p, x, y), TypeError, "loss_single"),
+        (lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y[:5])), ValueError, "leading"),
+        (lambda p, x, y: per_example_grads("loss", p, (x, y)), TypeError, "`loss`"),
         (
-            lambda p, x, y: per_example_grad_norms(mlp_single, p, x, y, method="fast"),
+            lambda p, x, y: per_example_grad_norms(mlp_single, p, (x, y), method="fast"),
             ValueError,
             "method",
         ),
-        (lambda p, x, y: hardest_examples(mlp_single, p, x, y, k=0), ValueError, "`k`"),
         (
-            lambda p, x, y: clip_and_sum(mlp_single, p, x, y, clip_norm=1.0, weights=jnp.ones(3)),
+            lambda p, x, y: clip_and_sum(mlp_single, p, (x, y), clip_norm=1.0, weights=jnp.ones(3)),
             ValueError,
             "weights",
         ),
@@ -248,28 +253,148 @@ def test_bad_input(problem, call, error, match):
         call(*problem)
 
 
-def test_hardest_examples_and_label_error_recall():
-    x, y = data.make_blobs(2000, 20, 10, seed=0)
-    noisy, flipped = data.flip_labels(y, 20, 10, seed=1)
-    params = init_mlp(jax.random.key(0), (20, 10))  # multinomial logistic regression
-    tx = optim.adam(1e-2)
-    state = tx.init(params)
-    xj, yj = jnp.asarray(x), jnp.asarray(noisy)
+# --------------------------------------------------------------------------
+# One loss convention: the batch is ONE pytree argument (tuple, dict, dataclass)
+# --------------------------------------------------------------------------
 
-    def loss(p):
-        return numerics.cross_entropy(mlp_apply(p, xj), yj)
 
-    @jax.jit
-    def step(p, s):
-        g = jax.grad(loss)(p)
-        u, s = tx.update(g, s, p)
-        return optim.apply_updates(p, u), s
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class Example:
+    x: jax.Array
+    y: jax.Array
+    s: jax.Array
 
-    for _ in range(150):
-        params, state = step(params, state)
-    found = find_label_errors(MLP_LOSS, params, xj, yj, k=40, chunk_size=512, method="chunked")
-    recall = len(set(found.indices.tolist()) & set(flipped.tolist())) / len(flipped)
-    assert recall >= 0.9, recall
-    assert np.all(np.diff(found.grad_norms) <= 0) and found.losses.shape == (40,)
-    idx, norms = hardest_examples(MLP_LOSS, params, xj, yj, k=5, method="ghost")
-    np.testing.assert_array_equal(np.asarray(idx), found.indices[:5])
+
+def _tanh_net(params, x, y, s):
+    a = jnp.tanh(x @ params["w"] + params["b"])
+    return s * (a @ params["v"] - y) ** 2
+
+
+def tuple_loss(params, example):
+    x, y, s = example
+    return _tanh_net(params, x, y, s)
+
+
+def dict_loss(params, example):
+    return _tanh_net(params, example["x"], example["y"], example["s"])
+
+
+def dataclass_loss(params, example):
+    return _tanh_net(params, example.x, example.y, example.s)
+
+
+@pytest.fixture
+def forms():
+    rng = np.random.default_rng(5)
+    params = {
+        "w": jnp.asarray(rng.normal(size=(4, 6)), jnp.float32),
+        "b": jnp.asarray(rng.normal(size=6) * 0.1, jnp.float32),
+        "v": jnp.asarray(rng.normal(size=6), jnp.float32),
+    }
+    x = rng.normal(size=(9, 4)).astype(np.float32)
+    y = rng.normal(size=9).astype(np.float32)
+    s = rng.uniform(0.5, 2.0, size=9).astype(np.float32)
+    batches = {
+        "tuple": (tuple_loss, (jnp.asarray(x), jnp.asarray(y), jnp.asarray(s))),
+        "dict": (dict_loss, {"x": jnp.asarray(x), "y": jnp.asarray(y), "s": jnp.asarray(s)}),
+        "dataclass": (dataclass_loss, Example(jnp.asarray(x), jnp.asarray(y), jnp.asarray(s))),
+    }
+    return params, batches, _float64_grads(params, x, y, s)
+
+
+def _float64_grads(params, x, y, s):
+    """Per-example gradients of ``s (tanh(x w + b) · v − y)²`` by hand, NumPy float64."""
+    w, b, v = (np.asarray(params[k], np.float64) for k in ("w", "b", "v"))
+    x, y, s = (np.asarray(a, np.float64) for a in (x, y, s))
+    a = np.tanh(x @ w + b)
+    r = 2 * s * (a @ v - y)  # d loss / d output
+    dz = r[:, None] * v[None, :] * (1 - a**2)
+    return {"b": dz, "v": r[:, None] * a, "w": x[:, :, None] * dz[:, None, :]}
+
+
+def _flat_ref(grads):
+    return np.concatenate([grads[k].reshape(len(grads[k]), -1) for k in ("b", "v", "w")], 1)
+
+
+@pytest.mark.parametrize("form", ["tuple", "dict", "dataclass"])
+def test_per_example_grads_take_any_pytree_batch(forms, form):
+    params, batches, ref = forms
+    loss, batch = batches[form]
+    grads = per_example_grads(loss, params, batch)
+    for k in ("w", "b", "v"):
+        np.testing.assert_allclose(np.asarray(grads[k], np.float64), ref[k], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("method", ["auto", "ghost", "vmap", "chunked"])
+@pytest.mark.parametrize("form", ["tuple", "dict", "dataclass"])
+def test_norms_and_clipped_sums_take_any_pytree_batch(forms, form, method):
+    params, batches, ref = forms
+    loss, batch = batches[form]
+    flat = _flat_ref(ref)
+    norms64 = np.linalg.norm(flat, axis=1)
+    chunk = 4 if method == "chunked" else None
+    norms = per_example_grad_norms(loss, params, batch, method=method, chunk_size=chunk)
+    np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=1e-5)
+    weights = jnp.asarray(np.arange(9) % 3 != 1, jnp.float32)
+    summed, norms = clip_and_sum(
+        loss, params, batch, clip_norm=0.8, method=method, chunk_size=chunk, weights=weights
+    )
+    factor = np.minimum(1.0, 0.8 / norms64) * np.asarray(weights, np.float64)
+    expected = (flat * factor[:, None]).sum(0)
+    got = np.concatenate([np.asarray(summed[k], np.float64).ravel() for k in ("b", "v", "w")])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=1e-5)
+
+
+def test_ghost_coverage_and_auto_chunk_size_agree_across_batch_forms(forms):
+    params, batches, _ = forms
+    rows = {
+        form: ghost_coverage(loss, params, jax.tree.map(lambda a: a[0], batch))
+        for form, (loss, batch) in batches.items()
+    }
+    assert rows["tuple"] == rows["dict"] == rows["dataclass"]
+    assert {(r.path, r.kind) for r in rows["dict"]} == {
+        ("w", "dense"),
+        ("b", "elementwise"),
+        ("v", "dense"),
+    }
+    chunks = {
+        form: auto_chunk_size(loss, params, batch, memory_budget=2**30)
+        for form, (loss, batch) in batches.items()
+    }
+    assert chunks == {"tuple": 9, "dict": 9, "dataclass": 9}
+
+
+def test_mismatched_batch_leaves_are_named_by_their_path(forms):
+    params, batches, _ = forms
+    bad = {"x": jnp.ones((8, 4)), "y": jnp.ones(7), "s": jnp.ones(8)}
+    for call in (
+        lambda: per_example_grads(dict_loss, params, bad),
+        lambda: per_example_grad_norms(dict_loss, params, bad),
+        lambda: clip_and_sum(dict_loss, params, bad, clip_norm=1.0),
+        lambda: auto_chunk_size(dict_loss, params, bad),
+    ):
+        with pytest.raises(ValueError, match=r"batch\['s'\]: 8, batch\['x'\]: 8, batch\['y'\]: 7"):
+            call()
+    with pytest.raises(ValueError, match=r"batch\[1\]: 3"):
+        per_example_grad_norms(tuple_loss, params, (jnp.ones((8, 4)), jnp.ones(3), jnp.ones(8)))
+    with pytest.raises(ValueError, match=r"batch\.y: 2"):
+        per_example_grad_norms(
+            dataclass_loss, params, Example(jnp.ones((8, 4)), jnp.ones(2), jnp.ones(8))
+        )
+    with pytest.raises(ValueError, match=r"batch\['x'\]` is a scalar"):
+        per_example_grad_norms(dict_loss, params, {"x": jnp.ones(()), "y": jnp.ones(3)})
+    with pytest.raises(ValueError, match="`batch` has no arrays"):
+        per_example_grad_norms(dict_loss, params, {})
+
+
+def test_an_unregistered_dataclass_batch_says_how_to_register_it(forms):
+    params, _, _ = forms
+
+    @dataclasses.dataclass
+    class Plain:
+        x: jax.Array
+
+    with pytest.raises(TypeError, match="register_dataclass"):
+        per_example_grad_norms(lambda p, e: jnp.sum(e.x), params, Plain(jnp.ones((3, 4))))

@@ -10,17 +10,11 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
+from jaxwise.checkpoint import Checkpointer, latest_step, load_metadata, restore
 from jaxwise.compilation import CompileCounter
 from jaxwise.data import prefetch_to_device
-from jaxwise.train import (
-    TrainState,
-    data_mesh,
-    fit,
-    latest_step,
-    load_metadata,
-    make_train_step,
-    restore,
-)
+from jaxwise.sharding import data_mesh
+from jaxwise.train import TrainState, fit, make_train_step
 
 
 def loss_fn(params, batch):
@@ -190,24 +184,25 @@ def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
     tx = optim.adam(0.05)
     step = make_train_step(loss_fn, tx)
     ck = tmp_path / "ck"
-    state, report = fit(
-        step,
-        new_state(tx),
-        host_batches(10),
-        checkpoint_dir=ck,
-        checkpoint_every=4,
-        keep=5,
-        metadata={"run": "a"},
-        progress=False,
-    )
+    with Checkpointer(ck, keep=5) as checkpointer:
+        state, report = fit(
+            step,
+            new_state(tx),
+            host_batches(10),
+            checkpointer=checkpointer,
+            checkpoint_every=4,
+            metadata={"run": "a"},
+            progress=False,
+        )
     assert report.checkpoints == (4, 8, 10) and latest_step(ck) == 10
     assert load_metadata(ck, step=4) == {"run": "a"}
 
     straight, _ = fit(step, new_state(tx), host_batches(16), progress=False)
     batches = host_batches(16)
-    first, _ = fit(
-        step, new_state(tx), batches, steps=7, checkpoint_dir=tmp_path / "r", progress=False
-    )
+    with Checkpointer(tmp_path / "r") as checkpointer:
+        first, _ = fit(
+            step, new_state(tx), batches, steps=7, checkpointer=checkpointer, progress=False
+        )
     resumed = restore(tmp_path / "r", like=new_state(tx))
     resumed, report = fit(step, resumed, batches, progress=False)
     assert report.steps == 9 and int(resumed.step) == 16
@@ -236,8 +231,10 @@ def test_fit_bad_arguments(tmp_path):
         fit(3, new_state(tx), [])  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="`steps` must be >= 1"):
         fit(step, new_state(tx), [], steps=0)
-    with pytest.raises(ValueError, match="`checkpoint_every` needs `checkpoint_dir`"):
+    with pytest.raises(ValueError, match="`checkpoint_every` needs `checkpointer`"):
         fit(step, new_state(tx), [], checkpoint_every=2)
+    with pytest.raises(TypeError, match="`checkpointer` must be a jaxwise.checkpoint.Checkpointer"):
+        fit(step, new_state(tx), [], checkpointer=str(tmp_path))  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="`batches` must be an iterable"):
         fit(step, new_state(tx), 5)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="`prefetch` must be >= 0"):

@@ -1,5 +1,9 @@
 """Tests for jaxwise.privacy: DP-SGD self-checks, accounting against dp-accounting, training."""
 
+import logging
+import subprocess
+import sys
+
 import dp_accounting
 import jax
 import jax.numpy as jnp
@@ -8,8 +12,8 @@ import pytest
 
 from jaxwise import data, numerics, optim
 from jaxwise.compilation import CompileBudget
-from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.per_example import clip_and_sum, mlp_loss, per_example_grad_norms
+from jaxwise.models import init_mlp, mlp_apply, mlp_loss
+from jaxwise.per_example import clip_and_sum, per_example_grad_norms
 from jaxwise.privacy import (
     add_dp_noise,
     dp_gradient,
@@ -39,7 +43,7 @@ def test_infinite_clip_and_zero_noise_is_the_mean_gradient(problem):
     g, _ = dp_gradient(
         LOSS, params, (x, y), jax.random.key(0), clip_norm=float("inf"), noise_multiplier=0.0
     )
-    mean = jax.grad(lambda p: jnp.mean(jax.vmap(LOSS, in_axes=(None, 0, 0))(p, x, y)))(params)
+    mean = jax.grad(lambda p: jnp.mean(jax.vmap(LOSS, in_axes=(None, 0))(p, (x, y))))(params)
     for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(mean)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
 
@@ -47,10 +51,10 @@ def test_infinite_clip_and_zero_noise_is_the_mean_gradient(problem):
 def test_clipping_bounds_every_example_and_really_clips(problem):
     params, x, y = problem
     clip = 0.5
-    norms = np.asarray(per_example_grad_norms(LOSS, params, x, y))
+    norms = np.asarray(per_example_grad_norms(LOSS, params, (x, y)))
     assert (norms > clip).sum() >= 5 and (norms < clip).sum() >= 1
     for i in range(len(norms)):
-        summed, _ = clip_and_sum(LOSS, params, x[i : i + 1], y[i : i + 1], clip_norm=clip)
+        summed, _ = clip_and_sum(LOSS, params, (x[i : i + 1], y[i : i + 1]), clip_norm=clip)
         clipped = np.sqrt(sum(float(jnp.sum(leaf**2)) for leaf in jax.tree.leaves(summed)))
         assert clipped <= clip * (1 + 1e-5)
         if norms[i] > clip:
@@ -115,9 +119,13 @@ def test_same_key_same_result_different_key_different(problem):
 def test_ghost_and_chunked_dp_gradients_agree(problem):
     params, x, y = problem
     key = jax.random.key(3)
-    ref, ref_norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8, method="vmap")
+    ref, ref_norms = dp_gradient(
+        LOSS, params, (x, y), key, clip_norm=1.0, noise_multiplier=0.8, method="vmap"
+    )
     for kwargs in ({"method": "ghost"}, {"method": "auto"}, {"chunk_size": 5, "method": "chunked"}):
-        g, norms = dp_gradient(LOSS, params, (x, y), key, 1.0, 0.8, **kwargs)
+        g, norms = dp_gradient(
+            LOSS, params, (x, y), key, clip_norm=1.0, noise_multiplier=0.8, **kwargs
+        )
         np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
         for a, b in zip(jax.tree.leaves(g), jax.tree.leaves(ref)):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
@@ -127,9 +135,17 @@ def test_accumulation_adds_noise_once(problem):
     params, x, y = problem
     micro = (x.reshape(4, 8, 6), y.reshape(4, 8))
     clean_acc, norms = dp_gradient_accumulated(
-        LOSS, params, micro, jax.random.key(0), 1.0, 0.0, expected_batch_size=32
+        LOSS,
+        params,
+        micro,
+        jax.random.key(0),
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        expected_batch_size=32,
     )
-    clean, _ = dp_gradient(LOSS, params, (x, y), jax.random.key(0), 1.0, 0.0)
+    clean, _ = dp_gradient(
+        LOSS, params, (x, y), jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0
+    )
     for a, b in zip(jax.tree.leaves(clean_acc), jax.tree.leaves(clean)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
     assert norms.shape == (4, 8)
@@ -137,7 +153,13 @@ def test_accumulation_adds_noise_once(problem):
     samples = []
     noisy_fn = jax.jit(
         lambda k: dp_gradient_accumulated(
-            LOSS, params, micro, k, 1.0, sigma, expected_batch_size=32
+            LOSS,
+            params,
+            micro,
+            k,
+            clip_norm=1.0,
+            noise_multiplier=sigma,
+            expected_batch_size=32,
         )
     )
     for k in range(40):
@@ -157,13 +179,19 @@ def test_accumulation_adds_noise_once(problem):
         params,
         micro,
         jax.random.key(0),
-        1.0,
-        0.0,
+        clip_norm=1.0,
+        noise_multiplier=0.0,
         expected_batch_size=32,
         mask=jnp.ones((4, 8), bool).at[3].set(False),
     )
     first_three, _ = dp_gradient(
-        LOSS, params, (x[:24], y[:24]), jax.random.key(0), 1.0, 0.0, expected_batch_size=32
+        LOSS,
+        params,
+        (x[:24], y[:24]),
+        jax.random.key(0),
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        expected_batch_size=32,
     )
     for a, b in zip(jax.tree.leaves(masked), jax.tree.leaves(first_three)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-7)
@@ -180,32 +208,44 @@ def test_epsilon_equals_dp_accounting(accountant):
     direct.compose(
         dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
     )
-    assert epsilon(sigma, q, steps, delta, accountant=accountant) == pytest.approx(
-        direct.get_epsilon(delta), rel=1e-9
-    )
-    assert epsilon(0.0, q, steps, delta) == float("inf")
+    assert epsilon(
+        noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant=accountant
+    ) == pytest.approx(direct.get_epsilon(delta), rel=1e-9)
+    assert epsilon(noise_multiplier=0.0, sample_rate=q, steps=steps, delta=delta) == float("inf")
 
 
 def test_noise_multiplier_for_round_trips():
     q, steps, delta = 0.02, 1000, 1e-5
     for target in (0.5, 2.0, 8.0):
-        sigma = noise_multiplier_for(target, delta, q, steps)
-        assert epsilon(sigma, q, steps, delta) <= target * (1 + 1e-3)
-        assert epsilon(sigma * 0.97, q, steps, delta) > target
+        sigma = noise_multiplier_for(epsilon=target, sample_rate=q, steps=steps, delta=delta)
+        assert eps(sigma, q, steps, delta) <= target * (1 + 1e-3)
+        assert eps(sigma * 0.97, q, steps, delta) > target
+
+
+def eps(sigma, q, steps, delta, accountant="rdp"):
+    return epsilon(
+        noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant=accountant
+    )
+
+
+def sigma_for(target, delta, q, steps):
+    return noise_multiplier_for(epsilon=target, sample_rate=q, steps=steps, delta=delta)
 
 
 @pytest.mark.parametrize(
     "call, error, match",
     [
-        (lambda: epsilon(1.0, 0.0, 10, 1e-5), ValueError, "sample_rate"),
-        (lambda: epsilon(1.0, 1.5, 10, 1e-5), ValueError, "sample_rate"),
-        (lambda: epsilon(1.0, 0.1, 10, 0.0), ValueError, "delta"),
-        (lambda: epsilon(1.0, 0.1, 10, 1.0), ValueError, "delta"),
-        (lambda: epsilon(-1.0, 0.1, 10, 1e-5), ValueError, "noise_multiplier"),
-        (lambda: epsilon(1.0, 0.1, 0, 1e-5), ValueError, "steps"),
-        (lambda: epsilon(1.0, 0.1, 10, 1e-5, accountant="moments"), ValueError, "accountant"),
-        (lambda: noise_multiplier_for(1e-9, 1e-5, 1.0, 10**6), ValueError, "unreachable"),
-        (lambda: noise_multiplier_for(0.0, 1e-5, 0.1, 10), ValueError, "target_epsilon"),
+        (lambda: eps(1.0, 0.0, 10, 1e-5), ValueError, "sample_rate"),
+        (lambda: eps(1.0, 1.5, 10, 1e-5), ValueError, "sample_rate"),
+        (lambda: eps(1.0, 0.1, 10, 0.0), ValueError, "delta"),
+        (lambda: eps(1.0, 0.1, 10, 1.0), ValueError, "delta"),
+        (lambda: eps(-1.0, 0.1, 10, 1e-5), ValueError, "noise_multiplier"),
+        (lambda: eps(1.0, 0.1, 0, 1e-5), ValueError, "steps"),
+        (lambda: eps(1.0, 0.1, 10, 1e-5, accountant="moments"), ValueError, "accountant"),
+        (lambda: sigma_for(1e-9, 1e-5, 1.0, 10**6), ValueError, "unreachable"),
+        (lambda: sigma_for(0.0, 1e-5, 0.1, 10), ValueError, "`epsilon`"),
+        (lambda: epsilon(1.0, 0.1, 10, 1e-5), TypeError, "positional"),  # pyright: ignore[reportCallIssue]
+        (lambda: noise_multiplier_for(1.0, 1e-5, 0.1, 10), TypeError, "positional"),  # pyright: ignore[reportCallIssue]
         (
             lambda: add_dp_noise({"a": jnp.zeros(2)}, jax.random.key(0), 0.0, 1.0, 1),
             ValueError,
@@ -228,12 +268,23 @@ def test_bad_input(call, error, match):
 
 def test_dp_gradient_bad_batch(problem):
     params, x, y = problem
-    with pytest.raises(TypeError, match="tuple"):
-        dp_gradient(LOSS, params, [x, y], jax.random.key(0), 1.0, 1.0)
-    with pytest.raises(ValueError, match="leading"):
-        dp_gradient(LOSS, params, (x, y[:3]), jax.random.key(0), 1.0, 1.0)
+    key = jax.random.key(0)
+    with pytest.raises(ValueError, match=r"batch\[0\]: 32, batch\[1\]: 3"):
+        dp_gradient(LOSS, params, (x, y[:3]), key, clip_norm=1.0, noise_multiplier=1.0)
     with pytest.raises(ValueError, match="chunk_size"):
-        dp_gradient(LOSS, params, (x, y), jax.random.key(0), 1.0, 1.0, chunk_size=-2)
+        dp_gradient(LOSS, params, (x, y), key, clip_norm=1.0, noise_multiplier=1.0, chunk_size=-2)
+    with pytest.raises(
+        ValueError, match=r"axis 1\), got microbatches\['x'\]: 8, microbatches\['y'\]: 4"
+    ):
+        dp_gradient_accumulated(
+            lambda p, e: LOSS(p, (e["x"], e["y"])),
+            params,
+            {"x": x.reshape(4, 8, 6), "y": y[:16].reshape(4, 4)},
+            key,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            expected_batch_size=32,
+        )
 
 
 def test_poisson_batch_statistics():
@@ -249,14 +300,14 @@ def _train(epoch, state, data, epochs):
     return state, metrics
 
 
-@pytest.mark.parametrize("sampling", ["poisson", "shuffle"])
-def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampling):
+@pytest.mark.parametrize("sampler", ["poisson", "shuffle"])
+def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampler):
     x, y = data.make_blobs(2000, 20, 10, seed=0)
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.25, seed=1)
     train = (jnp.asarray(xtr), jnp.asarray(ytr))
     tx = optim.sgd(0.5, momentum=0.9)
     dp_epoch = make_dp_train_epoch(
-        LOSS, tx, batch_size=100, clip_norm=1.0, noise_multiplier=1.1, sampling=sampling
+        LOSS, tx, batch_size=100, clip_norm=1.0, noise_multiplier=1.1, sampler=sampler
     )
     state = TrainState.create(init_mlp(jax.random.key(0), (20, 10)), tx, jax.random.key(1))
     with CompileBudget(1, dp_epoch, exact=True):
@@ -265,8 +316,7 @@ def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampling):
     assert acc > 0.9, acc
     assert not bool(metrics["overflow"].any())
     steps = 8 * dp_epoch.steps_per_epoch(len(xtr))
-    eps = epsilon(1.1, dp_epoch.sample_rate(len(xtr)), steps, 1e-5)
-    assert 0 < eps < 10
+    assert 0 < eps(1.1, dp_epoch.sample_rate(len(xtr)), steps, 1e-5) < 10
 
     plain = TrainState.create(init_mlp(jax.random.key(0), (20, 10)), tx, 1)
     loss = lambda p, b: numerics.cross_entropy(mlp_apply(p, b[0]), b[1])  # noqa: E731
@@ -285,9 +335,103 @@ def test_dp_epoch_input_checks():
     state = TrainState.create(init_mlp(0, (3, 2)), tx, 0)
     with pytest.raises(ValueError, match="larger than the dataset"):
         epoch(state, (jnp.ones((10, 3)), jnp.zeros(10, jnp.int32)))
-    with pytest.raises(TypeError, match="tuple"):
-        epoch(state, [jnp.ones((100, 3)), jnp.zeros(100, jnp.int32)])
-    with pytest.raises(ValueError, match="sampling"):
+    with pytest.raises(ValueError, match="sampler"):
         make_dp_train_epoch(
-            LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, sampling="uniform"
+            LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, sampler="uniform"
         )
+    with pytest.raises(ValueError, match="method"):
+        make_dp_train_epoch(LOSS, tx, batch_size=4, clip_norm=1.0, noise_multiplier=1.0, method="x")
+
+
+def _linear_problem():
+    rng = np.random.default_rng(7)
+    w = jnp.asarray(rng.normal(size=3), jnp.float32)
+    x = rng.normal(size=(12, 3)).astype(np.float32) * 2
+    y = rng.normal(size=12).astype(np.float32)
+    return w, x, y
+
+
+def _clipped_mean64(w, x, y, clip):
+    """The clipped mean gradient of ``(x·w − y)²`` in NumPy float64 (no noise)."""
+    w64, x64, y64 = (np.asarray(a, np.float64) for a in (w, x, y))
+    grads = 2 * (x64 @ w64 - y64)[:, None] * x64
+    norms = np.linalg.norm(grads, axis=1)
+    return (grads * np.minimum(1.0, clip / norms)[:, None]).sum(0), norms
+
+
+@pytest.mark.parametrize("method", ["auto", "ghost", "vmap", "chunked"])
+def test_dp_gradients_take_tuple_and_dict_batches_alike(method):
+    w, x, y = _linear_problem()
+    forms = {
+        "tuple": (lambda p, e: (jnp.dot(e[0], p) - e[1]) ** 2, (jnp.asarray(x), jnp.asarray(y))),
+        "dict": (
+            lambda p, e: (jnp.dot(e["x"], p) - e["y"]) ** 2,
+            {"x": jnp.asarray(x), "y": jnp.asarray(y)},
+        ),
+    }
+    summed64, norms64 = _clipped_mean64(w, x, y, 1.5)
+    chunk = 5 if method == "chunked" else None
+    key = jax.random.key(0)
+    for loss, batch in forms.values():
+        g, norms = dp_gradient(
+            loss,
+            w,
+            batch,
+            key,
+            clip_norm=1.5,
+            noise_multiplier=0.0,
+            method=method,
+            chunk_size=chunk,
+        )
+        np.testing.assert_allclose(np.asarray(g, np.float64), summed64 / 12, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=1e-5)
+        micro = jax.tree.map(lambda a: a.reshape(3, 4, *a.shape[1:]), batch)
+        g, norms = dp_gradient_accumulated(
+            loss,
+            w,
+            micro,
+            key,
+            clip_norm=1.5,
+            noise_multiplier=0.0,
+            method=method,
+            chunk_size=chunk,
+            expected_batch_size=12.0,
+        )
+        np.testing.assert_allclose(np.asarray(g, np.float64), summed64 / 12, rtol=1e-5)
+        np.testing.assert_allclose(np.asarray(norms, np.float64), norms64.reshape(3, 4), rtol=1e-5)
+    noisy = [
+        dp_gradient(loss, w, batch, key, clip_norm=1.5, noise_multiplier=1.0, method=method)[0]
+        for loss, batch in forms.values()
+    ]
+    np.testing.assert_array_equal(np.asarray(noisy[0]), np.asarray(noisy[1]))  # same noise
+
+
+def test_accounting_is_keyword_only_and_prints_nothing(capfd, caplog):
+    caplog.set_level(logging.DEBUG)  # pytest's handler would otherwise swallow absl's lines
+    sigma = noise_multiplier_for(epsilon=8.0, sample_rate=64 / 1437, steps=660, delta=1e-5)
+    value = epsilon(noise_multiplier=sigma, sample_rate=64 / 1437, steps=660, delta=1e-5)
+    assert value == pytest.approx(8.0, rel=1e-2) and value <= 8.0 * (1 + 1e-3)
+    epsilon(noise_multiplier=0.3, sample_rate=0.5, steps=10**4, delta=1e-5)  # orders excluded
+    out, err = capfd.readouterr()
+    assert out == "" and err == ""
+    assert [r.getMessage() for r in caplog.records if r.name == "absl"] == []
+
+
+def test_accounting_without_dp_accounting_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "dp_accounting", None)  # as if not installed
+    with pytest.raises(
+        ImportError, match=r"jaxwise.privacy.epsilon needs dp_accounting.*\[privacy\]"
+    ):
+        epsilon(noise_multiplier=1.0, sample_rate=0.1, steps=10, delta=1e-5)
+    with pytest.raises(ImportError, match=r"pip install 'jaxwise\[privacy\]'"):
+        noise_multiplier_for(epsilon=1.0, sample_rate=0.1, steps=10, delta=1e-5)
+
+
+@pytest.mark.slow
+def test_import_privacy_does_not_import_dp_accounting():
+    code = (
+        "import sys; sys.modules['dp_accounting'] = None; import jaxwise.privacy; "
+        "print(sorted(m for m in sys.modules if m.startswith('dp_accounting')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['dp_accounting']"  # only the blocked placeholder

@@ -9,15 +9,16 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
 from jaxwise.compilation import CompileCounter
-from jaxwise.train import (
-    TrainState,
+from jaxwise.sharding import (
     data_mesh,
     fsdp_mesh,
-    make_train_epoch,
-    make_train_step,
+    place_batch,
+    place_state,
+    replicated,
     state_shardings,
 )
-from jaxwise.train._sharding import constrain_state, place_batch, place_state, replicated
+from jaxwise.sharding._mesh import constrain_state
+from jaxwise.train import TrainState, make_train_epoch, make_train_step
 
 
 def loss_fn(params, batch):

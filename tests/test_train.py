@@ -15,20 +15,16 @@ import pytest
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
+from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata, restore, save
 from jaxwise.compilation import CompileBudget, CompileCounter
+from jaxwise.sharding import data_mesh
 from jaxwise.train import (
-    CheckpointError,
     DonationError,
     TrainState,
     check_donatable,
     check_optimizer_fits,
-    data_mesh,
-    latest_step,
-    load_metadata,
     make_train_epoch,
     make_train_step,
-    restore,
-    save,
     type_signature,
 )
 from jaxwise.train._epoch import shuffle_hash
@@ -406,7 +402,8 @@ RESUME_SCRIPT = textwrap.dedent(
     sys.path.insert(0, {tests!r})
     from test_train import init_params, loss_fn, make_data
     from jaxwise import optim
-    from jaxwise.train import TrainState, make_train_epoch, save, restore
+    from jaxwise.checkpoint import restore, save
+    from jaxwise.train import TrainState, make_train_epoch
     mode, path, out = sys.argv[1], sys.argv[2], sys.argv[3]
     tx = optim.adamw(1e-2, weight_decay=1e-3)
     data = make_data(jax.random.key(2))

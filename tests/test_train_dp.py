@@ -8,13 +8,20 @@ import pytest
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import PoissonSampler, add_dp_noise, make_dp_train_epoch, poisson_batch
-from jaxwise.train import DonationError, TrainState, data_mesh
+from jaxwise.sharding import data_mesh
+from jaxwise.train import DonationError, TrainState
 from jaxwise.tree import host_copy
 
 
-def sq_loss(w, x, y):
+def sq_loss(w, example):
     """A per-example squared error of a linear model."""
+    x, y = example
     return (jnp.dot(x, w) - y) ** 2
+
+
+def sq_loss_dict(w, example):
+    """The same loss with the example as a dict."""
+    return (jnp.dot(example["x"], w) - example["y"]) ** 2
 
 
 def make_problem(n=96, seed=0):
@@ -64,29 +71,34 @@ def test_dp_epoch_with_mesh_equals_single_device():
     x, y = make_problem()
     one = make_dp_train_epoch(sq_loss, tx, 16, clip_norm=1.0, noise_multiplier=0.7)
     four = make_dp_train_epoch(
-        sq_loss, tx, 16, clip_norm=1.0, noise_multiplier=0.7, mesh=data_mesh(jax.devices()[:4])
+        sq_loss_dict,
+        tx,
+        16,
+        clip_norm=1.0,
+        noise_multiplier=0.7,
+        mesh=data_mesh(jax.devices()[:4]),
     )
     s1 = TrainState.create(jnp.zeros(3), tx, 5)
     s4 = TrainState.create(jnp.zeros(3), tx, 5)
     for _ in range(2):
         s1, m1 = one(s1, (x, y))
-        s4, m4 = four(s4, (x, y))
+        s4, m4 = four(s4, {"x": x, "y": y})  # a dict batch on the mesh, a tuple on one device
     np.testing.assert_allclose(np.asarray(s4.params), np.asarray(s1.params), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(m4["batch_size"]), np.asarray(m1["batch_size"]))
     assert s4.params.sharding.is_fully_replicated
 
 
-def test_dp_step_equals_a_float64_dp_sgd_step():
+@pytest.mark.parametrize("form", ["tuple", "dict"])
+def test_dp_step_equals_a_float64_dp_sgd_step(form):
     """One shuffled DP step replayed in NumPy float64: clip, sum, the same noise, divide, SGD."""
     tx = optim.sgd(0.1)
     x, y = make_problem(n=8)
     w0 = np.asarray([0.3, -0.2, 0.1])
-    epoch = make_dp_train_epoch(
-        sq_loss, tx, 8, clip_norm=2.0, noise_multiplier=0.5, sampling="shuffle"
-    )
+    loss, data = (sq_loss, (x, y)) if form == "tuple" else (sq_loss_dict, {"x": x, "y": y})
+    epoch = make_dp_train_epoch(loss, tx, 8, clip_norm=2.0, noise_multiplier=0.5, sampler="shuffle")
     state = TrainState.create(jnp.asarray(w0, jnp.float32), tx, jax.random.key(11))
     key = jax.random.wrap_key_data(jnp.array(jax.random.key_data(state.key), copy=True))
-    new, metrics = epoch(state, (x, y))
+    new, metrics = epoch(state, data)
     # replay: the epoch splits (key, plan_key); the step (key, step_key); the noise uses step_key
     key, _ = jax.random.split(key)
     _, step_key = jax.random.split(key)
@@ -106,7 +118,7 @@ def test_dp_epoch_audits_donation_and_keeps_its_accounting_helpers():
     x, y = make_problem()
     epoch = make_dp_train_epoch(sq_loss, tx, batch_size=24, clip_norm=1.0, noise_multiplier=1.0)
     assert epoch.steps_per_epoch(96) == 4 and epoch.sample_rate(96) == 0.25
-    assert epoch.config.clip_norm == 1.0 and epoch.config.sampling == "poisson"
+    assert epoch.config.clip_norm == 1.0 and epoch.config.sampler == "poisson"
     state = TrainState.create(jnp.zeros(3), tx, 0)
     old = state
     state, _ = epoch(state, (x, y))
@@ -115,11 +127,11 @@ def test_dp_epoch_audits_donation_and_keeps_its_accounting_helpers():
     snapshot = host_copy(state)
     with pytest.raises(ValueError, match="larger than the dataset"):
         epoch(state, (x[:10], y[:10]))
-    with pytest.raises(TypeError, match="`data` of a DP-SGD epoch must be a tuple"):
-        epoch(state, [x, y])
+    with pytest.raises(ValueError, match="leading"):
+        epoch(state, {"x": x, "y": y[:50]})
     assert not state.params.is_deleted()
     np.testing.assert_array_equal(np.asarray(state.params), snapshot.params)
-    with pytest.raises(ValueError, match="`sampling` must be one of"):
-        make_dp_train_epoch(sq_loss, tx, 4, clip_norm=1.0, noise_multiplier=1.0, sampling="uniform")
+    with pytest.raises(ValueError, match="`sampler` must be one of"):
+        make_dp_train_epoch(sq_loss, tx, 4, clip_norm=1.0, noise_multiplier=1.0, sampler="uniform")
     with pytest.raises(TypeError, match="`batch_size` must be an int"):
         make_dp_train_epoch(sq_loss, tx, 4.5, clip_norm=1.0, noise_multiplier=1.0)

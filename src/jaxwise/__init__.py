@@ -16,6 +16,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "__version__",
     "autodiff",
     "buckets",
+    "checkpoint",
     "compilation",
     "data",
     "debug",
@@ -27,6 +28,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "per_example",
     "privacy",
     "sequence",
+    "sharding",
     "train",
     "tree",
 ]

@@ -37,7 +37,7 @@ __all__ = [
     "check_probability",
     "concrete_float",
     "is_int",
-    "steps_per_epoch",
+    "is_key",
 ]
 
 
@@ -218,6 +218,23 @@ def check_array(
     return value
 
 
+def is_key(x: Any) -> bool:
+    """True for a typed PRNG key: an array, tracer or abstract value with a key dtype.
+
+    Imports JAX lazily so that this module stays importable without JAX's start-up cost.
+
+    >>> import jax
+    >>> is_key(jax.random.key(0)), is_key(jax.random.PRNGKey(0)), is_key(3)  # noqa: JW004
+    (True, False, False)
+    """
+    dtype = getattr(x, "dtype", None)
+    if dtype is None:
+        return False
+    import jax
+
+    return bool(jax.numpy.issubdtype(dtype, jax.dtypes.prng_key))
+
+
 def check_key(key: Any, name: str = "key") -> None:
     """Raise ``TypeError`` unless ``key`` is a JAX PRNG key (typed, or a legacy uint32[2]).
 
@@ -226,10 +243,9 @@ def check_key(key: Any, name: str = "key") -> None:
     import jax
 
     if isinstance(key, jax.Array) or type(key).__name__.endswith("Tracer"):
-        dtype = key.dtype
-        if jax.numpy.issubdtype(dtype, jax.dtypes.prng_key):
+        if is_key(key):
             return
-        if dtype == np.uint32 and tuple(key.shape)[-1:] == (2,):
+        if key.dtype == np.uint32 and tuple(key.shape)[-1:] == (2,):
             return
     raise TypeError(f"`{name}` must be a JAX PRNG key (jax.random.key(seed)), got {_describe(key)}")
 
@@ -256,17 +272,6 @@ def check_path(value: Any, name: str = "path") -> Any:
     if isinstance(value, str) and not value:
         raise ValueError(f"`{name}` must not be empty")
     return pathlib.Path(value)
-
-
-def steps_per_epoch(n: int, batch_size: int) -> int:
-    """Full mini-batches per epoch (the remainder is dropped, as in every scanned epoch).
-
-    >>> steps_per_epoch(1000, 128)
-    7
-    """
-    if batch_size > n:
-        raise ValueError(f"`batch_size` ({batch_size}) must be <= the number of examples ({n})")
-    return n // batch_size
 
 
 def _kind(dtype: Any) -> str:

@@ -55,12 +55,28 @@ def _precheck(args: argparse.Namespace) -> None:
     check_training_options(SimpleNamespace(**{"lr": 1e-2, "hidden": (64, 64), **vars(args)}))
 
 
+def _require_extras(args: argparse.Namespace, *, plots: bool, checkpoints: bool) -> None:
+    """Refuse at once (exit 2, one line) a run that would need a missing extra later on."""
+    from jaxwise._extras import require
+
+    command = f"jaxwise {args.command}"
+    if not args.json or not getattr(args, "no_progress", True):
+        require("rich", extra="cli", feature=f"the terminal output of {command}")
+    if plots:
+        require("matplotlib", extra="cli", feature=f"the plots of {command} (or --no-plots)")
+    if checkpoints:
+        require("orbax.checkpoint", extra="checkpoint", feature=f"the checkpoints of {command}")
+    if getattr(args, "dp", False):
+        require("dp_accounting", extra="privacy", feature=f"{command} --dp")
+
+
 def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"cache": not args.no_cache}
 
 
 def cmd_spiral(args: argparse.Namespace) -> int:
     _precheck(args)
+    _require_extras(args, plots=bool(args.out) and not args.no_plots, checkpoints=False)
     from jaxwise.jobs import SpiralConfig, run_spiral
 
     cfg = SpiralConfig(
@@ -110,6 +126,7 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
 
 def cmd_train(args: argparse.Namespace) -> int:
     _precheck(args)
+    _require_extras(args, plots=not args.no_plots, checkpoints=True)
     from jaxwise.jobs import run_train
 
     _emit(args, run_train(_tabular_config(args, args.out)))
@@ -118,6 +135,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_label_errors(args: argparse.Namespace) -> int:
     _precheck(args)
+    _require_extras(args, plots=bool(args.run_dir), checkpoints=bool(args.run_dir))
     from jaxwise.jobs import run_label_errors
 
     _emit(
@@ -135,6 +153,7 @@ def cmd_label_errors(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    _require_extras(args, plots=False, checkpoints=True)
     from jaxwise.jobs import PredictConfig, run_predict
 
     cfg = PredictConfig(
@@ -150,6 +169,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
+    _require_extras(args, plots=False, checkpoints=False)
     from jaxwise import doctor
 
     print(doctor.report(as_json=args.json), end="" if not args.json else "\n")

@@ -349,6 +349,8 @@ def _one_line(err: BaseException) -> str:
 
 
 def _is_anticipated(err: BaseException) -> bool:
+    if isinstance(err, ImportError) and "pip install 'jaxwise[" in str(err):
+        return True  # a missing extra (jaxwise._extras.require): one line, exit 2
     return isinstance(err, UserError) or (
         type(err).__name__ in _ANTICIPATED and type(err).__module__.startswith("jaxwise")
     )

@@ -173,6 +173,8 @@ def train_test_split(
 class DataError(ValueError):
     """A problem with a user's data file, described in one line."""
 
+    __module__ = "jaxwise.data"
+
 
 @dataclasses.dataclass(frozen=True)
 class Table:

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_int
+from jaxwise._extras import require
 
 __all__ = [
     "ECOSYSTEM",
@@ -250,16 +251,16 @@ def report(as_json: bool = False) -> str:
         return json.dumps({"environment": env, "checks": [dataclasses.asdict(c) for c in checks]})
     from io import StringIO
 
-    from rich.console import Console
-    from rich.table import Table
+    rich_console = require("rich.console", extra="cli", feature="jaxwise doctor (or --json)")
+    rich_table = require("rich.table", extra="cli", feature="jaxwise doctor (or --json)")
 
     buffer = StringIO()
-    console = Console(file=buffer, width=120, force_terminal=False)
-    env_table = Table(title="jaxwise doctor", show_header=False)
+    console = rich_console.Console(file=buffer, width=120, force_terminal=False)
+    env_table = rich_table.Table(title="jaxwise doctor", show_header=False)
     for key, value in env.items():
         env_table.add_row(key, value)
     console.print(env_table)
-    table = Table(show_header=True)
+    table = rich_table.Table(show_header=True)
     table.add_column("check")
     table.add_column("status")
     table.add_column("explanation")

@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxwise._extras import require
+
 __all__ = [
     "confusion_focus",
     "plot_confusion",
@@ -33,12 +35,14 @@ MAX_CONFUSION_CLASSES = 20
 _COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f")
 
 
-def _figure(width: float, height: float) -> Any:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+_FEATURE = "jaxwise's plots (or --no-plots)"
 
-    fig = Figure(figsize=(width, height), dpi=110)
-    FigureCanvasAgg(fig)
+
+def _figure(width: float, height: float) -> Any:
+    agg = require("matplotlib.backends.backend_agg", extra="cli", feature=_FEATURE)
+    figure = require("matplotlib.figure", extra="cli", feature=_FEATURE)
+    fig = figure.Figure(figsize=(width, height), dpi=110)
+    agg.FigureCanvasAgg(fig)
     return fig
 
 
@@ -131,13 +135,12 @@ def _regions(
     hi: np.ndarray,
     n: int,
 ) -> None:
-    from matplotlib.colors import ListedColormap
-
+    colors = require("matplotlib.colors", extra="cli", feature=_FEATURE)
     gx, gy = np.meshgrid(np.linspace(lo[0], hi[0], n), np.linspace(lo[1], hi[1], n))
     grid = np.stack([gx.ravel(), gy.ravel()], axis=1).astype(np.float32)
     probs = np.asarray(predict_proba(grid))
     classes = probs.shape[1]
-    cmap = ListedColormap(_COLOURS[:classes])
+    cmap = colors.ListedColormap(_COLOURS[:classes])
     ax.contourf(
         gx,
         gy,

@@ -19,10 +19,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_bool, check_float
+from jaxwise._checks import check_bool, check_float, is_key
 
 __all__ = [
     "ParamRow",
@@ -109,10 +108,6 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
-def _is_key(leaf: Any) -> bool:
-    return bool(jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key))
-
-
 def param_table(params: Any) -> ParamTable:
     """A table of every array leaf: path, shape, dtype, count, bytes, with totals.
 
@@ -129,7 +124,7 @@ def param_table(params: Any) -> ParamTable:
             leaf = np.asarray(leaf)
         shape = tuple(leaf.shape)
         count = int(np.prod(shape, dtype=np.int64))
-        if _is_key(leaf):  # typed keys: their raw key data
+        if is_key(leaf):  # typed keys: their raw key data
             nbytes = int(jax.random.key_data(leaf).nbytes)
         else:
             nbytes = count * np.dtype(leaf.dtype).itemsize
@@ -224,7 +219,7 @@ def host_copy(tree: Any) -> Any:
     def copy(leaf: Any) -> Any:
         if isinstance(leaf, (jax.Array, np.ndarray, np.generic)):
             leaf = cast(Any, leaf)
-            if _is_key(leaf):
+            if is_key(leaf):
                 return np.array(jax.random.key_data(leaf), copy=True)  # typed keys: their raw data
             return np.array(leaf, copy=True)
         return leaf

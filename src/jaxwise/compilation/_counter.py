@@ -34,6 +34,8 @@ class CompileBudgetExceeded(RuntimeError):
       events: every :class:`CompileEvent` counted, in order.
     """
 
+    __module__ = "jaxwise.compilation"
+
     def __init__(self, message: str, max_compiles: int, events: list[CompileEvent]):
         super().__init__(message)
         self.max_compiles = max_compiles

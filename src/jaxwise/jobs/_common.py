@@ -10,8 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from jaxwise._cli_options import (
     option_int,
     parameter_count,
 )
+from jaxwise._progress import progress_bar
 from jaxwise.models import mlp_apply
 from jaxwise.tree import mask_by_path
 
@@ -50,17 +51,14 @@ def xent_single(logits: jax.Array, label: jax.Array) -> jax.Array:
     return -numerics.log_softmax(logits)[label]
 
 
-def _plain_per_example_loss(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
+def _example_loss(params: Any, example: tuple[jax.Array, jax.Array]) -> jax.Array:
+    x, y = example
     return xent_single(mlp_apply(params, x), y)
 
 
-def per_example_loss() -> Callable[..., jax.Array]:
-    """``loss_single(params, x, y)`` of one example, in the form ghost clipping analyses best."""
-    try:
-        from jaxwise.per_example import mlp_loss  # the dense-layer form, where still offered
-    except ImportError:
-        return _plain_per_example_loss
-    return mlp_loss(xent_single)
+def per_example_loss() -> Callable[[Any, tuple[jax.Array, jax.Array]], jax.Array]:
+    """``loss(params, (x, y))`` of ONE example: the MLP's cross-entropy."""
+    return _example_loss
 
 
 def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
@@ -170,7 +168,7 @@ def make_epoch(tx: Any, cfg: Any, *, accuracy: bool = False) -> Any:
             batch_size=cfg.batch_size,
             clip_norm=cfg.clip_norm,
             noise_multiplier=cfg.noise_multiplier,
-            sampling="poisson",
+            sampler="poisson",
             method="ghost",
         )
     if accuracy:
@@ -187,10 +185,14 @@ def epoch_progress(metrics: dict[str, Any], step_losses: np.ndarray) -> dict[str
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
-    """Steps per epoch: ``n // batch`` shuffled batches, or ``round(n / batch)`` Poisson samples."""
+    """Steps per epoch of :func:`make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
     if cfg.dp:
-        return max(1, round(n_train / cfg.batch_size))
-    return n_train // cfg.batch_size
+        from jaxwise.privacy import PoissonSampler
+
+        return PoissonSampler(cfg.batch_size).steps(n_train)
+    from jaxwise.train import ShuffleSampler
+
+    return ShuffleSampler(cfg.batch_size).steps(n_train)
 
 
 def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
@@ -199,7 +201,7 @@ def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
 
     q = cfg.batch_size / n_train
     eps = (
-        epsilon(cfg.noise_multiplier, q, steps, DELTA)
+        epsilon(noise_multiplier=cfg.noise_multiplier, sample_rate=q, steps=steps, delta=DELTA)
         if cfg.noise_multiplier and steps
         else math.inf
     )
@@ -261,35 +263,20 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-@contextmanager
 def progress(
     enabled: bool, total: int, description: str, completed: int = 0
-) -> Iterator[Callable[..., None]]:
-    """A rich progress bar on stderr; yields ``advance(**fields)``."""
-    if not enabled:
-        yield lambda **_: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[figures]}"),
-        TimeElapsedColumn(),
+) -> AbstractContextManager[Callable[..., None]]:
+    """The jobs' progress bar on stderr (loss and accuracy); yields ``advance(loss=, acc=)``."""
+    return progress_bar(
+        enabled,
+        total,
+        description,
+        "loss {loss:.4f}  acc {acc:.3f}",
+        feature="the progress bar",
+        completed=completed,
+        loss=math.nan,
+        acc=math.nan,
     )
-
-    def advance(**fields: float) -> None:
-        figures = "  ".join(
-            f"{name} {value:.4f}" if name == "loss" else f"{name} {value:.3f}"
-            for name, value in fields.items()
-        )
-        bar.update(task, advance=1, figures=figures)
-
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(description, total=total, completed=completed, figures="")
-        yield advance
 
 
 __all__ = [

@@ -12,9 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwise.checkpoint import save
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
-from jaxwise.train import TrainState, save
+from jaxwise.train import TrainState
 
 if TYPE_CHECKING:
     from jaxwise.jobs.tabular import Prepared

@@ -5,19 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from jaxwise._extras import require
+
 __all__ = ["render"]
 
 
-def _console() -> Any:
-    from rich.console import Console
+_FEATURE = "jaxwise's summary tables (or --json)"
 
-    return Console(highlight=False)
+
+def _console() -> Any:
+    rich_console = require("rich.console", extra="cli", feature=_FEATURE)
+    return rich_console.Console(highlight=False)
 
 
 def _table(title: str, columns: Sequence[str] = (), show_header: bool = True) -> Any:
-    from rich.table import Table
-
-    table = Table(title=title, show_header=show_header)
+    rich_table = require("rich.table", extra="cli", feature=_FEATURE)
+    table = rich_table.Table(title=title, show_header=show_header)
     for col in columns:
         table.add_column(col)
     return table

@@ -90,7 +90,7 @@ def _grad_norms(params: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
     return np.asarray(
         per_example_grad_norms(
-            C.per_example_loss(), params, jnp.asarray(x), jnp.asarray(y), method="ghost"
+            C.per_example_loss(), params, (jnp.asarray(x), jnp.asarray(y)), method="ghost"
         ),
         np.float64,
     )

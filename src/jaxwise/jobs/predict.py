@@ -20,11 +20,12 @@ import numpy as np
 
 from jaxwise import data
 from jaxwise._checks import UserError
+from jaxwise.checkpoint import latest_step, load_metadata, restore
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import check_output_file, write_csv
 from jaxwise.models import init_mlp
-from jaxwise.train import TrainState, latest_step, load_metadata, restore
+from jaxwise.train import TrainState
 
 __all__ = ["PredictConfig", "run_predict"]
 

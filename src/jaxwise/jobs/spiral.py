@@ -26,8 +26,8 @@ from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import RunDir
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
+from jaxwise.label_errors import hardest_examples
 from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.per_example import hardest_examples
 from jaxwise.train import TrainState
 from jaxwise.tree import param_table
 
@@ -337,7 +337,7 @@ def _verification(
 
 def _hardest(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The 5 training examples with the largest gradient norms (chunked per-example gradients)."""
-    return hardest_examples(C.per_example_loss(), params, x, y, k=5, chunk_size=256)
+    return hardest_examples(C.per_example_loss(), params, (x, y), k=5, chunk_size=256)
 
 
 def _describe_examples(

@@ -26,20 +26,20 @@ import numpy as np
 
 from jaxwise import data
 from jaxwise._checks import UserError
-from jaxwise.jobs import _common as C
-from jaxwise.jobs._cache import CompileTally
-from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
-from jaxwise.jobs._outputs import RunDir
-from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.train import (
+from jaxwise.checkpoint import (
     CheckpointWarning,
-    TrainState,
     data_fingerprint,
     latest_step,
     load_metadata,
     restore,
     save,
 )
+from jaxwise.jobs import _common as C
+from jaxwise.jobs._cache import CompileTally
+from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
+from jaxwise.jobs._outputs import RunDir
+from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.train import TrainState
 
 __all__ = ["TabularConfig", "fit", "prepare", "run_train"]
 

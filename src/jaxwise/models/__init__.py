@@ -16,7 +16,7 @@ Examples:
 
 from jaxwise.models._adapters import Model, from_equinox, from_linen, from_nnx
 from jaxwise.models._guards import check_not_foreign_train_state, check_params, model_library
-from jaxwise.models._mlp import init_mlp, mlp_apply, mlp_layers
+from jaxwise.models._mlp import init_mlp, mlp_apply, mlp_layers, mlp_loss
 
 __all__ = [
     "Model",
@@ -28,5 +28,6 @@ __all__ = [
     "init_mlp",
     "mlp_apply",
     "mlp_layers",
+    "mlp_loss",
     "model_library",
 ]

@@ -10,16 +10,16 @@ Examples:
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_array, check_int, check_key, is_int
+from jaxwise._checks import check_array, check_callable, check_int, check_key, is_int
 
-__all__ = ["init_mlp", "mlp_apply", "mlp_layers"]
+__all__ = ["init_mlp", "mlp_apply", "mlp_layers", "mlp_loss"]
 
 Params = dict[str, dict[str, jax.Array]]
 
@@ -116,3 +116,37 @@ def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
     for layer in layers[:-1]:
         x = jax.nn.relu(x @ layer["w"] + layer["b"])
     return x @ layers[-1]["w"] + layers[-1]["b"]
+
+
+def mlp_loss(
+    loss_from_logits: Callable[[jax.Array, jax.Array], jax.Array],
+) -> Callable[[Params, tuple[jax.Array, jax.Array]], jax.Array]:
+    """``loss(params, (x, y)) = loss_from_logits(mlp_apply(params, x), y)``: the MLP's loss.
+
+    The loss of ONE example ``(x, y)`` in the convention of `jaxwise.per_example` and
+    `jaxwise.privacy` (a convenience: any ``loss(params, example)`` works there).
+
+    Args:
+      loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
+        e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
+
+    Returns:
+      ``loss(params, (x, y)) -> scalar``.
+
+    Raises:
+      TypeError: ``loss_from_logits`` is not callable.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> loss = mlp_loss(lambda z, y: -jax.nn.log_softmax(z)[y])
+        >>> params = init_mlp(0, (2, 8, 3))
+        >>> round(float(loss(params, (jnp.zeros(2), jnp.int32(1)))), 4)  # uniform logits
+        1.0986
+    """
+    check_callable(loss_from_logits, "loss_from_logits")
+
+    def loss(params: Params, example: tuple[jax.Array, jax.Array]) -> jax.Array:
+        x, y = example
+        return loss_from_logits(mlp_apply(params, x), y)
+
+    return loss

@@ -9,10 +9,10 @@ import optax
 from jaxwise.optim._base import (
     MaskOrFn,
     ScalarOrSchedule,
+    adam_moments,
     decay_rate,
     dtype_or_none,
     flag,
-    hyper,
     mask_fn,
     rate_or_schedule,
     wrap,
@@ -72,11 +72,7 @@ def adam(
     return wrap(
         optax.adam(
             rate_or_schedule(learning_rate, "learning_rate"),
-            decay_rate(b1, "b1"),
-            decay_rate(b2, "b2"),
-            hyper(eps, "eps", min_value=0.0),
-            hyper(eps_root, "eps_root", min_value=0.0),
-            dtype_or_none(mu_dtype, "mu_dtype"),
+            *adam_moments(b1, b2, eps, eps_root, mu_dtype),
             nesterov=flag(nesterov, "nesterov"),
         )
     )
@@ -115,11 +111,7 @@ def adamw(
     return wrap(
         optax.adamw(
             rate_or_schedule(learning_rate, "learning_rate"),
-            decay_rate(b1, "b1"),
-            decay_rate(b2, "b2"),
-            hyper(eps, "eps", min_value=0.0),
-            hyper(eps_root, "eps_root", min_value=0.0),
-            dtype_or_none(mu_dtype, "mu_dtype"),
+            *adam_moments(b1, b2, eps, eps_root, mu_dtype),
             rate_or_schedule(weight_decay, "weight_decay"),
             None if mask is None else mask_fn(mask),
             nesterov=flag(nesterov, "nesterov"),

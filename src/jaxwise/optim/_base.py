@@ -255,6 +255,20 @@ def dtype_or_none(value: Any, name: str) -> Any:
         raise TypeError(f"`{name}` must be a dtype or None, got {value!r}") from err
 
 
+def adam_moments(b1: Any, b2: Any, eps: Any, eps_root: Any, mu_dtype: Any) -> tuple[Any, ...]:
+    """Adam's moment hyper-parameters, validated: ``(b1, b2, eps, eps_root, mu_dtype)``.
+
+    Optax's positional order in ``optax.adam``, ``optax.adamw`` and ``optax.scale_by_adam``.
+    """
+    return (
+        decay_rate(b1, "b1"),
+        decay_rate(b2, "b2"),
+        hyper(eps, "eps", min_value=0.0),
+        hyper(eps_root, "eps_root", min_value=0.0),
+        dtype_or_none(mu_dtype, "mu_dtype"),
+    )
+
+
 def flag(value: Any, name: str) -> bool:
     """A Python/NumPy bool."""
     return check_bool(value, name)

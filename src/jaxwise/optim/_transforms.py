@@ -15,6 +15,7 @@ from jaxwise.optim._base import (
     ScalarOrSchedule,
     Schedule,
     Updates,
+    adam_moments,
     decay_rate,
     dtype_or_none,
     flag,
@@ -122,11 +123,7 @@ def scale_by_adam(
     """
     return wrap(
         optax.scale_by_adam(
-            decay_rate(b1, "b1"),
-            decay_rate(b2, "b2"),
-            hyper(eps, "eps", min_value=0.0),
-            hyper(eps_root, "eps_root", min_value=0.0),
-            dtype_or_none(mu_dtype, "mu_dtype"),
+            *adam_moments(b1, b2, eps, eps_root, mu_dtype),
             nesterov=flag(nesterov, "nesterov"),
         )
     )

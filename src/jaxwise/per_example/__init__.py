@@ -1,16 +1,18 @@
 """Per-example gradients, their norms and clipped sums — for any JAX loss, in bounded memory.
 
-``loss_single(params, *example)`` is the loss of ONE example (unbatched
-arrays); ``params`` is any pytree (plain dicts, a Flax NNX/linen or Equinox
-model through :mod:`jaxwise.models` adapters). Everything here maps it over
-the leading axis of the batch arrays with ``in_axes=(None, 0, …)`` — never
-the default ``in_axes=0``, which silently maps the parameters too when their
-leading dimension happens to equal the batch size.
+``loss(params, example)`` is the loss of ONE example; ``params`` is any pytree (plain
+dicts, a Flax NNX/linen or Equinox model through the `jaxwise.models` adapters). The
+batch is ONE argument, any pytree (a tuple ``(x, y)``, a dict, a registered dataclass)
+whose leaves share a leading example axis; ``loss`` receives one example, that axis
+removed. Everything here maps ``loss`` over that axis with ``in_axes=(None, 0)`` — never
+the default ``in_axes=0``, which silently maps the parameters too when their leading
+dimension happens to equal the batch size. Label-error ranking by gradient norm lives in
+`jaxwise.label_errors` (`hardest_examples`, `find_label_errors(method="gradnorm")`).
 
 Methods (``method=``):
 
 - ``"ghost"``: the per-example program is traced once and every parameter
-  use is classified (:func:`ghost_coverage`): dense layers, convolutions and
+  use is classified (`ghost_coverage`): dense layers, convolutions and
   embedding lookups get their norms from activations and output gradients of
   ONE forward and ONE backward pass (Goodfellow 2015; ghost clipping, Li et
   al. 2022; mixed ghost clipping, Bu et al. 2023); biases, scales and any
@@ -28,36 +30,26 @@ References:
 
 Examples:
     >>> import jax.numpy as jnp
-    >>> loss = lambda w, x, y: (x @ w - y) ** 2
-    >>> per_example_grad_norms(loss, jnp.ones(2), jnp.eye(2), jnp.zeros(2)).tolist()
+    >>> loss = lambda w, example: (example["x"] @ w - example["y"]) ** 2
+    >>> batch = {"x": jnp.eye(2), "y": jnp.zeros(2)}
+    >>> per_example_grad_norms(loss, jnp.ones(2), batch).tolist()
     [2.0, 2.0]
 """
 
 from jaxwise.per_example._api import clip_and_sum as clip_and_sum
 from jaxwise.per_example._api import ghost_coverage as ghost_coverage
-from jaxwise.per_example._api import mlp_loss as mlp_loss
 from jaxwise.per_example._api import per_example_grad_norms as per_example_grad_norms
-from jaxwise.per_example._common import METHODS as METHODS
-from jaxwise.per_example._common import LossSingle as LossSingle
-from jaxwise.per_example._common import batch_size_of as batch_size_of
-from jaxwise.per_example._common import check_clip_norm as check_clip_norm
-from jaxwise.per_example._common import check_method as check_method
+from jaxwise.per_example._common import LossFn as LossFn
 from jaxwise.per_example._graph import CoverageRow as CoverageRow
-from jaxwise.per_example._labels import LabelErrors as LabelErrors
-from jaxwise.per_example._labels import find_label_errors as find_label_errors
-from jaxwise.per_example._labels import hardest_examples as hardest_examples
 from jaxwise.per_example._vmap import auto_chunk_size as auto_chunk_size
 from jaxwise.per_example._vmap import per_example_grads as per_example_grads
 
 __all__ = [
     "CoverageRow",
-    "LabelErrors",
+    "LossFn",
     "auto_chunk_size",
     "clip_and_sum",
-    "find_label_errors",
     "ghost_coverage",
-    "hardest_examples",
-    "mlp_loss",
     "per_example_grad_norms",
     "per_example_grads",
 ]

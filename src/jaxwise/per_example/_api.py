@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
 
-from jaxwise._checks import check_callable, check_int
-from jaxwise.models import mlp_apply
+from jaxwise._checks import check_array, check_int
 from jaxwise.per_example import _ghost
 from jaxwise.per_example._common import (
-    LossSingle,
+    DEFAULT_MEMORY_BUDGET,
+    ChunkSize,
+    LossFn,
+    Method,
     batch_size_of,
     check_chunk,
     check_clip_norm,
@@ -19,6 +20,7 @@ from jaxwise.per_example._common import (
     check_method,
     check_params,
     clip_factor,
+    leaf_label,
     weights_of,
 )
 from jaxwise.per_example._graph import CoverageRow, Program, Unsupported, coverage, trace
@@ -26,33 +28,33 @@ from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_n
 
 
 def _resolve(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    batch: tuple,
+    batch: Any,
     method: str,
-    chunk_size: Any,
+    chunk_size: ChunkSize,
     memory_budget: int,
 ) -> tuple[Program | None, int | None]:
     """The analysed program for the ghost path, or ``(None, chunk)`` for the vmap paths."""
     if method in ("ghost", "auto"):
         try:
-            return trace(loss_single, params, batch), None
+            return trace(loss, params, batch), None
         except Unsupported as err:
             if method == "ghost":
                 raise ValueError(
-                    f"method='ghost' does not apply to this `loss_single`: {err}; use method='vmap'"
+                    f"method='ghost' does not apply to this `loss`: {err}; use method='vmap'"
                 ) from err
     if method == "chunked" and chunk_size is None:
         chunk_size = "auto"
     if chunk_size == "auto":
-        chunk_size = auto_chunk_size(loss_single, params, *batch, memory_budget=memory_budget)
+        chunk_size = auto_chunk_size(loss, params, batch, memory_budget=memory_budget)
     return None, chunk_size
 
 
 def _check(
-    loss_single: Any, params: Any, batch: tuple, method: Any, chunk_size: Any, memory_budget: Any
+    loss: Any, params: Any, batch: Any, method: Any, chunk_size: Any, memory_budget: Any
 ) -> int:
-    check_loss(loss_single)
+    check_loss(loss)
     check_chunk(chunk_size)
     check_method(method)
     check_int(memory_budget, "memory_budget", min_value=1)
@@ -61,27 +63,38 @@ def _check(
 
 
 def per_example_grad_norms(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    *batch: Any,
-    chunk_size: int | str | None = None,
-    method: str = "auto",
-    memory_budget: int = 256 * 2**20,
+    batch: Any,
+    *,
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> jax.Array:
     """Global L2 norm of every example's gradient, shape ``(B,)``.
 
     Args:
-      loss_single: ``loss_single(params, *example) -> scalar`` for ONE example.
+      loss: ``loss(params, example) -> scalar`` for ONE example.
       params: shared parameters, any pytree of float arrays.
-      *batch: arrays with a leading example axis (any ``B``).
-      chunk_size: for the ``"vmap"``/``"chunked"`` paths: ``None`` (all at
-        once, ``B × P`` memory), an int (``chunk × P`` at a time), or
-        ``"auto"`` (the largest power-of-two chunk whose compiled temporary
-        memory fits ``memory_budget`` bytes, see :func:`auto_chunk_size`).
-      method: ``"auto"`` (default: ghost norms wherever the analysis applies,
-        else vmap), ``"ghost"`` (one forward and one backward pass, see
-        :func:`ghost_coverage`), ``"vmap"`` (materialise per-example
-        gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
+      batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
+        example axis of size ``B``; ``loss`` receives it with that axis removed.
+      method: ``"auto"`` (default: ghost norms wherever the analysis applies, else vmap),
+        ``"ghost"`` (one forward and one backward pass, see
+        [`ghost_coverage`][jaxwise.per_example.ghost_coverage]), ``"vmap"`` (materialise
+        per-example gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
+      chunk_size: for the ``"vmap"``/``"chunked"`` paths: ``None`` (all at once, ``B × P``
+        memory), an int (``chunk × P`` at a time), or ``"auto"`` (the largest power-of-two
+        chunk whose compiled temporary memory fits ``memory_budget`` bytes, see
+        [`auto_chunk_size`][jaxwise.per_example.auto_chunk_size]).
+      memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
+
+    Returns:
+      ``(B,)`` float32 norms (the dtype of the gradients for ``"vmap"``).
+
+    Raises:
+      TypeError: ``loss`` is not callable, or a leaf of ``params``/``batch`` is not an array.
+      ValueError: an unknown ``method``, a bad ``chunk_size``, or batch leaves that do not
+        share their leading dimension.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -90,10 +103,10 @@ def per_example_grad_norms(
         >>> per_example_grad_norms(loss, jnp.ones(2), x, method="chunked", chunk_size=2).tolist()
         [5.0, 1.0, 10.0]
     """
-    _check(loss_single, params, batch, method, chunk_size, memory_budget)
-    program, chunk = _resolve(loss_single, params, batch, method, chunk_size, memory_budget)
+    _check(loss, params, batch, method, chunk_size, memory_budget)
+    program, chunk = _resolve(loss, params, batch, method, chunk_size, memory_budget)
     if program is None:
-        return vmap_norms(loss_single, params, batch, chunk)
+        return vmap_norms(loss, params, batch, chunk)
     leaves, example = jax.tree.leaves(params), jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
     sq, _ = _ghost.sq_norms(program, leaves, acts, grads)
@@ -101,14 +114,15 @@ def per_example_grad_norms(
 
 
 def clip_and_sum(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    *batch: Any,
+    batch: Any,
+    *,
     clip_norm: float,
-    chunk_size: int | str | None = None,
-    method: str = "auto",
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
     weights: jax.Array | None = None,
-    memory_budget: int = 256 * 2**20,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
 ) -> tuple[Any, jax.Array]:
     """Sum over examples of gradients clipped to norm ``clip_norm``, and the pre-clip norms.
 
@@ -117,8 +131,23 @@ def clip_and_sum(
     Poisson batch). Every method gives the same result; the ghost path takes
     the sum from the same pass as the norms (no second backward pass).
 
+    Args:
+      loss: ``loss(params, example) -> scalar`` for ONE example.
+      params: shared parameters, any pytree of float arrays.
+      batch: the examples, any pytree whose leaves share a leading example axis ``B``.
+      clip_norm: ``C > 0`` (``inf``: no clipping).
+      method: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+      chunk_size: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+      weights: optional ``(B,)`` per-example weights (default ones).
+      memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
+
     Returns:
-      ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` norms.
+      ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` pre-clip norms.
+
+    Raises:
+      TypeError: a bad ``loss``, ``params``, ``batch`` or ``clip_norm`` type.
+      ValueError: ``clip_norm <= 0``, ``weights`` of the wrong shape, or as in
+        [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
 
     Examples:
         >>> import jax.numpy as jnp
@@ -128,12 +157,12 @@ def clip_and_sum(
         >>> [round(v, 4) for v in summed.tolist()], norms.tolist()
         ([0.6, 1.3], [5.0, 0.5])
     """
-    n = _check(loss_single, params, batch, method, chunk_size, memory_budget)
+    n = _check(loss, params, batch, method, chunk_size, memory_budget)
     check_clip_norm(clip_norm)
     w = weights_of(weights, n)
-    program, chunk = _resolve(loss_single, params, batch, method, chunk_size, memory_budget)
+    program, chunk = _resolve(loss, params, batch, method, chunk_size, memory_budget)
     if program is None:
-        return vmap_clip_and_sum(loss_single, params, batch, clip_norm, w, chunk)
+        return vmap_clip_and_sum(loss, params, batch, clip_norm, w, chunk)
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
@@ -144,16 +173,28 @@ def clip_and_sum(
     return jax.tree.unflatten(treedef, summed), norms
 
 
-def ghost_coverage(loss_single: LossSingle, params: Any, *example: Any) -> list[CoverageRow]:
+def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]:
     """How each parameter leaf's per-example norm is computed by ``method="ghost"``.
 
-    Traces ``loss_single`` for ONE example (``example`` arrays without a batch
-    axis; nothing is computed) and returns one :class:`CoverageRow` per leaf,
-    in ``jax.tree.leaves`` order: ``"dense"`` (``dot_general`` with a batched
-    activation), ``"conv"`` (``conv_general_dilated`` kernel), ``"embedding"``
-    (row lookup from a table), ``"elementwise"`` (biases, scales: small
-    per-example gradients computed directly), ``"fallback"`` (exact
-    per-example gradients of that leaf) or ``"unused"``.
+    Traces ``loss`` for ONE example (nothing is computed) and returns one
+    [`CoverageRow`][jaxwise.per_example.CoverageRow] per leaf, in ``jax.tree.leaves`` order:
+    ``"dense"`` (``dot_general`` with a batched activation), ``"conv"``
+    (``conv_general_dilated`` kernel), ``"embedding"`` (row lookup from a table),
+    ``"elementwise"`` (biases, scales: small per-example gradients computed directly),
+    ``"fallback"`` (exact per-example gradients of that leaf) or ``"unused"``.
+
+    Args:
+      loss: ``loss(params, example) -> scalar`` for ONE example.
+      params: the parameters, any pytree of float arrays.
+      example: ONE example, any pytree of arrays WITHOUT the batch axis (what ``loss``
+        receives).
+
+    Returns:
+      One ``CoverageRow`` per leaf of ``params``.
+
+    Raises:
+      TypeError: ``loss`` is not callable or ``params`` is not a pytree of float arrays.
+      ValueError: ``example`` has no arrays, or the loss does not depend on the example.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -162,43 +203,20 @@ def ghost_coverage(loss_single: LossSingle, params: Any, *example: Any) -> list[
         >>> [(row.path, row.kind) for row in ghost_coverage(loss, params, jnp.ones(3))]
         [('b', 'elementwise'), ('w', 'dense')]
     """
-    check_loss(loss_single)
+    check_loss(loss)
     check_params(params)
-    if not example:
+    if not jax.tree.leaves(example):
         raise ValueError(
-            "`example` is empty: pass one example's arrays (e.g. x, y), without a batch axis"
+            "`example` has no arrays: pass ONE example (e.g. (x, y) or {'x': x, 'y': y}), "
+            "without a batch axis"
         )
+    for path, leaf in jax.tree_util.tree_flatten_with_path(example)[0]:
+        check_array(leaf, leaf_label("example", path))
     batched = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct((1, *jax.numpy.shape(x)), jax.numpy.result_type(x)), example
     )
     try:
-        program = trace(loss_single, params, batched)
+        program = trace(loss, params, batched)
     except Unsupported as err:
-        raise ValueError(f"method='ghost' does not apply to this `loss_single`: {err}") from err
+        raise ValueError(f"method='ghost' does not apply to this `loss`: {err}") from err
     return coverage(program, params)
-
-
-def mlp_loss(loss_from_logits: Callable[[jax.Array, jax.Array], jax.Array]) -> LossSingle:
-    """``loss_single(params, x, y) = loss_from_logits(mlp_apply(params, x), y)`` for a jaxwise MLP.
-
-    A convenience: any ``loss_single`` works with every method.
-
-    Args:
-      loss_from_logits: ``(logits (C,), label ()) -> scalar`` for one example,
-        e.g. ``lambda z, y: -jax.nn.log_softmax(z)[y]``.
-
-    Examples:
-        >>> import jax, jax.numpy as jnp
-        >>> from jaxwise.models import init_mlp
-        >>> loss = mlp_loss(lambda z, y: -jax.nn.log_softmax(z)[y])
-        >>> p, x, y = init_mlp(0, (2, 8, 3)), jnp.ones((4, 2)), jnp.zeros(4, jnp.int32)
-        >>> bool(jnp.allclose(per_example_grad_norms(loss, p, x, y, method="ghost"),
-        ...                   per_example_grad_norms(loss, p, x, y, method="vmap"), rtol=1e-5))
-        True
-    """
-    check_callable(loss_from_logits, "loss_from_logits")
-
-    def loss_single(params: Any, x: jax.Array, y: jax.Array) -> jax.Array:
-        return loss_from_logits(mlp_apply(params, x), y)
-
-    return loss_single

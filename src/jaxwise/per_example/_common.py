@@ -1,9 +1,9 @@
-"""Shared validation and small helpers of :mod:`jaxwise.per_example`."""
+"""Shared types, validation and small helpers of `jaxwise.per_example`."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+import dataclasses
+from typing import Any, Literal, Protocol, get_args
 
 import jax
 import jax.numpy as jnp
@@ -18,37 +18,58 @@ from jaxwise._checks import (
 )
 from jaxwise.tree import path_names
 
-LossSingle = Callable[..., jax.Array]
-METHODS = ("auto", "ghost", "vmap", "chunked")
+Method = Literal["auto", "ghost", "vmap", "chunked"]
+ChunkSize = int | Literal["auto"] | None
+METHODS: tuple[str, ...] = get_args(Method)
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 
-def batch_size_of(batch: tuple[Any, ...], name: str = "batch") -> int:
-    """The shared leading size of the batch arrays (ValueError naming any mismatch)."""
-    if not batch:
-        raise ValueError(f"`{name}` is empty: pass the per-example arrays (e.g. x, y)")
+class LossFn(Protocol):
+    """``loss(params, example) -> scalar``: the loss of ONE example.
+
+    ``example`` is the batch with its leading example axis removed, of the same pytree
+    structure (a tuple ``(x, y)``, a dict, a registered dataclass or NamedTuple). The
+    per-example functions map this one function over the batch; ``params`` is shared.
+    """
+
+    def __call__(self, params: Any, example: Any, /) -> jax.Array: ...
+
+
+def leaf_label(name: str, path: tuple[Any, ...]) -> str:
+    """``batch['x']``, ``batch[0]``, ``batch.x``: a batch leaf named by its pytree path."""
+    return name + jax.tree_util.keystr(path)
+
+
+def batch_size_of(batch: Any, name: str = "batch") -> int:
+    """The leading (example) size shared by every leaf of ``batch`` (ValueError: a mismatch)."""
+    flat, _ = jax.tree_util.tree_flatten_with_path(batch)
+    if not flat:
+        raise ValueError(
+            f"`{name}` has no arrays: pass the examples as a pytree of arrays with a leading "
+            "example axis, e.g. (x, y) or {'x': x, 'y': y}"
+        )
     sizes = []
-    for i, arg in enumerate(batch):
-        if arg is None:
-            raise TypeError(f"`{name}[{i}]` must be an array (or a pytree of arrays), got None")
-        for path, leaf in zip(path_names(arg), jax.tree.leaves(arg)):
-            label = f"{name}[{i}]" + (f".{path}" if path else "")
-            check_array(leaf, label)
-            shape = np.shape(leaf)
-            if len(shape) == 0:
-                raise ValueError(
-                    f"`{label}` is a scalar; every batch array needs a leading example axis"
-                )
-            sizes.append((label, shape[0]))
-    if not sizes:
-        raise ValueError(f"`{name}` has no arrays")
+    for path, leaf in flat:
+        label = leaf_label(name, path)
+        if dataclasses.is_dataclass(leaf) and not isinstance(leaf, type):
+            raise TypeError(
+                f"`{label}` must be an array, got the dataclass {type(leaf).__name__}, which is "
+                "not a JAX pytree: register it with `jax.tree_util.register_dataclass`"
+            )
+        shape = tuple(check_array(leaf, label).shape)
+        if len(shape) == 0:
+            raise ValueError(
+                f"`{label}` is a scalar; every batch leaf needs a leading example axis"
+            )
+        sizes.append((label, int(shape[0])))
+    if len({s for _, s in sizes}) != 1:
+        listing = ", ".join(f"{label}: {s}" for label, s in sizes)
+        raise ValueError(
+            f"every leaf of `{name}` must share the leading (example) dimension, got {listing}"
+        )
     if sizes[0][1] == 0:
         raise ValueError(f"`{name}` is empty: its arrays have 0 examples")
-    if len({s for _, s in sizes}) != 1:
-        listing = ", ".join(f"`{label}`: {s}" for label, s in sizes)
-        raise ValueError(
-            f"batch arrays must share their leading (example) dimension, got {listing}"
-        )
-    return int(sizes[0][1])
+    return sizes[0][1]
 
 
 def check_chunk(chunk_size: Any) -> None:
@@ -60,9 +81,9 @@ def check_chunk(chunk_size: Any) -> None:
     check_int(chunk_size, "chunk_size", min_value=1)
 
 
-def check_loss(loss_single: Any) -> None:
-    """``loss_single`` must be callable."""
-    check_callable(loss_single, "loss_single")
+def check_loss(loss: Any) -> None:
+    """``loss`` must be callable."""
+    check_callable(loss, "loss")
 
 
 def check_method(method: Any) -> str:

@@ -1,6 +1,6 @@
 """The per-example program as a flat graph, and how each parameter leaf is used in it.
 
-``loss_single(params, *example)`` is traced ONCE for one example to a jaxpr, calls to
+``loss(params, example)`` is traced ONCE for one example to a jaxpr, calls to
 ``jit``/``closed_call`` are inlined, and every value is classified as *constant*, *param*
 (computed from the parameters alone) or *example* (depends on the example). An equation
 where a param value meets an example value is a **use**: the per-example gradient of a
@@ -153,21 +153,24 @@ def read(env: dict[int, Any], ref: Any) -> Any:
 # --------------------------------------------------------------------------
 
 
-def trace(loss_single: Callable[..., Any], params: Any, batch: tuple[Any, ...]) -> Program:
-    """Trace ``loss_single`` for one example (shapes from ``batch[i].shape[1:]``) and analyse it."""
+def trace(loss: Callable[[Any, Any], Any], params: Any, batch: Any) -> Program:
+    """Trace ``loss`` for one example (each leaf's shape without its leading axis) and analyse it.
+
+    The example inputs of the program are ``jax.tree.leaves(batch)``, in that order.
+    """
     leaves, treedef = jax.tree.flatten(params)
     ex_leaves, ex_def = jax.tree.flatten(batch)
     spec = [jax.ShapeDtypeStruct(np.shape(x)[1:], x.dtype) for x in ex_leaves]
     pspec = [jax.ShapeDtypeStruct(np.shape(x), x.dtype) for x in leaves]
 
     def single(p: list[Any], ex: list[Any]) -> Any:
-        return loss_single(jax.tree.unflatten(treedef, p), *jax.tree.unflatten(ex_def, ex))
+        return loss(jax.tree.unflatten(treedef, p), jax.tree.unflatten(ex_def, ex))
 
     closed = jax.make_jaxpr(single)(pspec, spec)
     out_aval: Any = closed.out_avals[0] if len(closed.out_avals) == 1 else None
     if out_aval is None or out_aval.shape != () or not jnp.issubdtype(out_aval.dtype, jnp.floating):
         raise TypeError(
-            f"`loss_single` must return a float scalar for one example, got {closed.out_avals}"
+            f"`loss` must return a float scalar for one example, got {closed.out_avals}"
         )
     nodes: list[Node] = []
     avals: list[Any] = []

@@ -12,20 +12,37 @@ import numpy as np
 from jaxwise._checks import check_int
 from jaxwise.optim import global_norm
 from jaxwise.per_example._common import (
-    LossSingle,
+    DEFAULT_MEMORY_BUDGET,
+    LossFn,
     batch_size_of,
     check_loss,
     check_params,
     clip_factor,
 )
 
+_MAPPED = (None, 0)  # params shared, the batch mapped over its leading axis
 
-def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
+
+def per_example_grads(loss: LossFn, params: Any, batch: Any) -> Any:
     """Gradients of every example: a pytree like ``params`` with a leading batch axis.
 
-    ``vmap(grad(loss_single), in_axes=(None, 0, …))``: the parameters are
-    shared, only the batch is mapped. Memory ``B × P``; see
-    :func:`per_example_grad_norms` and :func:`clip_and_sum` for cheaper paths.
+    ``vmap(grad(loss), in_axes=(None, 0))``: the parameters are shared, only the batch is
+    mapped (never the default ``in_axes=0``, which would map the parameters too). Memory
+    ``B × P``; see [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms]
+    and [`clip_and_sum`][jaxwise.per_example.clip_and_sum] for cheaper paths.
+
+    Args:
+      loss: ``loss(params, example) -> scalar`` for ONE example.
+      params: shared parameters, any pytree of float arrays.
+      batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
+        example axis of size ``B``; ``loss`` receives it with that axis removed.
+
+    Returns:
+      A pytree like ``params`` whose leaves have a leading axis ``B``.
+
+    Raises:
+      TypeError: ``loss`` is not callable, or a leaf of ``params`` or ``batch`` is not an array.
+      ValueError: the leaves of ``batch`` do not share their leading dimension.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -34,38 +51,34 @@ def per_example_grads(loss_single: LossSingle, params: Any, *batch: Any) -> Any:
         >>> g.tolist()
         [[1.0, 2.0], [3.0, 4.0]]
     """
-    check_loss(loss_single)
+    check_loss(loss)
     check_params(params)
     batch_size_of(batch)
-    return jax.vmap(jax.grad(loss_single), in_axes=(None, *([0] * len(batch))))(params, *batch)
+    return jax.vmap(jax.grad(loss), in_axes=_MAPPED)(params, batch)
 
 
-def _norm_single(loss_single: LossSingle) -> Callable[..., jax.Array]:
-    def norm(params: Any, *example: Any) -> jax.Array:
-        return global_norm(jax.grad(loss_single)(params, *example))
+def _norm_single(loss: LossFn) -> Callable[[Any, Any], jax.Array]:
+    def norm(params: Any, example: Any) -> jax.Array:
+        return global_norm(jax.grad(loss)(params, example))
 
     return norm
 
 
-def _axes(batch: tuple) -> tuple:
-    return (None, *([0] * len(batch)))
-
-
 def _clipped_sum_chunk(
-    loss_single: LossSingle, params: Any, batch: tuple, weights: jax.Array, clip_norm: float
+    loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
 ) -> tuple[Any, jax.Array]:
     """Clipped sum of one chunk: ``vmap`` norms, then ONE weighted backward pass."""
-    norms = jax.vmap(_norm_single(loss_single), in_axes=_axes(batch))(params, *batch)
+    norms = jax.vmap(_norm_single(loss), in_axes=_MAPPED)(params, batch)
     factor = jax.lax.stop_gradient(clip_factor(norms, clip_norm) * weights)
 
     def weighted(p: Any) -> jax.Array:
-        losses = jax.vmap(loss_single, in_axes=_axes(batch))(p, *batch)
+        losses = jax.vmap(loss, in_axes=_MAPPED)(p, batch)
         return jnp.sum(losses * factor.astype(losses.dtype))
 
     return jax.grad(weighted)(params), norms
 
 
-def _chunked(batch: tuple, chunk: int) -> tuple[tuple, jax.Array, int]:
+def _chunked(batch: Any, chunk: int) -> tuple[Any, jax.Array, int]:
     """Batch as ``(n_chunks, chunk, …)`` (padded with example 0), and the real-example mask."""
     n = batch_size_of(batch)
     n_chunks = -(-n // chunk)
@@ -80,27 +93,25 @@ def _chunked(batch: tuple, chunk: int) -> tuple[tuple, jax.Array, int]:
     return jax.tree.map(reshape, batch), mask, n
 
 
-def vmap_norms(
-    loss_single: LossSingle, params: Any, batch: tuple, chunk_size: int | None
-) -> jax.Array:
+def vmap_norms(loss: LossFn, params: Any, batch: Any, chunk_size: int | None) -> jax.Array:
     """Per-example norms by ``vmap``, all at once or ``chunk_size`` at a time in a ``lax.scan``."""
     n = batch_size_of(batch)
-    norm = _norm_single(loss_single)
+    norm = _norm_single(loss)
     if chunk_size is None or chunk_size >= n:
-        return jax.vmap(norm, in_axes=_axes(batch))(params, *batch)
+        return jax.vmap(norm, in_axes=_MAPPED)(params, batch)
     chunks, _, n = _chunked(batch, chunk_size)
 
-    def one_chunk(_: None, chunk: tuple) -> tuple[None, jax.Array]:
-        return None, jax.vmap(norm, in_axes=_axes(batch))(params, *chunk)
+    def one_chunk(_: None, chunk: Any) -> tuple[None, jax.Array]:
+        return None, jax.vmap(norm, in_axes=_MAPPED)(params, chunk)
 
     _, norms = jax.lax.scan(one_chunk, None, chunks)
     return norms.reshape(-1)[:n]
 
 
 def vmap_clip_and_sum(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    batch: tuple,
+    batch: Any,
     clip_norm: float,
     w: jax.Array,
     chunk_size: int | None,
@@ -108,7 +119,7 @@ def vmap_clip_and_sum(
     """Clipped sum by ``vmap`` norms and one weighted backward pass (per chunk)."""
     n = batch_size_of(batch)
     if chunk_size is None or chunk_size >= n:
-        return _clipped_sum_chunk(loss_single, params, batch, w, clip_norm)
+        return _clipped_sum_chunk(loss, params, batch, w, clip_norm)
     chunks, mask, n = _chunked(batch, chunk_size)
     padded = jnp.concatenate([w, jnp.zeros((mask.size - n,), w.dtype)]).reshape(mask.shape)
     chunk_weights = jnp.where(mask, padded, 0.0)
@@ -116,7 +127,7 @@ def vmap_clip_and_sum(
 
     def one_chunk(total: Any, xs: tuple) -> tuple[Any, jax.Array]:
         chunk, cw = xs
-        summed, norms = _clipped_sum_chunk(loss_single, params, chunk, cw, clip_norm)
+        summed, norms = _clipped_sum_chunk(loss, params, chunk, cw, clip_norm)
         return jax.tree.map(jnp.add, total, summed), norms
 
     total, norms = jax.lax.scan(one_chunk, zero, (chunks, chunk_weights))
@@ -124,14 +135,28 @@ def vmap_clip_and_sum(
 
 
 def auto_chunk_size(
-    loss_single: LossSingle, params: Any, *batch: Any, memory_budget: int = 256 * 2**20
+    loss: LossFn, params: Any, batch: Any, *, memory_budget: int = DEFAULT_MEMORY_BUDGET
 ) -> int:
     """The largest power-of-two chunk whose compiled temporary memory fits ``memory_budget`` bytes.
 
     Compiles the chunked norm computation for candidate chunk sizes
     (``jit(...).lower(...).compile().memory_analysis().temp_size_in_bytes``,
     binary search, a few compilations) — do it once per model and batch
-    shape, not per step. Returns at least 1.
+    shape, not per step.
+
+    Args:
+      loss: ``loss(params, example) -> scalar`` for ONE example.
+      params: shared parameters, any pytree of float arrays.
+      batch: the examples, any pytree whose leaves share a leading example axis ``B``
+        (arrays or ``jax.ShapeDtypeStruct``s: only shapes and dtypes are used).
+      memory_budget: bytes of compiled temporary memory allowed.
+
+    Returns:
+      A chunk size between 1 and ``B``: a power of two, or ``B`` when everything fits.
+
+    Raises:
+      TypeError: ``loss`` is not callable or ``memory_budget`` is not an int.
+      ValueError: ``memory_budget`` < 1, or the batch leaves do not share ``B``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -140,6 +165,8 @@ def auto_chunk_size(
         >>> auto_chunk_size(loss, w, x, memory_budget=2**22) < 64
         True
     """
+    check_loss(loss)
+    check_params(params)
     n = batch_size_of(batch)
     check_int(memory_budget, "memory_budget", min_value=1)
     spec = jax.tree.map(
@@ -147,7 +174,7 @@ def auto_chunk_size(
     )
 
     def temp_bytes(chunk: int) -> int:
-        fn = jax.jit(lambda p, b: vmap_norms(loss_single, p, b, chunk))
+        fn = jax.jit(lambda p, b: vmap_norms(loss, p, b, chunk))
         analysis = fn.lower(*spec).compile().memory_analysis()
         return int(getattr(analysis, "temp_size_in_bytes", 0))
 

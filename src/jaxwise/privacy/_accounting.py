@@ -1,75 +1,50 @@
-"""(ε, δ) from dp-accounting's RDP or PLD accountant, and the σ for a target ε."""
+"""(ε, δ) from dp-accounting's RDP or PLD accountant, and the σ for a target ε.
+
+dp-accounting is an optional dependency (``pip install 'jaxwise[privacy]'``), imported when
+an accountant is first needed.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
-from jaxwise._checks import (
-    check_float,
-    check_int,
-    check_probability,
-)
-from jaxwise.privacy._noise import (
-    _check_noise,
-)
+from jaxwise._checks import check_choice, check_float, check_int, check_probability
+from jaxwise._extras import require
+from jaxwise.privacy._noise import _check_noise
 
 __all__ = ["epsilon", "noise_multiplier_for"]
 
+Accountant = Literal["rdp", "pld"]
+ACCOUNTANTS = ("rdp", "pld")
 
-def _check_accounting(sample_rate: float, steps: int, delta: float) -> None:
+
+def _dp_accounting(feature: str) -> Any:
+    return require("dp_accounting", extra="privacy", feature=feature)
+
+
+def _check_accounting(sample_rate: float, steps: int, delta: float, accountant: str) -> None:
     check_probability(sample_rate, "sample_rate", open_low=True)
     check_int(steps, "steps", min_value=1)
     check_probability(delta, "delta", open_low=True, open_high=True)
+    check_choice(accountant, "accountant", ACCOUNTANTS)
 
 
-def _accountant(kind: str) -> Any:
-    import dp_accounting
-
+def _accountant(dp_accounting: Any, kind: str) -> Any:
     if kind == "rdp":
         return dp_accounting.rdp.RdpAccountant()
-    if kind == "pld":
-        return dp_accounting.pld.PLDAccountant()
-    raise ValueError(f"`accountant` must be 'rdp' or 'pld', got {kind!r}")
+    return dp_accounting.pld.PLDAccountant()
 
 
-def _event(noise_multiplier: float, sample_rate: float, steps: int) -> Any:
-    import dp_accounting
-
+def _event(dp_accounting: Any, noise_multiplier: float, sample_rate: float, steps: int) -> Any:
     return dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(
             sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)
         ),
         int(steps),
     )
-
-
-def epsilon(
-    noise_multiplier: float, sample_rate: float, steps: int, delta: float, accountant: str = "rdp"
-) -> float:
-    """ε of DP-SGD with Poisson sampling, from dp-accounting (RDP by default, ``"pld"`` optional).
-
-    Args:
-      noise_multiplier: σ (noise std / clip norm); 0 gives ε = inf.
-      sample_rate: q = expected batch size / dataset size, in (0, 1].
-      steps: number of noisy gradient steps.
-      delta: δ in (0, 1), typically < 1 / dataset size.
-      accountant: ``"rdp"`` or ``"pld"``.
-
-    Examples:
-        >>> epsilon(1.0, 0.01, 100, 1e-5) < epsilon(1.0, 0.01, 1000, 1e-5)
-        True
-    """
-    _check_noise(noise_multiplier)
-    _check_accounting(sample_rate, steps, delta)
-    acc = _accountant(accountant)
-    if noise_multiplier == 0:
-        return float("inf")
-    with _quiet_absl():  # dp-accounting logs orders it excludes; the result already says all
-        acc.compose(_event(noise_multiplier, sample_rate, steps))
-        return float(acc.get_epsilon(delta))
 
 
 @contextlib.contextmanager
@@ -84,38 +59,113 @@ def _quiet_absl() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def noise_multiplier_for(
-    target_epsilon: float, delta: float, sample_rate: float, steps: int, accountant: str = "rdp"
+def _epsilon(
+    dp_accounting: Any,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str,
 ) -> float:
-    """The smallest σ whose ε (Poisson-sampled Gaussian, ``steps`` steps) is ``<= target_epsilon``.
+    if noise_multiplier == 0:
+        return float("inf")
+    acc = _accountant(dp_accounting, accountant)
+    with _quiet_absl():  # dp-accounting logs orders it excludes; the result already says all
+        acc.compose(_event(dp_accounting, noise_multiplier, sample_rate, steps))
+        return float(acc.get_epsilon(delta))
 
-    Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection). Raises
-    ``ValueError`` if the target is unreachable with σ ≤ 1e4.
+
+def epsilon(
+    *,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: Accountant = "rdp",
+) -> float:
+    """ε of DP-SGD with Poisson sampling, from dp-accounting (RDP by default, ``"pld"`` optional).
+
+    Composes dp-accounting's ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))`` over ``steps``.
+    Nothing is printed (dp-accounting's absl warnings about excluded RDP orders are hidden).
+
+    Args:
+      noise_multiplier: σ (noise std / clip norm); 0 gives ε = inf.
+      sample_rate: q = expected batch size / dataset size, in (0, 1].
+      steps: number of noisy gradient steps.
+      delta: δ in (0, 1), typically < 1 / dataset size.
+      accountant: ``"rdp"`` or ``"pld"``.
+
+    Returns:
+      ε as a float (``inf`` without noise).
+
+    Raises:
+      TypeError: an argument of the wrong type.
+      ValueError: an argument out of range, or an unknown ``accountant``.
+      ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
 
     Examples:
-        >>> s = noise_multiplier_for(3.0, 1e-5, 256 / 60000, 10000)
-        >>> round(epsilon(s, 256 / 60000, 10000, 1e-5), 2) <= 3.0
+        >>> a = epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5)
+        >>> b = epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=1000, delta=1e-5)
+        >>> a < b
         True
     """
-    import dp_accounting
+    _check_noise(noise_multiplier)
+    _check_accounting(sample_rate, steps, delta, accountant)
+    dp_accounting = _dp_accounting("jaxwise.privacy.epsilon")
+    return _epsilon(dp_accounting, noise_multiplier, sample_rate, steps, delta, accountant)
 
-    check_float(target_epsilon, "target_epsilon", min_value=0.0, min_inclusive=False)
-    _check_accounting(sample_rate, steps, delta)
-    _accountant(accountant)
+
+def noise_multiplier_for(
+    *,
+    epsilon: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: Accountant = "rdp",
+) -> float:
+    """The smallest σ whose ε (Poisson-sampled Gaussian, ``steps`` steps) is ``<= epsilon``.
+
+    Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection to a tolerance of 1e-4).
+    Nothing is printed.
+
+    Args:
+      epsilon: the target ε > 0.
+      sample_rate: q = expected batch size / dataset size, in (0, 1].
+      steps: number of noisy gradient steps.
+      delta: δ in (0, 1).
+      accountant: ``"rdp"`` or ``"pld"``.
+
+    Returns:
+      The noise multiplier σ.
+
+    Raises:
+      TypeError: an argument of the wrong type.
+      ValueError: an argument out of range, or a target unreachable with σ ≤ 1e4.
+      ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
+
+    Examples:
+        >>> s = noise_multiplier_for(epsilon=3.0, sample_rate=256 / 60000, steps=10000, delta=1e-5)
+        >>> e = epsilon(noise_multiplier=s, sample_rate=256 / 60000, steps=10000, delta=1e-5)
+        >>> round(e, 2) <= 3.0
+        True
+    """
+    target = epsilon
+    check_float(target, "epsilon", min_value=0.0, min_inclusive=False)
+    _check_accounting(sample_rate, steps, delta, accountant)
+    dp_accounting = _dp_accounting("jaxwise.privacy.noise_multiplier_for")
     upper = 1e4
-    if epsilon(upper, sample_rate, steps, delta, accountant) > target_epsilon:
+    if _epsilon(dp_accounting, upper, sample_rate, steps, delta, accountant) > target:
         raise ValueError(
-            f"`target_epsilon` {target_epsilon} is unreachable: even "
-            f"noise_multiplier={upper:g} gives more "
+            f"`epsilon` {target} is unreachable: even noise_multiplier={upper:g} gives more "
             f"(sample_rate={sample_rate}, steps={steps}, delta={delta})"
         )
-    return float(
-        dp_accounting.calibrate_dp_mechanism(
-            lambda: _accountant(accountant),
-            lambda sigma: _event(sigma, sample_rate, steps),
-            target_epsilon,
+    with _quiet_absl():  # the bisection composes many accountants; each may log excluded orders
+        sigma = dp_accounting.calibrate_dp_mechanism(
+            lambda: _accountant(dp_accounting, accountant),
+            lambda s: _event(dp_accounting, s, sample_rate, steps),
+            target,
             delta,
             bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
             tol=1e-4,
         )
-    )
+    return float(sigma)

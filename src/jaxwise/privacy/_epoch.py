@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 from jax.sharding import Mesh
 
 from jaxwise._checks import (
@@ -16,7 +17,14 @@ from jaxwise._checks import (
     check_choice,
     check_int,
 )
-from jaxwise.per_example import LossSingle, check_clip_norm
+from jaxwise.per_example._common import (
+    ChunkSize,
+    LossFn,
+    Method,
+    check_chunk,
+    check_clip_norm,
+    check_method,
+)
 from jaxwise.privacy._noise import (
     _check_noise,
     _check_noise_scale,
@@ -27,17 +35,28 @@ from jaxwise.train import Gradients, ShuffleSampler, TrainEpoch, make_train_epoc
 
 __all__ = ["DPConfig", "PoissonSampler", "make_dp_train_epoch"]
 
+SAMPLERS = ("poisson", "shuffle")
+
 
 @dataclasses.dataclass(frozen=True)
 class DPConfig:
-    """DP-SGD settings of :func:`make_dp_train_epoch`."""
+    """DP-SGD settings of [`make_dp_train_epoch`][jaxwise.privacy.make_dp_train_epoch].
+
+    Attributes:
+      clip_norm: ``C``, the per-example clipping norm.
+      noise_multiplier: ``σ``: the noise std is ``σ·C``.
+      sampler: ``"poisson"`` or ``"shuffle"``.
+      batch_size: the (expected) batch size.
+      method: the per-example clipping method.
+      chunk_size: the chunk size of the ``"vmap"``/``"chunked"`` methods.
+    """
 
     clip_norm: float
     noise_multiplier: float
-    sampling: str
+    sampler: Literal["poisson", "shuffle"]
     batch_size: int
-    chunk_size: int | None
-    method: str
+    method: Method
+    chunk_size: ChunkSize
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,24 +118,19 @@ class _DPShuffleSampler(ShuffleSampler):
         return x, None, {"overflow": jnp.zeros((), bool)}
 
 
-def _dp_gradient_fn(loss_single: LossSingle, config: DPConfig) -> Callable[..., Gradients]:
+def _dp_gradient_fn(loss: LossFn, config: DPConfig) -> Callable[..., Gradients]:
     """The plug-in gradient of a DP-SGD epoch: clipped, summed, noised once per batch."""
 
     def gradient(params: Any, model_state: Any, batch: Any, key: jax.Array, mask: Any) -> Gradients:
-        if not isinstance(batch, tuple):
-            raise TypeError(
-                "`data` of a DP-SGD epoch must be a tuple of arrays (e.g. (x, y)), got "
-                f"{type(batch).__name__}"
-            )
         grads, norms = dp_gradient(
-            loss_single,
+            loss,
             params,
             batch,
             key,
-            config.clip_norm,
-            config.noise_multiplier,
-            chunk_size=config.chunk_size,
+            clip_norm=config.clip_norm,
+            noise_multiplier=config.noise_multiplier,
             method=config.method,
+            chunk_size=config.chunk_size,
             mask=mask,
             expected_batch_size=float(config.batch_size),
         )
@@ -134,72 +148,96 @@ def _dp_gradient_fn(loss_single: LossSingle, config: DPConfig) -> Callable[..., 
 
 
 def make_dp_train_epoch(
-    loss_single: LossSingle,
-    optimizer: Any,
+    loss: LossFn,
+    optimizer: optax.GradientTransformation,
     batch_size: int,
     *,
     clip_norm: float,
     noise_multiplier: float,
-    sampling: str = "poisson",
-    chunk_size: int | None = None,
-    method: str = "auto",
+    sampler: Literal["poisson", "shuffle"] = "poisson",
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
     mesh: Mesh | None = None,
     skip_nonfinite: bool = True,
     donate: bool = True,
 ) -> TrainEpoch:
     """A jitted DP-SGD epoch ``epoch(state, data) -> (state, metrics)`` over one ``lax.scan``.
 
-    A configuration of :func:`jaxwise.train.make_train_epoch` (the one training loop): the
-    DP gradient (:func:`dp_gradient`) and the sampler plug into it, so DP epochs get the NaN
-    guard (a non-finite noisy gradient or update is skipped), the per-call donation audit and
-    ``mesh`` (data parallelism; the padded batch width is rounded up to the devices).
+    A configuration of [`make_train_epoch`][jaxwise.train.make_train_epoch] (the one
+    training loop): the DP gradient ([`dp_gradient`][jaxwise.privacy.dp_gradient]) and the
+    sampler plug into it, so DP epochs get the NaN guard (a non-finite noisy gradient or
+    update is skipped), the per-call donation audit and ``mesh`` (data parallelism; the
+    padded batch width is rounded up to the devices).
 
-    ``state`` is a :class:`jaxwise.train.TrainState`; ``data`` a tuple of arrays with a
-    leading example axis. ``sampling="poisson"`` (what :func:`epsilon` analyses): each step
-    samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask, ``round(1
-    / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size batches. The noisy
-    gradient goes through any jaxwise/Optax optimizer. Metrics per step: ``"grad_norm"`` (of
-    the noisy gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
+    ``state`` is a [`TrainState`][jaxwise.train.TrainState]; ``data`` any pytree (tuple,
+    dict, dataclass) whose leaves share a leading example axis. The noisy gradient goes
+    through any jaxwise/Optax optimizer. Metrics per step: ``"grad_norm"`` (of the noisy
+    gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
     ``"clipped_fraction"``, ``"batch_size"`` (actual) and ``"overflow"``.
-    ``method`` picks the per-example clipping (:func:`dp_gradient`): ``"auto"`` (default)
-    uses ghost clipping wherever the traced loss allows it, ``"vmap"``/``"chunked"``
-    materialise per-example gradients.
 
-    The returned :class:`jaxwise.train.TrainEpoch` has ``.steps_per_epoch(n)`` and
-    ``.sample_rate(n)`` for the accountant, ``.config`` (a :class:`DPConfig`) and ``.jitted``
-    (compiled under ``<loss_single's name>_train_epoch``).
+    Args:
+      loss: ``loss(params, example) -> scalar`` for ONE example (``data``'s structure, the
+        leading axis removed).
+      optimizer: an Optax (or jaxwise) gradient transformation.
+      batch_size: the (expected) batch size.
+      clip_norm: ``C``, the per-example clipping norm.
+      noise_multiplier: ``σ``: the noise std is ``σ·C``.
+      sampler: ``"poisson"`` (what [`epsilon`][jaxwise.privacy.epsilon] analyses): each step
+        samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask,
+        ``round(1 / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size
+        batches (not covered by the Poisson analysis).
+      method: the per-example clipping: ``"auto"`` (default) uses ghost clipping wherever
+        the traced loss allows it, ``"vmap"``/``"chunked"`` materialise per-example
+        gradients (see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]).
+      chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+      mesh: a mesh with a ``"data"`` axis (data parallelism), or ``None``.
+      skip_nonfinite: skip a step whose noisy gradient or update is not finite.
+      donate: donate the state's buffers to the program.
+
+    Returns:
+      A [`TrainEpoch`][jaxwise.train.TrainEpoch] with ``.steps_per_epoch(n)`` and
+      ``.sample_rate(n)`` for the accountant, ``.config`` (a
+      [`DPConfig`][jaxwise.privacy.DPConfig]) and ``.jitted`` (compiled under
+      ``<loss's name>_train_epoch``).
+
+    Raises:
+      TypeError: ``loss`` is not callable, or a bad option type.
+      ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``sampler``, ``method``,
+        ``chunk_size`` or ``batch_size``.
 
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> from jaxwise.train import TrainState
-        >>> def sq(w, x, y): return (jnp.dot(w, x) - y) ** 2
+        >>> def sq(w, example): return (jnp.dot(w, example["x"]) - example["y"]) ** 2
         >>> x = jax.random.normal(jax.random.key(0), (64, 3)); y = x @ jnp.asarray([1.0, -1.0, 0.5])
         >>> tx = optim.sgd(0.1)
         >>> epoch = make_dp_train_epoch(sq, tx, 16, clip_norm=10.0, noise_multiplier=0.5)
-        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), tx, 0), (x, y))
+        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), tx, 0), {"x": x, "y": y})
         >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
         (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """
-    check_callable(loss_single, "loss_single")
+    check_callable(loss, "loss")
     check_clip_norm(clip_norm)
     _check_noise(noise_multiplier)
     _check_noise_scale(clip_norm, noise_multiplier)
-    sampling = check_choice(sampling, "sampling", ("poisson", "shuffle"))
+    check_choice(sampler, "sampler", SAMPLERS)
+    check_method(method)
+    check_chunk(chunk_size)
     batch_size = check_int(batch_size, "batch_size", min_value=1)
     config = DPConfig(
-        float(clip_norm), float(noise_multiplier), sampling, batch_size, chunk_size, method
+        float(clip_norm), float(noise_multiplier), sampler, batch_size, method, chunk_size
     )
     multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
-    sampler: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
-    if sampling == "poisson":
-        sampler = PoissonSampler(batch_size, multiple)
+    draw: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
+    if sampler == "poisson":
+        draw = PoissonSampler(batch_size, multiple)
     epoch = make_train_epoch(
-        loss_single,
+        loss,
         optimizer,
         batch_size,
-        gradient=_dp_gradient_fn(loss_single, config),
-        sampler=sampler,
+        gradient=_dp_gradient_fn(loss, config),
+        sampler=draw,
         mesh=mesh,
         skip_nonfinite=skip_nonfinite,
         donate=donate,

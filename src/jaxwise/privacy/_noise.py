@@ -13,7 +13,15 @@ from jaxwise._checks import (
     check_float,
     check_key,
 )
-from jaxwise.per_example import LossSingle, batch_size_of, check_clip_norm, clip_and_sum
+from jaxwise.per_example import clip_and_sum
+from jaxwise.per_example._common import (
+    ChunkSize,
+    LossFn,
+    Method,
+    batch_size_of,
+    check_clip_norm,
+    leaf_label,
+)
 
 __all__ = ["add_dp_noise", "dp_gradient", "dp_gradient_accumulated"]
 
@@ -78,86 +86,135 @@ def add_dp_noise(
 
 
 def dp_gradient(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    batch: tuple[Any, ...],
+    batch: Any,
     key: jax.Array,
+    *,
     clip_norm: float,
     noise_multiplier: float,
-    chunk_size: int | str | None = None,
-    method: str = "auto",
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
 ) -> tuple[Any, jax.Array]:
     """The DP-SGD gradient of one batch: ``(noisy mean gradient, per-example norms)``.
 
     Args:
-      loss_single: ``loss_single(params, *example) -> scalar``.
-      params: the parameters.
-      batch: a tuple of arrays with a leading example axis.
+      loss: ``loss(params, example) -> scalar`` for ONE example.
+      params: the parameters, any pytree of float arrays.
+      batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
+        example axis ``B``; ``loss`` receives one example, that axis removed.
       key: PRNG key for the noise.
-      clip_norm: ``C``; noise_multiplier: ``σ``.
-      chunk_size, method: as in :func:`jaxwise.per_example.clip_and_sum`.
+      clip_norm: ``C``, the per-example clipping norm.
+      noise_multiplier: ``σ``: the noise std is ``σ·C``.
+      method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+      chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
       mask: optional bool ``(B,)``: real examples of a padded Poisson batch.
-      expected_batch_size: the denominator; default ``B`` (fixed-size
-        batches). Pass ``q·N`` with Poisson batches.
+      expected_batch_size: the denominator; default ``B`` (fixed-size batches). Pass
+        ``q·N`` with Poisson batches.
+
+    Returns:
+      ``(gradient, norms)``: a pytree like ``params`` and the ``(B,)`` pre-clip norms.
+
+    Raises:
+      TypeError: a bad ``loss``, ``params``, ``batch`` or ``key``.
+      ValueError: a bad ``clip_norm``/``noise_multiplier``, or batch leaves that do not
+        share their leading dimension.
 
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
-        >>> g, norms = dp_gradient(loss, jnp.ones(2), (jnp.asarray([[3.0, 4.0], [0.0, 1.0]]),),
+        >>> g, norms = dp_gradient(loss, jnp.ones(2), jnp.asarray([[3.0, 4.0], [0.0, 1.0]]),
         ...                        jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0)
         >>> [round(v, 4) for v in g.tolist()], norms.tolist()
         ([0.3, 0.9], [5.0, 1.0])
     """
-    if not isinstance(batch, tuple):
-        raise TypeError(
-            f"`batch` must be a tuple of arrays (e.g. (x, y)), got {type(batch).__name__}"
-        )
     n = batch_size_of(batch)
     weights = None if mask is None else jnp.asarray(mask).astype(jnp.float32)
     summed, norms = clip_and_sum(
-        loss_single,
+        loss,
         params,
-        *batch,
+        batch,
         clip_norm=clip_norm,
-        chunk_size=chunk_size,
         method=method,
+        chunk_size=chunk_size,
         weights=weights,
     )
     denominator = n if expected_batch_size is None else expected_batch_size
     return add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator), norms
 
 
+def _inner_size(microbatches: Any) -> int:
+    """The micro-batch size ``m``: axis 1 of every leaf of ``microbatches`` ``(M, m, …)``."""
+    sizes = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(microbatches)[0]:
+        label = leaf_label("microbatches", path)
+        if len(np.shape(leaf)) < 2:
+            raise ValueError(
+                f"`{label}` has shape {np.shape(leaf)}; every leaf of `microbatches` needs "
+                "two leading axes (micro-batches, examples)"
+            )
+        sizes.append((label, int(np.shape(leaf)[1])))
+    if len({s for _, s in sizes}) != 1:
+        listing = ", ".join(f"{label}: {s}" for label, s in sizes)
+        raise ValueError(
+            f"every leaf of `microbatches` must share the micro-batch size (axis 1), got {listing}"
+        )
+    return sizes[0][1]
+
+
 def dp_gradient_accumulated(
-    loss_single: LossSingle,
+    loss: LossFn,
     params: Any,
-    microbatches: tuple[Any, ...],
+    microbatches: Any,
     key: jax.Array,
+    *,
     clip_norm: float,
     noise_multiplier: float,
-    expected_batch_size: float,
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
-    chunk_size: int | None = None,
-    method: str = "auto",
+    expected_batch_size: float,
 ) -> tuple[Any, jax.Array]:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.
 
-    ``microbatches`` has shape ``(M, m, …)`` per array (M micro-batches of m
+    Every leaf of ``microbatches`` has shape ``(M, m, …)`` (M micro-batches of m
     examples); ``mask`` ``(M, m)`` marks real examples. The clipped sums of
     all micro-batches are accumulated in a ``lax.scan``, then one noise draw
     is added and the total divided by ``expected_batch_size``. Adding noise
     per micro-batch (a common bug) would multiply the noise variance by M.
 
+    Args:
+      loss: ``loss(params, example) -> scalar`` for ONE example.
+      params: the parameters, any pytree of float arrays.
+      microbatches: any pytree whose leaves share two leading axes ``(M, m)``.
+      key: PRNG key for the noise.
+      clip_norm: ``C``, the per-example clipping norm.
+      noise_multiplier: ``σ``: the noise std is ``σ·C``.
+      method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+      chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+      mask: optional bool ``(M, m)``: real examples.
+      expected_batch_size: the denominator (``q·N`` with Poisson sampling).
+
     Returns:
       ``(noisy mean gradient, norms (M, m))``.
+
+    Raises:
+      TypeError: a bad ``loss``, ``params``, ``microbatches`` or ``key``.
+      ValueError: leaves without two shared leading axes, or a ``mask`` of another shape.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(w * x)
+        >>> micro = jnp.asarray([[[3.0, 4.0]], [[0.0, 1.0]]])  # M = 2 micro-batches of 1
+        >>> g, norms = dp_gradient_accumulated(loss, jnp.ones(2), micro, jax.random.key(0),
+        ...     clip_norm=1.0, noise_multiplier=0.0, expected_batch_size=2.0)
+        >>> [round(v, 4) for v in g.tolist()], norms.tolist()
+        ([0.3, 0.9], [[5.0], [1.0]])
     """
-    if not isinstance(microbatches, tuple):
-        raise TypeError(
-            f"`microbatches` must be a tuple of arrays, got {type(microbatches).__name__}"
-        )
     m = batch_size_of(microbatches, "microbatches")
-    inner = jax.tree.leaves(microbatches)[0].shape[1]
+    inner = _inner_size(microbatches)
     weights = (
         jnp.ones((m, inner), jnp.float32) if mask is None else jnp.asarray(mask).astype(jnp.float32)
     )
@@ -165,15 +222,15 @@ def dp_gradient_accumulated(
         raise ValueError(f"`mask` must have shape ({m}, {inner}), got {weights.shape}")
     zero = jax.tree.map(jnp.zeros_like, params)
 
-    def accumulate(total: Any, xs: tuple) -> tuple[Any, jax.Array]:
+    def accumulate(total: Any, xs: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
         micro, w = xs
         summed, norms = clip_and_sum(
-            loss_single,
+            loss,
             params,
-            *micro,
+            micro,
             clip_norm=clip_norm,
-            chunk_size=chunk_size,
             method=method,
+            chunk_size=chunk_size,
             weights=w,
         )
         return jax.tree.map(jnp.add, total, summed), norms

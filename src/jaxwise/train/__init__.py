@@ -1,4 +1,6 @@
-"""Training: a frozen-dataclass state, donation-safe jitted steps and epochs, checkpoints, meshes.
+"""Training: a frozen-dataclass state, donation-safe jitted steps and epochs, a streaming loop.
+
+Checkpoints live in `jaxwise.checkpoint`, meshes and placement in `jaxwise.sharding`.
 
 Examples:
     >>> import jax, jax.numpy as jnp
@@ -17,29 +19,15 @@ Examples:
     True
 """
 
-from jaxwise.train._checkpoint import (
-    Checkpointer,
-    CheckpointError,
-    CheckpointWarning,
-    data_fingerprint,
-    latest_step,
-    load_metadata,
-    restore,
-    save,
-)
 from jaxwise.train._donation import DonationError, check_donatable, check_optimizer_fits
 from jaxwise.train._epoch import Sampler, ShuffleSampler, TrainEpoch, make_train_epoch
 from jaxwise.train._loop import FitReport, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
-from jaxwise.train._sharding import data_mesh, fsdp_mesh, state_shardings
 from jaxwise.train._state import TrainState, as_key, type_signature
 from jaxwise.train._step import TrainStep, make_train_step
 from jaxwise.train._update import Gradients
 
 __all__ = [
-    "CheckpointError",
-    "CheckpointWarning",
-    "Checkpointer",
     "DonationError",
     "DynamicLossScale",
     "FitReport",
@@ -53,16 +41,8 @@ __all__ = [
     "as_key",
     "check_donatable",
     "check_optimizer_fits",
-    "data_fingerprint",
-    "data_mesh",
     "fit",
-    "fsdp_mesh",
-    "latest_step",
-    "load_metadata",
     "make_train_epoch",
     "make_train_step",
-    "restore",
-    "save",
-    "state_shardings",
     "type_signature",
 ]

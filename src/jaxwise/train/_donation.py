@@ -31,6 +31,8 @@ class DonationError(ValueError):
         ``(state, metrics)``, which are valid: training can continue from them.
     """
 
+    __module__ = "jaxwise.train"
+
     result: Any = None
 
 
@@ -55,7 +57,7 @@ def check_donatable(tree: Any, what: str = "state") -> None:
         >>> check_donatable({"mu": z, "nu": z})  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        jaxwise.train._donation.DonationError: state: the same buffer appears at `mu` and `nu`; ...
+        jaxwise.train.DonationError: state: the same buffer appears at `mu` and `nu`; ...
     """
     seen: dict[int, str] = {}
     for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):

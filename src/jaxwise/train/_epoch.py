@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxwise._checks import check_int
-from jaxwise.train._sharding import data_size as _data_size
+from jaxwise.sharding._mesh import data_size as _data_size
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._step import (
     LossFn,

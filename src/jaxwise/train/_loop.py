@@ -6,18 +6,26 @@ import contextlib
 import dataclasses
 import itertools
 import time
-from collections.abc import Callable, Iterable, Iterator, Sized
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterable, Sized
+from typing import Any, Protocol
 
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int
 from jaxwise._prefetch import prefetch_to_device
-from jaxwise.train._checkpoint import Checkpointer
+from jaxwise._progress import progress_bar
 from jaxwise.train._state import TrainState
 
 __all__ = ["FitReport", "fit"]
+
+
+class _Saver(Protocol):
+    """What :func:`fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
+
+    A structural type, so that ``train`` does not import ``checkpoint`` (the layer above it).
+    """
+
+    def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,39 +47,20 @@ class FitReport:
     seconds: float
 
 
-@contextlib.contextmanager
-def _progress(enabled: bool, total: int | None) -> Iterator[Callable[[float, int], None]]:
-    if not enabled:
-        yield lambda loss, skipped: None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    columns = (
-        TextColumn("train"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("loss {task.fields[loss]:.4g}  skipped {task.fields[skipped]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=Console(stderr=True)) as bar:
-        task = bar.add_task("train", total=total, loss=float("nan"), skipped=0)
-        yield lambda loss, skipped: bar.update(task, advance=1, loss=loss, skipped=skipped)
-
-
-def _check(
-    state: Any, steps: Any, checkpoint_dir: Any, checkpoint_every: Any, prefetch: Any
-) -> None:
+def _check(state: Any, steps: Any, checkpointer: Any, checkpoint_every: Any, prefetch: Any) -> None:
     if not isinstance(state, TrainState):
         raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
     if steps is not None:
         check_int(steps, "steps", min_value=1)
     if checkpoint_every is not None:
         check_int(checkpoint_every, "checkpoint_every", min_value=1)
-        if checkpoint_dir is None:
-            raise ValueError("`checkpoint_every` needs `checkpoint_dir`")
-    if checkpoint_dir is not None and not isinstance(checkpoint_dir, (str, Path)):
-        raise TypeError(f"`checkpoint_dir` must be a path, got {type(checkpoint_dir).__name__}")
+        if checkpointer is None:
+            raise ValueError("`checkpoint_every` needs `checkpointer`")
+    if checkpointer is not None and not callable(getattr(checkpointer, "save", None)):
+        raise TypeError(
+            "`checkpointer` must be a jaxwise.checkpoint.Checkpointer (an object with "
+            f"`save(state, metadata)`), got {type(checkpointer).__name__}"
+        )
     check_int(prefetch, "prefetch", min_value=0)
 
 
@@ -81,12 +70,11 @@ def fit(
     batches: Iterable[Any],
     *,
     steps: int | None = None,
-    checkpoint_dir: str | Path | None = None,
+    checkpointer: _Saver | None = None,
     checkpoint_every: int | None = None,
-    keep: int = 3,
     metadata: dict[str, Any] | None = None,
     prefetch: int = 2,
-    progress: bool = True,
+    progress: bool = False,
 ) -> tuple[TrainState, FitReport]:
     """Train ``step`` over an iterator of host batches, keeping the device busy.
 
@@ -94,10 +82,10 @@ def fit(
     ahead, in a background thread, sharded over ``step.mesh``'s ``"data"`` axis when
     the step has a mesh) while the device trains on earlier ones; each step's metrics
     are read only after the next step is dispatched, so the host never waits for the
-    device in between. The NaN guard's skipped steps are counted; with
-    ``checkpoint_dir`` the directory is locked for the whole loop (a
-    :class:`~jaxwise.train.Checkpointer`), the state is saved every
-    ``checkpoint_every`` steps and at the end.
+    device in between. The NaN guard's skipped steps are counted; with a
+    ``checkpointer`` (a `jaxwise.checkpoint.Checkpointer`, which holds its directory's
+    writer lock until you close it) the state is saved every ``checkpoint_every`` steps
+    and at the end.
 
     Args:
       step: a :func:`make_train_step` step (or any ``step(state, batch) -> (state,
@@ -106,12 +94,14 @@ def fit(
       batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
         each process's own rows.
       steps: stop after this many batches (default: when ``batches`` ends).
-      checkpoint_dir: where to save (``None``: no checkpoints).
-      checkpoint_every: save every this many steps (and at the end).
-      keep: how many checkpoints to keep.
+      checkpointer: saves the checkpoints, e.g. ``Checkpointer(directory, keep=3)``
+        from `jaxwise.checkpoint` (``None``: no checkpoints). ``fit`` calls its
+        ``save(state, metadata)`` and leaves it open.
+      checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
       metadata: JSON metadata saved with every checkpoint.
       prefetch: batches kept ready on the devices (0: transfer in the loop).
-      progress: show a rich progress bar on stderr (loss, skipped steps).
+      progress: show a progress bar on stderr (loss, skipped steps); needs rich (the
+        ``cli`` extra).
 
     Returns:
       ``(state, report)``: the final state and a :class:`FitReport`.
@@ -133,7 +123,7 @@ def fit(
         (200, 0, True)
     """
     check_callable(step, "step")
-    _check(state, steps, checkpoint_dir, checkpoint_every, prefetch)
+    _check(state, steps, checkpointer, checkpoint_every, prefetch)
     if not isinstance(batches, Iterable):
         raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
     total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
@@ -147,22 +137,27 @@ def fit(
         feed = (
             stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
         )
-        writer = (
-            stack.enter_context(Checkpointer(checkpoint_dir, keep=keep))
-            if checkpoint_dir is not None
-            else None
+        advance = stack.enter_context(
+            progress_bar(
+                bool(progress),
+                total,
+                "train",
+                "loss {loss:.4g}  skipped {skipped}",
+                feature="jaxwise.train.fit(progress=True)",
+                loss=float("nan"),
+                skipped=0,
+            )
         )
-        advance = stack.enter_context(_progress(bool(progress), total))
 
         def record(metrics: dict[str, Any]) -> None:
             nonlocal skipped
             losses.append(float(metrics["loss"]))
             skipped += int(metrics.get("skipped", 0))
-            advance(losses[-1], skipped)
+            advance(loss=losses[-1], skipped=skipped)
 
         def checkpoint() -> None:
-            if writer is not None and int(state.step) not in saved:  # skipped steps: nothing new
-                writer.save(state, metadata)
+            if checkpointer is not None and int(state.step) not in saved:  # skipped: nothing new
+                checkpointer.save(state, metadata)
                 saved.append(int(state.step))
 
         pending = None

@@ -10,12 +10,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwise._checks import is_key
 from jaxwise.tree import path_names
 
 
 def _fresh(x: Any) -> Any:
     """An independent, strongly typed copy of an array leaf (never aliases the caller's buffer)."""
-    if isinstance(x, jax.Array) and jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+    if isinstance(x, jax.Array) and is_key(x):
         return jax.random.wrap_key_data(
             jnp.array(jax.random.key_data(x), copy=True), impl=jax.random.key_impl(x)
         )
@@ -51,11 +52,7 @@ def _build_jit(params: Any, model_state: Any, optimizer: Any) -> tuple[Any, Any,
 
 def _strong(x: Any) -> Any:
     """Drop weak types (a weakly typed leaf would change type after the first step)."""
-    if (
-        isinstance(x, jax.Array)
-        and not jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
-        and jax.typeof(x).weak_type
-    ):
+    if isinstance(x, jax.Array) and not is_key(x) and jax.typeof(x).weak_type:
         return jnp.array(x, dtype=x.dtype, copy=True)
     return x
 
@@ -122,7 +119,7 @@ def as_key(key: Any) -> jax.Array:
     """A typed PRNG key from a typed key, a raw uint32 key (``PRNGKey``) or an int seed."""
     if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
         return jax.random.key(int(key))
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key):
+    if isinstance(key, jax.Array) and is_key(key):
         if key.shape != ():
             raise ValueError(f"`key` must be a single key (shape ()), got shape {key.shape}")
         return key

@@ -11,17 +11,12 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxwise._checks import check_bool, check_callable
+from jaxwise._prefetch import place_batch
+from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
+from jaxwise.sharding._mesh import data_size as _data_size
+from jaxwise.sharding._mesh import feeding_processes, keep_layout, place_for_mesh, replicated
 from jaxwise.train._donation import Audit, check_optimizer_fits
 from jaxwise.train._precision import DynamicLossScale, check_compute_dtype, check_loss_scale
-from jaxwise.train._sharding import batch_sharding as _batch_sharding
-from jaxwise.train._sharding import data_size as _data_size
-from jaxwise.train._sharding import (
-    feeding_processes,
-    keep_layout,
-    place_batch,
-    place_for_mesh,
-    replicated,
-)
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._update import UpdateConfig, loss_gradient, make_update
 from jaxwise.tree import path_names

@@ -11,8 +11,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxwise._checks import check_int
-from jaxwise._prefetch import place_batch
+from jaxwise._checks import check_int, is_key
 
 __all__ = [
     "batch_sharding",
@@ -22,7 +21,6 @@ __all__ = [
     "feeding_processes",
     "fsdp_mesh",
     "keep_layout",
-    "place_batch",
     "place_for_mesh",
     "place_state",
     "replicated",
@@ -83,10 +81,6 @@ def batch_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P("data"))
 
 
-def _is_key(leaf: Any) -> bool:
-    return isinstance(leaf, jax.Array) and jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
-
-
 def _fresh_copies(arrays: list[Any], impls: tuple[str | None, ...]) -> list[Any]:
     """Copies (and typed keys from key data): fresh buffers on each device."""
     return [
@@ -109,8 +103,8 @@ def _place_global(leaves: list[Any], shardings: list[Any]) -> list[Any]:
     """
     raw, impls = [], []
     for leaf, sharding in zip(leaves, shardings):
-        impls.append(str(jax.random.key_impl(leaf)) if _is_key(leaf) else None)
-        data = jax.random.key_data(leaf) if _is_key(leaf) else leaf
+        impls.append(str(jax.random.key_impl(leaf)) if is_key(leaf) else None)
+        data = jax.random.key_data(leaf) if is_key(leaf) else leaf
         if isinstance(data, jax.Array) and not data.is_fully_addressable:
             raw.append(data)  # already a global array: the compiled copy reshards it
             continue
@@ -169,8 +163,6 @@ def fsdp_mesh(model: int, devices: Any = None) -> Mesh:
         >>> fsdp_mesh(1).axis_names
         ('data', 'model')
     """
-    from jaxwise._checks import check_int
-
     devices = jax.devices() if devices is None else list(devices)
     model = check_int(model, "model", min_value=1)
     if len(devices) % model:
@@ -180,10 +172,7 @@ def fsdp_mesh(model: int, devices: Any = None) -> Mesh:
 
 def _leaf_spec(leaf: Any, model: int, min_size: int) -> P:
     shape = tuple(getattr(leaf, "shape", ()))
-    dtype = getattr(leaf, "dtype", None)
-    if model == 1 or int(np.prod(shape, dtype=np.int64)) < min_size:
-        return P()
-    if dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key):
+    if model == 1 or int(np.prod(shape, dtype=np.int64)) < min_size or is_key(leaf):
         return P()
     for dim in sorted(range(len(shape)), key=lambda d: -shape[d]):  # largest divisible dim
         if shape[dim] % model == 0:

@@ -13,12 +13,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int, check_path
+from jaxwise._checks import check_int, check_path, is_key
 from jaxwise._version import __version__
-from jaxwise.train import _ckpt_format as fmt
-from jaxwise.train._ckpt_format import CheckpointError, Damaged
-from jaxwise.train._ckpt_restore import restore_jaxwise, restore_orbax
-from jaxwise.train._state import TrainState
+from jaxwise.checkpoint import _format as fmt
+from jaxwise.checkpoint._format import CheckpointError, Damaged
+from jaxwise.checkpoint._restore import restore_jaxwise, restore_orbax
+from jaxwise.train import TrainState
 from jaxwise.tree import path_names
 
 __all__ = [
@@ -35,6 +35,8 @@ __all__ = [
 
 class CheckpointWarning(UserWarning):
     """A damaged or incomplete checkpoint step was skipped in favour of an older intact one."""
+
+    __module__ = "jaxwise.checkpoint"
 
 
 def _sync(tag: str) -> None:
@@ -88,7 +90,7 @@ def _describe(state: TrainState, metadata: dict[str, Any]) -> tuple[dict[str, An
     rows, stored = [], []
     for (path, leaf), name in zip(flat, path_names(state)):
         leaf = leaf if isinstance(leaf, jax.Array) else jax.numpy.asarray(leaf)
-        impl = str(jax.random.key_impl(leaf)) if fmt.is_key(leaf) else None
+        impl = str(jax.random.key_impl(leaf)) if is_key(leaf) else None
         value = jax.random.key_data(leaf) if impl else leaf
         stored.append(value)
         rows.append(
@@ -158,12 +160,11 @@ class Checkpointer:
         ...     Checkpointer(ck.path)
         Traceback (most recent call last):
         ...
-        jaxwise.train._ckpt_format.CheckpointError: checkpoint directory ... is in use by ...
+        jaxwise.checkpoint.CheckpointError: checkpoint directory ... is in use by ...
     """
 
     def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = False) -> None:
-        import orbax.checkpoint as ocp
-
+        ocp = fmt.orbax()
         fmt.quiet_orbax()
         check_path(path, "path")
         self.path = Path(path).absolute()
@@ -192,8 +193,7 @@ class Checkpointer:
         step = int(state.step)
         target = self.path / str(step)
         self._clear_slot(step, target)
-        import orbax.checkpoint as ocp
-
+        ocp = fmt.orbax()
         tree, doc = _describe(state, metadata)
         args = ocp.args.Composite(
             **{fmt.STATE: ocp.args.StandardSave(tree), fmt.META: ocp.args.JsonSave(doc)}
@@ -399,6 +399,7 @@ def restore(
         raise TypeError(f"`like` must be a TrainState, got {type(like).__name__}")
     if step is not None:
         step = check_int(step, "step", min_value=0)
+    fmt.orbax()
     fmt.quiet_orbax()
     root = Path(path).absolute()
     problems = []

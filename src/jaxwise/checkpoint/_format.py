@@ -27,6 +27,8 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwise._extras import require
+
 FORMAT = "jaxwise-checkpoint-2"
 STATE, META = "state", "meta"
 LOCK_NAME = ".jaxwise-writer.lock"
@@ -35,9 +37,16 @@ LOCK_NAME = ".jaxwise-writer.lock"
 class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, corrupted, locked, or does not fit the target state."""
 
+    __module__ = "jaxwise.checkpoint"
+
 
 class Damaged(CheckpointError):
     """One step of a checkpoint directory is unreadable or fails its integrity check."""
+
+
+def orbax() -> Any:
+    """The ``orbax.checkpoint`` module, or one ``ImportError`` naming the ``checkpoint`` extra."""
+    return require("orbax.checkpoint", extra="checkpoint", feature="jaxwise.checkpoint")
 
 
 # ----------------------------------------------------------------------------- logging
@@ -112,12 +121,6 @@ def lookup(tree: Any, parts: Sequence[str]) -> Any:
     for part in parts:
         tree = tree[int(part)] if isinstance(tree, (list, tuple)) else tree[part]
     return tree
-
-
-def is_key(x: Any) -> bool:
-    """True for a typed PRNG key array (or its abstract value)."""
-    dtype = getattr(x, "dtype", None)
-    return dtype is not None and jnp.issubdtype(dtype, jax.dtypes.prng_key)
 
 
 # ----------------------------------------------------------------------------- checksums
@@ -238,7 +241,7 @@ def layout(step_dir: Path) -> tuple[str, Path] | None:
 class DirLock:
     """An exclusive, non-blocking ``flock`` on ``<root>/.jaxwise-writer.lock``.
 
-    Held by one writer (one :class:`~jaxwise.train.Checkpointer`) at a time, across processes;
+    Held by one writer (one `jaxwise.checkpoint.Checkpointer`) at a time, across processes;
     the operating system releases it when the holder exits, even if it crashes.
     """
 

@@ -1,32 +1,16 @@
-"""Label errors from out-of-fold probabilities and confident learning.
+"""Out-of-fold probabilities: ``folds`` models trained at once, each row predicted by the model
+that never saw it.
 
-A model trained on every row memorises its mislabeled rows, so its own confidence (or
-gradient norm) on them says little. Here ``folds`` models are trained *at once* — ``vmap``
-over ``folds`` parameter sets in one compiled, scanned program, each masked to its training
-folds — so every row's predicted probabilities come from the model that never saw it. Each
-fold stops early on its held-out part (its best epoch's parameters are kept). The
-confident-learning rule (Northcutt et al., 2021) then marks a row as a candidate when its
-probabilities confidently point to a class other than the given one, and ranks rows by
-self-confidence ``p(given)`` (default) or by normalised margin.
-
->>> import numpy as np
->>> from jaxwise.data import make_blobs, flip_labels
->>> x, y = make_blobs(300, n_classes=3, seed=0)
->>> noisy, flipped = flip_labels(y, 15, 3, seed=1)
->>> found = find_label_errors(x, noisy, epochs=30, seed=0)
->>> float(np.isin(found.indices[:15], flipped).mean()) >= 0.8
-True
-
-References:
-  Northcutt, Jiang & Chuang, Confident Learning: Estimating Uncertainty in Dataset Labels,
-  JAIR 2021, https://arxiv.org/abs/1911.00068
+``vmap`` over ``folds`` parameter sets in one compiled, scanned program, each masked to its
+training folds; each fold stops early on its held-out part (its best epoch's parameters are
+kept).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -35,19 +19,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwise._checks import check_array, check_callable, check_choice, check_float, check_int
-from jaxwise.models import init_mlp, mlp_apply
+from jaxwise._checks import check_array, check_callable, check_int
+from jaxwise.models import init_mlp
 
-__all__ = [
-    "LabelIssues",
-    "OutOfFold",
-    "confident_learning",
-    "find_label_errors",
-    "out_of_fold_probabilities",
-    "stratified_folds",
-]
-
-RANKINGS = ("self_confidence", "normalized_margin")
+__all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,35 +46,6 @@ class OutOfFold:
     params: Any
 
 
-@dataclasses.dataclass(frozen=True)
-class LabelIssues:
-    """Rows ranked from most to least likely mislabeled.
-
-    Attributes:
-      indices: ``(n,)`` every row, most suspicious first (candidates first).
-      candidate: ``(n,)`` bool, aligned with ``indices``: in the confident joint's off-diagonal.
-      p_given: ``(n,)`` probability of the given label, aligned with ``indices``.
-      suggested: ``(n,)`` most probable other class, aligned with ``indices``.
-      score: ``(n,)`` the ranking score (lower is more suspicious), aligned with ``indices``.
-      num_candidates: number of confident-learning candidates.
-      pred_probs: ``(n, k)`` the probabilities ranked, in the original row order.
-      oof: the out-of-fold runs the probabilities came from (empty when given directly).
-    """
-
-    indices: np.ndarray
-    candidate: np.ndarray
-    p_given: np.ndarray
-    suggested: np.ndarray
-    score: np.ndarray
-    num_candidates: int
-    pred_probs: np.ndarray
-    oof: tuple[OutOfFold, ...] = ()
-
-    def top(self, k: int) -> np.ndarray:
-        """The ``k`` most suspicious row indices."""
-        return self.indices[: check_int(k, "k", min_value=0)]
-
-
 def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
     """``(n,)`` fold index of each row; every class is spread evenly over the folds.
 
@@ -116,70 +62,6 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarra
         fold_of[rows] = (np.arange(len(rows)) + offset) % folds
         offset += len(rows)
     return fold_of
-
-
-def confident_learning(
-    pred_probs: Any, labels: Any, *, ranked_by: str = "self_confidence"
-) -> LabelIssues:
-    """Rank rows by how likely their given label is wrong (NumPy, float64).
-
-    Per-class thresholds ``t_j`` are the mean probability of class ``j`` over rows labeled
-    ``j``; row ``i`` joins the confident joint at the most probable class ``j`` with
-    ``p_ij ≥ t_j``; rows that land off the diagonal (``j ≠ given``) are the candidates.
-    Candidates come first, each group ordered by the score (lower = more suspicious):
-    ``self_confidence`` = ``p(given)``, ``normalized_margin`` = ``p(given) − max_{j≠given} p_j``.
-
-    Args:
-      pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
-      labels: ``(n,)`` given integer labels in ``[0, k)``.
-      ranked_by: ``"self_confidence"`` or ``"normalized_margin"``.
-
-    >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])
-    >>> confident_learning(p, np.array([0, 0, 1, 1])).indices[:1].tolist()
-    [3]
-    """
-    check_choice(ranked_by, "ranked_by", RANKINGS)
-    probs = np.asarray(
-        check_array(pred_probs, "pred_probs", ndim=2, dtype_kind="f", non_empty=True), np.float64
-    )
-    given = np.asarray(check_array(labels, "labels", ndim=1, dtype_kind="iu"))
-    n, k = probs.shape
-    if given.shape[0] != n:
-        raise ValueError(f"`labels` has {given.shape[0]} rows but `pred_probs` has {n}")
-    if given.min() < 0 or given.max() >= k:
-        raise ValueError(
-            f"`labels` must be in [0, {k}), got values in [{given.min()}, {given.max()}]"
-        )
-    if not np.all(np.isfinite(probs)):
-        raise ValueError("`pred_probs` must be finite")
-    if probs.min() < 0.0 or probs.max() > 1.0 + 1e-6:
-        raise ValueError(
-            f"`pred_probs` must be probabilities in [0, 1], got values in "
-            f"[{probs.min():.3g}, {probs.max():.3g}]"
-        )
-    rows = np.arange(n)
-    p_given = probs[rows, given]
-    thresholds = np.array(
-        [probs[given == j, j].mean() if np.any(given == j) else 1.0 for j in range(k)]
-    )
-    confident = np.where(probs >= thresholds - 1e-12, probs, -np.inf)
-    joint_class = np.argmax(confident, axis=1)
-    in_joint = np.isfinite(confident[rows, joint_class])
-    candidate = in_joint & (joint_class != given)
-    others = probs.copy()
-    others[rows, given] = -np.inf
-    suggested = np.argmax(others, axis=1)
-    score = p_given if ranked_by == "self_confidence" else p_given - others[rows, suggested]
-    order = np.lexsort((score, ~candidate))
-    return LabelIssues(
-        order,
-        candidate[order],
-        p_given[order],
-        suggested[order],
-        score[order],
-        int(candidate.sum()),
-        probs,
-    )
 
 
 def _nll(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -413,115 +295,10 @@ def _default_optimizer() -> Any:
     return optax.adamw(3e-3, weight_decay=1e-4)
 
 
-def mlp_init(sizes: tuple[int, ...]) -> Callable[[jax.Array], Any]:
-    """``init(key)`` for :func:`jaxwise.models.init_mlp` with layer ``sizes``."""
+def _mlp_init(sizes: tuple[int, ...]) -> Callable[[jax.Array], Any]:
+    """``init(key)`` for `jaxwise.models.init_mlp` with layer ``sizes`` (one stable object)."""
     return functools.partial(_init_mlp_from_key, sizes=sizes)
 
 
 def _init_mlp_from_key(key: jax.Array, sizes: tuple[int, ...]) -> Any:
     return init_mlp(key, sizes)
-
-
-def find_label_errors(
-    x: Any,
-    y: Any,
-    *,
-    num_classes: int | None = None,
-    hidden: tuple[int, ...] = (64,),
-    apply_fn: Callable[[Any, jax.Array], jax.Array] | None = None,
-    init: Any = None,
-    ranked_by: str = "self_confidence",
-    folds: int = 5,
-    repeats: int = 2,
-    epochs: int = 60,
-    batch_size: int | None = None,
-    optimizer: Any = None,
-    patience: int | None = 10,
-    seed: int = 0,
-) -> LabelIssues:
-    """Rank rows of ``(x, y)`` by how likely their label is wrong (out of fold, confident learning).
-
-    By default a ReLU MLP ``d → hidden → num_classes`` (:mod:`jaxwise.models`) is trained
-    per fold; pass ``apply_fn`` and ``init`` to use any model — e.g. a Flax or Equinox model
-    through ``jaxwise.models.from_nnx``/``from_linen``/``from_equinox``:
-    ``apply_fn=lambda p, xb: model.apply(p, model.model_state, xb)[0], init=model.params``.
-
-    Args:
-      x: ``(n, d)`` features (standardise them first). y: ``(n,)`` given integer labels.
-      num_classes: number of classes (default ``max(y) + 1``).
-      hidden: hidden widths of the default MLP.
-      apply_fn, init: a custom model (see :func:`out_of_fold_probabilities`).
-      ranked_by: ``"self_confidence"`` (default, measured best on the benchmark) or
-        ``"normalized_margin"``.
-      repeats: independent fold splits (seeds ``seed, seed + 1, …``) whose out-of-fold
-        probabilities are averaged — a smoother estimate (measured: +1–3 points of
-        precision on the benchmark for 2 repeats); the same program runs each time.
-      batch_size: rows per step (default ``min(128, max(16, n // 10))``: about ten steps
-        per epoch on small tables).
-      folds, epochs, optimizer, patience, seed: see :func:`out_of_fold_probabilities`.
-
-    Returns:
-      :class:`LabelIssues` over all rows, most suspicious first, with the out-of-fold
-      predictions attached.
-    """
-    y_arr = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu", non_empty=True))
-    x_arr = check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True)
-    k = (
-        int(y_arr.max()) + 1
-        if num_classes is None
-        else check_int(num_classes, "num_classes", min_value=2)
-    )
-    if y_arr.min() < 0 or y_arr.max() >= k:
-        raise ValueError(f"`y` must be in [0, {k}), got values in [{y_arr.min()}, {y_arr.max()}]")
-    check_choice(ranked_by, "ranked_by", RANKINGS)
-    if (apply_fn is None) != (init is None):
-        raise TypeError("pass both `apply_fn` and `init` for a custom model, or neither")
-    if apply_fn is None:
-        if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Iterable):
-            raise TypeError(f"`hidden` must be a sequence of layer widths, got {hidden!r}")
-        sizes = (int(x_arr.shape[1]), *(check_int(h, "hidden", min_value=1) for h in hidden), k)
-        apply_fn, init = mlp_apply, mlp_init(sizes)
-    n = int(x_arr.shape[0])
-    batch_size = (
-        min(128, max(16, n // 10), n)
-        if batch_size is None
-        else check_int(batch_size, "batch_size", min_value=1, max_value=n)
-    )
-    repeats = check_int(repeats, "repeats", min_value=1)
-    seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1 - repeats)
-    runs = tuple(
-        out_of_fold_probabilities(
-            apply_fn,
-            init,
-            x_arr,
-            y_arr,
-            folds=folds,
-            epochs=epochs,
-            batch_size=batch_size,
-            optimizer=optimizer,
-            patience=patience,
-            seed=seed + r,
-        )
-        for r in range(repeats)
-    )
-    probs = np.mean([run.probs for run in runs], axis=0)
-    if probs.shape[1] != k:
-        raise ValueError(f"the model predicts {probs.shape[1]} classes but `num_classes` is {k}")
-    issues = confident_learning(probs, y_arr, ranked_by=ranked_by)
-    return dataclasses.replace(issues, oof=runs)
-
-
-def precision_recall(ranked: np.ndarray, truly_flipped: np.ndarray, k: int) -> tuple[float, float]:
-    """Precision of the top ``k`` and recall of the top ``2k`` against the flipped rows.
-
-    >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)
-    (0.5, 1.0)
-    """
-    flipped = set(np.asarray(truly_flipped).tolist())
-    check_float(k, "k", min_value=1)
-    top_k = np.asarray(ranked)[:k].tolist()
-    top_2k = np.asarray(ranked)[: 2 * k].tolist()
-    return (
-        sum(i in flipped for i in top_k) / k,
-        sum(i in flipped for i in top_2k) / max(len(flipped), 1),
-    )

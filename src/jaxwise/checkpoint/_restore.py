@@ -9,9 +9,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise.train import _ckpt_format as fmt
-from jaxwise.train._ckpt_format import CheckpointError, Damaged
-from jaxwise.train._state import TrainState, type_signature
+from jaxwise._checks import is_key
+from jaxwise.checkpoint import _format as fmt
+from jaxwise.checkpoint._format import CheckpointError, Damaged
+from jaxwise.train import TrainState, type_signature
 from jaxwise.tree import path_names
 
 
@@ -23,8 +24,7 @@ def _sharding_of(leaf: Any) -> jax.sharding.Sharding:
 
 
 def _pytree_restore(item_dir: Path, target: Any) -> Any:
-    import orbax.checkpoint as ocp
-
+    ocp = fmt.orbax()
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             return checkpointer.restore(item_dir, target)
@@ -89,8 +89,7 @@ def restore_jaxwise(item_dir: Path, doc: dict[str, Any], like: TrainState) -> Tr
 
 
 def _orbax_tree(item_dir: Path) -> Any:
-    import orbax.checkpoint as ocp
-
+    ocp = fmt.orbax()
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             meta = checkpointer.metadata(item_dir)
@@ -117,10 +116,10 @@ def _match(stored: Any, like: TrainState) -> dict[tuple[str, ...], Any]:
                 f"`like` has paths {list(other)} and {list(parts)} that plain orbax stores under "
                 f"the same name `{'.'.join(parts)}` (it joins keys with dots), so this checkpoint "
                 "cannot hold both; "
-                "save with jaxwise.train.save, which escapes such keys"
+                "save with jaxwise.checkpoint.save, which escapes such keys"
             )
     for parts, leaf in wanted.items():
-        if parts not in stored_paths and not (parts == ("key",) and fmt.is_key(leaf)):
+        if parts not in stored_paths and not (parts == ("key",) and is_key(leaf)):
             raise CheckpointError(f"the checkpoint has no `{'.'.join(parts)}`")
     extra = sorted(stored_paths - set(wanted))
     if extra:
@@ -129,11 +128,11 @@ def _match(stored: Any, like: TrainState) -> dict[tuple[str, ...], Any]:
 
 
 def _target_leaf(meta: Any, leaf: Any, name: str) -> Any:
-    shape, dtype = tuple(meta.shape), np.dtype(meta.dtype) if not fmt.is_key(meta) else meta.dtype
-    want = tuple(leaf.shape) + ((2,) if fmt.is_key(leaf) and not fmt.is_key(meta) else ())
+    shape, dtype = tuple(meta.shape), np.dtype(meta.dtype) if not is_key(meta) else meta.dtype
+    want = tuple(leaf.shape) + ((2,) if is_key(leaf) and not is_key(meta) else ())
     if shape != want:
         raise CheckpointError(f"at `{name}`: checkpoint shape {list(shape)}, `like` {list(want)}")
-    if not fmt.is_key(leaf) and dtype != leaf.dtype:
+    if not is_key(leaf) and dtype != leaf.dtype:
         both_int = jnp.issubdtype(dtype, jnp.integer) and jnp.issubdtype(leaf.dtype, jnp.integer)
         if not (both_int and shape == ()):
             raise CheckpointError(f"at `{name}`: checkpoint {dtype}, `like` {leaf.dtype}")
@@ -160,9 +159,9 @@ def restore_orbax(item_dir: Path, like: TrainState) -> TrainState:
         except (KeyError, IndexError):
             leaves.append(leaf)  # a key that plain Flax states do not have: keep `like`'s
             continue
-        if fmt.is_key(leaf) and not fmt.is_key(value):
+        if is_key(leaf) and not is_key(value):
             value = jax.random.wrap_key_data(value, impl=jax.random.key_impl(leaf))
-        elif not fmt.is_key(leaf) and value.dtype != leaf.dtype:
+        elif not is_key(leaf) and value.dtype != leaf.dtype:
             raise CheckpointError(f"at `{name}`: checkpoint {value.dtype}, `like` {leaf.dtype}")
         leaves.append(value)
     return jax.tree.unflatten(treedef, leaves)
