@@ -104,10 +104,11 @@ def fit_table(root: Path) -> str:
         f"plain loop + orbax `StandardCheckpointer` every {EVERY} steps (peer)": run_plain(True),
     }
     samples: dict[str, list[float]] = {name: [] for name in sides}
+    order = list(sides)
     for i in range(ROUNDS):
-        for name, go in sides.items():
+        for name in order[i % len(order) :] + order[: i % len(order)]:  # each side leads once
             t0 = time.perf_counter()
-            go(i)
+            sides[name](i)
             samples[name].append(time.perf_counter() - t0)
         for path in root.iterdir():
             shutil.rmtree(path, ignore_errors=True)

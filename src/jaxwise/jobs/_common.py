@@ -107,11 +107,35 @@ def _probabilities(params: Any, x: jax.Array) -> jax.Array:
 
 def predict_proba(params: Any) -> Callable[[np.ndarray], np.ndarray]:
     """``x (N, D) -> probabilities (N, C)`` as NumPy, for plots and reports."""
-    return lambda x: np.asarray(_probabilities(params, jnp.asarray(x, jnp.float32)))
+    return lambda x: np.asarray(_probabilities(params, to_device(np.asarray(x, np.float32))))
+
+
+@jax.jit
+def predict_classes(params: Any, x: jax.Array) -> jax.Array:
+    """The MLP's predicted class of each row of ``x (N, D)``: int32 ``(N,)``."""
+    return jnp.argmax(mlp_apply(params, x), -1).astype(jnp.int32)
+
+
+def to_device(*arrays: np.ndarray) -> Any:
+    """Host arrays onto the default device (``jax.device_put``: no program compiled for it).
+
+    One array in, one out; several in, a tuple out.
+    """
+    placed = tuple(jax.device_put(a) for a in arrays)
+    return placed[0] if len(placed) == 1 else placed
 
 
 def accuracy(params: Any, x: np.ndarray, y: np.ndarray) -> float:
-    return float(evaluate(params, jnp.asarray(x), jnp.asarray(y))[1])
+    return float(evaluate(params, *to_device(x, y))[1])
+
+
+def initial_state(tx: Any, sizes: tuple[int, ...], seed: int) -> Any:
+    """The initial state: keys, He-initialised MLP, optimizer state (one program under ``jit``)."""
+    from jaxwise.models import init_mlp
+    from jaxwise.train import TrainState
+
+    init_key, state_key = jax.random.split(jax.random.key(seed))
+    return TrainState.create(init_mlp(init_key, sizes), tx, state_key)
 
 
 def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
@@ -292,6 +316,7 @@ __all__ = [
     "dp_report",
     "epoch_progress",
     "evaluate",
+    "initial_state",
     "float64_check",
     "jsonable",
     "make_epoch",
@@ -302,10 +327,12 @@ __all__ = [
     "parameter_count",
     "params_digest",
     "per_example_loss",
+    "predict_classes",
     "predict_proba",
     "progress",
     "schedule_values",
     "step_metrics",
     "steps_per_epoch",
+    "to_device",
     "xent_single",
 ]

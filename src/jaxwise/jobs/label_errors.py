@@ -23,6 +23,7 @@ from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
 from jaxwise.jobs._cache import default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import check_output_file, write_csv
+from jaxwise.jobs._overlap import overlapped
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
 
@@ -67,9 +68,9 @@ def run_label_errors(
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
+    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
         prep = tabular.prepare(cfg, RUN_OUTPUTS, "label-errors")
-        fitted = tabular.fit(prep)
+        fitted = tabular.fit(prep, background)
         tabular.verify(prep, fitted)
         rows = rank(prep, fitted, method, min(top, len(prep.table.y)), folds)
         write_csv(target, rows, COLUMNS)

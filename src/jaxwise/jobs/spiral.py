@@ -27,8 +27,7 @@ from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cach
 from jaxwise.jobs._outputs import RunDir
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
-from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.train import TrainState
+from jaxwise.models import mlp_apply
 from jaxwise.tree import param_table
 
 __all__ = ["SpiralConfig", "run_spiral"]
@@ -130,23 +129,16 @@ def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor) -> _Run:
     run.tx, run.schedule = C.make_optimizer(
         cfg.epochs * run.steps_per_epoch, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr
     )
-    build = jax.jit(functools.partial(_initial_state, run.tx, (2, *cfg.hidden, 3), cfg.seed))
+    build = jax.jit(functools.partial(C.initial_state, run.tx, (2, *cfg.hidden, 3), cfg.seed))
     run.state_shape = jax.eval_shape(build)
     run.pending_state = background.submit(lambda: compile_one_shot(build)())
-    run.train_data = (jax.device_put(xtr), jax.device_put(ytr))
-    run.test_data = (jax.device_put(xte), jax.device_put(yte))
+    run.train_data, run.test_data = C.to_device(xtr, ytr), C.to_device(xte, yte)
     if cfg.dp:  # evaluated after every epoch (DP epochs report no loss of their own)
         background.submit(precompile, C.evaluate, run.state_shape.params, *run.train_data)
     run.verification = background.submit(
         compile_one_shot, _verification, run.state_shape.params, *run.train_data, *run.test_data
     )
     return run
-
-
-def _initial_state(tx: Any, sizes: tuple[int, ...], seed: int) -> TrainState:
-    """The initial state: keys, He-initialised MLP, optimizer state (one program under ``jit``)."""
-    init_key, state_key = jax.random.split(jax.random.key(seed))
-    return TrainState.create(init_mlp(init_key, sizes), tx, state_key)
 
 
 def fit(run: _Run) -> None:
