@@ -99,8 +99,8 @@ class EpochLoop:
     def _record(
         self, state: TrainState, metrics: dict[str, Any], epoch: int, seconds: float
     ) -> dict[str, Any]:
-        loss, acc = (float(v) for v in C.evaluate(state.params, *self.train_data))
-        val_loss, val_acc = (float(v) for v in C.evaluate(state.params, *self.val_data))
+        splits = C.evaluate_splits(state.params, self.train_data, self.val_data)
+        loss, acc, val_loss, val_acc = (float(v) for v in splits)
         _, skipped = C.step_metrics(metrics, self.spe)
         self.skipped += skipped
         return C.jsonable(

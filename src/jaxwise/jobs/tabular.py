@@ -227,14 +227,13 @@ def _warm_up(
     """Everything the run will need besides the epoch program, built in ``background``.
 
     In order: the initial state (a one-shot program), the learning rates, the evaluation
-    program for the training and the validation rows, the validation predictions (the
-    confusion matrix) and, with plots, matplotlib.
+    program (training and validation rows), the validation predictions (the confusion
+    matrix) and, with plots, matplotlib.
     """
     state = background.submit(lambda: compile_one_shot(build)())
     rates = background.submit(lrs)
     train, val = C.to_device(*prep.split("train")), C.to_device(*prep.split("val"))
-    for rows in (train, val):
-        background.submit(precompile, C.evaluate, params_shape, *rows)
+    background.submit(precompile, C.evaluate_splits, params_shape, train, val)
     background.submit(precompile, C.predict_classes, params_shape, val[0])
     if prep.out is not None and prep.cfg.plots:
         background.submit(importlib.import_module, "jaxwise.plotting")
@@ -470,7 +469,9 @@ def report(
         "job": "train",
         "compiles": fitted.tally.total,
         "compile": fitted.tally.as_dict(cache_dir),
-        "train_accuracy": C.accuracy(fitted.params, xtr, ytr),
+        "train_accuracy": float(
+            C.evaluate_splits(fitted.params, C.to_device(xtr, ytr), C.to_device(xva, yva))[1]
+        ),
         "val_accuracy": val_acc,
         "test_accuracy": val_acc,
         "epochs_completed": fitted.epochs_completed,
