@@ -2,6 +2,7 @@
 
 import dataclasses
 import functools
+import itertools
 import logging
 import warnings
 
@@ -306,6 +307,65 @@ def test_device_change_without_retrace_is_kind_sharding():
         "on cpu:0",
         "on cpu:3",
     )
+
+
+def test_committing_to_the_same_device_is_kind_sharding_naming_the_argument():
+    # jnp.ones is uncommitted; device_put to the same device commits it: a new executable.
+    def scaled(x, s):
+        return s * x
+
+    f = jax.jit(scaled)
+    with CompileCounter(f) as counter:
+        f(jnp.ones(3), 2.0), f(jax.device_put(jnp.ones(3), jax.devices()[0]), 2.0)
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "sharding",
+        "x",
+        "uncommitted (on cpu:0)",
+        "committed (on cpu:0)",
+    )
+
+
+def test_same_function_jitted_with_and_without_donation_is_kind_donation():
+    def twice(x):
+        return 2.0 * x
+
+    with CompileCounter(twice) as counter:
+        jax.jit(twice)(jnp.ones(3))
+        jax.jit(twice, donate_argnums=0)(jnp.ones(3))
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "donation",
+        "x",
+        "not donated",
+        "donated",
+    )
+
+
+def test_x64_flip_with_an_unchanged_python_float_is_kind_config():
+    def scale(x, lr):
+        return x * lr
+
+    f = jax.jit(scale)
+    x = np.ones(3, np.float32)
+    try:
+        with CompileCounter(f) as counter:
+            f(x, 0.5)
+            jax.config.update("jax_enable_x64", True)
+            f(x, 0.5)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "config",
+        "jax_enable_x64",
+        "False",
+        "True",
+    )
+    assert "flipped" in miss.summary and "cast inputs" not in miss.summary
 
 
 def test_private_jax_hooks_still_work():
@@ -646,7 +706,13 @@ def test_decorator_has_no_wrapper_overhead_and_is_freed():
 # ---------------------------------------------------------------------------
 
 
-def test_stage_report_figures_and_table():
+def test_stage_report_figures_and_table(monkeypatch):
+    from types import SimpleNamespace
+
+    from jaxwise.compilation import _stage
+
+    clock = itertools.count(10.0, 0.25)  # a fake clock: every stage takes 250 ms
+    monkeypatch.setattr(_stage, "time", SimpleNamespace(perf_counter=lambda: next(clock)))
     n = 128
     a = jnp.ones((n, n))
     f = jax.jit(lambda x, y: jnp.tanh(x @ y).sum())
@@ -656,7 +722,7 @@ def test_stage_report_figures_and_table():
     assert report.flops >= 2 * n**3
     assert report.argument_bytes == 2 * n * n * 4
     assert report.output_bytes == 4
-    assert report.trace_ms > 0 and report.lower_ms > 0 and report.compile_ms > 0
+    assert (report.trace_ms, report.lower_ms, report.compile_ms) == (250.0, 250.0, 250.0)
     assert report.jaxpr_eqns == 3 and report.stablehlo_lines > 3
     text = str(report)
     lines = text.splitlines()
@@ -707,7 +773,8 @@ def test_parse_prose_fallback():
         "  Tracing context doesn't match, e.g. due to config or context manager.\n"
         "  * x64_enabled differs: now True and before False"
     )
-    assert ctx.kind == "other" and ctx.reasons == ("tracing context `x64_enabled`: False → True",)
+    assert (ctx.kind, ctx.argument, ctx.old, ctx.new) == ("config", "x64_enabled", "False", "True")
+    assert ctx.reasons[0].startswith("JAX config `x64_enabled` flipped: False → True")
     unexplained = parse_cache_miss(
         "TRACING CACHE MISS at a.py:3 (g):\n  for f defined at a.py:1\n"
         "  all previously seen cache keys differ. For the closest previous key:\n"

@@ -62,11 +62,13 @@ def test_overlapped_cancels_pending_tasks_when_the_block_fails():
     assert running.done() and pending.cancelled() and ran == ["blocking"]
 
 
-def test_overlapped_task_errors_surface_at_result():
-    with overlapped() as background:
+def test_overlapped_task_errors_surface_at_result_and_at_the_end():
+    with pytest.raises(ZeroDivisionError), overlapped() as background:
         failing = background.submit(lambda: 1 / 0)
         with pytest.raises(ZeroDivisionError):
             failing.result()
+    with pytest.raises(ZeroDivisionError), overlapped() as background:
+        background.submit(lambda: 1 / 0)  # nobody asks for its result: raised at the end
 
 
 def test_tally_counts_only_the_measuring_threads_compilations():

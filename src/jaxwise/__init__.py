@@ -4,12 +4,11 @@ One module or sub-package per concept; ``docs/design.md`` describes the layers. 
 are imported on first use (``jaxwise.train`` imports JAX; ``import jaxwise`` alone does not).
 """
 
-from __future__ import annotations
+import importlib as _importlib
+import types as _types
+import typing as _typing
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     __version__: str
 
 __all__ = [  # the version, then the sub-packages (each imported on first use)
@@ -22,6 +21,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "debug",
     "diagnose",
     "label_errors",
+    "lint",
     "models",
     "numerics",
     "optim",
@@ -31,17 +31,18 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "sharding",
     "train",
     "tree",
+    "watch",
 ]
 _SUBMODULES = frozenset(__all__[1:])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _types.ModuleType | str:
     if name == "__version__":  # read from the installed metadata on first use
         from jaxwise._version import version
 
         return version()
     if name in _SUBMODULES:
-        module = importlib.import_module(f"jaxwise.{name}")
+        module = _importlib.import_module(f"jaxwise.{name}")
         globals()[name] = module
         return module
     raise AttributeError(f"module 'jaxwise' has no attribute {name!r}")

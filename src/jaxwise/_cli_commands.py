@@ -24,6 +24,7 @@ __all__ = [
     "cmd_predict",
     "cmd_spiral",
     "cmd_train",
+    "cmd_watch",
 ]
 
 
@@ -170,7 +171,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     _require_extras(args, plots=False, checkpoints=False)
-    from jaxwise import doctor
+    from jaxwise import _doctor as doctor
 
     print(doctor.report(as_json=args.json), end="" if not args.json else "\n")
     return 0
@@ -203,6 +204,20 @@ def cmd_lint(args: argparse.Namespace) -> int:
         )
         print(summary, file=sys.stderr)
     return 1 if findings or errors else 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from jaxwise.watch._run import run_script
+
+    return run_script(
+        args.script,
+        args.args,
+        json_path=args.json,
+        nans=args.nans,
+        transfers=args.transfers,
+        fail_on=args.fail_on,
+        warmup=args.warmup,
+    )
 
 
 def _benchmarks_dir(explicit: str | None) -> Path:

@@ -12,3 +12,5 @@ __all__ = ["UserError"]
 
 class UserError(Exception):
     """A problem with the user's input or environment: the CLI reports it in one line, exit 2."""
+
+    __module__ = "jaxwise.jobs"

@@ -16,14 +16,12 @@ Examples:
     (1, True)
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
 
 from jaxwise._errors import UserError
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
     from jaxwise.jobs._common import RunFailed, make_optimizer
     from jaxwise.jobs.label_errors import run_label_errors
@@ -63,13 +61,19 @@ _HOMES = {  # name -> the module that defines it (imported on first use)
 }
 
 
-def __getattr__(name: str) -> Any:
+_JOBS = ("label_errors", "predict", "spiral", "tabular")  # the jobs' own modules
+
+
+def __getattr__(name: str) -> _typing.Any:
     if name in _HOMES:
-        value = getattr(importlib.import_module(f"jaxwise.jobs.{_HOMES[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'jaxwise.jobs' has no attribute {name!r}")
+        value = getattr(_importlib.import_module(f"jaxwise.jobs.{_HOMES[name]}"), name)
+    elif name in _JOBS:
+        value = _importlib.import_module(f"jaxwise.jobs.{name}")
+    else:
+        raise AttributeError(f"module 'jaxwise.jobs' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:
-    return sorted(__all__)
+    return sorted([*__all__, *_JOBS])

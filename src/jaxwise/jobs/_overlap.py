@@ -19,8 +19,8 @@ Examples:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
@@ -52,18 +52,35 @@ def compile_one_shot(jitted: Any, *args: Any) -> Any:
     return jitted.lower(*args).compile(compiler_options=ONE_SHOT_OPTIONS)
 
 
+class _Pool(ThreadPoolExecutor):
+    """A one-thread pool that remembers its tasks, so that none fails unnoticed."""
+
+    def __init__(self) -> None:
+        super().__init__(max_workers=1, thread_name_prefix="jaxwise-compile")
+        self.tasks: list[Future[Any]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        task = super().submit(fn, *args, **kwargs)
+        self.tasks.append(task)
+        return task
+
+
 @contextmanager
 def overlapped() -> Iterator[ThreadPoolExecutor]:
     """One background thread for the block; every task submitted to it ends before the block does.
 
     Tasks run one after the other, in the order submitted. On an exception in the block the
     tasks not started yet are cancelled and the running one is waited for (a compilation
-    cannot be interrupted), so no job leaves a thread compiling behind it.
+    cannot be interrupted), so no job leaves a thread compiling behind it. When the block
+    ends normally, a task that failed raises its error there, even if nobody asked for its
+    result.
     """
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxwise-compile")
+    pool = _Pool()
     try:
         yield pool
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)
         raise
     pool.shutdown(wait=True)
+    for task in pool.tasks:
+        task.result()

@@ -236,7 +236,7 @@ def _warm_up(
     background.submit(precompile, C.evaluate_splits, params_shape, train, val)
     background.submit(precompile, C.predict_classes, params_shape, val[0])
     if prep.out is not None and prep.cfg.plots:
-        background.submit(importlib.import_module, "jaxwise.plotting")
+        background.submit(importlib.import_module, "jaxwise._plotting")
         for module in ("matplotlib.figure", "matplotlib.backends.backend_agg"):
             background.submit(importlib.import_module, module)
     return state, rates
@@ -424,7 +424,7 @@ def confusion(
 
 
 def _plots(prep: Prepared, fitted: Fitted, matrix: np.ndarray) -> dict[str, str]:
-    from jaxwise.plotting import plot_confusion, plot_curves, plot_training
+    from jaxwise._plotting import plot_confusion, plot_curves, plot_training
 
     out, outputs = prep.out, {}
     assert out is not None

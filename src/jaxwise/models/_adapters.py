@@ -9,9 +9,10 @@ is called (``pip install 'jaxwise[flax]'`` / ``'jaxwise[equinox]'``).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any, NamedTuple
+
+from jaxwise._extras import require
 
 __all__ = ["Model", "from_equinox", "from_linen", "from_nnx"]
 
@@ -34,12 +35,7 @@ class Model(NamedTuple):
 
 
 def _require(module: str, extra: str, adapter: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise ImportError(
-            f"jaxwise.models.{adapter} needs {module}: pip install 'jaxwise[{extra}]'"
-        ) from err
+    return require(module, extra=extra, feature=f"jaxwise.models.{adapter}")
 
 
 def _named(fn: Callable[..., Any], model: Any) -> Callable[..., Any]:
