@@ -1,5 +1,7 @@
 """Mixed precision: bf16/f16 compute with float32 master weights, dynamic loss scaling."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -140,3 +142,75 @@ def test_dynamic_loss_scale_arithmetic():
         DynamicLossScale(growth_interval=0)
     with pytest.raises(ValueError, match="`factor` must be > 1.0"):
         DynamicLossScale(factor=1.0)
+
+
+# ---------------------------------------------------------------------------
+# Model state keeps its stored dtype: BatchNorm statistics accumulate in float32
+# ---------------------------------------------------------------------------
+
+
+def _bn_cnn(conv_dtype=None):
+    from flax import nnx
+
+    class CNN(nnx.Module):
+        def __init__(self, rngs):
+            self.conv = nnx.Conv(1, 4, (3, 3), dtype=conv_dtype, rngs=rngs)
+            self.bn = nnx.BatchNorm(4, rngs=rngs)
+            self.out = nnx.Linear(6 * 6 * 4, 3, rngs=rngs)
+
+        def __call__(self, x):
+            x = nnx.relu(self.bn(self.conv(x)))
+            return self.out(x.reshape(x.shape[0], -1))
+
+    return CNN(nnx.Rngs(0))
+
+
+@pytest.mark.parametrize("program", ["step", "epoch"])
+def test_bf16_keeps_batchnorm_statistics_float32_like_plain_flax(program):
+    pytest.importorskip("flax")
+    import optax
+
+    from jaxwise.models import from_nnx
+
+    model = from_nnx(_bn_cnn())
+
+    def loss(params, model_state, batch):
+        logits, new_state = model.apply(params, model_state, batch[0])
+        return numerics.cross_entropy(logits.astype(jnp.float32), batch[1]), new_state
+
+    x = jax.random.normal(jax.random.key(1), (16, 6, 6, 1))
+    y = jnp.arange(16) % 3
+    tx = optax.sgd(0.0)  # parameters stay put: the batch statistics are the same every step
+    state = TrainState.create(model.params, tx, 0, model_state=model.model_state)
+    steps = 25
+    # Flax promotes bfloat16 with float32 by JAX's standard rules (strict in this suite)
+    with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
+        warnings.simplefilter("error")  # e.g. "scatter inputs have incompatible types"
+        if program == "step":
+            step = make_train_step(loss, tx, model_state=True, compute_dtype=jnp.bfloat16)
+            with CompileBudget(1, step, exact=True):
+                for _ in range(steps):
+                    state, _ = step(state, (x, y))
+        else:
+            epoch = make_train_epoch(loss, tx, 16, model_state=True, compute_dtype=jnp.bfloat16)
+            with CompileBudget(1, epoch, exact=True):
+                for _ in range(steps):
+                    state, _ = epoch(state, (x, y))
+    stats = state.model_state["bn"]
+    assert stats["mean"][...].dtype == stats["var"][...].dtype == jnp.float32
+
+    # plain Flax mixed precision: the convolution computes in bfloat16, statistics in float32
+    peer = _bn_cnn(conv_dtype=jnp.bfloat16)
+    with jax.numpy_dtype_promotion("standard"):
+        for _ in range(steps):
+            peer(x)
+    np.testing.assert_allclose(stats["mean"][...], peer.bn.mean[...], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(stats["var"][...], peer.bn.var[...], rtol=1e-6, atol=1e-7)
+
+    # float64 referee: the momentum recursion from the bfloat16 convolution's batch moments
+    conv = np.asarray(peer.conv(x).astype(jnp.float32), np.float64).reshape(-1, 4)
+    decay = 0.99**steps  # nnx.BatchNorm's momentum 0.99; initial mean 0, variance 1
+    np.testing.assert_allclose(stats["mean"][...], (1 - decay) * conv.mean(0), rtol=1e-5)
+    np.testing.assert_allclose(
+        stats["var"][...], decay + (1 - decay) * conv.var(0), rtol=1e-5, atol=1e-7
+    )

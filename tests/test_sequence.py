@@ -339,6 +339,82 @@ def test_masked_rnn_equals_running_only_real_steps(rng):
     )
 
 
+def _masked_lstm_loss64(p, xs, lengths):
+    """NumPy float64: the LSTM run on each sequence's real steps only."""
+    total = 0.0
+    for x, n in zip(xs, lengths, strict=True):
+        (h, c), out = lstm64(p, x[:n], np.zeros(4), np.zeros(4))
+        total += np.sum(out**2) + np.sum(h * c)
+    return total
+
+
+@pytest.mark.parametrize("checkpoint", [True, False])
+def test_masked_lstm_matches_float64_on_real_steps_values_and_gradients(rng, checkpoint):
+    xs = rng.normal(size=(3, 6, 3))
+    lengths = [6, 2, 0]
+    with jax.enable_x64(True):
+        p = jax.tree.map(lambda v: v.astype(jnp.float64), init_lstm(jax.random.key(3), 3, 4))
+        mask = lengths_to_mask(jnp.asarray(lengths), 6)
+        zero = jnp.zeros(4)
+
+        def run(p, xs):
+            return jax.vmap(
+                lambda x, m: run_rnn(lstm_cell, p, x, (zero, zero), m, checkpoint=checkpoint)
+            )(xs, mask)
+
+        def loss(p, xs):
+            (h, c), out = run(p, xs)
+            return jnp.sum(out**2) + jnp.sum(h * c)
+
+        (h, c), out = run(p, jnp.asarray(xs))
+        for i, n in enumerate(lengths):
+            (h64, c64), out64 = lstm64(p, xs[i, :n], np.zeros(4), np.zeros(4))
+            np.testing.assert_allclose(np.asarray(h[i]), h64, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(np.asarray(c[i]), c64, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(np.asarray(out[i, :n]).reshape(n, 4), out64.reshape(n, 4))
+            assert not np.asarray(out[i, n:]).any()
+        assert float(loss(p, jnp.asarray(xs))) == pytest.approx(
+            _masked_lstm_loss64(p, xs, lengths), rel=1e-12
+        )
+        gp, gx = jax.grad(loss, argnums=(0, 1))(p, jnp.asarray(xs))
+        assert not np.asarray(gx[1, 2:]).any() and not np.asarray(gx[2]).any()  # padding: 0
+        p64 = {k: np.asarray(v) for k, v in p.items()}
+        for name, index in (("w", (2, 13)), ("u", (3, 1)), ("b", (6,))):
+            eps = 1e-6
+            plus, minus = dict(p64), dict(p64)
+            plus[name] = p64[name].copy()
+            plus[name][index] += eps
+            minus[name] = p64[name].copy()
+            minus[name][index] -= eps
+            numeric = (
+                _masked_lstm_loss64(plus, xs, lengths) - _masked_lstm_loss64(minus, xs, lengths)
+            ) / (2 * eps)
+            assert float(gp[name][index]) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+
+
+def test_lstm_checkpointed_gradient_equals_stored_and_compiles_once(rng):
+    p = init_lstm(jax.random.key(0), 3, 8)
+    zero = jnp.zeros(8)
+
+    def loss(p, xs, m, checkpoint):
+        _, out = run_rnn(lstm_cell, p, xs, (zero, zero), mask=m, checkpoint=checkpoint)
+        return jnp.sum(out**2)
+
+    grad = jax.jit(jax.grad(loss), static_argnums=3)
+    batches = [
+        (jnp.asarray(rng.normal(size=(10, 3)), jnp.float32), jnp.arange(10) < k) for k in (3, 10)
+    ]
+    with CompileBudget(1, name="loss") as budget:
+        grads = [grad(p, xs, m, True) for xs, m in batches]
+    assert budget.count == 1
+    for (xs, m), g in zip(batches, grads, strict=True):
+        stored = grad(p, xs, m, False)
+        for name in p:
+            np.testing.assert_allclose(
+                np.asarray(g[name]), np.asarray(stored[name]), rtol=1e-6, atol=1e-7
+            )
+
+
 def test_reverse_and_bidirectional(rng):
     p = init_gru(jax.random.key(0), 2, 3)
     xs = jnp.asarray(rng.normal(size=(5, 2)), jnp.float32)

@@ -6,8 +6,32 @@ are imported on first use (``jaxwise.train`` imports JAX; ``import jaxwise`` alo
 
 import importlib as _importlib
 import types as _types
+import typing as _typing
 
-from jaxwise._version import __version__ as __version__
+if _typing.TYPE_CHECKING:  # what type checkers see; at run time __getattr__ imports lazily
+    from jaxwise import (
+        autodiff,
+        buckets,
+        checkpoint,
+        compilation,
+        data,
+        debug,
+        diagnose,
+        label_errors,
+        lint,
+        models,
+        numerics,
+        optim,
+        per_example,
+        privacy,
+        sequence,
+        sharding,
+        train,
+        tree,
+        watch,
+    )
+
+    __version__: str
 
 __all__ = [  # the version, then the sub-packages (each imported on first use)
     "__version__",
@@ -34,7 +58,11 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
 _SUBMODULES = frozenset(__all__[1:])
 
 
-def __getattr__(name: str) -> _types.ModuleType:
+def __getattr__(name: str) -> _types.ModuleType | str:
+    if name == "__version__":  # read from the installed metadata on first use
+        from jaxwise._version import version
+
+        return version()
     if name in _SUBMODULES:
         module = _importlib.import_module(f"jaxwise.{name}")
         globals()[name] = module

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxwise._errors import UserError as UserError
+
 __all__ = [
     "UserError",
     "check_array",
@@ -37,12 +39,6 @@ __all__ = [
     "is_int",
     "is_key",
 ]
-
-
-class UserError(Exception):
-    """A problem with the user's input or environment: the CLI reports it in one line, exit 2."""
-
-    __module__ = "jaxwise.jobs"
 
 
 def is_int(value: Any) -> bool:

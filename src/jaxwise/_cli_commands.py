@@ -1,18 +1,20 @@
 """The ``jaxwise`` subcommands: each turns parsed arguments into a job and prints its summary.
 
-Each command imports what it needs when it runs (``lint`` and ``bench`` never import JAX).
+Each command imports what it needs when it runs (``lint`` and ``bench`` never import JAX or
+NumPy; ``--help`` and ``--version`` import neither, nor the linter).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jaxwise._checks import UserError
+from jaxwise._errors import UserError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "cmd_bench",
@@ -222,6 +224,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 def _benchmarks_dir(explicit: str | None) -> Path:
     """The benchmark scripts: ``--benchmarks DIR``, this checkout's, or ./benchmarks."""
+    from pathlib import Path
+
     if explicit:
         candidates = [Path(explicit)]
     else:
@@ -242,6 +246,9 @@ def _benchmarks_dir(explicit: str | None) -> Path:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
+    import subprocess
+    from pathlib import Path
+
     bench = _benchmarks_dir(args.benchmarks)
     out = Path(args.out).resolve() if args.out else bench
     package = Path(__file__).resolve().parent

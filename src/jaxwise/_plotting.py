@@ -208,6 +208,8 @@ def plot_confusion(
 ) -> Path:
     """A confusion matrix (rows: true class, columns: predicted) with counts in the cells.
 
+    Empty cells are left blank.
+
     With more than ``max_classes`` classes only the most confused ones are
     drawn (see `confusion_focus`; the title says so), so the figure
     stays small and fast whatever the number of classes.
@@ -222,12 +224,9 @@ def plot_confusion(
     fig = _figure(1.2 + 0.6 * k, 1.0 + 0.55 * k)
     ax = fig.add_subplot(1, 1, 1)
     ax.imshow(matrix, cmap="Blues")
-    for i in range(k):
-        for j in range(k):
-            colour = "white" if matrix[i, j] > matrix.max() / 2 else "black"
-            ax.text(
-                j, i, str(int(matrix[i, j])), ha="center", va="center", color=colour, fontsize=8
-            )
+    for i, j in zip(*np.nonzero(matrix)):  # empty cells stay blank: text is costly to draw
+        colour = "white" if matrix[i, j] > matrix.max() / 2 else "black"
+        ax.text(j, i, str(int(matrix[i, j])), ha="center", va="center", color=colour, fontsize=8)
     ax.set(xticks=range(k), yticks=range(k), xlabel="predicted", ylabel="true", title=title)
     ax.set_xticklabels([_short_label(c) for c in classes], rotation=45, ha="right", fontsize=8)
     ax.set_yticklabels([_short_label(c) for c in classes], fontsize=8)

@@ -21,15 +21,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
-from jaxwise._checks import UserError
-from jaxwise._version import __version__
+from jaxwise._errors import UserError
 
 __all__ = ["build_parser", "main"]
 
@@ -344,6 +342,16 @@ def _add_watch(sub: Any) -> None:
     watch.set_defaults(run=commands.cmd_watch)
 
 
+class _Version(argparse.Action):
+    """``--version``, reading the installed version only when asked (``importlib.metadata``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> NoReturn:
+        from jaxwise._version import version
+
+        print(f"jaxwise {version()}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line (exit code 2) like every other jaxwise error."""
 
@@ -361,7 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="jaxwise",
         description="JAX training that compiles once, stays finite and is verified in float64.",
     )
-    parser.add_argument("--version", action="version", version=f"jaxwise {__version__}")
+    parser.add_argument("--version", action=_Version, nargs=0, help="show the version and exit")
     parser.add_argument(
         "--debug", action="store_true", help="show the full traceback of an unexpected error"
     )
@@ -383,6 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _quiet() -> None:
     """No third-party log lines on the user's terminal (orbax and absl log at INFO/WARNING)."""
+    import logging
+
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     for name in (
         "absl",
@@ -423,10 +433,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         The exit code: 0 on success, 2 for a user error (one line on stderr), 1 for a run
         that produced no usable model, 130 on Ctrl-C.
     """
-    from jaxwise._cli_options import explicit_nans
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "watch" in argv:  # its bare --nans rewritten (_cli_options imports NumPy: only then)
+        from jaxwise._cli_options import explicit_nans
 
+        argv = explicit_nans(argv)
     parser = build_parser()
-    args = parser.parse_args(explicit_nans(sys.argv[1:] if argv is None else argv))
+    args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
     if args.command not in ("lint", "bench", "watch"):
         _quiet()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shutil
@@ -16,6 +17,7 @@ import numpy as np
 from jaxwise._checks import check_int, check_path, is_key
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
+from jaxwise.checkpoint._async import SaveQueue, track, untrack
 from jaxwise.checkpoint._format import CheckpointError, Damaged
 from jaxwise.checkpoint._restore import restore_jaxwise, restore_orbax
 from jaxwise.train import TrainState
@@ -139,17 +141,41 @@ def _intact_meta(step_dir: Path) -> dict[str, Any] | None:
         return None
 
 
+def _snapshot(state: TrainState) -> TrainState:
+    """A copy of ``state``'s arrays on their own devices (dispatched asynchronously).
+
+    The copy outlives the donation of ``state`` to the next training step, so a background
+    save can read it while training goes on.
+    """
+    leaves, treedef = jax.tree.flatten(state)
+    arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array)]
+    copies = jax.device_put(
+        [leaves[i] for i in arrays], [leaves[i].sharding for i in arrays], may_alias=False
+    )
+    for i, copy in zip(arrays, copies):
+        leaves[i] = copy
+    return jax.tree.unflatten(treedef, leaves)
+
+
 class Checkpointer:
     """The single writer of a checkpoint directory: ``save`` steps, keep the newest ``keep``.
 
-    Holds an exclusive lock on the directory for its lifetime (in process 0 of a ``jax.distributed``
-    job): a second writer, in this or another process, gets a
-    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] at once. A step that already exists is
-    never overwritten; only steps older than the one just written are deleted (beyond ``keep``), and
-    only after it is complete. With ``async_save=True``, ``save`` returns once the arrays are copied
-    off the devices and the files are written in the background (``wait`` or the next
-    ``save``/``close`` finishes them). Every process of a multi-process job must call ``save`` with
-    the same state.
+    Holds an exclusive lock on the directory for its lifetime (in process 0 of a
+    ``jax.distributed`` job): a second writer, in this or another process, gets a
+    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] at once. A step that already
+    exists is never overwritten; only steps older than the one just written are deleted
+    (beyond ``keep``), and only after it is complete. Every process of a multi-process job
+    must call ``save`` with the same state.
+
+    Saves are asynchronous by default (``async_save=True``): ``save`` copies the state's
+    arrays on their devices (an asynchronous copy, so the state can be donated to the next
+    step at once) and a background thread checksums and writes them. At most one save is in
+    flight: the next ``save`` first waits for it. A failed background save is raised, as a
+    [`CheckpointError`][jaxwise.checkpoint.CheckpointError] naming its step, by the next
+    ``save``, ``wait`` or ``close``; a save still in flight when the program ends (or is
+    interrupted) is completed before the interpreter shuts down. In a multi-process job the
+    writes go through orbax's ``AsyncCheckpointer``. ``async_save=False`` writes before
+    ``save`` returns.
 
     Args:
         path: the checkpoint directory (created if missing).
@@ -174,7 +200,7 @@ class Checkpointer:
         jaxwise.checkpoint.CheckpointError: checkpoint directory ... is in use by ...
     """
 
-    def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = False) -> None:
+    def __init__(self, path: str | Path, *, keep: int = 3, async_save: bool = True) -> None:
         ocp = fmt.orbax()
         fmt.quiet_orbax()
         check_path(path, "path")
@@ -183,12 +209,17 @@ class Checkpointer:
         self.async_save = bool(async_save)
         self._lock = _lock_everywhere(self.path)
         handler = ocp.CompositeCheckpointHandler()
-        self._writer = ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
+        several = jax.process_count() > 1
+        self._writer = (
+            ocp.AsyncCheckpointer(handler) if async_save and several else ocp.Checkpointer(handler)
+        )
+        self._queue = SaveQueue() if async_save and not several else None
         self._pending: int | None = None
         self._closed = False
+        track(self)
 
     def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Path:
-        """Write ``state`` (and JSON ``metadata``) as step ``int(state.step)``.
+        """Save ``state`` (and JSON ``metadata``) as step ``int(state.step)``.
 
         Args:
             state: the [`TrainState`][jaxwise.train.TrainState] to save.
@@ -198,7 +229,8 @@ class Checkpointer:
             The step's directory (complete once ``wait`` returns, with ``async_save``).
 
         Raises:
-            CheckpointError: the checkpointer is closed, or the step exists already.
+            CheckpointError: the previous asynchronous save failed, the step exists already,
+                or the checkpointer is closed.
             TypeError: ``state`` is not a ``TrainState`` or ``metadata`` not a JSON dict.
         """
         if self._closed:
@@ -216,16 +248,45 @@ class Checkpointer:
         step = int(state.step)
         target = self.path / str(step)
         self._clear_slot(step, target)
+        if self._queue is not None:
+            write = functools.partial(self._write, _snapshot(state), metadata, step, target)
+            self._queue.submit(step, write)
+            return target
+        self._write(state, metadata, step, target, retain=not self.async_save)
+        return target
+
+    def _write(
+        self,
+        state: TrainState,
+        metadata: dict[str, Any],
+        step: int,
+        target: Path,
+        *,
+        retain: bool = True,
+    ) -> None:
+        """Checksum and write ``state``; then (``retain``) delete steps beyond ``keep``."""
         ocp = fmt.orbax()
         tree, doc = _describe(state, metadata)
         args = ocp.args.Composite(
             **{fmt.STATE: ocp.args.StandardSave(tree), fmt.META: ocp.args.JsonSave(doc)}
         )
         self._writer.save(target, args=args)
-        self._pending = step
-        if not self.async_save:
-            self.wait()
-        return target
+        if retain:
+            self._retain(step)
+        else:  # orbax's AsyncCheckpointer finishes it; wait() then applies the retention
+            self._pending = step
+
+    def _retain(self, step: int) -> None:
+        """Delete the intact steps older than ``step`` beyond ``keep`` (process 0)."""
+        if jax.process_index() == 0:
+            older = sorted(
+                s
+                for s, d in fmt.step_dirs(self.path).items()
+                if s < step and _intact_meta(d) is not None
+            )
+            for old in older[: max(0, len(older) - (self.keep - 1))]:
+                shutil.rmtree(self.path / str(old), ignore_errors=True)
+        _sync(f"jaxwise-checkpoint-done-{step}")
 
     def _clear_slot(self, step: int, target: Path) -> None:
         if target.exists():
@@ -239,25 +300,28 @@ class Checkpointer:
         _sync(f"jaxwise-checkpoint-slot-{step}")
 
     def wait(self) -> None:
-        """Block until a pending (async) save is complete, then delete steps beyond ``keep``."""
+        """Block until the save in flight is complete (older steps beyond ``keep`` deleted).
+
+        Raises:
+          CheckpointError: that save failed (raised once).
+        """
+        if self._queue is not None:
+            self._queue.wait()
+            return
         if self._pending is None:
             return
         finish = getattr(self._writer, "wait_until_finished", None)
         if finish is not None:  # an AsyncCheckpointer
             finish()
         step, self._pending = self._pending, None
-        if jax.process_index() == 0:
-            older = sorted(
-                s
-                for s, d in fmt.step_dirs(self.path).items()
-                if s < step and _intact_meta(d) is not None
-            )
-            for old in older[: max(0, len(older) - (self.keep - 1))]:
-                shutil.rmtree(self.path / str(old), ignore_errors=True)
-        _sync(f"jaxwise-checkpoint-done-{step}")
+        self._retain(step)
 
     def close(self) -> None:
-        """Finish pending writes and release the directory lock (idempotent)."""
+        """Finish the save in flight and release the directory lock (idempotent).
+
+        Raises:
+          CheckpointError: the save in flight failed (the lock is released all the same).
+        """
         if self._closed:
             return
         self._closed = True
@@ -265,6 +329,7 @@ class Checkpointer:
             self.wait()
             self._writer.close()
         finally:
+            untrack(self)
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
@@ -315,7 +380,7 @@ def save(
         >>> restored.params["enc.w"].tolist(), restored.params["enc"]["w"].tolist()
         ([1.0, 1.0], [0.0, 0.0])
     """
-    with Checkpointer(path, keep=keep) as checkpointer:
+    with Checkpointer(path, keep=keep, async_save=False) as checkpointer:
         return checkpointer.save(state, metadata)
 
 

@@ -5,12 +5,15 @@ user's cache directory (``$XDG_CACHE_HOME/jaxwise/jax-cache``, ``~/.cache/...`` 
 and a second run loads them instead of compiling. `CompileTally` counts the training
 program's compilations and tells the two apart, from JAX's own monitoring events:
 ``/jax/compilation_cache/cache_hits`` fires inside a backend compile that was served from
-the cache, so a compile event that follows a hit is a load, not a compilation.
+the cache, so a compile event that follows a hit is a load, not a compilation. Both events
+fire in the thread that compiles: the tally counts only the measuring thread's, so programs
+compiled meanwhile in a background thread (``jobs._overlap``) are not mistaken for it.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,9 +21,8 @@ from typing import Any
 
 import jax
 
-from jaxwise.compilation import CompileCounter
-
 CACHE_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _SETTINGS = (
     "jax_compilation_cache_dir",
     "jax_persistent_cache_min_compile_time_secs",
@@ -111,27 +113,34 @@ class CompileTally:
 
     @contextmanager
     def measure(self) -> Iterator[CompileTally]:
-        """Count the compilations and cache loads of the block (added to the tally).
+        """Count the backend compilations (and cache loads) of this thread inside the block.
 
         Yields:
             The tally itself.
         """
-        hits = [0]
+        thread = threading.get_ident()
+        hits, compiles, seconds = [0], [0], [0.0]
 
         def on_event(event: str, **_: Any) -> None:
-            if event == CACHE_HIT_EVENT:
+            if event == CACHE_HIT_EVENT and threading.get_ident() == thread:
                 hits[0] += 1
 
+        def on_duration(event: str, duration_secs: float, **_: Any) -> None:
+            if event == COMPILE_EVENT and threading.get_ident() == thread:
+                compiles[0] += 1
+                seconds[0] += duration_secs
+
         jax.monitoring.register_event_listener(on_event)
+        jax.monitoring.register_event_duration_secs_listener(on_duration)
         try:
-            with CompileCounter() as counter:
-                yield self
+            yield self
         finally:
             jax.monitoring.unregister_event_listener(on_event)
-        loaded = min(hits[0], counter.count)
+            jax.monitoring.unregister_event_duration_listener(on_duration)
+        loaded = min(hits[0], compiles[0])
         self.loaded += loaded
-        self.compiled += counter.count - loaded
-        self.seconds += counter.seconds
+        self.compiled += compiles[0] - loaded
+        self.seconds += seconds[0]
 
     def describe(self, what: str) -> str:
         """``"epoch compiled 1×"``, ``"epoch loaded from the compilation cache 1×"``, or both.

@@ -69,6 +69,15 @@ def batch_loss(params: Any, batch: tuple[jax.Array, jax.Array]) -> jax.Array:
     return numerics.cross_entropy(mlp_apply(params, batch[0]), batch[1])
 
 
+def batch_loss_and_accuracy(
+    params: Any, batch: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array]:
+    """``(mean cross-entropy, accuracy)`` of the MLP on a mini-batch ``(x, y)`` (``has_aux``)."""
+    logits = mlp_apply(params, batch[0])
+    correct = (jnp.argmax(logits, -1) == batch[1]).astype(jnp.float32)
+    return numerics.cross_entropy(logits, batch[1]), jnp.mean(correct)
+
+
 def make_optimizer(
     total_steps: int, peak_lr: float, weight_decay: float, warmup: int, end_lr: float
 ) -> tuple[optax.GradientTransformationExtraArgs, optax.Schedule]:
@@ -106,17 +115,45 @@ def evaluate(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Ar
 
 
 @jax.jit
+def evaluate_splits(
+    params: Any, train: tuple[jax.Array, jax.Array], val: tuple[jax.Array, jax.Array]
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """(loss, accuracy) on the training rows, then on the validation rows: ONE program."""
+    return (*evaluate(params, *train), *evaluate(params, *val))
+
+
+@jax.jit
 def _probabilities(params: Any, x: jax.Array) -> jax.Array:
     return jax.nn.softmax(mlp_apply(params, x), axis=-1)
 
 
 def predict_proba(params: Any) -> Callable[[np.ndarray], np.ndarray]:
     """``x (N, D) -> probabilities (N, C)`` as NumPy, for plots and reports."""
-    return lambda x: np.asarray(_probabilities(params, jnp.asarray(x, jnp.float32)))
+    return lambda x: np.asarray(_probabilities(params, to_device(np.asarray(x, np.float32))))
 
 
-def accuracy(params: Any, x: np.ndarray, y: np.ndarray) -> float:
-    return float(evaluate(params, jnp.asarray(x), jnp.asarray(y))[1])
+@jax.jit
+def predict_classes(params: Any, x: jax.Array) -> jax.Array:
+    """The MLP's predicted class of each row of ``x (N, D)``: int32 ``(N,)``."""
+    return jnp.argmax(mlp_apply(params, x), -1).astype(jnp.int32)
+
+
+def to_device(*arrays: np.ndarray) -> Any:
+    """Host arrays onto the default device (``jax.device_put``: no program compiled for it).
+
+    One array in, one out; several in, a tuple out.
+    """
+    placed = tuple(jax.device_put(a) for a in arrays)
+    return placed[0] if len(placed) == 1 else placed
+
+
+def initial_state(tx: Any, sizes: tuple[int, ...], seed: int) -> Any:
+    """The initial state: keys, He-initialised MLP, optimizer state (one program under ``jit``)."""
+    from jaxwise.models import init_mlp
+    from jaxwise.train import TrainState
+
+    init_key, state_key = jax.random.split(jax.random.key(seed))
+    return TrainState.create(init_mlp(init_key, sizes), tx, state_key)
 
 
 def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
@@ -132,18 +169,19 @@ def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
     return h
 
 
-def float64_check(params: Any, x: np.ndarray, y: np.ndarray) -> dict[str, Any]:
-    """Logits, cross-entropy and accuracy of the float32 model against the float64 referee."""
-    ours = np.asarray(jax.jit(mlp_apply)(params, jnp.asarray(x)), np.float64)
+def float64_check(
+    params: Any, x: np.ndarray, y: np.ndarray, logits: np.ndarray, cross_entropy: float
+) -> dict[str, Any]:
+    """The float32 model's ``logits (N, C)`` and mean cross-entropy against the float64 referee."""
+    ours = np.asarray(logits, np.float64)
     ref = mlp_float64(params, x)
     shifted = ref - ref.max(1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
     ce64 = float(-logp[np.arange(len(y)), y].mean())
-    ce32 = float(evaluate(params, jnp.asarray(x), jnp.asarray(y))[0])
     return {
         "max_logit_error": float(np.max(np.abs(ours - ref))),
         "cross_entropy_float64": ce64,
-        "cross_entropy_error": abs(ce32 - ce64),
+        "cross_entropy_error": abs(cross_entropy - ce64),
         "accuracy_float64": float((ref.argmax(1) == y).mean()),
         "accuracy_float32": float((ours.argmax(1) == y).mean()),
     }
@@ -155,12 +193,17 @@ def schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> j
     return jax.vmap(schedule)(jnp.arange(steps))
 
 
-def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
-    """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping)."""
-    from jaxwise.privacy import make_dp_train_epoch
+def make_epoch(tx: Any, cfg: Any, *, accuracy: bool = False) -> Any:
+    """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping).
+
+    With ``accuracy``, the plain epoch's metrics include ``"aux"``: each step's mini-batch
+    accuracy (see `epoch_progress`).
+    """
     from jaxwise.train import make_train_epoch
 
     if cfg.dp:
+        from jaxwise.privacy import make_dp_train_epoch
+
         return make_dp_train_epoch(
             per_example_loss(),
             tx,
@@ -170,16 +213,28 @@ def make_epoch(tx: Any, cfg: Any) -> Callable[..., Any]:
             sampler="poisson",
             method="ghost",
         )
+    if accuracy:
+        return make_train_epoch(batch_loss_and_accuracy, tx, cfg.batch_size, has_aux=True)
     return make_train_epoch(batch_loss, tx, cfg.batch_size)
+
+
+def epoch_progress(metrics: dict[str, Any], step_losses: np.ndarray) -> dict[str, float]:
+    """Progress-bar fields from an epoch's own metrics: mean mini-batch loss (and accuracy)."""
+    fields = {"loss": float(np.mean(step_losses))}
+    if "aux" in metrics:
+        fields["acc"] = float(np.mean(np.asarray(metrics["aux"])))
+    return fields
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
     """Steps per epoch of `make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
-    from jaxwise.privacy import PoissonSampler
+    if cfg.dp:
+        from jaxwise.privacy import PoissonSampler
+
+        return PoissonSampler(cfg.batch_size).steps(n_train)
     from jaxwise.train import ShuffleSampler
 
-    sampler = PoissonSampler(cfg.batch_size) if cfg.dp else ShuffleSampler(cfg.batch_size)
-    return sampler.steps(n_train)
+    return ShuffleSampler(cfg.batch_size).steps(n_train)
 
 
 def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
@@ -270,13 +325,16 @@ __all__ = [
     "DELTA",
     "RunFailed",
     "UserError",
-    "accuracy",
     "batch_loss",
+    "batch_loss_and_accuracy",
     "check_hidden",
     "check_run_health",
     "check_training_options",
     "dp_report",
+    "epoch_progress",
     "evaluate",
+    "evaluate_splits",
+    "initial_state",
     "float64_check",
     "jsonable",
     "make_epoch",
@@ -287,10 +345,12 @@ __all__ = [
     "parameter_count",
     "params_digest",
     "per_example_loss",
+    "predict_classes",
     "predict_proba",
     "progress",
     "schedule_values",
     "step_metrics",
     "steps_per_epoch",
+    "to_device",
     "xent_single",
 ]

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import math
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxwise.checkpoint import save
@@ -40,22 +40,36 @@ def checkpoint_meta(prep: Prepared, epoch: int, progress: dict[str, Any]) -> dic
 
 
 class EpochLoop:
-    """The epoch loop: evaluation, ``metrics.jsonl``, early stopping with the best checkpoint."""
+    """The epoch loop: evaluation, ``metrics.jsonl``, early stopping with the best checkpoint.
+
+    ``lrs`` is the learning rate of every step, or a ``Future`` of it (computed in a
+    background thread while the epoch program compiles).
+    """
 
     def __init__(
-        self, prep: Prepared, epoch: Any, spe: int, schedule: Any, progress_meta: dict[str, Any]
+        self,
+        prep: Prepared,
+        epoch: Any,
+        spe: int,
+        lrs: np.ndarray | Future[np.ndarray],
+        progress_meta: dict[str, Any],
     ):
         self.prep, self.epoch, self.spe = prep, epoch, spe
-        self.lrs = np.asarray(C.schedule_values(schedule, prep.cfg.epochs * spe))
+        self._lrs = lrs
         self.progress_meta = progress_meta
         self.tally = CompileTally()
         self.skipped = 0
         self.seconds = 0.0
         self.epochs_done = 0
         self.best_params: Any = None
-        train, val = prep.split("train"), prep.split("val")
-        self.train_data = (jnp.asarray(train[0]), jnp.asarray(train[1]))
-        self.val_data = (jnp.asarray(val[0]), jnp.asarray(val[1]))
+        self.train_data = C.to_device(*prep.split("train"))
+        self.val_data = C.to_device(*prep.split("val"))
+
+    @property
+    def lrs(self) -> np.ndarray:
+        if isinstance(self._lrs, Future):
+            self._lrs = self._lrs.result()
+        return self._lrs
 
     def run(
         self, state: TrainState, start: int, stop: int, history: list[dict[str, Any]]
@@ -85,8 +99,8 @@ class EpochLoop:
     def _record(
         self, state: TrainState, metrics: dict[str, Any], epoch: int, seconds: float
     ) -> dict[str, Any]:
-        loss, acc = (float(v) for v in C.evaluate(state.params, *self.train_data))
-        val_loss, val_acc = (float(v) for v in C.evaluate(state.params, *self.val_data))
+        splits = C.evaluate_splits(state.params, self.train_data, self.val_data)
+        loss, acc, val_loss, val_acc = (float(v) for v in splits)
         _, skipped = C.step_metrics(metrics, self.spe)
         self.skipped += skipped
         return C.jsonable(

@@ -25,6 +25,7 @@ from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import check_output_file, write_csv
+from jaxwise.jobs._overlap import overlapped
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
 
@@ -92,10 +93,10 @@ def run_label_errors(
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
+    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
         prep = tabular.prepare(cfg, RUN_OUTPUTS, "label-errors")
         t_fit = time.perf_counter()
-        fitted = tabular.fit(prep)
+        fitted = tabular.fit(prep, background)
         tabular.verify(prep, fitted)
         final_seconds = time.perf_counter() - t_fit
         ranking = rank(prep, fitted, method, top, folds, cache_dir)

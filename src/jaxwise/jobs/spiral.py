@@ -10,7 +10,9 @@ Examples:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +20,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise import data
+from jaxwise import data, numerics
 from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import RunDir
+from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
-from jaxwise.models import init_mlp
-from jaxwise.train import TrainState
+from jaxwise.models import mlp_apply
 from jaxwise.tree import param_table
 
 __all__ = ["SpiralConfig", "run_spiral"]
@@ -99,10 +101,14 @@ class _Run:
     yte: np.ndarray
     steps_per_epoch: int
     state: Any = None
+    state_shape: Any = None
+    pending_state: Future[Any] | None = None
+    verification: Future[Any] | None = None
     tx: Any = None
     schedule: Any = None
     initial_buffers: list[Any] = dataclasses.field(default_factory=list)
     train_data: tuple[Any, ...] = ()
+    test_data: tuple[Any, ...] = ()
     step_losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     skipped: int = 0
     tally: CompileTally = dataclasses.field(default_factory=CompileTally)
@@ -116,7 +122,8 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     load from the persistent compilation cache), the state donated (checked: the initial
     parameter buffers are gone, the data buffers are not), logits / cross-entropy / accuracy
     re-computed in NumPy float64, hard examples found by per-example gradient norms, PNG
-    plots in ``cfg.out``.
+    plots in ``cfg.out``. The initial state and the evaluation and verification programs are
+    built in a background thread while the epoch program compiles (``jobs._overlap``).
 
     Args:
         cfg: the settings (the defaults are the demo).
@@ -129,15 +136,20 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
-        run = prepare(cfg)
+    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
+        run = prepare(cfg, background)
         fit(run)
         checks, f64, hard = verify(run)
         return report(run, checks, f64, hard, time.perf_counter() - t_start, cache_dir)
 
 
-def prepare(cfg: SpiralConfig) -> _Run:
-    """Data, split, output directory, optimizer and the initial state."""
+def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor) -> _Run:
+    """Data, split, output directory, optimizer; the initial state and programs, in ``background``.
+
+    The background thread compiles and runs the program that builds the initial state, then
+    compiles the verification program, from the shapes the state will have (one trace, here);
+    meanwhile the main thread compiles the epoch program (`fit`).
+    """
     out = (
         RunDir(cfg.out, "--out", OUTPUT_NAMES, "spiral").claim() if cfg.out and cfg.plots else None
     )
@@ -149,30 +161,50 @@ def prepare(cfg: SpiralConfig) -> _Run:
     run.tx, run.schedule = C.make_optimizer(
         cfg.epochs * run.steps_per_epoch, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr
     )
-    init_key, state_key = jax.random.split(jax.random.key(cfg.seed))
-    run.state = TrainState.create(init_mlp(init_key, (2, *cfg.hidden, 3)), run.tx, state_key)
-    run.initial_buffers = jax.tree.leaves(run.state.params)
-    run.train_data = (jnp.asarray(xtr), jnp.asarray(ytr))
+    build = jax.jit(functools.partial(C.initial_state, run.tx, (2, *cfg.hidden, 3), cfg.seed))
+    run.state_shape = jax.eval_shape(build)
+    run.pending_state = background.submit(lambda: compile_one_shot(build)())
+    run.train_data, run.test_data = C.to_device(xtr, ytr), C.to_device(xte, yte)
+    if cfg.dp:  # evaluated after every epoch (DP epochs report no loss of their own)
+        background.submit(precompile, C.evaluate, run.state_shape.params, *run.train_data)
+    run.verification = background.submit(
+        compile_one_shot, _verification, run.state_shape.params, *run.train_data, *run.test_data
+    )
     return run
 
 
 def fit(run: _Run) -> None:
-    """The epochs: one compiled program, counted (compiled vs loaded from the cache)."""
+    """The epochs: one compiled program, counted (compiled vs loaded from the cache).
+
+    The progress bar shows each epoch's mean mini-batch loss and accuracy, from the epoch
+    program's own metrics (no second program, no extra pass over the data); DP-SGD epochs
+    report no loss, so the training set is evaluated after each of them.
+    """
     cfg = run.cfg
-    epoch = C.make_epoch(run.tx, cfg)
+    epoch = C.make_epoch(run.tx, cfg, accuracy=True)
     losses = []
     t_train = time.perf_counter()
+    with run.tally.measure():  # the epoch program, compiled while the state is built
+        precompile(epoch.jitted, run.state_shape, run.train_data)
+    assert run.pending_state is not None
+    run.state = run.pending_state.result()
+    run.initial_buffers = jax.tree.leaves(run.state.params)
     with C.progress(cfg.progress, cfg.epochs, "spiral") as advance:
         for _ in range(cfg.epochs):
             with run.tally.measure():
                 run.state, metrics = epoch(run.state, run.train_data)
-            loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.train_data))
             step_losses, skipped = C.step_metrics(metrics, run.steps_per_epoch)
-            losses.append(
-                step_losses if step_losses is not None else np.full(run.steps_per_epoch, loss)
-            )
+            if step_losses is None:  # DP epochs report no loss: evaluate the training set
+                loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.train_data))
+                step_losses, progress = (
+                    np.full(run.steps_per_epoch, loss),
+                    {"loss": loss, "acc": acc},
+                )
+            else:
+                progress = C.epoch_progress(metrics, step_losses)
+            losses.append(step_losses)
             run.skipped += skipped
-            advance(loss=loss, acc=acc)
+            advance(**progress)
     jax.block_until_ready(run.state)
     run.train_seconds = time.perf_counter() - t_train
     run.step_losses = np.concatenate(losses)
@@ -187,11 +219,17 @@ def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[d
         cfg.epochs * run.steps_per_epoch,
         "spiral",
     )
-    train_acc, test_acc = C.accuracy(params, run.xtr, run.ytr), C.accuracy(params, run.xte, run.yte)
-    n = len(run.ytr) + len(run.yte)
-    f64 = C.float64_check(
-        params, np.concatenate([run.xtr, run.xte]), np.concatenate([run.ytr, run.yte])
+    assert run.verification is not None
+    verification = run.verification.result()  # compiled in the background during training
+    logits, ce32, hard_idx, hard_norms = (
+        np.asarray(v) for v in verification(params, *run.train_data, *run.test_data)
     )
+    n_train = len(run.ytr)
+    y_all = np.concatenate([run.ytr, run.yte])
+    train_acc = float((logits[:n_train].argmax(1) == run.ytr).mean())
+    test_acc = float((logits[n_train:].argmax(1) == run.yte).mean())
+    n = len(y_all)
+    f64 = C.float64_check(params, np.concatenate([run.xtr, run.xte]), y_all, logits, float(ce32))
     f64.update(train_accuracy=train_acc, test_accuracy=test_acc)
     tally = run.tally
     checks = {
@@ -226,11 +264,10 @@ def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[d
             "ok": train_acc > 0.95 and test_acc > 0.95,
             "detail": f"train {train_acc:.3f}, test {test_acc:.3f} (> 0.95)",
         }
-    idx, norms = _hardest(params, *run.train_data)
     return (
         checks,
         f64,
-        _describe_examples(params, run.xtr, run.ytr, np.asarray(idx), np.asarray(norms)),
+        _describe_examples(run.xtr, run.ytr, logits[:n_train], hard_idx, hard_norms),
     )
 
 
@@ -307,15 +344,33 @@ def _plots(run: _Run, hard: list[dict[str, Any]], test_acc: float) -> dict[str, 
 
 
 @jax.jit
+def _verification(
+    params: Any, xtr: jax.Array, ytr: jax.Array, xte: jax.Array, yte: jax.Array
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """What ``verify`` needs from the trained model, as ONE program (compiled in the background).
+
+    Returns the float32 logits of the training then the test rows ``(N, 3)``, their mean
+    cross-entropy, and the indices ``(5,)`` and gradient norms ``(5,)`` of the hardest
+    training examples.
+    """
+    logits = mlp_apply(params, jnp.concatenate([xtr, xte]))
+    ce = numerics.cross_entropy(logits, jnp.concatenate([ytr, yte]))
+    idx, norms = _hardest(params, xtr, ytr)
+    return logits, ce, idx, norms
+
+
 def _hardest(params: Any, x: jax.Array, y: jax.Array) -> tuple[jax.Array, jax.Array]:
     """The 5 training examples with the largest gradient norms (chunked per-example gradients)."""
     return hardest_examples(C.per_example_loss(), params, (x, y), k=5, chunk_size=256)
 
 
 def _describe_examples(
-    params: Any, x: np.ndarray, y: np.ndarray, idx: np.ndarray, norms: np.ndarray
+    x: np.ndarray, y: np.ndarray, logits: np.ndarray, idx: np.ndarray, norms: np.ndarray
 ) -> list[dict[str, Any]]:
-    probs = C.predict_proba(params)(x[idx])
+    """The hard examples for the report; probabilities from the float32 logits, in float64."""
+    shifted = logits[idx].astype(np.float64)
+    shifted -= shifted.max(1, keepdims=True)
+    probs = np.exp(shifted) / np.exp(shifted).sum(1, keepdims=True)
     return [
         {
             "index": int(i),

@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import json
 import math
 import os
 import sys
 import time
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxwise import data
@@ -38,7 +39,7 @@ from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
 from jaxwise.jobs._outputs import RunDir
-from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.train import TrainState
 
 __all__ = ["TabularConfig", "fit", "prepare", "run_train"]
@@ -190,6 +191,7 @@ class Fitted:
     best_epoch: int | None = None
     stopped_early: bool = False
     history_complete: bool = True
+    checkpoint_written: Future[Any] | None = None  # the final save, written in the background
 
 
 def prepare(
@@ -243,9 +245,9 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
+    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
         prep = prepare(cfg)
-        fitted = fit(prep)
+        fitted = fit(prep, background)
         verify(prep, fitted)
         return report(prep, fitted, time.perf_counter() - t_start, cache_dir)
 
@@ -255,18 +257,37 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-def _initial_state(prep: Prepared, steps_per_epoch: int) -> tuple[TrainState, Any, Any]:
+def _optimizer(prep: Prepared, steps_per_epoch: int) -> tuple[Any, Any]:
     cfg = prep.cfg
     total_steps = cfg.epochs * steps_per_epoch
-    tx, schedule = C.make_optimizer(
+    return C.make_optimizer(
         total_steps, cfg.lr, cfg.weight_decay, min(100, total_steps // 10), cfg.lr / 100
     )
-    init_key, state_key = jax.random.split(jax.random.key(cfg.seed))
-    sizes = (prep.table.x.shape[1], *cfg.hidden, len(prep.table.classes))
-    return TrainState.create(init_mlp(init_key, sizes), tx, state_key), tx, schedule
 
 
-def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
+def _warm_up(
+    prep: Prepared, background: ThreadPoolExecutor, build: Any, params_shape: Any, lrs: Any
+) -> tuple[Future[TrainState], Future[np.ndarray]]:
+    """Everything the run will need besides the epoch program, built in ``background``.
+
+    In order: the initial state (a one-shot program), the learning rates, the evaluation
+    program (training and validation rows), the validation predictions (the confusion
+    matrix) and, with plots, matplotlib.
+    """
+    state = background.submit(lambda: compile_one_shot(build)())
+    rates = background.submit(lrs)
+    train, val = C.to_device(*prep.split("train")), C.to_device(*prep.split("val"))
+    background.submit(precompile, C.evaluate_splits, params_shape, train, val)
+    background.submit(precompile, C.predict_classes, params_shape, val[0])
+    if prep.out is not None and prep.cfg.plots:
+        background.submit(importlib.import_module, "jaxwise._plotting")
+        for module in ("matplotlib.figure", "matplotlib.backends.backend_agg"):
+            background.submit(importlib.import_module, module)
+    return state, rates
+
+
+def _check_resumable(prep: Prepared, ckpt: Path) -> dict[str, Any]:
+    """The checkpoint's metadata, after checking that this run may continue it."""
     cfg, table = prep.cfg, prep.table
     if latest_step(ckpt) is None:
         raise UserError(f"--resume: no checkpoint in {ckpt}")
@@ -289,11 +310,17 @@ def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, 
             f"--resume: the training rows of {cfg.path} differ from the checkpointed run's "
             "(pass --allow-different-data to continue anyway)"
         )
-    # The metadata of the step actually restored: a damaged newest step is skipped, said in
-    # one line on stderr.
+    return meta
+
+
+def _restore(ckpt: Path, like: Any) -> tuple[TrainState, dict[str, Any]]:
+    """The checkpointed state and the metadata of the step actually restored.
+
+    A damaged newest step is skipped, said in one line on stderr.
+    """
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CheckpointWarning)
-        restored = restore(ckpt, like=state, with_metadata=True)
+        restored = restore(ckpt, like=like, with_metadata=True)
     for warning in caught:
         if issubclass(warning.category, CheckpointWarning):
             print(f"jaxwise: warning: {warning.message}", file=sys.stderr)
@@ -326,13 +353,34 @@ def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
     return history
 
 
-def fit(prep: Prepared) -> Fitted:
-    """Train (or continue) the MLP; each epoch's metrics to ``metrics.jsonl``; checkpoints."""
+def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
+    """Train (or continue) the MLP; each epoch's metrics to ``metrics.jsonl``; checkpoints.
+
+    With ``background`` (a `jobs._overlap.overlapped` pool), the initial state and the
+    evaluation programs are built there while the epoch program compiles, and the final
+    checkpoint is written there while the report is drawn (``Fitted.checkpoint_written``).
+    """
+    if background is None:
+        with overlapped() as own:
+            fitted = fit(prep, own)
+            if fitted.checkpoint_written is not None:
+                fitted.checkpoint_written.result()
+            return fitted
     cfg = prep.cfg
     run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
     xtr, ytr = prep.split("train")
     spe = C.steps_per_epoch(len(xtr), run_cfg)
-    state, tx, schedule = _initial_state(prep, spe)
+    tx, schedule = _optimizer(prep, spe)
+    sizes = (prep.table.x.shape[1], *cfg.hidden, len(prep.table.classes))
+    build = jax.jit(functools.partial(C.initial_state, tx, sizes, cfg.seed))
+    state_shape = jax.eval_shape(build)
+    pending_state, lrs = _warm_up(
+        prep,
+        background,
+        build,
+        state_shape.params,
+        lambda: np.asarray(C.schedule_values(schedule, cfg.epochs * spe)),
+    )
     ckpt = prep.out / "checkpoint" if prep.out is not None and cfg.checkpoint else None
     progress_meta: dict[str, Any] = {
         "best_val_loss": None,
@@ -345,20 +393,26 @@ def fit(prep: Prepared) -> Fitted:
             f"{ckpt} already holds a checkpoint; pass --resume to continue it, or choose another "
             f"{cfg.out_option}"
         )
+    start_epoch, resumed = 0, None
     if cfg.resume and ckpt is not None:
-        state, meta = _resume(prep, ckpt, state)
+        _check_resumable(prep, ckpt)
+        resumed, meta = _restore(ckpt, state_shape)  # onto the default device, like a new one
         progress_meta.update({k: meta.get(k, v) for k, v in progress_meta.items()})
         start_epoch = int(meta["epoch"])
-    else:
-        start_epoch = 0
     history = _history_so_far(prep, start_epoch)
     last_epoch = max(cfg.stop_after if cfg.stop_after is not None else cfg.epochs, start_epoch)
     if progress_meta["stopped_early"]:
         last_epoch = start_epoch
-    loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, schedule, progress_meta)
+    loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, lrs, progress_meta)
+    if last_epoch > start_epoch:
+        with loop.tally.measure():  # the epoch program, compiled while the state is built
+            precompile(loop.epoch.jitted, state_shape, loop.train_data)
+    state = pending_state.result() if resumed is None else resumed
     state = loop.run(state, start_epoch, last_epoch, history)
+    written = None
     if ckpt is not None and latest_step(ckpt) != int(state.step):
-        save(ckpt, state, checkpoint_meta(prep, loop.epochs_done, loop.progress_meta))
+        meta = checkpoint_meta(prep, loop.epochs_done, loop.progress_meta)
+        written = background.submit(save, ckpt, state, meta)
     params = state.params
     if (
         cfg.early_stopping is not None
@@ -382,6 +436,7 @@ def fit(prep: Prepared) -> Fitted:
         loop.progress_meta["best_epoch"],
         bool(loop.progress_meta["stopped_early"]),
         history_complete=len(history) == loop.epochs_done,
+        checkpoint_written=written,
     )
 
 
@@ -406,7 +461,7 @@ def confusion(
     params: Any, x: np.ndarray, y: np.ndarray, n_classes: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(predicted classes, confusion matrix with rows true and columns predicted)."""
-    pred = np.asarray(jax.jit(mlp_apply)(params, jnp.asarray(x)).argmax(-1))
+    pred = np.asarray(C.predict_classes(params, C.to_device(x)))
     matrix = np.zeros((n_classes, n_classes), np.int64)
     np.add.at(matrix, (y, pred), 1)
     return pred, matrix
@@ -458,7 +513,9 @@ def report(
         "job": "train",
         "compiles": fitted.tally.total,
         "compile": fitted.tally.as_dict(cache_dir),
-        "train_accuracy": C.accuracy(fitted.params, xtr, ytr),
+        "train_accuracy": float(
+            C.evaluate_splits(fitted.params, C.to_device(xtr, ytr), C.to_device(xva, yva))[1]
+        ),
         "val_accuracy": val_acc,
         "test_accuracy": val_acc,
         "epochs_completed": fitted.epochs_completed,
@@ -491,4 +548,6 @@ def report(
             len(xtr),
             fitted.epochs_completed * fitted.steps_per_epoch,
         )
+    if fitted.checkpoint_written is not None:  # written while the report was drawn
+        fitted.checkpoint_written.result()
     return C.jsonable(summary)

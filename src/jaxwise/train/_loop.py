@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import itertools
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterable, Sized
 from typing import Any, Protocol
@@ -16,16 +18,65 @@ from jaxwise._prefetch import prefetch_to_device
 from jaxwise._progress import progress_bar
 from jaxwise.train._state import TrainState
 
-__all__ = ["FitReport", "fit"]
+__all__ = ["FitReport", "Terminated", "fit"]
 
 
 class _Saver(Protocol):
     """What `fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
 
     A structural type, so that ``train`` does not import ``checkpoint`` (the layer above it).
+    An optional ``wait()`` finishes an asynchronous save in flight (raising its error).
     """
 
     def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
+
+
+class Terminated(SystemExit):
+    """SIGTERM arrived during `fit`: the save in flight was finished, then this is raised.
+
+    A ``SystemExit`` with code 143 (128 + SIGTERM), so an uncaught one ends the program as
+    the signal would have, after the checkpoint is complete.
+    """
+
+    __module__ = "jaxwise.train"
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _sigterm_raises() -> Any:
+    """Within the block, SIGTERM raises `Terminated` (main thread, default handler only)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def terminate(signum: int, frame: Any) -> None:
+        del signum, frame
+        raise Terminated()
+
+    signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _finish_saves(checkpointer: Any, failure: BaseException | None) -> None:
+    """Wait for the checkpointer's save in flight; its error is raised, or noted on ``failure``."""
+    wait = getattr(checkpointer, "wait", None)
+    if wait is None:
+        return
+    if failure is None:
+        wait()
+        return
+    try:
+        wait()
+    except Exception as err:  # the loop's own failure comes first; the save's is noted on it
+        failure.add_note(f"and the checkpoint save in flight failed: {err}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +136,11 @@ def fit(
     device in between. The NaN guard's skipped steps are counted; with a
     ``checkpointer`` (a `jaxwise.checkpoint.Checkpointer`, which holds its directory's
     writer lock until you close it) the state is saved every ``checkpoint_every`` steps
-    and at the end.
+    and at the end. The Checkpointer saves asynchronously (a copy of the state is written
+    by a background thread while training goes on, at most one save in flight); ``fit``
+    returns once the last save is complete, and on an exception (Ctrl-C included) it first
+    finishes the save in flight. SIGTERM (with its default handler, in the main thread)
+    stops the loop the same way and raises `Terminated`, a ``SystemExit(143)``.
 
     Args:
         step: a [`make_train_step`][jaxwise.train.make_train_step] step (or any
@@ -141,7 +196,9 @@ def fit(
     losses: list[float] = []
     saved: list[int] = []
     skipped = 0
+    failure: BaseException | None = None
     with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_raises())
         feed = (
             stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
         )
@@ -169,16 +226,22 @@ def fit(
                 saved.append(int(state.step))
 
         pending = None
-        for batch in feed:
-            state, metrics = step(state, batch)
+        try:
+            for batch in feed:
+                state, metrics = step(state, batch)
+                if pending is not None:
+                    record(pending)  # the previous step's metrics: this step is already queued
+                pending = metrics
+                if checkpoint_every and (len(losses) + 1) % checkpoint_every == 0:
+                    checkpoint()
             if pending is not None:
-                record(pending)  # the previous step's metrics: this step is already queued
-            pending = metrics
-            if checkpoint_every and (len(losses) + 1) % checkpoint_every == 0:
+                record(pending)
                 checkpoint()
-        if pending is not None:
-            record(pending)
-            checkpoint()
+        except BaseException as err:
+            failure = err
+            raise
+        finally:
+            _finish_saves(checkpointer, failure)
     report = FitReport(
         len(losses),
         skipped,

@@ -289,9 +289,10 @@ def make_train_step(
             returns the input state unchanged (bit-identical) with ``skipped = 1``.
         mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis: the batch is
             sharded over it, the state replicated (data parallelism).
-        compute_dtype: ``jnp.bfloat16`` or ``jnp.float16``: params, model state
-            and floating batch leaves are cast for the forward/backward pass; the
-            master weights and optimizer state keep their dtype (float32).
+        compute_dtype: ``jnp.bfloat16`` or ``jnp.float16``: params and floating
+            batch leaves are cast for the forward/backward pass; the master weights,
+            the optimizer state and the model state (BatchNorm statistics) keep their
+            dtype (float32).
         loss_scale: ``"dynamic"`` (required with float16), a
             [`DynamicLossScale`][jaxwise.train.DynamicLossScale], or a fixed positive
             scale. Dynamic scaling keeps its scale in ``state.loss_scale`` and reports it in

@@ -105,9 +105,11 @@ def loss_gradient(
 
     The loss is called as ``loss_fn(params, batch)`` or ``loss_fn(params, model_state, batch)``
     (``model_state=True``), with a trailing ``key`` when ``with_key``. With ``compute_dtype``
-    the parameters, the model state and the floating leaves of the batch are cast inside the
-    differentiated function, so the gradients come back in the parameters' own dtype; the new
-    model state is cast back to the old one's dtypes.
+    the parameters and the floating leaves of the batch are cast inside the differentiated
+    function, so the gradients come back in the parameters' own dtype. The model state is
+    state, not computation: it is passed in its stored dtype (BatchNorm statistics accumulate
+    in float32, as with Flax's ``param_dtype``), and the new model state is cast back to the
+    old one's dtypes, so its type never drifts.
     """
     name = f"`{getattr(loss_fn, '__name__', type(loss_fn).__name__)}`"
 
@@ -119,7 +121,7 @@ def loss_gradient(
         def scaled_loss(p: Any) -> tuple[jax.Array, tuple[Any, Any, Any]]:
             args: tuple[Any, ...] = (cast_floating(p, compute_dtype),)
             if model_state:
-                args += (cast_floating(old_state, compute_dtype),)
+                args += (old_state,)  # stored dtype: only the computation is cast
             args += (cast_floating(batch, compute_dtype),)
             if with_key:
                 args += (key,)
