@@ -13,6 +13,7 @@ import optax
 from jax.sharding import Mesh
 
 from jaxwise._checks import (
+    check_bool,
     check_callable,
     check_choice,
     check_int,
@@ -49,6 +50,8 @@ class DPConfig:
       batch_size: the (expected) batch size.
       method: the per-example clipping method.
       chunk_size: the chunk size of the ``"vmap"``/``"chunked"`` methods.
+      model_state: the loss takes and returns the model state.
+      freeze_model_state: BatchNorm layers of adapted models run in inference mode.
     """
 
     clip_norm: float
@@ -57,6 +60,8 @@ class DPConfig:
     batch_size: int
     method: Method
     chunk_size: ChunkSize
+    model_state: bool = False
+    freeze_model_state: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,7 +127,8 @@ def _dp_gradient_fn(loss: LossFn, config: DPConfig) -> Callable[..., Gradients]:
     """The plug-in gradient of a DP-SGD epoch: clipped, summed, noised once per batch."""
 
     def gradient(params: Any, model_state: Any, batch: Any, key: jax.Array, mask: Any) -> Gradients:
-        grads, norms = dp_gradient(
+        state = {"model_state": model_state} if config.model_state else {}
+        out = dp_gradient(
             loss,
             params,
             batch,
@@ -133,7 +139,12 @@ def _dp_gradient_fn(loss: LossFn, config: DPConfig) -> Callable[..., Gradients]:
             chunk_size=config.chunk_size,
             mask=mask,
             expected_batch_size=float(config.batch_size),
+            freeze_model_state=config.freeze_model_state,
+            **state,
         )
+        grads, norms = out[0], out[1]
+        if config.model_state:
+            model_state = out[2]
         real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
         count = jnp.maximum(real.sum(), 1.0)
         metrics = {
@@ -148,7 +159,7 @@ def _dp_gradient_fn(loss: LossFn, config: DPConfig) -> Callable[..., Gradients]:
 
 
 def make_dp_train_epoch(
-    loss: LossFn,
+    loss: Callable[..., Any],
     optimizer: optax.GradientTransformation,
     batch_size: int,
     *,
@@ -160,6 +171,8 @@ def make_dp_train_epoch(
     mesh: Mesh | None = None,
     skip_nonfinite: bool = True,
     donate: bool = True,
+    model_state: bool = False,
+    freeze_model_state: bool = False,
 ) -> TrainEpoch:
     """A jitted DP-SGD epoch ``epoch(state, data) -> (state, metrics)`` over one ``lax.scan``.
 
@@ -175,9 +188,18 @@ def make_dp_train_epoch(
     gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
     ``"clipped_fraction"``, ``"batch_size"`` (actual) and ``"overflow"``.
 
+    With ``model_state=True`` the loss is ``loss(params, model_state, example) -> (loss,
+    new_model_state)`` and the state's ``model_state`` is carried from step to step: RNG
+    streams and counters advance every step (every example's dropout mask differs, see
+    [`dp_gradient`][jaxwise.privacy.dp_gradient]); state computed from the examples
+    (BatchNorm's running statistics) is refused with a ``ValueError`` naming it on the first
+    call (``freeze_model_state=True`` runs BatchNorm of adapted models in inference mode
+    from the given statistics instead).
+
     Args:
       loss: ``loss(params, example) -> scalar`` for ONE example (``data``'s structure, the
-        leading axis removed).
+        leading axis removed); with ``model_state=True``, ``loss(params, model_state,
+        example) -> (scalar, new_model_state)``.
       optimizer: an Optax (or jaxwise) gradient transformation.
       batch_size: the (expected) batch size.
       clip_norm: ``C``, the per-example clipping norm.
@@ -193,6 +215,8 @@ def make_dp_train_epoch(
       mesh: a mesh with a ``"data"`` axis (data parallelism), or ``None``.
       skip_nonfinite: skip a step whose noisy gradient or update is not finite.
       donate: donate the state's buffers to the program.
+      model_state: the loss takes and returns the model state (``TrainState.model_state``).
+      freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
       A [`TrainEpoch`][jaxwise.train.TrainEpoch] with ``.steps_per_epoch(n)`` and
@@ -203,7 +227,8 @@ def make_dp_train_epoch(
     Raises:
       TypeError: ``loss`` is not callable, or a bad option type.
       ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``sampler``, ``method``,
-        ``chunk_size`` or ``batch_size``.
+        ``chunk_size`` or ``batch_size``; on the first call, model state (or a layer)
+        that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -225,8 +250,17 @@ def make_dp_train_epoch(
     check_method(method)
     check_chunk(chunk_size)
     batch_size = check_int(batch_size, "batch_size", min_value=1)
+    check_bool(model_state, "model_state")
+    check_bool(freeze_model_state, "freeze_model_state")
     config = DPConfig(
-        float(clip_norm), float(noise_multiplier), sampler, batch_size, method, chunk_size
+        float(clip_norm),
+        float(noise_multiplier),
+        sampler,
+        batch_size,
+        method,
+        chunk_size,
+        model_state,
+        freeze_model_state,
     )
     multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
     draw: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
@@ -238,6 +272,7 @@ def make_dp_train_epoch(
         batch_size,
         gradient=_dp_gradient_fn(loss, config),
         sampler=draw,
+        model_state=model_state,
         mesh=mesh,
         skip_nonfinite=skip_nonfinite,
         donate=donate,
