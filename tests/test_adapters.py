@@ -10,17 +10,11 @@ import pytest
 from flax import nnx
 from flax.training import train_state
 
-from jaxwise import optim
+from jaxwise import label_errors, optim, per_example
+from jaxwise._params import check_params, model_library
 from jaxwise.compilation import CompileCounter
-from jaxwise.models import (
-    Model,
-    check_not_foreign_train_state,
-    check_params,
-    from_equinox,
-    from_linen,
-    from_nnx,
-    model_library,
-)
+from jaxwise.models import Model, from_equinox, from_linen, from_nnx
+from jaxwise.train import TrainState, make_train_step
 
 
 @pytest.fixture(autouse=True)
@@ -361,13 +355,18 @@ def test_equinox_bad_input():
 def test_check_params_names_the_adapter():
     linear = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
     with pytest.raises(
-        TypeError, match=r"Flax NNX module; use `jaxwise.models.from_nnx\(module\)`"
+        TypeError,
+        match=r"the flax.nnx model object Linear; split the model first: "
+        r"`model = jaxwise.models.from_nnx\(module\)`",
     ):
         check_params(linear)
-    with pytest.raises(TypeError, match="Flax linen module"):
+    with pytest.raises(TypeError, match=r"`init_params` .*flax.linen model object .*from_linen"):
         check_params(LinenNet(), "init_params")
     mlp = eqx.nn.MLP(3, 2, 16, 2, key=jax.random.key(0))
-    with pytest.raises(TypeError, match="Equinox module with non-array fields"):
+    with pytest.raises(
+        TypeError,
+        match=r"equinox model object MLP; split the model first \(it holds non-array fields\)",
+    ):
         check_params(mlp)
     with pytest.raises(TypeError, match="leaf `layer.1` is a function"):
         check_params({"layer": [jnp.ones(2), lambda z: z]})
@@ -378,9 +377,52 @@ def test_check_params_names_the_adapter():
         check_params(variables)
     check_params(from_equinox(mlp).params)  # an Equinox module of arrays IS a params tree
     check_params(from_nnx(linear).params)
-    check_params({"w": np.ones(2), "b": 0.5})
+    check_params({"w": np.ones(2), "b": 0.5, "h": jnp.ones(2, jnp.bfloat16)})
     assert model_library(linear) == "flax.nnx" and model_library(mlp) == "equinox"
     assert model_library(LinenNet()) == "flax.linen" and model_library({}) is None
+
+
+@pytest.mark.parametrize(
+    ("params", "error", "match"),
+    [
+        ({"w": jnp.ones(2), "n": jnp.ones(2, jnp.int32)}, TypeError, "leaf `n` has dtype int32"),
+        ({"a": [jnp.ones(2), np.ones(1, bool)]}, TypeError, "leaf `a.1` has dtype bool"),
+        ({"z": jnp.ones(2, jnp.complex64)}, TypeError, "leaf `z` has dtype complex64"),
+        ({"s": 3}, TypeError, "leaf `s` has dtype int64"),
+        ({}, ValueError, "`params` has no array leaves"),
+        (None, TypeError, "`params`"),
+    ],
+)
+def test_params_must_be_float_arrays_everywhere(params, error, match):
+    """The one check, at every boundary that takes parameters."""
+    x = jnp.ones((4, 2))
+    calls = [
+        lambda: check_params(params),
+        lambda: per_example.per_example_grads(lambda p, e: jnp.sum(e), params, x),
+        lambda: per_example.ghost_coverage(lambda p, e: jnp.sum(e), params, x[0]),
+        lambda: TrainState.create(params, optim.sgd(0.1), 0),
+        lambda: label_errors.find_label_errors(
+            x, jnp.zeros(4, jnp.int32), method="gradnorm", params=params
+        ),
+    ]
+    for call in calls:
+        with pytest.raises(error, match=match):
+            call()
+
+
+def test_model_objects_are_named_at_every_boundary():
+    linear = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    x = jnp.ones((4, 3))
+    for call in (
+        lambda: per_example.per_example_grad_norms(lambda p, e: jnp.sum(e), linear, x),
+        lambda: TrainState.create(linear, optim.sgd(0.1), 0),
+        lambda: TrainState.create({"w": x}, optim.sgd(0.1), 0, model_state=linear),
+        lambda: label_errors.find_label_errors(
+            x, jnp.zeros(4, jnp.int32), method="gradnorm", params=linear
+        ),
+    ):
+        with pytest.raises(TypeError, match=r"flax.nnx model object Linear; .*from_nnx"):
+            call()
 
 
 def test_flax_train_states_are_recognised():
@@ -390,19 +432,17 @@ def test_flax_train_states_are_recognised():
     flax_state = train_state.TrainState.create(
         apply_fn=net.apply, params=variables["params"], tx=optax.sgd(0.1)
     )
+    step = make_train_step(lambda p, b: jnp.sum(p["kernel"]), optax.sgd(0.1))
     with pytest.raises(
         TypeError,
-        match=r"`state` must be a jaxwise.train.TrainState, got a "
-        r"flax.training.train_state.TrainState",
+        match=r"`state` must be a jaxwise.train.TrainState .*"
+        r"got flax.training.train_state.TrainState",
     ):
-        check_not_foreign_train_state(flax_state)
-    with pytest.raises(TypeError, match="got a flax.nnx.Optimizer"):
-        check_not_foreign_train_state(
-            nnx.Optimizer(linear, optax.sgd(0.1), wrt=nnx.Param), "train_state"
-        )
+        step(flax_state, jnp.ones(3))
+    with pytest.raises(TypeError, match="got a flax.nnx.Optimizer; pass its `.params`"):
+        check_params(nnx.Optimizer(linear, optax.sgd(0.1), wrt=nnx.Param))
     with pytest.raises(TypeError, match="pass its `.params`"):
         check_params(flax_state)
-    check_not_foreign_train_state({"params": 1})
 
 
 def test_adapters_reject_non_modules():

@@ -124,3 +124,30 @@ def test_optim_signatures_match_optax(name):
     assert _positional(ours) == _positional(peer)[: len(_positional(ours))], (
         f"{name}: ours {_positional(ours)} vs optax {_positional(peer)}"
     )
+
+
+@pytest.mark.parametrize("module", ["per_example", "privacy", "label_errors", "models"])
+def test_namespace_exposes_exactly_its_all(module):
+    """Helpers stay private: nothing but ``__all__`` is a public attribute of the namespace.
+
+    (pytest's assertion rewriting of the plugin package adds ``@py_builtins``-style names,
+    which are not identifiers and not reachable as attributes in user code.)
+    """
+    mod = importlib.import_module(f"jaxwise.{module}")
+    public = {name for name in dir(mod) if not name.startswith("_") and name.isidentifier()}
+    assert public == set(mod.__all__), (
+        f"jaxwise.{module}: not in __all__ {sorted(public - set(mod.__all__))}, "
+        f"missing {sorted(set(mod.__all__) - public)}"
+    )
+
+
+def test_per_example_does_not_import_models():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, jaxwise.per_example; "
+        "print(sorted(m for m in sys.modules if m.startswith('jaxwise.models')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -382,6 +382,12 @@ TRAIN: list[Row] = [
         "params",
     ),
     (
+        "create-params-int",
+        lambda: train.TrainState.create({"w": jnp.ones(2, jnp.int32)}, optim.sgd(0.1), KEY),
+        TypeError,
+        "params",
+    ),
+    (
         "create-params-leaf-str",
         lambda: train.TrainState.create({"w": "a"}, optim.sgd(0.1), KEY),
         TypeError,
@@ -390,7 +396,7 @@ TRAIN: list[Row] = [
     (
         "create-params-none",
         lambda: train.TrainState.create(None, optim.sgd(0.1), KEY),
-        ValueError,
+        TypeError,
         "params",
     ),
     (

@@ -126,15 +126,8 @@ def test_core_imports_and_trains_without_any_extra(without_extras):
     assert without_extras["loaded"] == []
 
 
-# privacy/_accounting.py imports dp_accounting itself until it moves to jaxwise._extras.require
-# (issue #24, engineer "api"): remove this mark then (strict, so the fix is noticed).
-_PENDING = pytest.mark.xfail(strict=True, reason="privacy accounting does not use require yet")
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "feature", [pytest.param(f, marks=_PENDING) if f == "privacy.epsilon" else f for f in FEATURES]
-)
+@pytest.mark.parametrize("feature", FEATURES)
 def test_a_missing_extra_is_one_line_naming_it(without_extras, feature):
     message = without_extras[feature]
     assert message is not None, f"{feature} ran without its extra"

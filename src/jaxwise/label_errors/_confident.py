@@ -46,7 +46,11 @@ class LabelIssues:
     oof: tuple[OutOfFold, ...] = ()
 
     def top(self, k: int) -> np.ndarray:
-        """The ``k`` most suspicious row indices."""
+        """The ``k`` most suspicious row indices.
+
+        Args:
+          k: how many rows (>= 0).
+        """
         return self.indices[: check_int(k, "k", min_value=0)]
 
 
@@ -66,9 +70,10 @@ def confident_learning(
       labels: ``(n,)`` given integer labels in ``[0, k)``.
       ranked_by: ``"self_confidence"`` or ``"normalized_margin"``.
 
-    >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])
-    >>> confident_learning(p, np.array([0, 0, 1, 1])).indices[:1].tolist()
-    [3]
+    Examples:
+        >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])
+        >>> confident_learning(p, np.array([0, 0, 1, 1])).indices[:1].tolist()
+        [3]
     """
     check_choice(ranked_by, "ranked_by", RANKINGS)
     probs = np.asarray(
@@ -117,8 +122,17 @@ def confident_learning(
 def precision_recall(ranked: np.ndarray, truly_flipped: np.ndarray, k: int) -> tuple[float, float]:
     """Precision of the top ``k`` and recall of the top ``2k`` against the flipped rows.
 
-    >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)
-    (0.5, 1.0)
+    Args:
+      ranked: row indices, most suspicious first.
+      truly_flipped: the rows whose labels were really flipped.
+      k: how many top rows count for precision (``2k`` for recall).
+
+    Returns:
+      ``(precision, recall)``.
+
+    Examples:
+        >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)
+        (0.5, 1.0)
     """
     flipped = set(np.asarray(truly_flipped).tolist())
     check_float(k, "k", min_value=1)

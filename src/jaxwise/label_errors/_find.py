@@ -11,11 +11,11 @@ import numpy as np
 import optax
 
 from jaxwise._checks import check_array, check_callable, check_choice, check_int
+from jaxwise._params import check_params
 from jaxwise.label_errors._confident import RANKINGS, LabelIssues, Ranking, confident_learning
 from jaxwise.label_errors._gradnorm import gradnorm_issues
 from jaxwise.label_errors._oof import _mlp_init, out_of_fold_probabilities
 from jaxwise.models import mlp_apply
-from jaxwise.per_example._common import check_params
 
 __all__ = ["find_label_errors"]
 

@@ -20,6 +20,7 @@ import numpy as np
 import optax
 
 from jaxwise._checks import check_array, check_callable, check_int
+from jaxwise._params import check_params
 from jaxwise.models import init_mlp
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
@@ -49,8 +50,17 @@ class OutOfFold:
 def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
     """``(n,)`` fold index of each row; every class is spread evenly over the folds.
 
-    >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
-    3
+    Args:
+      labels: ``(n,)`` labels.
+      folds: number of folds (>= 1).
+      seed: the shuffle's seed (>= 0).
+
+    Returns:
+      ``(n,)`` int32 fold indices in ``[0, folds)``.
+
+    Examples:
+        >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
+        3
     """
     labels = np.asarray(check_array(labels, "labels", ndim=1))
     folds = check_int(folds, "folds", min_value=1)
@@ -185,9 +195,12 @@ def out_of_fold_probabilities(
         a module-level function or a stable object (it is a static argument of the program).
       init: the initial parameters (copied to every fold), or ``init(key) -> params`` to give
         each fold its own initialisation.
-      x: ``(n, d)`` features. y: ``(n,)`` integer labels in ``[0, k)``.
-      folds: number of folds (≥ 2). epochs: maximum epochs. batch_size: rows per step
-        (each fold sees the ``(folds − 1) / folds`` of a batch that it trains on).
+      x: ``(n, d)`` features.
+      y: ``(n,)`` integer labels in ``[0, k)``.
+      folds: number of folds (≥ 2).
+      epochs: maximum epochs.
+      batch_size: rows per step (each fold sees the ``(folds − 1) / folds`` of a batch that
+        it trains on).
       optimizer: an Optax transformation (default ``adamw(3e-3, weight_decay=1e-4)``).
       patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
         lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
@@ -198,7 +211,11 @@ def out_of_fold_probabilities(
         label, from ``seed``).
 
     Returns:
-      :class:`OutOfFold`.
+      [`OutOfFold`][jaxwise.label_errors.OutOfFold].
+
+    Raises:
+      TypeError: an argument of the wrong type (``params``-like ``init`` included).
+      ValueError: an argument out of range, or fewer than 2 rows per fold.
     """
     check_callable(apply_fn, "apply_fn")
     folds = check_int(folds, "folds", min_value=2)
@@ -226,6 +243,7 @@ def out_of_fold_probabilities(
     if callable(init):
         params = jax.vmap(init)(jax.random.split(init_key, folds))
     else:
+        check_params(init, "init")
         params = jax.tree.map(lambda a: jnp.broadcast_to(a, (folds, *jnp.shape(a))), init)
     # One flat vector per fold: the optimizer then updates one array instead of every leaf,
     # which keeps the compiled program (and its compile time) small.

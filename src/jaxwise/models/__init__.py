@@ -4,8 +4,8 @@
 ``dense_i/{w, b}``). ``from_nnx``, ``from_linen`` and ``from_equinox`` turn a model of those
 libraries into ``Model(params, model_state, apply)`` with a pure ``apply(params, model_state,
 *args, **kwargs) -> (out, new_model_state)``, which every jaxwise training and per-example
-function accepts. ``check_params`` and ``check_not_foreign_train_state`` give clear errors
-when a model object or a Flax train state arrives where arrays are expected.
+function accepts. A model object passed where parameters belong is a ``TypeError`` naming
+the adapter to use, at every public function that takes parameters.
 
 Examples:
     >>> import jax, jax.numpy as jnp
@@ -15,19 +15,14 @@ Examples:
 """
 
 from jaxwise.models._adapters import Model, from_equinox, from_linen, from_nnx
-from jaxwise.models._guards import check_not_foreign_train_state, check_params, model_library
-from jaxwise.models._mlp import init_mlp, mlp_apply, mlp_layers, mlp_loss
+from jaxwise.models._mlp import init_mlp, mlp_apply, mlp_loss
 
 __all__ = [
     "Model",
-    "check_not_foreign_train_state",
-    "check_params",
     "from_equinox",
     "from_linen",
     "from_nnx",
     "init_mlp",
     "mlp_apply",
-    "mlp_layers",
     "mlp_loss",
-    "model_library",
 ]

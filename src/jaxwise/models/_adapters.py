@@ -9,13 +9,13 @@ is called (``pip install 'jaxwise[flax]'`` / ``'jaxwise[equinox]'``).
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 import jax
 
 from jaxwise._checks import is_key
+from jaxwise._extras import require
 from jaxwise.models._private import equinox_mode, linen_mode, nnx_mode
 
 __all__ = ["Model", "from_equinox", "from_linen", "from_nnx"]
@@ -39,12 +39,7 @@ class Model(NamedTuple):
 
 
 def _require(module: str, extra: str, adapter: str) -> Any:
-    try:
-        return importlib.import_module(module)
-    except ImportError as err:
-        raise ImportError(
-            f"jaxwise.models.{adapter} needs {module}: pip install 'jaxwise[{extra}]'"
-        ) from err
+    return require(module, extra=extra, feature=f"jaxwise.models.{adapter}")
 
 
 def _named(fn: Callable[..., Any], model: Any) -> Callable[..., Any]:

@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxwise._checks import check_array, check_callable, check_int, check_key, is_int
 
-__all__ = ["init_mlp", "mlp_apply", "mlp_layers", "mlp_loss"]
+__all__ = ["init_mlp", "mlp_apply", "mlp_loss"]
 
 Params = dict[str, dict[str, jax.Array]]
 
@@ -79,7 +79,7 @@ def _init_mlp(key: jax.Array, sizes: tuple[int, ...], dtype: Any) -> Params:
     return params
 
 
-def mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
+def _mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
     """The layers ``dense_0, dense_1, …`` in order (checks the naming)."""
     if not isinstance(params, Mapping):
         raise TypeError(
@@ -100,12 +100,23 @@ def mlp_layers(params: Params) -> list[dict[str, jax.Array]]:
 def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
     """Logits of the ReLU MLP for one example ``(d,)`` or a batch ``(B, d)``.
 
+    Args:
+      params: the MLP's parameters (from [`init_mlp`][jaxwise.models.init_mlp]).
+      x: ``(d,)`` or ``(B, d)`` features.
+
+    Returns:
+      ``(C,)`` or ``(B, C)`` logits.
+
+    Raises:
+      TypeError: ``params`` is not an MLP's dict, or ``x`` is not a numeric array.
+      ValueError: ``x`` is a scalar or has the wrong number of features.
+
     Examples:
         >>> import jax.numpy as jnp
         >>> mlp_apply(init_mlp(0, (2, 4, 3)), jnp.zeros(2)).tolist()
         [0.0, 0.0, 0.0]
     """
-    layers = mlp_layers(params)
+    layers = _mlp_layers(params)
     x = check_array(x, "x", dtype_kind="fiu")
     if x.ndim == 0:
         raise ValueError("`x` must be one example (d,) or a batch (B, d), got a scalar")

@@ -7,7 +7,6 @@ from typing import Any, Literal, Protocol, get_args
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from jaxwise._checks import (
     check_array,
@@ -16,7 +15,7 @@ from jaxwise._checks import (
     check_int,
     concrete_float,
 )
-from jaxwise.tree import path_names
+from jaxwise._params import check_params as check_params
 
 Method = Literal["auto", "ghost", "vmap", "chunked"]
 ChunkSize = int | Literal["auto"] | None
@@ -101,21 +100,6 @@ def check_clip_norm(clip_norm: Any) -> None:
         value = None
     if value is None or not value > 0:
         raise ValueError(f"`clip_norm` must be a number > 0, got {clip_norm!r}")
-
-
-def check_params(params: Any) -> None:
-    """Every parameter leaf must be a float array (gradients are taken with respect to it)."""
-    if params is None or isinstance(params, (str, bytes)):
-        raise TypeError(f"`params` must be a pytree of float arrays, got {params!r}")
-    if not jax.tree.leaves(params):
-        raise ValueError("`params` has no array leaves")
-    for path, leaf in zip(path_names(params), jax.tree.leaves(params)):
-        dtype = getattr(leaf, "dtype", None) or np.asarray(leaf).dtype
-        if not jnp.issubdtype(dtype, jnp.inexact):
-            raise TypeError(
-                f"`params` leaf `{path or '<root>'}` has dtype {dtype}; per-example gradients "
-                "need float parameters (keep integer state out of `params`)"
-            )
 
 
 def clip_factor(norms: jax.Array, clip_norm: float) -> jax.Array:

@@ -1,6 +1,6 @@
 """Ghost norms and clipped sums for any per-example loss, from one forward and one backward pass.
 
-The program of :mod:`._graph` is re-evaluated under ``vmap`` with a zero *probe* added
+The program of `._graph` is re-evaluated under ``vmap`` with a zero *probe* added
 to the output of every use; the gradient of the summed loss with respect to the probes
 is each example's output gradient ``g`` of that use, and the use's example input is its
 activation ``a``. Then, per use kind:

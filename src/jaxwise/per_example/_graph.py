@@ -9,7 +9,7 @@ with respect to its param input, at the gradient of the equation's output. Uses 
 structure get a ghost norm (``"dense"``, ``"conv"``, ``"embedding"``); the rest are
 materialised per example for the leaves they touch (``"elementwise"``, ``"fallback"``).
 
-This module reads jaxprs through ``jax.extend.core`` only; :func:`bind` is the one place
+This module reads jaxprs through ``jax.extend.core`` only; `bind` is the one place
 that re-applies an equation.
 """
 
@@ -335,7 +335,7 @@ def embedding_layout(
 
 
 def coverage(program: Program, params: Any) -> list[CoverageRow]:
-    """One :class:`CoverageRow` per parameter leaf, in ``jax.tree.leaves`` order."""
+    """One `CoverageRow` per parameter leaf, in ``jax.tree.leaves`` order."""
     names = path_names(params)
     shapes = [tuple(np.shape(x)) for x in jax.tree.leaves(params)]
     return [CoverageRow(n or "<root>", k, s) for n, k, s in zip(names, program.leaf_kind, shapes)]

@@ -3,15 +3,15 @@
 DP-SGD (Abadi et al., 2016) clips every example's gradient to norm ``C``,
 sums, adds Gaussian noise ``N(0, σ²C²)`` once per (logical) batch and
 divides by the batch size. The privacy guarantee comes from an accountant;
-we never hand-roll one: :func:`epsilon` composes dp-accounting's
+we never hand-roll one: `epsilon` composes dp-accounting's
 ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))`` over the steps with its RDP
 (default) or PLD accountant.
 
 **What the guarantee covers.** The accountant analyses *Poisson sampling*:
 each example joins each batch independently with probability ``q``.
-:func:`poisson_batch` implements exactly that, inside ``jit``, padded to a
+`poisson_batch` implements exactly that, inside ``jit``, padded to a
 fixed maximum size with a mask (one compiled shape). Fixed-size batches from
-a shuffle (:func:`shuffled_batches`) are what most code uses, but the
+a shuffle (`shuffled_batches`) are what most code uses, but the
 Poisson analysis does not formally cover them; use them knowingly.
 
 **Normalisation.** We divide the noisy sum by the *expected* batch size
@@ -21,7 +21,7 @@ would reveal how many examples were sampled (whether a given person is in
 the batch), which the analysis does not account for. With fixed-size
 batches the two are the same. Gradient accumulation over micro-batches adds
 the clipped sums first and the noise **once** per logical batch
-(:func:`dp_gradient_accumulated`), never per micro-batch.
+(`dp_gradient_accumulated`), never per micro-batch.
 
 References:
   Abadi et al., Deep Learning with Differential Privacy, CCS 2016,

@@ -1,4 +1,4 @@
-"""A jitted DP-SGD epoch: a configuration of :func:`jaxwise.train.make_train_epoch`."""
+"""A jitted DP-SGD epoch: a configuration of `jaxwise.train.make_train_epoch`."""
 
 from __future__ import annotations
 
@@ -66,9 +66,9 @@ class DPConfig:
 
 @dataclasses.dataclass(frozen=True)
 class PoissonSampler:
-    """Poisson sampling for :func:`jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
+    """Poisson sampling for `jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
 
-    Each step draws its own batch with :func:`poisson_batch`, padded to a fixed width (the
+    Each step draws its own batch with `poisson_batch`, padded to a fixed width (the
     expected size plus six standard deviations, rounded up to a multiple of ``multiple``, e.g.
     the devices of a mesh) with a mask; ``round(n / batch_size)`` steps per epoch.
 
@@ -85,25 +85,53 @@ class PoissonSampler:
         check_int(self.multiple, "multiple", min_value=1)
 
     def check(self, n: int) -> None:
+        """``ValueError`` if the batch size exceeds the ``n`` examples.
+
+        Args:
+          n: the dataset size.
+        """
         if self.batch_size > n:
             raise ValueError(
                 f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
             )
 
     def steps(self, n: int) -> int:
+        """Steps per epoch, ``round(n / batch_size)``.
+
+        Args:
+          n: the dataset size.
+        """
         return max(1, int(round(n / self.batch_size)))
 
     def width(self, n: int) -> int:
+        """The padded batch width: expected size + 6 standard deviations, rounded up.
+
+        Args:
+          n: the dataset size.
+        """
         expected = self.batch_size
         cap = int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
         return -(-cap // self.multiple) * self.multiple
 
     def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+        """One sampling key per step of the epoch, and the state's next key.
+
+        Args:
+          key: the state's key.
+          step: the state's step counter (unused).
+          n: the dataset size.
+        """
         del step
         key, plan_key = jax.random.split(key)
         return jax.random.split(plan_key, self.steps(n)), key
 
     def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
+        """One step's Poisson batch: ``(indices, mask, {"overflow": ...})``.
+
+        Args:
+          x: the step's sampling key.
+          n: the dataset size.
+        """
         idx, mask, overflow = poisson_batch(x, n, self.batch_size / n, self.width(n))  # x: a key
         return idx, mask, {"overflow": overflow}
 

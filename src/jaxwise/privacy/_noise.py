@@ -59,9 +59,17 @@ def add_dp_noise(
     Args:
       summed: the sum of clipped per-example gradients (a pytree of float arrays).
       key: a PRNG key.
-      clip_norm: ``C``; noise_multiplier: ``σ``.
+      clip_norm: ``C``, the per-example clipping norm.
+      noise_multiplier: ``σ``: the noise std is ``σ·C``.
       batch_size: the denominator (the *expected* batch size under Poisson
         sampling, see the module notes).
+
+    Returns:
+      A pytree like ``summed``: ``(summed + noise) / batch_size``.
+
+    Raises:
+      TypeError: a bad ``key`` or a non-array leaf of ``summed``.
+      ValueError: a bad ``clip_norm``, ``noise_multiplier`` or ``batch_size``.
 
     Examples:
         >>> import jax, jax.numpy as jnp

@@ -27,6 +27,19 @@ def poisson_batch(
     ``max_batch_size`` several standard deviations above ``q·n``, e.g.
     ``q·n + 6·sqrt(q·n)``.
 
+    Args:
+      key: a PRNG key.
+      n: the dataset size.
+      sample_rate: ``q`` in (0, 1].
+      max_batch_size: the padded width.
+
+    Returns:
+      ``(indices (max_batch_size,) int32, mask (max_batch_size,) bool, overflow () bool)``.
+
+    Raises:
+      TypeError: a bad ``key`` or a non-int size.
+      ValueError: ``sample_rate`` outside (0, 1], or a size < 1.
+
     Examples:
         >>> import jax
         >>> idx, mask, over = poisson_batch(jax.random.key(0), 1000, 0.05, 100)
@@ -47,7 +60,24 @@ def poisson_batch(
 def shuffled_batches(key: jax.Array, n: int, batch_size: int) -> jax.Array:
     """Fixed-size batches from one shuffle: indices ``(n // batch_size, batch_size)``, rest dropped.
 
-    Not covered by the Poisson-sampling analysis of :func:`epsilon`.
+    Not covered by the Poisson-sampling analysis of `epsilon`.
+
+    Args:
+      key: a PRNG key.
+      n: the dataset size.
+      batch_size: examples per batch, in ``[1, n]``.
+
+    Returns:
+      ``(n // batch_size, batch_size)`` int32 indices.
+
+    Raises:
+      TypeError: a bad ``key`` or a non-int size.
+      ValueError: a size out of range.
+
+    Examples:
+        >>> import jax
+        >>> shuffled_batches(jax.random.key(0), 10, 4).shape
+        (2, 4)
     """
     check_int(n, "n", min_value=1)
     check_int(batch_size, "batch_size", min_value=1, max_value=n)

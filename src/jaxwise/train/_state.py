@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import is_key
+from jaxwise._params import check_not_a_model, check_params
 from jaxwise.tree import path_names
 
 
@@ -55,46 +56,6 @@ def _strong(x: Any) -> Any:
     if isinstance(x, jax.Array) and not is_key(x) and jax.typeof(x).weak_type:
         return jnp.array(x, dtype=x.dtype, copy=True)
     return x
-
-
-_ADAPTERS = {
-    "flax.nnx": "from_nnx(module)",
-    "flax.linen": "from_linen(module, variables)",
-    "equinox": "from_equinox(module)",
-}
-
-
-def _model_library(obj: Any) -> str | None:
-    """``"flax.nnx"``, ``"flax.linen"`` or ``"equinox"`` for a model object of that library."""
-    for cls in type(obj).__mro__:
-        module = cls.__module__ or ""
-        if cls.__name__ == "Module":
-            for library in _ADAPTERS:
-                if module.startswith(library):
-                    return library
-    return None
-
-
-def _check_not_a_model(tree: Any, what: str) -> None:
-    """``TypeError`` for a Flax/Equinox model object where a pytree of arrays is expected.
-
-    A Flax module (NNX or linen) always; an Equinox module only when it holds
-    non-array leaves (an Equinox module of arrays *is* a parameter pytree).
-    """
-    library = _model_library(tree)
-    if library is None:
-        return
-    if library == "equinox" and all(
-        isinstance(leaf, (jax.Array, np.ndarray)) for leaf in jax.tree.leaves(tree)
-    ):
-        return
-    raise TypeError(
-        f"`{what}` must be a pytree of arrays, got the {library} model object "
-        f"{type(tree).__name__}; split the model first: `model = "
-        f"jaxwise.models.{_ADAPTERS[library]}`, then pass `model.params` (and "
-        "`model_state=model.model_state`) and call `model.apply(params, model_state, ...)` in "
-        "the loss"
-    )
 
 
 def check_train_state(state: Any, what: str = "state") -> None:
@@ -174,9 +135,9 @@ class TrainState:
 
         Args:
           params: the parameter pytree (copied: donating the state never
-            deletes the caller's arrays). Not a model object: split a Flax or
-            Equinox model first (``jaxwise.models.from_nnx`` / ``from_linen``
-            / ``from_equinox``) and pass its ``params``.
+            deletes the caller's arrays): floating-point leaves only. Not a model
+            object: split a Flax or Equinox model first (``jaxwise.models.from_nnx``
+            / ``from_linen`` / ``from_equinox``) and pass its ``params``.
           optimizer: anything with ``init(params)`` (jaxwise or Optax).
           key: typed key, raw ``PRNGKey`` or int seed.
           model_state: non-trainable state (BatchNorm statistics…), any
@@ -192,16 +153,13 @@ class TrainState:
                 "`optimizer` must have `init` and `update` (a GradientTransformation), "
                 f"got {optimizer!r}"
             )
-        _check_not_a_model(params, "params")
-        _check_not_a_model(model_state, "model_state")
-        if not jax.tree.leaves(params):
-            raise ValueError("`params` has no array leaves")
-        for what, tree in (("params", params), ("model_state", model_state)):
-            for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
-                if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
-                    raise TypeError(
-                        f"`{what}` leaf `{name}` must be an array, got {type(leaf).__name__}"
-                    )
+        check_params(params)
+        check_not_a_model(model_state, "model_state")
+        for name, leaf in zip(path_names(model_state), jax.tree.leaves(model_state)):
+            if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
+                raise TypeError(
+                    f"`model_state` leaf `{name}` must be an array, got {type(leaf).__name__}"
+                )
         params, model_state, opt_state = _build(params, model_state, optimizer)
         own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"config"}
         fields = {k: v for k, v in static.items() if k in own}
