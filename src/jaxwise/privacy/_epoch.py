@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ from jaxwise._checks import (
     check_choice,
     check_int,
 )
+from jaxwise.buckets import plan_buckets
 from jaxwise.per_example._common import (
     ChunkSize,
     LossFn,
@@ -66,74 +68,96 @@ class DPConfig:
 
 @dataclasses.dataclass(frozen=True)
 class PoissonSampler:
-    """Poisson sampling for `jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
+    """Poisson sampling for :func:`jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
 
-    Each step draws its own batch with `poisson_batch`, padded to a fixed width (the
-    expected size plus six standard deviations, rounded up to a multiple of ``multiple``, e.g.
-    the devices of a mesh) with a mask; ``round(n / batch_size)`` steps per epoch.
+    Each step draws its own batch with :func:`poisson_batch`: ``X ~ Binomial(n, q)`` real
+    examples, padded with a mask to at most ``width(n)`` rows (the expected size plus six
+    standard deviations, rounded up to a multiple of ``multiple``, e.g. the devices of a
+    mesh); ``round(n / batch_size)`` steps per epoch.
+
+    Padded rows cost a real row's work, so a step does not run at ``width(n)``: it runs at
+    the smallest of ``widths(n)`` that holds its ``X`` examples, ``buckets`` padded widths
+    chosen by [`plan_buckets`][jaxwise.buckets.plan_buckets] from the binomial distribution
+    of ``X`` (the expected padding is minimised exactly; the largest width is ``width(n)``).
+    With 4 buckets a step at ``batch_size = 64`` costs about 1.08 expected batches instead
+    of 1.77. The accounting is unchanged: every example is still included with probability
+    ``q``; only more than ``width(n)`` examples (probability ``overflow_probability(n)``,
+    about 1e-8) are truncated, see the privacy guide.
 
     Examples:
         >>> PoissonSampler(64).width(60000), PoissonSampler(64).steps(60000)
         (113, 938)
+        >>> PoissonSampler(64).widths(60000)
+        (61, 69, 80, 113)
+        >>> f"{PoissonSampler(64).overflow_probability(60000):.1e}"
+        '1.1e-08'
     """
 
     batch_size: int
     multiple: int = 1
+    buckets: int = 4
 
     def __post_init__(self) -> None:
         check_int(self.batch_size, "batch_size", min_value=1)
         check_int(self.multiple, "multiple", min_value=1)
+        check_int(self.buckets, "buckets", min_value=1, max_value=16)
 
     def check(self, n: int) -> None:
-        """``ValueError`` if the batch size exceeds the ``n`` examples.
-
-        Args:
-          n: the dataset size.
-        """
         if self.batch_size > n:
             raise ValueError(
                 f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
             )
 
     def steps(self, n: int) -> int:
-        """Steps per epoch, ``round(n / batch_size)``.
-
-        Args:
-          n: the dataset size.
-        """
         return max(1, int(round(n / self.batch_size)))
 
     def width(self, n: int) -> int:
-        """The padded batch width: expected size + 6 standard deviations, rounded up.
-
-        Args:
-          n: the dataset size.
-        """
         expected = self.batch_size
         cap = int(min(n, np.ceil(expected + 6 * np.sqrt(expected) + 1)))
-        return -(-cap // self.multiple) * self.multiple
+        return self._round(cap)
+
+    def _round(self, width: int) -> int:
+        return -(-width // self.multiple) * self.multiple
+
+    def widths(self, n: int) -> tuple[int, ...]:
+        """The padded widths of the steps: ``buckets`` of them, the last one ``width(n)``."""
+        cap = self.width(n)
+        pmf = _binomial_pmf(n, self.batch_size / n, min(cap, n))
+        cdf = np.cumsum(pmf) / pmf.sum()
+        quantiles = np.searchsorted(cdf, (np.arange(_QUANTILES) + 0.5) / _QUANTILES)
+        planned = plan_buckets([*quantiles.tolist(), cap], self.buckets)
+        return tuple(sorted({min(self._round(w), cap) for w in planned}))
+
+    def overflow_probability(self, n: int) -> float:
+        """``P(X > width(n))`` for ``X ~ Binomial(n, q)``: a step's chance of truncation."""
+        cap = self.width(n)
+        if cap >= n:
+            return 0.0
+        # beyond 40 standard deviations above the mean the terms are below 1e-300
+        upper = min(n, cap + 40 * int(np.sqrt(self.batch_size)) + 40)
+        return float(_binomial_pmf(n, self.batch_size / n, upper)[cap + 1 :].sum())
 
     def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
-        """One sampling key per step of the epoch, and the state's next key.
-
-        Args:
-          key: the state's key.
-          step: the state's step counter (unused).
-          n: the dataset size.
-        """
         del step
         key, plan_key = jax.random.split(key)
         return jax.random.split(plan_key, self.steps(n)), key
 
     def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, jax.Array, dict[str, Any]]:
-        """One step's Poisson batch: ``(indices, mask, {"overflow": ...})``.
-
-        Args:
-          x: the step's sampling key.
-          n: the dataset size.
-        """
         idx, mask, overflow = poisson_batch(x, n, self.batch_size / n, self.width(n))  # x: a key
         return idx, mask, {"overflow": overflow}
+
+
+_QUANTILES = 2000  # the binomial distribution as a sample of equally likely quantiles
+
+
+def _binomial_pmf(n: int, q: float, upper: int) -> np.ndarray:
+    """``P(X = k)`` for ``k = 0..upper``, ``X ~ Binomial(n, q)``, in float64 (log-gamma form)."""
+    k = np.arange(upper + 1, dtype=np.float64)
+    if q >= 1.0:
+        return (k == n).astype(np.float64)
+    lgamma = np.vectorize(math.lgamma, otypes=[np.float64])
+    log_choose = math.lgamma(n + 1.0) - lgamma(k + 1.0) - lgamma(n - k + 1.0)
+    return np.exp(log_choose + k * np.log(q) + (n - k) * np.log1p(-q))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -194,6 +218,7 @@ def make_dp_train_epoch(
     clip_norm: float,
     noise_multiplier: float,
     sampler: Literal["poisson", "shuffle"] = "poisson",
+    buckets: int = 4,
     method: Method = "auto",
     chunk_size: ChunkSize = None,
     mesh: Mesh | None = None,
@@ -236,6 +261,10 @@ def make_dp_train_epoch(
         samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask,
         ``round(1 / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size
         batches (not covered by the Poisson analysis).
+      buckets: Poisson sampling: how many padded widths are compiled (one ``lax.switch``
+        branch each, inside the one epoch program); a step runs at the smallest that holds
+        its examples (see [`PoissonSampler`][jaxwise.privacy.PoissonSampler]). 1 pads
+        every step to the largest.
       method: the per-example clipping: ``"auto"`` (default) uses ghost clipping wherever
         the traced loss allows it, ``"vmap"``/``"chunked"`` materialise per-example
         gradients (see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]).
@@ -278,6 +307,7 @@ def make_dp_train_epoch(
     check_method(method)
     check_chunk(chunk_size)
     batch_size = check_int(batch_size, "batch_size", min_value=1)
+    check_int(buckets, "buckets", min_value=1, max_value=16)
     check_bool(model_state, "model_state")
     check_bool(freeze_model_state, "freeze_model_state")
     config = DPConfig(
@@ -293,7 +323,7 @@ def make_dp_train_epoch(
     multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
     draw: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
     if sampler == "poisson":
-        draw = PoissonSampler(batch_size, multiple)
+        draw = PoissonSampler(batch_size, multiple, buckets)
     epoch = make_train_epoch(
         loss,
         optimizer,
