@@ -246,3 +246,36 @@ def test_the_audited_epoch_compiles_once():
     with CompileBudget(1, epoch, exact=True):
         for _ in range(3):
             state, _ = epoch(state, (data[0].astype(jnp.float32), data[1]))
+
+
+# ---------------------------------------------------------------------------
+# The command line: --dp --audit M
+# ---------------------------------------------------------------------------
+
+
+def test_spiral_dp_audit_reports_theory_and_lower_bound(capsys):
+    from jaxwise.cli import main
+    from jaxwise.jobs import SpiralConfig, run_spiral
+    from jaxwise.jobs._common import UserError
+
+    cfg = SpiralConfig(
+        epochs=2,
+        n_per_class=40,
+        batch_size=32,
+        dp=True,
+        audit=30,
+        out=None,
+        progress=False,
+        cache=False,
+    )
+    summary = run_spiral(cfg)
+    dp = summary["dp"]
+    assert summary["ok"] and summary["compiles"] == 1
+    assert dp["canaries"] == 30 and 0 < dp["canaries_included"] < 30
+    assert 0.0 <= dp["epsilon_audit_lower_bound"] <= dp["epsilon"]
+    assert dp["sample_rate"] == 32 / (96 + dp["canaries_included"])  # canaries are trained on
+    assert summary["parameters"] == 2 * 64 + 64 + 64 * 64 + 64 + 64 * 3 + 3  # canary rows dropped
+    with pytest.raises(UserError, match="--audit audits a DP-SGD run: it needs --dp"):
+        run_spiral(SpiralConfig(epochs=1, audit=30, out=None, progress=False, cache=False))
+    assert main(["spiral", "--audit", "1", "--dp", "--json", "--no-plots"]) == 2
+    assert "--audit must be >= 2, got 1" in capsys.readouterr().err

@@ -45,6 +45,7 @@ class SpiralConfig:
     dp: bool = False
     clip_norm: float = 1.0
     noise_multiplier: float = 1.1
+    audit: int | None = None
     n_per_class: int = 600
     hidden: tuple[int, ...] = (64, 64)
     lr: float = 1e-2
@@ -59,6 +60,7 @@ class SpiralConfig:
     def validate(self) -> None:
         C.check_training_options(self)
         C.option_float(self.noise, "--noise", min_value=0.0, max_value=10.0, max_inclusive=False)
+        C.check_audit_option(self)
 
 
 @dataclasses.dataclass
@@ -77,6 +79,9 @@ class _Run:
     schedule: Any = None
     initial_buffers: list[Any] = dataclasses.field(default_factory=list)
     train_data: tuple[Any, ...] = ()
+    fit_data: tuple[Any, ...] = ()  # the training data, with the included canaries (--audit)
+    canaries: Any = None
+    audit: dict[str, Any] | None = None
     step_losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     skipped: int = 0
     tally: CompileTally = dataclasses.field(default_factory=CompileTally)
@@ -113,14 +118,21 @@ def prepare(cfg: SpiralConfig) -> _Run:
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.2, seed=cfg.seed)
     if cfg.batch_size > len(xtr):
         raise UserError(f"--batch-size {cfg.batch_size} exceeds the {len(xtr)} training examples")
-    run = _Run(cfg, out, xtr, xte, ytr, yte, C.steps_per_epoch(len(xtr), cfg))
+    fit_x, fit_y, canaries = xtr, ytr, None
+    if cfg.audit:
+        canaries = C.audit_canaries_for(cfg, xtr, ytr, 3)
+        fit_x, fit_y = canaries.train_data((xtr, ytr))
+    run = _Run(cfg, out, xtr, xte, ytr, yte, C.steps_per_epoch(len(fit_x), cfg))
     run.tx, run.schedule = C.make_optimizer(
         cfg.epochs * run.steps_per_epoch, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr
     )
     init_key, state_key = jax.random.split(jax.random.key(cfg.seed))
-    run.state = TrainState.create(init_mlp(init_key, (2, *cfg.hidden, 3)), run.tx, state_key)
+    sizes = (fit_x.shape[1], *cfg.hidden, 3)
+    run.state = TrainState.create(init_mlp(init_key, sizes), run.tx, state_key)
     run.initial_buffers = jax.tree.leaves(run.state.params)
     run.train_data = (jnp.asarray(xtr), jnp.asarray(ytr))
+    run.fit_data = (jnp.asarray(fit_x), jnp.asarray(fit_y))
+    run.canaries = canaries
     return run
 
 
@@ -133,8 +145,8 @@ def fit(run: _Run) -> None:
     with C.progress(cfg.progress, cfg.epochs, "spiral") as advance:
         for _ in range(cfg.epochs):
             with run.tally.measure():
-                run.state, metrics = epoch(run.state, run.train_data)
-            loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.train_data))
+                run.state, metrics = epoch(run.state, run.fit_data)
+            loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.fit_data))
             step_losses, skipped = C.step_metrics(metrics, run.steps_per_epoch)
             losses.append(
                 step_losses if step_losses is not None else np.full(run.steps_per_epoch, loss)
@@ -144,6 +156,9 @@ def fit(run: _Run) -> None:
     jax.block_until_ready(run.state)
     run.train_seconds = time.perf_counter() - t_train
     run.step_losses = np.concatenate(losses)
+    if run.canaries is not None:  # score the canaries, then drop their input features
+        run.audit, params = C.audit_run(run.state.params, run.canaries, run.xtr.shape[1])
+        run.state = run.state.replace(params=params)
 
 
 def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
@@ -172,7 +187,7 @@ def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[d
             "detail": "initial parameter buffers deleted by donation",
         },
         "data_not_donated": {
-            "ok": not any(leaf.is_deleted() for leaf in run.train_data),
+            "ok": not any(leaf.is_deleted() for leaf in (*run.train_data, *run.fit_data)),
             "detail": "training data buffers still alive",
         },
         "float64_logits": {
@@ -241,7 +256,9 @@ def report(
         "params_sha256": C.params_digest(params),
     }
     if cfg.dp:
-        summary["dp"] = C.dp_report(cfg, len(run.xtr), total_steps)
+        summary["dp"] = C.dp_report(cfg, len(run.fit_data[1]), total_steps)
+        if run.audit is not None:
+            summary["dp"].update(run.audit)
     return C.jsonable(summary)
 
 

@@ -67,6 +67,7 @@ class TabularConfig:
     dp: bool = False
     clip_norm: float = 1.0
     noise_multiplier: float = 1.1
+    audit: int | None = None
     progress: bool = True
     plots: bool = True
     early_stopping: int | None = None
@@ -91,6 +92,12 @@ class TabularConfig:
             C.option_int(self.early_stopping, "--early-stopping", min_value=1)
         if self.resume and not (self.out and self.checkpoint):
             raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
+        C.check_audit_option(self)
+        if self.audit and (self.resume or self.stop_after or self.early_stopping):
+            raise UserError(
+                "--audit audits one whole run: it cannot be combined with --resume, "
+                "--stop-after or --early-stopping"
+            )
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a resumed run must share with the checkpoint."""
@@ -153,6 +160,8 @@ class Fitted:
     best_epoch: int | None = None
     stopped_early: bool = False
     history_complete: bool = True
+    audit: dict[str, Any] | None = None
+    train_rows: int = 0  # the rows trained on: the training split and the included canaries
 
 
 def prepare(
@@ -211,14 +220,17 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
 # --------------------------------------------------------------------------
 
 
-def _initial_state(prep: Prepared, steps_per_epoch: int) -> tuple[TrainState, Any, Any]:
+def _initial_state(
+    prep: Prepared, steps_per_epoch: int, extra_features: int = 0
+) -> tuple[TrainState, Any, Any]:
     cfg = prep.cfg
     total_steps = cfg.epochs * steps_per_epoch
     tx, schedule = C.make_optimizer(
         total_steps, cfg.lr, cfg.weight_decay, min(100, total_steps // 10), cfg.lr / 100
     )
     init_key, state_key = jax.random.split(jax.random.key(cfg.seed))
-    sizes = (prep.table.x.shape[1], *cfg.hidden, len(prep.table.classes))
+    n_in = prep.table.x.shape[1] + extra_features
+    sizes = (n_in, *cfg.hidden, len(prep.table.classes))
     return TrainState.create(init_mlp(init_key, sizes), tx, state_key), tx, schedule
 
 
@@ -287,9 +299,13 @@ def fit(prep: Prepared) -> Fitted:
     cfg = prep.cfg
     run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
     xtr, ytr = prep.split("train")
-    spe = C.steps_per_epoch(len(xtr), run_cfg)
-    state, tx, schedule = _initial_state(prep, spe)
-    ckpt = prep.out / "checkpoint" if prep.out is not None and cfg.checkpoint else None
+    canaries = C.audit_canaries_for(cfg, xtr, ytr, len(prep.table.classes)) if cfg.audit else None
+    fit_rows = len(canaries.train_data((xtr, ytr))[1]) if canaries is not None else len(xtr)
+    spe = C.steps_per_epoch(fit_rows, run_cfg)
+    state, tx, schedule = _initial_state(prep, spe, canaries.m if canaries is not None else 0)
+    # an audited run's model has canary features: it is not checkpointed (predict needs d)
+    checkpoints = cfg.checkpoint and canaries is None
+    ckpt = prep.out / "checkpoint" if prep.out is not None and checkpoints else None
     progress_meta: dict[str, Any] = {
         "best_val_loss": None,
         "best_epoch": None,
@@ -312,6 +328,10 @@ def fit(prep: Prepared) -> Fitted:
     if progress_meta["stopped_early"]:
         last_epoch = start_epoch
     loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, schedule, progress_meta)
+    if canaries is not None:  # train on the canaries too; evaluate real rows in their layout
+        loop.train_data = tuple(jnp.asarray(a) for a in canaries.train_data((xtr, ytr)))
+        xva, yva = prep.split("val")
+        loop.val_data = (jnp.asarray(canaries.pad(xva)), jnp.asarray(yva))
     state = loop.run(state, start_epoch, last_epoch, history)
     if ckpt is not None and latest_step(ckpt) != int(state.step):
         save(ckpt, state, checkpoint_meta(prep, loop.epochs_done, loop.progress_meta))
@@ -324,6 +344,9 @@ def fit(prep: Prepared) -> Fitted:
         params = restore(prep.out.path / "best", like=state).params
     elif cfg.early_stopping is not None and loop.best_params is not None:
         params = loop.best_params
+    audit = None
+    if canaries is not None:  # score the canaries, then drop their input features
+        audit, params = C.audit_run(params, canaries, xtr.shape[1])
     return Fitted(
         params,
         history,
@@ -338,6 +361,8 @@ def fit(prep: Prepared) -> Fitted:
         loop.progress_meta["best_epoch"],
         bool(loop.progress_meta["stopped_early"]),
         history_complete=len(history) == loop.epochs_done,
+        audit=audit,
+        train_rows=fit_rows,
     )
 
 
@@ -405,7 +430,7 @@ def report(
     pred, matrix = confusion(fitted.params, xva, yva, len(table.classes))
     outputs = _plots(prep, fitted, matrix) if prep.out is not None and cfg.plots else {}
     if prep.out is not None:
-        if cfg.checkpoint:
+        if cfg.checkpoint and fitted.audit is None:  # an audited run writes no checkpoint
             outputs["checkpoint"] = str(prep.out.path / "checkpoint")
         outputs["metrics"] = str(prep.out.path / "metrics.jsonl")
     val_acc = float((pred == yva).mean())
@@ -444,7 +469,9 @@ def report(
     if cfg.dp:
         summary["dp"] = C.dp_report(
             dataclasses.replace(cfg, batch_size=prep.batch_size),
-            len(xtr),
+            fitted.train_rows,
             fitted.epochs_completed * fitted.steps_per_epoch,
         )
+        if fitted.audit is not None:
+            summary["dp"].update(fitted.audit)
     return C.jsonable(summary)
