@@ -461,3 +461,50 @@ def test_accumulated_stateful_gradient_advances_once_and_equals_one_batch():
     np.testing.assert_allclose(np.asarray(norms).reshape(-1), whole_norms, rtol=1e-5)
     np.testing.assert_allclose(grads, whole, rtol=1e-5, atol=1e-7)
     assert int(new_state["count"]) == int(whole_state["count"]) == 1
+
+
+def test_poisson_steps_run_at_the_smallest_padded_width_that_holds_them():
+    """The ladder: same training as one padded width, each step at its bucket, one compile."""
+    tx = optim.sgd(0.05)
+    x, y = make_problem(n=96)
+    results = {}
+    for buckets in (1, 4):
+        epoch = make_dp_train_epoch(
+            sq_loss, tx, 16, clip_norm=1.0, noise_multiplier=0.5, buckets=buckets
+        )
+        state = TrainState.create(jnp.zeros(3), tx, jax.random.key(3))
+        with CompileBudget(1, epoch, exact=True):
+            state, metrics = epoch(state, (x, y))
+        with CompileBudget(0, epoch, exact=True):  # after warm-up: no compile
+            state, more = epoch(state, (x, y))
+        results[buckets] = (np.asarray(state.params), metrics, more)
+    widths = PoissonSampler(16, buckets=4).widths(96)
+    assert len(widths) == 4 and widths[-1] == PoissonSampler(16).width(96) == 41
+    for metrics in results[4][1:]:
+        sizes, used = np.asarray(metrics["batch_size"]), np.asarray(metrics["width"])
+        expected = [min(w for w in widths if w >= s) for s in sizes]
+        np.testing.assert_array_equal(used, expected)
+    assert "width" not in results[1][1]  # one width: no dispatch
+    np.testing.assert_allclose(results[4][0], results[1][0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="`buckets` must be"):
+        make_dp_train_epoch(sq_loss, tx, 16, clip_norm=1.0, noise_multiplier=0.5, buckets=0)
+
+
+def test_ladder_widths_come_from_the_binomial_distribution_of_the_batch_size():
+    """plan_buckets over equally likely binomial quantiles; the overflow tail in float64."""
+    from scipy import stats
+
+    sampler = PoissonSampler(64, buckets=4)
+    widths = sampler.widths(1437)
+    assert widths == (62, 70, 80, 113) and widths[-1] == sampler.width(1437)
+    sizes = np.arange(0, 114)
+    pmf = stats.binom.pmf(sizes, 1437, 64 / 1437)
+    bucket = np.asarray([min(w for w in widths if w >= s) for s in sizes])
+    assert (pmf * bucket).sum() / 64 < 1.09  # expected rows per step: 1.08 batches, not 1.77
+    assert sampler.overflow_probability(1437) == pytest.approx(
+        stats.binom.sf(113, 1437, 64 / 1437), rel=1e-9
+    )
+    assert PoissonSampler(4, multiple=4).widths(96) == (4, 8, 20)  # multiples of the mesh
+    assert (
+        PoissonSampler(96).widths(96) == (96,) and PoissonSampler(96).overflow_probability(96) == 0
+    )
