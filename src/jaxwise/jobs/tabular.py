@@ -329,7 +329,8 @@ def fit(prep: Prepared) -> Fitted:
         last_epoch = start_epoch
     loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, schedule, progress_meta)
     if canaries is not None:  # train on the canaries too; evaluate real rows in their layout
-        loop.train_data = tuple(jnp.asarray(a) for a in canaries.train_data((xtr, ytr)))
+        fit_x, fit_y = canaries.train_data((xtr, ytr))
+        loop.train_data = (jnp.asarray(fit_x), jnp.asarray(fit_y))
         xva, yva = prep.split("val")
         loop.val_data = (jnp.asarray(canaries.pad(xva)), jnp.asarray(yva))
     state = loop.run(state, start_epoch, last_epoch, history)

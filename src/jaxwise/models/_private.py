@@ -100,7 +100,7 @@ def linen_mode(linen: Any) -> contextlib.AbstractContextManager[Any]:
     if mode is None:
         return contextlib.nullcontext()
 
-    def intercept(next_fun: Any, args: tuple[Any, ...], kwargs: dict[str, Any], context: Any):
+    def intercept(next_fun: Any, args: Any, kwargs: dict[str, Any], context: Any) -> Any:
         module = context.module
         if not (isinstance(module, linen.BatchNorm) and context.method_name == "__call__"):
             return next_fun(*args, **kwargs)

@@ -221,8 +221,11 @@ class TrainEpoch(Program):
 
 def sampler_widths(sampler: Sampler, n: int) -> tuple[int, ...]:
     """The padded widths a sampler's steps may run at (its ``widths(n)``, else ``width(n)``)."""
-    widths = getattr(sampler, "widths", None)
-    return tuple(widths(n)) if callable(widths) else (sampler.width(n),)
+    widths: Any = getattr(sampler, "widths", None)
+    if not callable(widths):
+        return (sampler.width(n),)
+    planned: Any = widths(n)
+    return tuple(int(w) for w in planned)
 
 
 def _gather(data: Any, idx: jax.Array) -> Any:
