@@ -479,7 +479,7 @@ def test_poisson_steps_run_at_the_smallest_padded_width_that_holds_them():
             state, more = epoch(state, (x, y))
         results[buckets] = (np.asarray(state.params), metrics, more)
     widths = PoissonSampler(16, buckets=4).widths(96)
-    assert len(widths) == 4 and widths[-1] == PoissonSampler(16).width(96) == 41
+    assert len(widths) == 4 and widths[-1] == PoissonSampler(16).width(96) == 65
     for metrics in results[4][1:]:
         sizes, used = np.asarray(metrics["batch_size"]), np.asarray(metrics["width"])
         expected = [min(w for w in widths if w >= s) for s in sizes]
@@ -494,17 +494,19 @@ def test_ladder_widths_come_from_the_binomial_distribution_of_the_batch_size():
     """plan_buckets over equally likely binomial quantiles; the overflow tail in float64."""
     from scipy import stats
 
-    sampler = PoissonSampler(64, buckets=4)
+    sampler = PoissonSampler(64)
     widths = sampler.widths(1437)
-    assert widths == (62, 70, 80, 113) and widths[-1] == sampler.width(1437)
-    sizes = np.arange(0, 114)
+    assert widths == (60, 67, 74, 85, 161) and widths[-1] == sampler.width(1437) == 64 + 12 * 8 + 1
+    sizes = np.arange(0, 162)
     pmf = stats.binom.pmf(sizes, 1437, 64 / 1437)
     bucket = np.asarray([min(w for w in widths if w >= s) for s in sizes])
-    assert (pmf * bucket).sum() / 64 < 1.09  # expected rows per step: 1.08 batches, not 1.77
+    assert (pmf * bucket).sum() / 64 < 1.07  # expected rows per step: 1.066 batches, not 2.5
+    assert (pmf * 161).sum() / 64 > 2.5
     assert sampler.overflow_probability(1437) == pytest.approx(
-        stats.binom.sf(113, 1437, 64 / 1437), rel=1e-9
+        stats.binom.sf(161, 1437, 64 / 1437), rel=1e-6
     )
-    assert PoissonSampler(4, multiple=4).widths(96) == (4, 8, 20)  # multiples of the mesh
+    assert sampler.overflow_probability(1437) < 1e-25
+    assert PoissonSampler(4, multiple=4).widths(96) == (4, 8, 12, 32)  # multiples of the mesh
     assert (
         PoissonSampler(96).widths(96) == (96,) and PoissonSampler(96).overflow_probability(96) == 0
     )
