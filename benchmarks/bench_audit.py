@@ -1,10 +1,11 @@
 """One-run privacy audits of DP-SGD spiral runs: the ε lower bound vs the theoretical ε.
 
 ``jaxwise spiral --dp --audit 500`` (the CLI's job, in process) at σ ∈ {0.5, 1, 2}, and once
-with the noise switched off (σ = 0) while the theoretical ε is computed for σ = 1: the bug
-the audit is there to catch. 500 feature canaries (one input feature each, included with
-probability ½), scored by minus their loss; the bound is Steinke, Nasr & Jagielski's (2023)
-at 95% confidence, δ = 1e-5, over a Bonferroni-corrected grid of guess counts.
+with the noise switched off (σ = 0) while the theoretical ε is computed for σ = 4 (the run
+claims σ = 4): the bug the audit is there to catch. 500 feature canaries (one input
+feature each, included with probability ½), scored by minus their loss; the bound is
+Steinke, Nasr & Jagielski's (2023) at 95% confidence, δ = 1e-5, over a Bonferroni-corrected
+grid of guess counts.
 """
 
 import time
@@ -41,14 +42,14 @@ def run() -> None:
         dp = summary["dp"]
         if sigma:
             theory, label = dp["epsilon"], f"{sigma:g}"
-        else:  # the noise was dropped: what the run would claim with σ = 1
+        else:  # the noise was dropped: what the run claims with σ = 4
             theory = epsilon(
-                noise_multiplier=1.0,
+                noise_multiplier=4.0,
                 sample_rate=dp["sample_rate"],
                 steps=dp["steps"],
                 delta=dp["delta"],
             )
-            label = "0 (noise off; claimed σ = 1)"
+            label = "0 (noise off; claimed σ = 4)"
         bound = dp["epsilon_audit_lower_bound"]
         verdict = "bound ≤ theory" if bound <= theory else "**claim refuted**"
         rows.append(

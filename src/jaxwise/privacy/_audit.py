@@ -67,7 +67,7 @@ class Canaries:
         included canaries appended, last.
 
         Examples:
-            >>> x, y = np.zeros((4, 2), np.float32), np.zeros(4, np.int32)
+            >>> x, y = np.zeros((4, 2), np.float32), np.arange(4) % 2
             >>> canaries = audit_canaries((x, y), 6, seed=0)
             >>> tx, ty = canaries.train_data((x, y))
             >>> tx.shape == (4 + int(canaries.included.sum()), 2 + 6)
