@@ -1,18 +1,19 @@
-"""DP-SGD step cost vs a non-private step: ghost clipping on four models, and jax-privacy.
+"""DP-SGD step cost vs a non-private step: ghost clipping on five models, and jax-privacy.
 
 For each model (MLP 784-512-512-10 at B = 256 and 1,024; a CNN at B = 64; a transformer
-block at B = 32, T = 64), in one run, interleaved:
+block at B = 32, T = 64; a Flax NNX CNN with GroupNorm at B = 64), in one run:
 
 - the non-private mean gradient (``jax.grad`` of the batch-mean loss);
 - ghost clipping alone (``dp_gradient`` with σ = 0: norms + clipped sum), target ≤ 1.1×;
 - the noise alone (``add_dp_noise`` on a gradient), and the full ghost DP step, target
   ≤ 1.05 × (clipping + noise);
-- the vmap DP step (materialised per-example gradients) where it fits in memory;
-- jax-privacy 2.0.0's ``clipped_grad`` (micro-batches of 32) plus the same noise: the peer.
+- jax-privacy 2.0.0's ``clipped_grad`` (micro-batches of 32): the peer of ghost clipping,
+  target ≥ 2× slower than ours; and with the same noise, the peer of the DP step.
 
-Our four steps are timed round-robin (21 rounds, medians); the slow peer and vmap steps
-in a second round-robin together with the ghost DP step and scaled by it.
-Temporary memory is XLA's ``memory_analysis().temp_size_in_bytes`` of each compiled step.
+The machine is shared, so every timing is a median of rounds that interleave the programs
+(ours, peer, ours, peer, …): our four programs round-robin (21 rounds), the slow peer in a
+second round-robin with ghost clipping (7 rounds) and scaled by it. Temporary memory is
+XLA's ``memory_analysis().temp_size_in_bytes`` of each compiled step.
 """
 
 import jax
@@ -21,7 +22,7 @@ import numpy as np
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section
 
 from jaxwise import numerics
-from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.models import from_nnx, init_mlp, mlp_apply
 from jaxwise.per_example import ghost_coverage
 from jaxwise.privacy import add_dp_noise, dp_gradient
 
@@ -112,6 +113,48 @@ def transformer_model(b, t=64, d=128, heads=4, vocab=1000):
     return loss, params, batch
 
 
+def nnx_cnn_model(b):
+    """A Flax NNX CNN with GroupNorm (the BatchNorm replacement under DP) through `from_nnx`."""
+    from flax import nnx
+
+    class Net(nnx.Module):
+        def __init__(self, rngs):
+            self.c1 = nnx.Conv(1, 32, (3, 3), rngs=rngs)
+            self.n1 = nnx.GroupNorm(32, num_groups=8, rngs=rngs)
+            self.c2 = nnx.Conv(32, 64, (3, 3), strides=(2, 2), rngs=rngs)
+            self.n2 = nnx.GroupNorm(64, num_groups=8, rngs=rngs)
+            self.head = nnx.Linear(7 * 7 * 64, 10, rngs=rngs)
+
+        def __call__(self, x):
+            h = nnx.relu(self.n1(self.c1(x)))
+            h = nnx.relu(self.n2(self.c2(h)))
+            h = nnx.max_pool(h, (2, 2), strides=(2, 2))
+            return self.head(h.reshape(h.shape[0], -1))
+
+    with jax.numpy_dtype_promotion("standard"):
+        model = from_nnx(Net(nnx.Rngs(0)))
+
+    def loss(p, x, y):
+        logits, _ = model.apply(p, None, x[None])
+        return xent(logits[0], y)
+
+    rng = np.random.default_rng(4)
+    batch = (
+        jnp.asarray(rng.normal(size=(b, 28, 28, 1)), jnp.float32),
+        jnp.asarray(rng.integers(0, 10, b), jnp.int32),
+    )
+    return loss, model.params, batch
+
+
+MODELS = {
+    "MLP 784-512-512-10, B = 256": lambda: mlp_model(256),
+    "MLP 784-512-512-10, B = 1024": lambda: mlp_model(1024),
+    "CNN 2 conv + dense, B = 64": lambda: cnn_model(64),
+    "transformer block, B = 32, T = 64": lambda: transformer_model(32),
+    "NNX CNN + GroupNorm, B = 64": lambda: nnx_cnn_model(64),
+}
+
+
 def temp_mib(jitted, *args):
     return jitted.lower(*args).compile().memory_analysis().temp_size_in_bytes / 2**20
 
@@ -121,7 +164,7 @@ def packed(loss):
     return lambda p, example: loss(p, *example)
 
 
-def steps(loss, with_vmap):
+def steps(loss):
     from jax_privacy.clipping import clipped_grad
 
     ours = packed(loss)
@@ -141,39 +184,39 @@ def steps(loss, with_vmap):
         "ghost DP step": lambda p, b, k: dp_gradient(
             ours, p, b, k, clip_norm=CLIP, noise_multiplier=SIGMA, method="ghost"
         )[0],
-        "jax-privacy clipped_grad (micro 32) + noise": lambda p, b, k: add_dp_noise(
-            peer_clip(p, *b), k, CLIP, SIGMA, b[0].shape[0]
-        ),
+        "jax-privacy clipped_grad (micro 32)": lambda p, b, k: peer_clip(p, *b),
     }
-    if with_vmap:
-        fns["vmap DP step"] = lambda p, b, k: dp_gradient(
-            ours, p, b, k, clip_norm=CLIP, noise_multiplier=SIGMA, method="vmap"
-        )[0]
-    return {name: jax.jit(f) for name, f in fns.items()}
+    with jax.numpy_dtype_promotion("standard"):  # Flax layers promote implicitly
+        return {name: jax.jit(f) for name, f in fns.items()}
 
 
-def model_rows(title, loss, params, batch, with_vmap):
+def model_rows(title, loss, params, batch):
     key = jax.random.key(3)
-    fns = steps(loss, with_vmap)
+    fns = steps(loss)
     args = (params, batch, key)
-    ours = [n for n in fns if n in OURS]  # fast: many interleaved rounds
-    times = dict(
-        zip(
-            ours,
-            interleaved_times([lambda n=n: fns[n](*args) for n in ours], repeat=9 if QUICK else 21),
+    with jax.numpy_dtype_promotion("standard"):
+        ours = [n for n in fns if n in OURS]  # fast: many interleaved rounds
+        times = dict(
+            zip(
+                ours,
+                interleaved_times(
+                    [lambda n=n: fns[n](*args) for n in ours], repeat=9 if QUICK else 21
+                ),
+            )
         )
-    )
-    slow = [n for n in fns if n not in OURS]  # the peer and vmap: a few rounds, vs the DP step
-    slow_times = interleaved_times(
-        [lambda n=n: fns[n](*args) for n in ["ghost DP step", *slow]], repeat=3 if QUICK else 5
-    )
-    times |= {n: t * times["ghost DP step"] / slow_times[0] for n, t in zip(slow, slow_times[1:])}
-    mem = {name: temp_mib(f, *args) for name, f in fns.items()}
+        peer = "jax-privacy clipped_grad (micro 32)"
+        slow = interleaved_times(  # ours, peer, ours, peer, ...
+            [lambda: fns["ghost clipping (σ = 0)"](*args), lambda: fns[peer](*args)],
+            repeat=3 if QUICK else 7,
+        )
+        times[peer] = slow[1] * times["ghost clipping (σ = 0)"] / slow[0]
+        times[peer + " + noise"] = times[peer] + times["noise only"]
+        mem = {name: temp_mib(f, *args) for name, f in fns.items()}
+    mem[peer + " + noise"] = mem[peer]
     base, clip, noise, dp = (
         times[n]
         for n in ("non-private gradient", "ghost clipping (σ = 0)", "noise only", "ghost DP step")
     )
-    peer = times["jax-privacy clipped_grad (micro 32) + noise"]
     rows = [
         [title, name, fmt_time(t), f"{t / base:.2f}×", f"{mem[name]:.1f}"]
         for name, t in times.items()
@@ -182,37 +225,34 @@ def model_rows(title, loss, params, batch, with_vmap):
     summary = [
         title,
         f"**{clip / base:.2f}×**",
-        f"**{dp / (clip + noise):.2f}×**",
-        f"**{mem['ghost clipping (σ = 0)'] / base_mem:.2f}×**",
-        f"{mem['ghost DP step'] / base_mem:.2f}×",
-        f"**{peer / dp:.1f}×**",
+        f"**{times[peer] / clip:.1f}×**",
+        f"{dp / (clip + noise):.2f}×",
+        f"{noise / base:.2f}×",
+        f"{mem['ghost clipping (σ = 0)'] / base_mem:.2f}×",
     ]
     return rows, summary
 
 
 def run() -> None:
-    models = [
-        ("MLP 784-512-512-10, B = 256", mlp_model(256), True),
-        ("MLP 784-512-512-10, B = 1024", mlp_model(1024), False),
-        ("CNN 2 conv + dense, B = 64", cnn_model(64), True),
-        ("transformer block, B = 32, T = 64", transformer_model(32), False),
-    ]
     detail, summary = [], []
-    for title, (loss, params, batch), with_vmap in models:
-        rows, s = model_rows(title, loss, params, batch, with_vmap)
+    for title, make in MODELS.items():
+        loss, params, batch = make()
+        rows, s = model_rows(title, loss, params, batch)
         detail += rows
         summary.append(s)
+        print(s, flush=True)
     loss, params, batch = transformer_model(1)
     first = tuple(a[0] for a in batch)
     coverage = "\n".join(str(r) for r in ghost_coverage(packed(loss), params, first))
-    body = table(
+    body = "Medians of interleaved rounds (ours, peer, ours, peer, …) on a shared machine.\n\n"
+    body += table(
         [
             "model",
-            "ghost clipping / non-private (≤ 1.1)",
+            "ghost clipping / non-private gradient (≤ 1.1)",
+            "jax-privacy clipped_grad / ghost clipping (≥ 2)",
             "DP step / (clipping + noise) (≤ 1.05)",
-            "temp memory: clipping / non-private (≤ 2)",
-            "temp memory: DP step / non-private",
-            "jax-privacy / ghost DP step (≥ 10)",
+            "noise / non-private gradient",
+            "temp memory: clipping / non-private",
         ],
         summary,
     )
@@ -220,16 +260,15 @@ def run() -> None:
     body += (
         "\n\nGhost clipping traces the per-example loss once, finds how each parameter is used "
         "(`ghost_coverage`), and computes every example's gradient norm from the activations and "
-        "output gradients of one forward and one backward pass; the clipped sum is book-keeping "
-        "from the same pass. Transformer block coverage:\n\n```text\n" + coverage + "\n```\n\n"
-        "Context, not measured here: Opacus' fast gradient clipping / ghost clipping for "
-        "PyTorch layers (pytorch.org/blog/clipping-in-opacus) fine-tunes BERT layers at batch "
-        "1,024 with memory comparable to non-private PyTorch; its published time overhead is "
-        "about 1.2–1.4× a non-private step (the figure quoted in issue #17).\n\n"
-        "The noise is one `jax.random.normal` over all parameters; with JAX's default threefry "
-        "generator its random bits are most of its time and its temporary memory (the DP step's "
-        "temp-memory column is dominated by them, not by clipping); a key made with "
-        '`jax.random.key(seed, impl="rbg")` draws faster.'
+        "output gradients of one forward and one backward pass. Layers with positions (a "
+        "sequence, a convolution's output) form their per-example weight gradients once, as one "
+        "batched contraction, and take both the norm and the clipped sum from them "
+        "(book-keeping): no Gram norm and no second weight-gradient contraction. Transformer "
+        "block coverage:\n\n```text\n" + coverage + "\n```\n\n"
+        "The noise is one `jax.random.normal` over all parameters (JAX's threefry generator: "
+        "its random bits are most of the time). For the MLP, whose 670k parameters need as many "
+        "normal draws per step as a 256-example gradient needs multiply-adds per parameter, "
+        "the noise is a large share of the DP step at B = 256."
     )
     write_section("privacy", "DP-SGD: ghost clipping vs non-private and jax-privacy", body)
 

@@ -461,3 +461,103 @@ def test_nnx_trainable_filter_state_checks_and_program_name():
     with CompileCounter("apply_NNXNet") as counter:  # the program is named after the model
         jitted(*nnx.split(module, nnx.Param, ...)[1:], x)
     assert counter.count == 1
+
+
+# ---------------------------------------------------------------------------
+# Under DP-SGD: BatchNorm in training mode refused or frozen, RNG streams carried
+# ---------------------------------------------------------------------------
+
+
+def test_linen_rng_stream_is_carried_in_the_state_and_split_on_every_call():
+    x, _ = data()
+    net, variables = LinenNet(), LinenNet().init(jax.random.key(0), jnp.ones((1, 3)), train=False)
+    model = from_linen(net, variables, rngs={"dropout": jax.random.key(7)})
+    assert set(model.model_state) == {"batch_stats", "rngs"}
+    out, state = model.apply(model.params, model.model_state, x, train=True)
+    carried, used = jax.random.split(jax.random.key(7))
+    expected, _ = net.apply(
+        variables, x, train=True, rngs={"dropout": used}, mutable=["batch_stats"]
+    )
+    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-6, atol=1e-6)
+    assert_trees_close(state["rngs"]["dropout"], carried, rtol=0, atol=0)
+    again, _ = model.apply(model.params, state, x, train=True)  # the next step: a new mask
+    assert not np.allclose(np.asarray(again), np.asarray(out))
+    with pytest.raises(TypeError, match="do not pass `rngs`"):
+        model.apply(model.params, state, x, rngs={"dropout": jax.random.key(0)})
+    with pytest.raises(TypeError, match=r"`rngs\['dropout'\]` must be one typed key"):
+        from_linen(net, variables, rngs={"dropout": jax.random.PRNGKey(0)})  # noqa: JW004
+    with pytest.raises(TypeError, match="must map stream names"):
+        from_linen(net, variables, rngs=jax.random.key(0))  # pyright: ignore[reportArgumentType]  # bad input on purpose
+    with pytest.raises(ValueError, match="collection named 'rngs'"):
+        from_linen(net, {**variables, "rngs": {}}, rngs={"dropout": jax.random.key(0)})
+
+
+def test_equinox_key_stream_is_carried_in_the_state_and_split_on_every_call():
+    x, _ = data()
+    module, state = eqx.nn.make_with_state(EqxNet)(jax.random.key(0))
+    model = from_equinox(eqx.nn.inference_mode(module, False), state, key=jax.random.key(3))
+    assert set(model.model_state) == {"state", "key"}
+    inference = from_equinox(eqx.nn.inference_mode(module), state, key=jax.random.key(3))
+    out, new = inference.apply(model.params, inference.model_state, x[0])
+    carried, used = jax.random.split(jax.random.key(3))
+    expected, _ = eqx.nn.inference_mode(module)(x[0], state, key=used)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-6, atol=1e-6)
+    assert_trees_close(new["key"], carried, rtol=0, atol=0)
+    with pytest.raises(TypeError, match="do not pass `key`"):
+        model.apply(model.params, model.model_state, x[0], key=jax.random.key(0))
+    with pytest.raises(ValueError, match="'state': ..., 'key'"):
+        model.apply(model.params, state, x[0])
+    with pytest.raises(TypeError, match="must be one typed key"):
+        from_equinox(module, state, key=jax.random.PRNGKey(0))  # noqa: JW004
+
+
+class NNXBlock(nnx.Module):
+    def __init__(self, rngs):
+        self.inner = nnx.List([nnx.Linear(3, 4, rngs=rngs), nnx.BatchNorm(4, rngs=rngs)])
+
+    def __call__(self, x):
+        return self.inner[1](self.inner[0](x))
+
+
+class LinenBlock(nn.Module):
+    @nn.compact
+    def __call__(self, x, train: bool):
+        return nn.BatchNorm(use_running_average=not train, name="norm")(nn.Dense(4)(x))
+
+
+def _refused_or_frozen(library):
+    """(apply of a model with BatchNorm in training mode, its eval-mode output, layer path)."""
+    x, _ = data(8)
+    if library == "nnx":
+        module = NNXBlock(nnx.Rngs(0))
+        model = from_nnx(module)
+        evaluated = from_nnx(nnx.view(module, use_running_average=True))
+        expected = evaluated.apply(model.params, model.model_state, x)[0]
+        return lambda: model.apply(model.params, model.model_state, x), expected, "inner.1"
+    if library == "linen":
+        net = LinenBlock()
+        variables = net.init(jax.random.key(0), x, train=False)
+        model = from_linen(net, variables)
+        expected = net.apply(variables, x, train=False)
+        return lambda: model.apply(model.params, model.model_state, x, train=True), expected, "norm"
+    module, state = eqx.nn.make_with_state(EqxNet)(jax.random.key(0))
+    inference = eqx.nn.inference_mode(module)  # dropout off; BatchNorm in training mode:
+    model = from_equinox(eqx.tree_at(lambda m: m.bn.inference, inference, False), state)
+    expected = inference(x[0], state)[0]
+    return lambda: model.apply(model.params, model.model_state, x[0]), expected, "bn"
+
+
+@pytest.mark.parametrize("library", ["nnx", "linen", "equinox"])
+def test_batch_norm_in_training_mode_is_refused_or_frozen_under_dp(library):
+    from jaxwise.models._private import private_training
+
+    call, expected, path = _refused_or_frozen(library)
+    with private_training(freeze=False), pytest.raises(ValueError) as err:
+        call()
+    assert f"BatchNorm layer `{path}`" in str(err.value)
+    assert "GroupNorm or LayerNorm" in str(err.value) and "freeze_model_state=True" in str(
+        err.value
+    )
+    with private_training(freeze=True):
+        out, _ = call()
+    np.testing.assert_allclose(np.asarray(out), np.asarray(expected), rtol=1e-5, atol=1e-5)

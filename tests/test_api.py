@@ -28,7 +28,7 @@ CONTRACT = {
     ),
     "privacy": (
         "add_dp_noise dp_gradient dp_gradient_accumulated poisson_batch epsilon "
-        "noise_multiplier_for make_dp_train_epoch"
+        "noise_multiplier_for make_dp_train_epoch audit_canaries empirical_epsilon Canaries"
     ),
     "label_errors": (
         "find_label_errors hardest_examples LabelIssues confident_learning "

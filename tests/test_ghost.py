@@ -513,8 +513,41 @@ def test_conv_layouts(x_shape, k_shape, dn, strides, padding, lhs_dil, rhs_dil):
         return jnp.sum(jnp.sin(out))
 
     assert [r.kind for r in ghost_coverage(loss, kernel, x[0])] == ["conv"]
+    ref = per_example_grad_norms(loss, kernel, x, method="vmap")
     np.testing.assert_allclose(
-        per_example_grad_norms(loss, kernel, x, method="ghost"),
-        per_example_grad_norms(loss, kernel, x, method="vmap"),
-        rtol=1e-4,
+        per_example_grad_norms(loss, kernel, x, method="ghost"), ref, rtol=1e-4
     )
+    clip = float(np.median(np.asarray(ref)))  # half of the examples clipped
+    ref_sum, _ = clip_and_sum(loss, kernel, x, clip_norm=clip, method="vmap")
+    for budget in (2**28, 1):  # per-example kernel gradients kept (book-keeping), or not
+        summed, norms = clip_and_sum(
+            loss, kernel, x, clip_norm=clip, method="ghost", memory_budget=budget
+        )
+        np.testing.assert_allclose(norms, ref, rtol=1e-4)
+        _close(summed, ref_sum, rtol=1e-4, atol=1e-5)
+
+
+def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget():
+    """Layers with positions keep their per-example gradients (norm and sum from one
+    contraction) while they fit the budget; without the budget the Gram path gives the same."""
+    from jaxwise.per_example import _ghost
+    from jaxwise.per_example._graph import trace
+
+    loss, params, batch, _ = transformer()
+    program = trace(packed(loss), params, batch)
+    dense = [j for j, u in enumerate(program.uses) if u.kind == "dense"]
+    positional = [j for j in dense if _ghost._sizes(program, program.uses[j])[0] > 1]
+    assert len(positional) == 6 and len(dense) == 7  # q, k, v, o, w1, w2 have positions; head not
+    assert _ghost.keep_plan(program, 10, 2**28) == frozenset(positional)
+    one_layer = 4 * 10 * 8 * 8  # B·K·N float32 of a q/k/v projection
+    assert len(_ghost.keep_plan(program, 10, one_layer)) == 1
+    assert _ghost.keep_plan(program, 10, 1) == frozenset()
+    ref_sum, ref = clip_and_sum(packed(loss), params, batch, clip_norm=2.5, method="vmap")
+    for budget in (2**28, one_layer, 1):
+        summed, norms = jax.jit(
+            lambda p, b, budget=budget: clip_and_sum(
+                packed(loss), p, b, clip_norm=2.5, method="ghost", memory_budget=budget
+            )
+        )(params, batch)
+        np.testing.assert_allclose(norms, ref, rtol=1e-4)
+        _close(summed, ref_sum)

@@ -1,16 +1,34 @@
 """DP-SGD through the one training loop: make_dp_train_epoch is a make_train_epoch configuration."""
 
+import equinox as eqx
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
-from jaxwise.privacy import PoissonSampler, add_dp_noise, make_dp_train_epoch, poisson_batch
+from jaxwise.models import from_equinox, from_linen, from_nnx
+from jaxwise.privacy import (
+    PoissonSampler,
+    add_dp_noise,
+    dp_gradient,
+    dp_gradient_accumulated,
+    make_dp_train_epoch,
+    poisson_batch,
+)
 from jaxwise.sharding import data_mesh
 from jaxwise.train import DonationError, TrainState
 from jaxwise.tree import host_copy
+
+
+@pytest.fixture
+def standard_promotion():
+    """Flax and Equinox layers rely on implicit promotion (conftest makes it strict)."""
+    with jax.numpy_dtype_promotion("standard"):
+        yield
 
 
 def sq_loss(w, example):
@@ -135,3 +153,365 @@ def test_dp_epoch_audits_donation_and_keeps_its_accounting_helpers():
         make_dp_train_epoch(sq_loss, tx, 4, clip_norm=1.0, noise_multiplier=1.0, sampler="uniform")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="`batch_size` must be an int"):
         make_dp_train_epoch(sq_loss, tx, 4.5, clip_norm=1.0, noise_multiplier=1.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
+
+
+# ---------------------------------------------------------------------------
+# Model state under DP: refused when computed from the examples, carried otherwise
+# ---------------------------------------------------------------------------
+
+
+def masked_loss(w, state, example):
+    """A linear model behind a dropout-like mask drawn from the state's key and counter."""
+    x, y = example
+    mask = jax.random.bernoulli(jax.random.fold_in(state["key"], state["count"]), 0.5, x.shape)
+    mask = mask.astype(x.dtype)
+    return (jnp.dot(x * mask, w) - y) ** 2, {"key": state["key"], "count": state["count"] + 1}
+
+
+@pytest.mark.parametrize("method", ["ghost", "vmap"])
+def test_stateful_dp_gradient_equals_a_float64_reference(method):
+    """Every example folds its index into the state's key for its mask; the state advances once."""
+    x, y = make_problem(n=6)
+    w0 = np.asarray([0.3, -0.2, 0.1])
+    state = {"key": jax.random.key(4), "count": jnp.uint32(2)}
+    grads, norms, new_state = jax.jit(
+        lambda w, s, b: dp_gradient(
+            masked_loss,
+            w,
+            b,
+            jax.random.key(0),
+            clip_norm=1.5,
+            noise_multiplier=0.0,
+            model_state=s,
+            method=method,
+        )
+    )(jnp.asarray(w0, jnp.float32), state, (x, y))
+    masks = np.stack(
+        [
+            np.asarray(
+                jax.random.bernoulli(
+                    jax.random.fold_in(jax.random.fold_in(state["key"], i), 2), 0.5, (3,)
+                )
+            )
+            for i in range(6)
+        ]
+    ).astype(np.float64)
+    assert len({tuple(m) for m in masks}) > 1  # the examples' masks differ
+    xm = np.asarray(x, np.float64) * masks
+    per_example = 2 * (xm @ w0 - np.asarray(y, np.float64))[:, None] * xm
+    ref_norms = np.linalg.norm(per_example, axis=1)
+    factor = 1.5 / np.maximum(ref_norms, 1.5)  # min(1, C / norm), 1 for a zero gradient
+    clipped = per_example * factor[:, None]
+    assert (ref_norms > 1.5).any() and (ref_norms < 1.5).any()
+    np.testing.assert_allclose(np.asarray(norms), ref_norms, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grads), clipped.mean(0), rtol=1e-5, atol=1e-7)
+    assert int(new_state["count"]) == 3
+    np.testing.assert_array_equal(
+        jax.random.key_data(new_state["key"]), jax.random.key_data(state["key"])
+    )
+
+
+def test_state_computed_from_the_examples_is_refused_by_path():
+    def ema_loss(w, state, x):
+        new = {"count": state["count"] + 1, "ema": 0.9 * state["ema"] + 0.1 * x}
+        return jnp.sum(w * x), new
+
+    state = {"count": jnp.int32(0), "ema": jnp.zeros(3)}
+    with pytest.raises(ValueError) as err:
+        dp_gradient(
+            ema_loss,
+            jnp.ones(3),
+            jnp.ones((4, 3)),
+            jax.random.key(0),
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            model_state=state,
+        )
+    message = str(err.value)
+    assert "model state computed from the examples `ema`:" in message and "`count`" not in message
+    assert "GroupNorm or LayerNorm" in message and "freeze_model_state=True" in message
+
+    def pooled(w, x):  # a collective over a batch axis: what eqx.nn.BatchNorm does
+        return jnp.sum(w * (x - jax.lax.pmean(x, "batch")))
+
+    with pytest.raises(ValueError, match="over the named axis `batch`"):
+        dp_gradient(
+            pooled,
+            jnp.ones(3),
+            jnp.ones((4, 3)),
+            jax.random.key(0),
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+        )
+    with pytest.raises(TypeError, match=r"must return \(loss, new_model_state\)"):
+        dp_gradient(
+            lambda w, s, x: jnp.sum(w * x),
+            jnp.ones(3),
+            jnp.ones((4, 3)),
+            jax.random.key(0),
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            model_state=state,
+        )
+    with pytest.raises(TypeError, match="`freeze_model_state` must be a bool"):
+        dp_gradient(
+            lambda w, x: jnp.sum(w * x),
+            jnp.ones(3),
+            jnp.ones((4, 3)),
+            jax.random.key(0),
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            freeze_model_state="yes",  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        )
+
+
+class DropoutNNX(nnx.Module):
+    def __init__(self, rngs):
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(8, 1, rngs=rngs)
+
+    def __call__(self, x):
+        return self.out(self.drop(x))
+
+
+class DropoutLinen(nn.Module):
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(1)(nn.Dropout(0.5, deterministic=False)(x))
+
+
+class DropoutEqx(eqx.Module):
+    drop: eqx.nn.Dropout
+    out: eqx.nn.Linear
+
+    def __init__(self, key):
+        self.drop, self.out = eqx.nn.Dropout(0.5), eqx.nn.Linear(8, 1, key=key)
+
+    def __call__(self, x, *, key):
+        return self.out(self.drop(x, key=key))
+
+
+def dropout_model(library):
+    """A model whose only state is a dropout RNG stream, as each adapter carries it."""
+    if library == "nnx":
+        return from_nnx(DropoutNNX(nnx.Rngs(0, dropout=1))), 1
+    if library == "linen":
+        net = DropoutLinen()
+        variables = net.init(
+            {"params": jax.random.key(0), "dropout": jax.random.key(1)}, jnp.ones((1, 8))
+        )
+        return from_linen(net, variables, rngs={"dropout": jax.random.key(2)}), 1
+    return from_equinox(DropoutEqx(jax.random.key(0)), key=jax.random.key(2)), 0
+
+
+@pytest.mark.parametrize("library", ["nnx", "linen", "equinox"])
+def test_dropout_masks_differ_between_examples_and_steps(library, standard_promotion):
+    model, batch_axis = dropout_model(library)
+
+    def loss(params, state, x):
+        out, new_state = model.apply(params, state, x[None] if batch_axis else x)
+        return jnp.sum(out**2), new_state
+
+    @jax.jit
+    def step(p, s, b):
+        return dp_gradient(
+            loss,
+            p,
+            b,
+            jax.random.key(0),
+            clip_norm=float("inf"),
+            noise_multiplier=0.0,
+            model_state=s,
+        )
+
+    same = jnp.ones((6, 8))  # six identical examples: only the masks tell them apart
+    with CompileBudget(1, step, exact=True):
+        _, norms, state = step(model.params, model.model_state, same)
+        _, norms_next, state_next = step(model.params, state, same)
+    assert len(set(np.round(np.asarray(norms), 5).tolist())) > 1  # masks differ between examples
+    assert not np.allclose(np.asarray(norms_next), np.asarray(norms))  # and between steps
+    assert jax.tree.structure(state_next) == jax.tree.structure(model.model_state)
+
+
+class DropoutCNN(nnx.Module):
+    """Conv → norm (GroupNorm, or BatchNorm) → ReLU → Dropout → Dense, for 6 × 6 images."""
+
+    def __init__(self, rngs, norm="group"):
+        self.conv = nnx.Conv(1, 4, (3, 3), rngs=rngs)
+        if norm == "group":
+            self.norm = nnx.GroupNorm(4, num_groups=2, rngs=rngs)
+        else:
+            self.norm = nnx.BatchNorm(4, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.out = nnx.Linear(4 * 6 * 6, 3, rngs=rngs)
+
+    def __call__(self, x):
+        h = self.drop(nnx.relu(self.norm(self.conv(x))))
+        return self.out(h.reshape(h.shape[0], -1))
+
+
+def cnn_loss(model):
+    def loss(params, state, example):
+        image, label = example
+        logits, new_state = model.apply(params, state, image[None])
+        return -jax.nn.log_softmax(logits[0])[label], new_state
+
+    return loss
+
+
+def test_dp_epoch_of_an_nnx_cnn_with_dropout_draws_new_masks_every_step(standard_promotion):
+    """Identical examples and a zero learning rate: only dropout makes the steps differ."""
+    model = from_nnx(DropoutCNN(nnx.Rngs(0, dropout=1)))
+    tx = optim.sgd(1e-12)
+    image = jax.random.normal(jax.random.key(1), (1, 6, 6, 1))
+    data = (jnp.repeat(image, 24, axis=0), jnp.zeros(24, jnp.int32))
+    epoch = make_dp_train_epoch(
+        cnn_loss(model),
+        tx,
+        8,
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        sampler="shuffle",
+        model_state=True,
+    )
+    state = TrainState.create(model.params, tx, 0, model_state=model.model_state)
+    norms = []
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(3):
+            state, metrics = epoch(state, data)
+            norms.append(np.asarray(metrics["grad_norm"]))
+    norms = np.concatenate(norms)
+    assert len(set(np.round(norms, 6).tolist())) == 9  # a new mask at every one of the 9 steps
+    assert int(state.model_state["drop"]["rngs"]["count"][...]) == 9
+    still = from_nnx(nnx.view(DropoutCNN(nnx.Rngs(0, dropout=1)), deterministic=True))
+    control = make_dp_train_epoch(
+        cnn_loss(still),
+        tx,
+        8,
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        sampler="shuffle",
+        model_state=True,
+    )
+    _, metrics = control(
+        TrainState.create(still.params, tx, 0, model_state=still.model_state), data
+    )
+    np.testing.assert_allclose(metrics["grad_norm"], metrics["grad_norm"][0], rtol=1e-5)
+
+
+def test_dp_epoch_refuses_batch_norm_or_runs_it_frozen(standard_promotion):
+    model = from_nnx(DropoutCNN(nnx.Rngs(0, dropout=1), norm="batch"))
+    tx = optim.sgd(0.1)
+    data = (jax.random.normal(jax.random.key(1), (16, 6, 6, 1)), jnp.arange(16) % 3)
+    refused = make_dp_train_epoch(
+        cnn_loss(model), tx, 8, clip_norm=1.0, noise_multiplier=1.0, model_state=True
+    )
+    state = TrainState.create(model.params, tx, 0, model_state=model.model_state)
+    with pytest.raises(ValueError, match="nnx.BatchNorm layer `norm`.*freeze_model_state=True"):
+        refused(state, data)
+    frozen = make_dp_train_epoch(
+        cnn_loss(model),
+        tx,
+        8,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        model_state=True,
+        freeze_model_state=True,
+    )
+    new, metrics = frozen(state, data)
+    assert frozen.config.freeze_model_state and int(new.step) == 2
+    np.testing.assert_array_equal(  # the statistics are used, never updated
+        np.asarray(new.model_state["norm"]["mean"][...]),
+        np.asarray(model.model_state["norm"]["mean"][...]),
+    )
+    assert int(new.model_state["drop"]["rngs"]["count"][...]) == 2
+    with pytest.raises(TypeError, match="`model_state` must be a bool"):
+        make_dp_train_epoch(
+            cnn_loss(model),
+            tx,
+            8,
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            model_state=1,  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        )
+
+
+def test_accumulated_stateful_gradient_advances_once_and_equals_one_batch():
+    """Micro-batch j's example i folds j·m + i into the keys: the same masks as one batch."""
+    x, y = make_problem(n=8)
+    state = {"key": jax.random.key(4), "count": jnp.uint32(0)}
+    w = jnp.asarray([0.3, -0.2, 0.1])
+    whole, whole_norms, whole_state = dp_gradient(
+        masked_loss,
+        w,
+        (x, y),
+        jax.random.key(0),
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        model_state=state,
+    )
+    micro = jax.tree.map(lambda a: a.reshape(2, 4, *a.shape[1:]), (x, y))
+    grads, norms, new_state = jax.jit(
+        lambda w, s, m: dp_gradient_accumulated(
+            masked_loss,
+            w,
+            m,
+            jax.random.key(0),
+            clip_norm=1.0,
+            noise_multiplier=0.0,
+            expected_batch_size=8.0,
+            model_state=s,
+        )
+    )(w, state, micro)
+    np.testing.assert_allclose(np.asarray(norms).reshape(-1), whole_norms, rtol=1e-5)
+    np.testing.assert_allclose(grads, whole, rtol=1e-5, atol=1e-7)
+    assert int(new_state["count"]) == int(whole_state["count"]) == 1
+
+
+def test_poisson_steps_run_at_the_smallest_padded_width_that_holds_them():
+    """The ladder: same training as one padded width, each step at its bucket, one compile."""
+    tx = optim.sgd(0.05)
+    x, y = make_problem(n=96)
+    results = {}
+    for buckets in (1, 4):
+        epoch = make_dp_train_epoch(
+            sq_loss, tx, 16, clip_norm=1.0, noise_multiplier=0.5, buckets=buckets
+        )
+        state = TrainState.create(jnp.zeros(3), tx, jax.random.key(3))
+        with CompileBudget(1, epoch, exact=True):
+            state, metrics = epoch(state, (x, y))
+        with CompileBudget(0, epoch, exact=True):  # after warm-up: no compile
+            state, more = epoch(state, (x, y))
+        results[buckets] = (np.asarray(state.params), metrics, more)
+    widths = PoissonSampler(16, buckets=4).widths(96)
+    assert len(widths) == 4 and widths[-1] == PoissonSampler(16).width(96) == 65
+    for metrics in results[4][1:]:
+        sizes, used = np.asarray(metrics["batch_size"]), np.asarray(metrics["width"])
+        expected = [min(w for w in widths if w >= s) for s in sizes]
+        np.testing.assert_array_equal(used, expected)
+    assert "width" not in results[1][1]  # one width: no dispatch
+    np.testing.assert_allclose(results[4][0], results[1][0], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="`buckets` must be"):
+        make_dp_train_epoch(sq_loss, tx, 16, clip_norm=1.0, noise_multiplier=0.5, buckets=0)
+
+
+def test_ladder_widths_come_from_the_binomial_distribution_of_the_batch_size():
+    """plan_buckets over equally likely binomial quantiles; the overflow tail in float64."""
+    from scipy import stats
+
+    sampler = PoissonSampler(64)
+    widths = sampler.widths(1437)
+    assert widths == (60, 67, 74, 85, 161) and widths[-1] == sampler.width(1437) == 64 + 12 * 8 + 1
+    sizes = np.arange(0, 162)
+    pmf = stats.binom.pmf(sizes, 1437, 64 / 1437)
+    bucket = np.asarray([min(w for w in widths if w >= s) for s in sizes])
+    assert (pmf * bucket).sum() / 64 < 1.07  # expected rows per step: 1.066 batches, not 2.5
+    assert (pmf * 161).sum() / 64 > 2.5
+    assert sampler.overflow_probability(1437) == pytest.approx(
+        stats.binom.sf(161, 1437, 64 / 1437), rel=1e-6
+    )
+    assert sampler.overflow_probability(1437) < 1e-25
+    assert PoissonSampler(4, multiple=4).widths(96) == (4, 8, 12, 32)  # multiples of the mesh
+    assert (
+        PoissonSampler(96).widths(96) == (96,) and PoissonSampler(96).overflow_probability(96) == 0
+    )

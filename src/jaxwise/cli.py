@@ -160,7 +160,19 @@ def _add_spiral(sub: Any) -> None:
         "--out", default="runs/spiral", help="directory for the PNG plots (default runs/spiral)"
     )
     spiral.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    _add_audit(spiral)
     spiral.set_defaults(run=commands.cmd_spiral)
+
+
+def _add_audit(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--audit",
+        type=_positive_int,
+        default=None,
+        metavar="M",
+        help="with --dp: audit the run with M canaries (one-run auditing, Steinke et al. 2023) "
+        "and report the ε lower bound next to the theoretical ε",
+    )
 
 
 def _add_train(sub: Any) -> None:
@@ -194,6 +206,7 @@ def _add_train(sub: Any) -> None:
         help="stop after PATIENCE epochs without a lower validation loss; keep the best",
     )
     train.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    _add_audit(train)
     train.set_defaults(run=commands.cmd_train)
 
 

@@ -258,6 +258,48 @@ def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
     }
 
 
+def check_audit_option(cfg: Any) -> None:
+    """``--audit M``: M >= 2 canaries, only with ``--dp``."""
+    if cfg.audit is None:
+        return
+    option_int(cfg.audit, "--audit", min_value=2, max_value=100_000)
+    if not cfg.dp:
+        raise UserError("--audit audits a DP-SGD run: it needs --dp")
+
+
+def audit_canaries_for(cfg: Any, x: np.ndarray, y: np.ndarray, classes: int) -> Any:
+    """``--audit M``: M feature canaries (one input feature each), included with probability ½."""
+    from jaxwise.privacy import audit_canaries
+
+    return audit_canaries((x, y), cfg.audit, seed=cfg.seed, num_classes=classes)
+
+
+def audit_run(params: Any, canaries: Any, n_features: int) -> tuple[dict[str, Any], Any]:
+    """The audit of a run with canaries, and the model without its canary features.
+
+    Every canary is scored by minus its loss; ``empirical_epsilon`` turns the guesses on
+    the most confident ones into an ε lower bound at δ = ``DELTA``. The first layer's rows
+    of the canary features (never used by a real input) are then dropped: the model on
+    real inputs is unchanged.
+    """
+    from jaxwise.privacy import empirical_epsilon
+
+    cx, cy = (jnp.asarray(a) for a in canaries.examples)
+    losses = jax.jit(jax.vmap(_example_loss, in_axes=(None, 0)))(params, (cx, cy))
+    scores = -np.asarray(losses, np.float64)
+    bound = empirical_epsilon(
+        np.nan_to_num(scores, nan=-1e30, neginf=-1e30), canaries.included, delta=DELTA
+    )
+    first = {**params["dense_0"], "w": params["dense_0"]["w"][:n_features]}
+    audit = {
+        "epsilon_audit_lower_bound": bound,
+        "canaries": canaries.m,
+        "canaries_included": int(canaries.included.sum()),
+        "confidence": 0.95,
+    }
+    return audit, {**params, "dense_0": first}
+
+
 def params_digest(params: Any) -> str:
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(params):
@@ -330,6 +372,9 @@ __all__ = [
     "check_hidden",
     "check_run_health",
     "check_training_options",
+    "audit_canaries_for",
+    "check_audit_option",
+    "audit_run",
     "dp_report",
     "epoch_progress",
     "evaluate",

@@ -79,6 +79,15 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 f"q = {dp['sample_rate']:.4f}, {dp['steps']} steps)",
             )
         )
+        if "epsilon_audit_lower_bound" in dp:
+            rows.append(
+                (
+                    "privacy audit",
+                    f"ε (theory) {_fmt(dp['epsilon'], '.2f')} vs ε lower bound (audit) "
+                    f"{_fmt(dp['epsilon_audit_lower_bound'], '.2f')} at "
+                    f"{dp['confidence']:.0%} confidence ({dp['canaries']} canaries)",
+                )
+            )
     rows += [(key.replace("_", " "), str(path)) for key, path in summary.get("outputs", {}).items()]
     return rows
 

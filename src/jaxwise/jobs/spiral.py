@@ -68,6 +68,7 @@ class SpiralConfig:
     dp: bool = False
     clip_norm: float = 1.0
     noise_multiplier: float = 1.1
+    audit: int | None = None
     n_per_class: int = 600
     hidden: tuple[int, ...] = (64, 64)
     lr: float = 1e-2
@@ -87,6 +88,7 @@ class SpiralConfig:
         """
         C.check_training_options(self)
         C.option_float(self.noise, "--noise", min_value=0.0, max_value=10.0, max_inclusive=False)
+        C.check_audit_option(self)
 
 
 @dataclasses.dataclass
@@ -109,6 +111,9 @@ class _Run:
     initial_buffers: list[Any] = dataclasses.field(default_factory=list)
     train_data: tuple[Any, ...] = ()
     test_data: tuple[Any, ...] = ()
+    fit_data: tuple[Any, ...] = ()  # the training data, with the included canaries (--audit)
+    canaries: Any = None
+    audit: dict[str, Any] | None = None
     step_losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     skipped: int = 0
     tally: CompileTally = dataclasses.field(default_factory=CompileTally)
@@ -157,18 +162,30 @@ def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor) -> _Run:
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.2, seed=cfg.seed)
     if cfg.batch_size > len(xtr):
         raise UserError(f"--batch-size {cfg.batch_size} exceeds the {len(xtr)} training examples")
-    run = _Run(cfg, out, xtr, xte, ytr, yte, C.steps_per_epoch(len(xtr), cfg))
+    fit_x, fit_y, canaries = xtr, ytr, None
+    if cfg.audit:
+        canaries = C.audit_canaries_for(cfg, xtr, ytr, 3)
+        fit_x, fit_y = canaries.train_data((xtr, ytr))
+    run = _Run(cfg, out, xtr, xte, ytr, yte, C.steps_per_epoch(len(fit_x), cfg))
     run.tx, run.schedule = C.make_optimizer(
         cfg.epochs * run.steps_per_epoch, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr
     )
-    build = jax.jit(functools.partial(C.initial_state, run.tx, (2, *cfg.hidden, 3), cfg.seed))
+    sizes = (fit_x.shape[1], *cfg.hidden, 3)  # with --audit: one input per canary feature
+    build = jax.jit(functools.partial(C.initial_state, run.tx, sizes, cfg.seed))
     run.state_shape = jax.eval_shape(build)
     run.pending_state = background.submit(lambda: compile_one_shot(build)())
     run.train_data, run.test_data = C.to_device(xtr, ytr), C.to_device(xte, yte)
+    run.fit_data = run.train_data if canaries is None else C.to_device(fit_x, fit_y)
+    run.canaries = canaries
     if cfg.dp:  # evaluated after every epoch (DP epochs report no loss of their own)
-        background.submit(precompile, C.evaluate, run.state_shape.params, *run.train_data)
+        background.submit(precompile, C.evaluate, run.state_shape.params, *run.fit_data)
+    model = run.state_shape.params  # the verified model: without the canaries' features
+    if canaries is not None:
+        model = jax.eval_shape(
+            lambda: C.initial_state(run.tx, (2, *cfg.hidden, 3), cfg.seed).params
+        )
     run.verification = background.submit(
-        compile_one_shot, _verification, run.state_shape.params, *run.train_data, *run.test_data
+        compile_one_shot, _verification, model, *run.train_data, *run.test_data
     )
     return run
 
@@ -185,17 +202,17 @@ def fit(run: _Run) -> None:
     losses = []
     t_train = time.perf_counter()
     with run.tally.measure():  # the epoch program, compiled while the state is built
-        precompile(epoch.jitted, run.state_shape, run.train_data)
+        precompile(epoch.jitted, run.state_shape, run.fit_data)
     assert run.pending_state is not None
     run.state = run.pending_state.result()
     run.initial_buffers = jax.tree.leaves(run.state.params)
     with C.progress(cfg.progress, cfg.epochs, "spiral") as advance:
         for _ in range(cfg.epochs):
             with run.tally.measure():
-                run.state, metrics = epoch(run.state, run.train_data)
+                run.state, metrics = epoch(run.state, run.fit_data)
             step_losses, skipped = C.step_metrics(metrics, run.steps_per_epoch)
             if step_losses is None:  # DP epochs report no loss: evaluate the training set
-                loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.train_data))
+                loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.fit_data))
                 step_losses, progress = (
                     np.full(run.steps_per_epoch, loss),
                     {"loss": loss, "acc": acc},
@@ -208,6 +225,9 @@ def fit(run: _Run) -> None:
     jax.block_until_ready(run.state)
     run.train_seconds = time.perf_counter() - t_train
     run.step_losses = np.concatenate(losses)
+    if run.canaries is not None:  # score the canaries, then drop their input features
+        run.audit, params = C.audit_run(run.state.params, run.canaries, run.xtr.shape[1])
+        run.state = run.state.replace(params=params)
 
 
 def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
@@ -242,7 +262,7 @@ def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[d
             "detail": "initial parameter buffers deleted by donation",
         },
         "data_not_donated": {
-            "ok": not any(leaf.is_deleted() for leaf in run.train_data),
+            "ok": not any(leaf.is_deleted() for leaf in (*run.train_data, *run.fit_data)),
             "detail": "training data buffers still alive",
         },
         "float64_logits": {
@@ -310,7 +330,9 @@ def report(
         "params_sha256": C.params_digest(params),
     }
     if cfg.dp:
-        summary["dp"] = C.dp_report(cfg, len(run.xtr), total_steps)
+        summary["dp"] = C.dp_report(cfg, len(run.fit_data[1]), total_steps)
+        if run.audit is not None:
+            summary["dp"].update(run.audit)
     return C.jsonable(summary)
 
 

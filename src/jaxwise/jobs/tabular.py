@@ -95,6 +95,7 @@ class TabularConfig:
     dp: bool = False
     clip_norm: float = 1.0
     noise_multiplier: float = 1.1
+    audit: int | None = None
     progress: bool = True
     plots: bool = True
     early_stopping: int | None = None
@@ -125,6 +126,12 @@ class TabularConfig:
             C.option_int(self.early_stopping, "--early-stopping", min_value=1)
         if self.resume and not (self.out and self.checkpoint):
             raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
+        C.check_audit_option(self)
+        if self.audit and (self.resume or self.stop_after or self.early_stopping):
+            raise UserError(
+                "--audit audits one whole run: it cannot be combined with --resume, "
+                "--stop-after or --early-stopping"
+            )
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a resumed run must share with the checkpoint.
@@ -192,6 +199,8 @@ class Fitted:
     stopped_early: bool = False
     history_complete: bool = True
     checkpoint_written: Future[Any] | None = None  # the final save, written in the background
+    audit: dict[str, Any] | None = None
+    train_rows: int = 0  # the rows trained on: the training split and the included canaries
 
 
 def prepare(
@@ -266,17 +275,22 @@ def _optimizer(prep: Prepared, steps_per_epoch: int) -> tuple[Any, Any]:
 
 
 def _warm_up(
-    prep: Prepared, background: ThreadPoolExecutor, build: Any, params_shape: Any, lrs: Any
+    prep: Prepared,
+    background: ThreadPoolExecutor,
+    build: Any,
+    params_shape: Any,
+    lrs: Any,
+    data: tuple[Any, Any],
 ) -> tuple[Future[TrainState], Future[np.ndarray]]:
     """Everything the run will need besides the epoch program, built in ``background``.
 
     In order: the initial state (a one-shot program), the learning rates, the evaluation
-    program (training and validation rows), the validation predictions (the confusion
-    matrix) and, with plots, matplotlib.
+    program (``data``: the training and validation rows on the device), the validation
+    predictions (the confusion matrix) and, with plots, matplotlib.
     """
     state = background.submit(lambda: compile_one_shot(build)())
     rates = background.submit(lrs)
-    train, val = C.to_device(*prep.split("train")), C.to_device(*prep.split("val"))
+    train, val = data
     background.submit(precompile, C.evaluate_splits, params_shape, train, val)
     background.submit(precompile, C.predict_classes, params_shape, val[0])
     if prep.out is not None and prep.cfg.plots:
@@ -369,9 +383,18 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     cfg = prep.cfg
     run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
     xtr, ytr = prep.split("train")
-    spe = C.steps_per_epoch(len(xtr), run_cfg)
+    canaries = C.audit_canaries_for(cfg, xtr, ytr, len(prep.table.classes)) if cfg.audit else None
+    if canaries is not None:  # train on the canaries too; evaluate real rows in their layout
+        fit_x, fit_y = canaries.train_data((xtr, ytr))
+        xva, yva = prep.split("val")
+        train, val = C.to_device(fit_x, fit_y), C.to_device(canaries.pad(xva), yva)
+    else:
+        train, val = C.to_device(xtr, ytr), C.to_device(*prep.split("val"))
+    fit_rows = len(train[1])
+    spe = C.steps_per_epoch(fit_rows, run_cfg)
     tx, schedule = _optimizer(prep, spe)
-    sizes = (prep.table.x.shape[1], *cfg.hidden, len(prep.table.classes))
+    n_in = train[0].shape[1]  # with --audit: one extra input feature per canary
+    sizes = (n_in, *cfg.hidden, len(prep.table.classes))
     build = jax.jit(functools.partial(C.initial_state, tx, sizes, cfg.seed))
     state_shape = jax.eval_shape(build)
     pending_state, lrs = _warm_up(
@@ -380,8 +403,11 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         build,
         state_shape.params,
         lambda: np.asarray(C.schedule_values(schedule, cfg.epochs * spe)),
+        (train, val),
     )
-    ckpt = prep.out / "checkpoint" if prep.out is not None and cfg.checkpoint else None
+    # an audited run's model has canary features: it is not checkpointed (predict needs d)
+    checkpoints = cfg.checkpoint and canaries is None
+    ckpt = prep.out / "checkpoint" if prep.out is not None and checkpoints else None
     progress_meta: dict[str, Any] = {
         "best_val_loss": None,
         "best_epoch": None,
@@ -404,6 +430,7 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     if progress_meta["stopped_early"]:
         last_epoch = start_epoch
     loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, lrs, progress_meta)
+    loop.train_data, loop.val_data = train, val
     if last_epoch > start_epoch:
         with loop.tally.measure():  # the epoch program, compiled while the state is built
             precompile(loop.epoch.jitted, state_shape, loop.train_data)
@@ -422,6 +449,9 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         params = restore(prep.out.path / "best", like=state).params
     elif cfg.early_stopping is not None and loop.best_params is not None:
         params = loop.best_params
+    audit = None
+    if canaries is not None:  # score the canaries, then drop their input features
+        audit, params = C.audit_run(params, canaries, xtr.shape[1])
     return Fitted(
         params,
         history,
@@ -437,6 +467,8 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         bool(loop.progress_meta["stopped_early"]),
         history_complete=len(history) == loop.epochs_done,
         checkpoint_written=written,
+        audit=audit,
+        train_rows=fit_rows,
     )
 
 
@@ -504,7 +536,7 @@ def report(
     pred, matrix = confusion(fitted.params, xva, yva, len(table.classes))
     outputs = _plots(prep, fitted, matrix) if prep.out is not None and cfg.plots else {}
     if prep.out is not None:
-        if cfg.checkpoint:
+        if cfg.checkpoint and fitted.audit is None:  # an audited run writes no checkpoint
             outputs["checkpoint"] = str(prep.out.path / "checkpoint")
         outputs["metrics"] = str(prep.out.path / "metrics.jsonl")
     val_acc = float((pred == yva).mean())
@@ -545,9 +577,11 @@ def report(
     if cfg.dp:
         summary["dp"] = C.dp_report(
             dataclasses.replace(cfg, batch_size=prep.batch_size),
-            len(xtr),
+            fitted.train_rows,
             fitted.epochs_completed * fitted.steps_per_epoch,
         )
+        if fitted.audit is not None:
+            summary["dp"].update(fitted.audit)
     if fitted.checkpoint_written is not None:  # written while the report was drawn
         fitted.checkpoint_written.result()
     return C.jsonable(summary)

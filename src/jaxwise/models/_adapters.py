@@ -12,7 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import jax
+
+from jaxwise._checks import is_key
 from jaxwise._extras import require
+from jaxwise.models._private import equinox_mode, linen_mode, nnx_mode
 
 if TYPE_CHECKING:  # optional extras: imported only for type checkers
     import equinox as eqx
@@ -108,6 +112,7 @@ def from_nnx(module: nnx.Module, trainable: Any = None) -> Model:
             )
         states = (params, model_state) if has_state else (params,)
         merged = nnx.merge(graphdef, *states, copy=True)
+        nnx_mode(nnx, merged)  # under DP-SGD: BatchNorm in training mode refused or frozen
         out = merged(*args, **kwargs)
         _, _, new_state = nnx.split(merged, trainable, ...)
         return out, (new_state if has_state else None)
@@ -115,7 +120,9 @@ def from_nnx(module: nnx.Module, trainable: Any = None) -> Model:
     return Model(params, rest if has_state else None, _named(apply, module))
 
 
-def from_linen(module: linen.Module, variables: Mapping[str, Any]) -> Model:
+def from_linen(
+    module: linen.Module, variables: Mapping[str, Any], *, rngs: Mapping[str, Any] | None = None
+) -> Model:
     """Split linen ``variables`` into ``params`` and the other collections (``model_state``).
 
     ``apply`` calls ``module.apply({"params": params, **model_state}, *args,
@@ -127,20 +134,30 @@ def from_linen(module: linen.Module, variables: Mapping[str, Any]) -> Model:
     train=False)``) and ``rngs={"dropout": key}``. In eval mode the collections come back
     unchanged. Do not pass ``mutable``: the adapter owns it.
 
+    With ``rngs`` (e.g. ``{"dropout": jax.random.key(1)}``) the adapter carries those RNG
+    streams in ``model_state["rngs"]`` instead: every call splits each stream's key, hands
+    one half to linen and returns the other in the new state, so a training loop that feeds
+    the state back draws fresh dropout masks at every step (and DP-SGD, which folds the
+    example index into every key of the state, a different mask for every example).
+
     Args:
         module: a ``flax.linen.Module``.
         variables: what ``module.init(...)`` returned (a dict or ``FrozenDict`` with a
             ``"params"`` collection).
+        rngs: optional RNG streams carried in the state: a mapping from stream name to a
+            typed key (``jax.random.key``).
 
     Returns:
-        ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections, or
-        ``None`` when ``variables`` holds only ``"params"``. ``apply`` raises ``TypeError``
-        when given ``mutable`` and ``ValueError`` for a ``model_state`` without the
-        module's collections.
+        ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections (and
+        ``"rngs"``), or ``None`` when ``variables`` holds only ``"params"`` and no ``rngs``.
+        ``apply`` raises ``TypeError`` when given ``mutable`` (or ``rngs`` while it carries
+        them) and ``ValueError`` for a ``model_state`` without the module's collections.
 
     Raises:
         ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
-        TypeError: ``module`` is not a linen module, or ``variables`` has no ``"params"``.
+        TypeError: ``module`` is not a linen module, ``variables`` has no ``"params"``, or an
+            ``rngs`` entry is not a typed key.
+        ValueError: a collection is named ``"rngs"`` while ``rngs`` is given.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -164,6 +181,13 @@ def from_linen(module: linen.Module, variables: Mapping[str, Any]) -> Model:
     unfrozen = flax_core.unfreeze(variables)
     params = unfrozen.pop("params")
     collections = tuple(sorted(unfrozen))
+    streams = _check_streams(rngs, "rngs")
+    if streams and "rngs" in collections:
+        raise ValueError(
+            "`variables` has a collection named 'rngs', which the RNG streams of `rngs` would "
+            "hide in model_state; rename the collection or pass the keys to apply"
+        )
+    names = (*collections, "rngs") if streams else collections
 
     def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if "mutable" in kwargs:
@@ -171,23 +195,57 @@ def from_linen(module: linen.Module, variables: Mapping[str, Any]) -> Model:
                 "do not pass `mutable`: every collection besides 'params' "
                 f"({list(collections)}) is mutable and returned as the new model_state"
             )
-        if not collections:
-            return module.apply({"params": params}, *args, **kwargs), None
-        if model_state is None or set(model_state) != set(collections):
+        if not names:
+            with linen_mode(linen):
+                return module.apply({"params": params}, *args, **kwargs), None
+        if model_state is None or set(model_state) != set(names):
             got = None if model_state is None else sorted(model_state)
-            raise ValueError(
-                f"`model_state` must hold the collections {list(collections)}, got {got}"
+            raise ValueError(f"`model_state` must hold the collections {list(names)}, got {got}")
+        new_streams = {}
+        if streams:
+            if "rngs" in kwargs:
+                raise TypeError(
+                    "do not pass `rngs`: this model carries its RNG streams "
+                    f"{sorted(streams)} in model_state['rngs']"
+                )
+            halves = {name: jax.random.split(k) for name, k in model_state["rngs"].items()}
+            new_streams = {"rngs": {name: pair[0] for name, pair in halves.items()}}
+            kwargs = {**kwargs, "rngs": {name: pair[1] for name, pair in halves.items()}}
+        state = {c: model_state[c] for c in collections}
+        with linen_mode(linen):  # under DP-SGD: BatchNorm in training mode refused or frozen
+            out, updated = module.apply(
+                {"params": params, **state}, *args, mutable=list(collections), **kwargs
             )
-        out, updated = module.apply(
-            {"params": params, **model_state}, *args, mutable=list(collections), **kwargs
-        )
         updated = flax_core.unfreeze(updated)
-        return out, {c: updated.get(c, model_state[c]) for c in collections}
+        return out, {**{c: updated.get(c, state[c]) for c in collections}, **new_streams}
 
-    return Model(params, {c: unfrozen[c] for c in collections} or None, _named(apply, module))
+    initial = {c: unfrozen[c] for c in collections}
+    if streams:
+        initial["rngs"] = streams
+    return Model(params, initial or None, _named(apply, module))
 
 
-def from_equinox(module: eqx.Module, state: eqx.nn.State | None = None) -> Model:
+def _check_streams(rngs: Any, name: str) -> dict[str, Any]:
+    """``rngs`` as a dict of typed keys (empty for None)."""
+    if rngs is None:
+        return {}
+    if not isinstance(rngs, Mapping):
+        raise TypeError(
+            f"`{name}` must map stream names to typed keys, e.g. "
+            f"{{'dropout': jax.random.key(1)}}, got {type(rngs).__name__}"
+        )
+    for stream, k in rngs.items():
+        if not (is_key(k) and getattr(k, "shape", None) == ()):
+            raise TypeError(
+                f"`{name}[{stream!r}]` must be one typed key (jax.random.key(seed)), got "
+                f"{type(k).__name__}"
+            )
+    return dict(rngs)
+
+
+def from_equinox(
+    module: eqx.Module, state: eqx.nn.State | None = None, *, key: jax.Array | None = None
+) -> Model:
     """Split an Equinox module with ``eqx.partition(module, eqx.is_inexact_array)``.
 
     ``params`` holds the floating-point arrays (the module with every other field ``None``);
@@ -201,20 +259,27 @@ def from_equinox(module: eqx.Module, state: eqx.nn.State | None = None) -> Model
     Equinox modules take ONE example: ``jax.vmap`` the ``apply`` over the batch (with
     ``axis_name`` matching ``eqx.nn.BatchNorm(..., axis_name=...)``, and ``out_axes=(0,
     None)`` for the state). Dropout keys are Equinox's ``key=`` argument
-    (``apply(params, state, x, key=key)``). Eval mode is Equinox's ``eqx.nn.inference_mode``:
-    ``from_equinox(eqx.nn.inference_mode(module), state).apply`` takes the same ``params``.
+    (``apply(params, state, x, key=key)``), or, with ``key`` here, a stream carried in the
+    state: ``model_state`` is then ``{"state": state, "key": key}`` and every call splits
+    the key, passes one half as ``key=`` and returns the other in the new state (fresh
+    dropout masks at every step of a loop that feeds the state back; DP-SGD folds the
+    example index into it, so every example gets its own mask). Eval mode is Equinox's
+    ``eqx.nn.inference_mode``: ``from_equinox(eqx.nn.inference_mode(module), state).apply``
+    takes the same ``params``.
 
     Args:
         module: an ``equinox.Module``.
         state: the ``eqx.nn.State`` of its stateful layers, or ``None``.
+        key: an optional typed key (``jax.random.key``): the RNG stream of ``key=``.
 
     Returns:
-        ``Model(params, model_state, apply)`` with ``model_state`` the ``state``.
+        ``Model(params, model_state, apply)`` with ``model_state`` the ``state`` (or
+        ``{"state": state, "key": key}`` with ``key``).
 
     Raises:
         ImportError: Equinox is not installed (``pip install 'jaxwise[equinox]'``).
-        TypeError: ``module`` is not an Equinox module, or ``state`` not an
-            ``eqx.nn.State``.
+        TypeError: ``module`` is not an Equinox module, ``state`` not an ``eqx.nn.State`` or
+            ``key`` not a typed key.
 
     Examples:
         >>> import jax, jax.numpy as jnp, equinox as eqx
@@ -233,17 +298,30 @@ def from_equinox(module: eqx.Module, state: eqx.nn.State | None = None) -> Model
             "`state` must be the eqx.nn.State from eqx.nn.make_with_state(...) or None, "
             f"got {type(state).__name__}"
         )
+    if key is not None:
+        _check_streams({"key": key}, "key")
     params, static = eqx.partition(module, eqx.is_inexact_array)
     has_state = state is not None
 
-    def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-        model = eqx.combine(params, static)
+    def call(params: Any, model_state: Any, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        model = equinox_mode(eqx, eqx.combine(params, static))  # under DP-SGD: BatchNorm
         if not has_state:
             return model(*args, **kwargs), model_state
-        out, new_state = model(*args, model_state, **kwargs)
-        return out, new_state
+        return model(*args, model_state, **kwargs)
 
-    return Model(params, state, _named(apply, module))
+    def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        if key is None:
+            return call(params, model_state, args, kwargs)
+        if "key" in kwargs:
+            raise TypeError("do not pass `key`: this model carries its key in model_state['key']")
+        if not (isinstance(model_state, Mapping) and set(model_state) == {"state", "key"}):
+            raise ValueError("`model_state` must be the model's {'state': ..., 'key': ...}")
+        carried, use = jax.random.split(model_state["key"])
+        out, new_state = call(params, model_state["state"], args, {**kwargs, "key": use})
+        return out, {"state": new_state, "key": carried}
+
+    initial = state if key is None else {"state": state, "key": key}
+    return Model(params, initial, _named(apply, module))
 
 
 def _hint_for(obj: Any) -> str:

@@ -109,7 +109,7 @@ def per_example_grad_norms(
         return vmap_norms(loss, params, batch, chunk)
     leaves, example = jax.tree.leaves(params), jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
-    sq, _ = _ghost.sq_norms(program, leaves, acts, grads)
+    sq, _, _ = _ghost.sq_norms(program, leaves, acts, grads)
     return jax.numpy.sqrt(sq)
 
 
@@ -166,10 +166,11 @@ def clip_and_sum[P](
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
-    sq, pe = _ghost.sq_norms(program, leaves, acts, grads)
+    keep = _ghost.keep_plan(program, n, memory_budget)
+    sq, pe, kept = _ghost.sq_norms(program, leaves, acts, grads, keep)
     norms = jax.numpy.sqrt(sq)
     factor = jax.lax.stop_gradient(clip_factor(norms, clip_norm) * w)
-    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, factor)
+    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor)
     return jax.tree.unflatten(treedef, summed), norms
 
 

@@ -148,10 +148,24 @@ def _outer_sq(a: jax.Array, g: jax.Array) -> jax.Array:
     return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g, precision=_HIGHEST)), axis=(1, 2))
 
 
-def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Array:
+def _param_side(program: Program, node: Node) -> int:
+    """The position of the node's parameter input (the one that does not depend on the example)."""
+    return next(
+        i
+        for i, r in enumerate(node.inputs)
+        if not isinstance(r, Const) and program.dep[r] != EXAMPLE
+    )
+
+
+def _dense_free(node: Node, param_side: int, act_ndim: int) -> tuple[tuple[int, ...], list[int]]:
+    """The activation's contracted and free dimensions of a dense use (per example)."""
     (lc, rc), _ = node.params["dimension_numbers"]
     contract = tuple(rc if param_side == 0 else lc)
-    free = [d for d in range(a.ndim - 1) if d not in contract]
+    return contract, [d for d in range(act_ndim) if d not in contract]
+
+
+def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Array:
+    contract, free = _dense_free(node, param_side, a.ndim - 1)
     b = a.shape[0]
     t = int(np.prod([a.shape[1 + d] for d in free], dtype=np.int64))
     a2 = jnp.transpose(a, (0, *[1 + d for d in free], *[1 + d for d in contract])).reshape(b, t, -1)
@@ -161,23 +175,38 @@ def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Ar
     return _outer_sq(a2, g.reshape(b, t, -1))
 
 
-def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array) -> jax.Array:
-    """Per-example kernel-gradient norms² of a convolution, from its input and output gradient.
+def _dense_grads(node: Node, param_side: int, w: Any, a: jax.Array, g: jax.Array) -> jax.Array:
+    """Per-example gradients ``(B, *w.shape)`` float32 of a dense use's parameter input.
 
-    The kernel gradient of one example is, per kernel offset, ``Σ_t x_shifted_tᵀ g_t``
-    (``x_shifted``: the input window at that offset for every output position). Either
-    those blocks are formed offset by offset (no unfolded copy of the input), or — when
-    ``T (K + N) < K N`` — the unfolded patches give the Gram form.
+    The vector-Jacobian product of the use's ``dot_general`` for one example, mapped over the
+    batch: JAX turns it into one batched contraction ``Σ_t a_t g_tᵀ``.
     """
-    lhs_spec, rhs_spec, out_spec = node.params["dimension_numbers"]
-    b, n_sp = x.shape[0], len(lhs_spec) - 2
+    dn = node.params["dimension_numbers"]
+    w32 = jnp.asarray(w).astype(jnp.float32)
+
+    def one(a_i: jax.Array, g_i: jax.Array) -> jax.Array:
+        def use(v: jax.Array) -> jax.Array:
+            lhs, rhs = (v, a_i) if param_side == 0 else (a_i, v)
+            return jax.lax.dot_general(lhs, rhs, dn, precision=_HIGHEST)
+
+        return jax.vjp(use, w32)[1](g_i)[0]
+
+    return jax.vmap(one)(a.astype(jnp.float32), g.astype(jnp.float32))
+
+
+def _conv_windows(
+    node: Node, x: jax.Array, g: jax.Array
+) -> tuple[Callable[[tuple[int, ...]], jax.Array], jax.Array]:
+    """``(window, g2)``: ``window(offset)`` is the input that the kernel entry at ``offset`` sees
+    at every output position, ``(B, T, C_in)``; ``g2`` the output gradient ``(B, T, C_out)``."""
+    lhs_spec, _, out_spec = node.params["dimension_numbers"]
+    b = x.shape[0]
     x = jnp.moveaxis(
         x, [1 + d for d in (lhs_spec[0], *lhs_spec[2:], lhs_spec[1])], range(1, x.ndim)
     )
     g = jnp.moveaxis(
         g, [1 + d for d in (out_spec[0], *out_spec[2:], out_spec[1])], range(1, g.ndim)
     )
-    kernel = [rhs_shape[d] for d in rhs_spec[2:]]
     strides, rhs_dil = node.params["window_strides"], node.params["rhs_dilation"]
     pads = [
         (lo, hi, ld - 1)
@@ -186,7 +215,6 @@ def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array)
     xp = jax.lax.pad(x, jnp.zeros((), x.dtype), [(0, 0, 0), (0, 0, 0), *pads, (0, 0, 0)])
     out_sp = g.shape[2:-1]
     t = int(np.prod(g.shape[1:-1], dtype=np.int64))
-    g2 = g.reshape(b, t, -1).astype(jnp.float32)
 
     def window(offset: tuple[int, ...]) -> jax.Array:
         start = [0, 0, *[o * r for o, r in zip(offset, rhs_dil)], 0]
@@ -199,15 +227,54 @@ def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array)
         shifted = jax.lax.slice(xp, start, limit, [1, 1, *strides, 1])
         return shifted.reshape(b, t, -1).astype(jnp.float32)
 
-    offsets = list(np.ndindex(*kernel)) if n_sp else [()]
-    k, n = len(offsets) * x.shape[-1], g2.shape[-1]
+    return window, g.reshape(b, t, -1).astype(jnp.float32)
+
+
+def _conv_offsets(node: Node, rhs_shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Every kernel offset (one per spatial kernel entry)."""
+    _, rhs_spec, _ = node.params["dimension_numbers"]
+    return list(np.ndindex(*[rhs_shape[d] for d in rhs_spec[2:]]))
+
+
+def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array) -> jax.Array:
+    """Per-example kernel-gradient norms² of a convolution, from its input and output gradient.
+
+    The kernel gradient of one example is, per kernel offset, ``Σ_t x_shifted_tᵀ g_t``
+    (``x_shifted``: the input window at that offset for every output position). Either
+    those blocks are formed offset by offset (no unfolded copy of the input), or — when
+    ``T (K + N) < K N`` — the unfolded patches give the Gram form.
+    """
+    window, g2 = _conv_windows(node, x, g)
+    offsets = _conv_offsets(node, rhs_shape)
+    _, rhs_spec, _ = node.params["dimension_numbers"]
+    t, k, n = g2.shape[1], len(offsets) * rhs_shape[rhs_spec[1]], g2.shape[2]
     if t * (k + n) <= k * n:
         return _outer_sq(jnp.concatenate([window(o) for o in offsets], axis=-1), g2)
-    total = jnp.zeros((b,), jnp.float32)
+    total = jnp.zeros((x.shape[0],), jnp.float32)
     for offset in offsets:
         block = jnp.einsum("btc,bto->bco", window(offset), g2, precision=_HIGHEST)
         total = total + jnp.sum(jnp.square(block), axis=(1, 2))
     return total
+
+
+def _conv_grads(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array) -> jax.Array:
+    """Per-example kernel gradients ``(B, *rhs_shape)`` float32, one block per kernel offset.
+
+    Each block is a batched contraction of strided windows of the input with the output
+    gradient (``vmap`` of the convolution's own kernel gradient becomes a grouped
+    convolution, several times slower on CPU).
+    """
+    window, g2 = _conv_windows(node, x, g)
+    _, rhs_spec, _ = node.params["dimension_numbers"]
+    blocks = [
+        jnp.einsum("btc,bto->bco", window(o), g2, precision=_HIGHEST)
+        for o in _conv_offsets(node, rhs_shape)
+    ]
+    b, c_in, c_out = blocks[0].shape
+    spatial = [rhs_shape[d] for d in rhs_spec[2:]]
+    stacked = jnp.stack(blocks, axis=1).reshape(b, *spatial, c_in, c_out)
+    source = [*rhs_spec[2:], rhs_spec[1], rhs_spec[0]]  # the kernel dimension of each axis
+    return jnp.transpose(stacked, (0, *[1 + source.index(d) for d in range(len(rhs_shape))]))
 
 
 def _embedding_sq(
@@ -238,17 +305,69 @@ def _embedding_sq(
 
 def _ghost_sq(program: Program, use: Use, acts: list[Any], grads: list[Any]) -> jax.Array:
     node = program.nodes[use.node]
-    side = next(
-        i
-        for i, r in enumerate(node.inputs)
-        if not isinstance(r, Const) and program.dep[r] != EXAMPLE
-    )
+    side = _param_side(program, node)
     param_shape = program.avals[node.inputs[side]].shape
     if use.kind == "dense":
         return _dense_sq(node, side, acts[0], grads[0])
     if use.kind == "conv":
         return _conv_sq(node, param_shape, acts[0], grads[0])
     return _embedding_sq(node, param_shape, acts[0], grads[0])
+
+
+# --------------------------------------------------------------------------
+# Which ghost uses keep their per-example gradients (book-keeping)
+# --------------------------------------------------------------------------
+
+
+def _sizes(program: Program, use: Use) -> tuple[int, int, int]:
+    """``(T, K, N)`` of a dense or conv use: positions, inputs and outputs per parameter entry."""
+    node = program.nodes[use.node]
+    side = _param_side(program, node)
+    out_shape = program.avals[node.outputs[0]].shape
+    param_shape = program.avals[node.inputs[side]].shape
+    if use.kind == "conv":
+        _, rhs_spec, out_spec = node.params["dimension_numbers"]
+        n = int(param_shape[rhs_spec[0]])
+        t = int(np.prod(out_shape, dtype=np.int64)) // max(int(out_shape[out_spec[1]]), 1)
+        return t, int(np.prod(param_shape, dtype=np.int64)) // max(n, 1), n
+    act_shape = program.avals[node.inputs[1 - side]].shape
+    contract, free = _dense_free(node, side, len(act_shape))
+    t = int(np.prod([act_shape[d] for d in free], dtype=np.int64))
+    k = int(np.prod([act_shape[d] for d in contract], dtype=np.int64))
+    return t, k, int(np.prod(param_shape, dtype=np.int64)) // max(k, 1)
+
+
+def keep_plan(program: Program, batch_size: int, memory_budget: int) -> frozenset[int]:
+    """The dense/conv uses whose per-example gradients are formed once and kept.
+
+    For the clipped sum, a use either (ghost) computes its norm from activations and
+    output gradients and then its share of the clipped sum with one weighted
+    weight-gradient contraction (``B·T·K·N``), or (kept) forms its per-example gradients
+    ``(B, K, N)`` once (``B·T·K·N``), takes the norm from them and the clipped sum as the
+    ``f``-weighted sum over examples (``B·K·N``) — mixed ghost clipping with book-keeping
+    (Bu et al., 2023). Keeping costs one contraction instead of a Gram norm plus one, so a
+    use with positions (``T > 1``) is kept when ``K·N < T²(K + N)`` (its Gram norm would cost
+    more than the per-example gradient) and its ``B·K·N`` float32 entries fit in what is left
+    of ``memory_budget``; uses without positions keep the ``‖a‖²‖g‖²`` norm.
+    """
+    kept, used = [], 0
+    for j, use in enumerate(program.uses):
+        if use.kind not in ("dense", "conv"):
+            continue
+        t, k, n = _sizes(program, use)
+        size = 4 * batch_size * k * n
+        if t > 1 and k * n < t * t * (k + n) and used + size <= memory_budget:
+            kept.append(j)
+            used += size
+    return frozenset(kept)
+
+
+def _kept_grads(program: Program, env: dict[int, Any], use: Use, a: Any, g: Any) -> jax.Array:
+    node = program.nodes[use.node]
+    side = _param_side(program, node)
+    if use.kind == "conv":
+        return _conv_grads(node, program.avals[node.inputs[side]].shape, a[0], g[0])
+    return _dense_grads(node, side, read(env, node.inputs[side]), a[0], g[0])
 
 
 # --------------------------------------------------------------------------
@@ -280,21 +399,33 @@ def _materialised(
     return dict(zip(which, per_example))
 
 
+def _sum_sq(grad: jax.Array) -> jax.Array:
+    return jnp.sum(jnp.square(grad.astype(jnp.float32)).reshape(grad.shape[0], -1), axis=1)
+
+
 def sq_norms(
-    program: Program, leaves: list[Any], acts: list[list[Any]], grads: list[list[Any]]
-) -> tuple[jax.Array, dict[int, jax.Array]]:
-    """Squared per-example gradient norms ``(B,)`` float32, and the materialised gradients."""
+    program: Program,
+    leaves: list[Any],
+    acts: list[list[Any]],
+    grads: list[list[Any]],
+    keep: frozenset[int] = frozenset(),
+) -> tuple[jax.Array, dict[int, jax.Array], dict[int, jax.Array]]:
+    """Squared per-example gradient norms ``(B,)`` float32, the materialised leaves' gradients
+    and the kept uses' per-example gradients (of their parameter input, by use index)."""
     b = int(np.shape(jax.tree.leaves(grads)[0])[0]) if jax.tree.leaves(grads) else 0
     total = jnp.zeros((b,), jnp.float32)
-    for use, a, g in zip(program.uses, acts, grads):
-        if use.kind in GHOST_KINDS:
+    env = _static(program, leaves) if keep else {}
+    kept: dict[int, jax.Array] = {}
+    for j, (use, a, g) in enumerate(zip(program.uses, acts, grads)):
+        if j in keep:
+            kept[j] = _kept_grads(program, env, use, a, g)
+            total = total + _sum_sq(kept[j])
+        elif use.kind in GHOST_KINDS:
             total = total + _ghost_sq(program, use, a, g)
     pe = _materialised(program, leaves, acts, grads)
     for grad in pe.values():
-        total = total + jnp.sum(
-            jnp.square(grad.astype(jnp.float32)).reshape(grad.shape[0], -1), axis=1
-        )
-    return total, pe
+        total = total + _sum_sq(grad)
+    return total, pe, kept
 
 
 def weighted_sum(
@@ -303,13 +434,20 @@ def weighted_sum(
     acts: list[list[Any]],
     grads: list[list[Any]],
     pe: dict[int, jax.Array],
+    kept: dict[int, jax.Array],
     factor: jax.Array,
 ) -> list[Any]:
-    """``Σ_i f_i ∇_i`` for every leaf, from the pass's quantities (book-keeping)."""
+    """``Σ_i f_i ∇_i`` for every leaf, from the pass's quantities (book-keeping).
+
+    Materialised leaves and kept uses sum their per-example gradients weighted by ``f``; the
+    other ghost uses take one batched vector-Jacobian product at ``f·g`` (a weight gradient).
+    """
     out: list[Any] = [jnp.zeros_like(x) for x in leaves]
     for i, grad in pe.items():
         out[i] = jnp.tensordot(factor, grad.astype(jnp.float32), axes=1).astype(leaves[i].dtype)
-    ghost = [j for j, u in enumerate(program.uses) if u.kind in GHOST_KINDS]
+    for j, summed in _pull_back(program, leaves, kept, factor).items():
+        out[j] = summed
+    ghost = [j for j, u in enumerate(program.uses) if u.kind in GHOST_KINDS and j not in kept]
     if not ghost:
         return out
     which = sorted({i for j in ghost for i in program.uses[j].leaves})
@@ -326,6 +464,32 @@ def weighted_sum(
     for i, grad in zip(which, vjp(cot)[0]):
         out[i] = grad
     return out
+
+
+def _pull_back(
+    program: Program, leaves: list[Any], kept: dict[int, jax.Array], factor: jax.Array
+) -> dict[int, Any]:
+    """The kept uses' ``Σ_i f_i ∇_i``, carried from their parameter inputs back to the leaves.
+
+    A kept use's parameter input is its leaf or a view of it (a reshape, transpose or cast);
+    one vector-Jacobian product of those views maps the weighted sums onto the leaves.
+    """
+    if not kept:
+        return {}
+    uses = list(kept)
+    which = sorted({i for j in uses for i in program.uses[j].leaves})
+
+    def params_of(sub: list[Any]) -> list[Any]:
+        full = list(leaves)
+        for i, v in zip(which, sub):
+            full[i] = v
+        env = _static(program, full)
+        nodes = [program.nodes[program.uses[j].node] for j in uses]
+        return [read(env, node.inputs[_param_side(program, node)]) for node in nodes]
+
+    values, vjp = jax.vjp(params_of, [leaves[i] for i in which])
+    cot = [jnp.tensordot(factor, kept[j], axes=1).astype(v.dtype) for j, v in zip(uses, values)]
+    return dict(zip(which, vjp(cot)[0]))
 
 
 def _use_fn(program: Program, use: Use, env: dict[int, Any]) -> Callable[[list[Any]], list[Any]]:

@@ -34,6 +34,9 @@ Example (MNIST-sized: 60,000 examples, batches of 256, 60 epochs):
 
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
+from jaxwise.privacy._audit import Canaries as Canaries
+from jaxwise.privacy._audit import audit_canaries as audit_canaries
+from jaxwise.privacy._audit import empirical_epsilon as empirical_epsilon
 from jaxwise.privacy._epoch import DPConfig as DPConfig
 from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
 from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
@@ -44,11 +47,14 @@ from jaxwise.privacy._sampling import poisson_batch as poisson_batch
 from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
 
 __all__ = [
+    "Canaries",
     "DPConfig",
     "PoissonSampler",
     "add_dp_noise",
+    "audit_canaries",
     "dp_gradient",
     "dp_gradient_accumulated",
+    "empirical_epsilon",
     "epsilon",
     "make_dp_train_epoch",
     "noise_multiplier_for",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -16,11 +17,18 @@ from jaxwise._checks import (
 from jaxwise.per_example import clip_and_sum
 from jaxwise.per_example._common import (
     ChunkSize,
-    LossFn,
     Method,
     batch_size_of,
     check_clip_norm,
+    check_loss,
     leaf_label,
+)
+from jaxwise.privacy._state import (
+    NO_MODEL_STATE,
+    advance,
+    check_state_flags,
+    dp_context,
+    per_example,
 )
 
 __all__ = ["add_dp_noise", "dp_gradient", "dp_gradient_accumulated"]
@@ -93,9 +101,9 @@ def add_dp_noise(
     return jax.tree.unflatten(treedef, noisy)
 
 
-def dp_gradient[P](
-    loss: LossFn,
-    params: P,
+def dp_gradient(
+    loss: Callable[..., Any],
+    params: Any,
     batch: Any,
     key: jax.Array,
     *,
@@ -105,11 +113,25 @@ def dp_gradient[P](
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
-) -> tuple[P, jax.Array]:
+    model_state: Any = NO_MODEL_STATE,
+    freeze_model_state: bool = False,
+) -> Any:
     """The DP-SGD gradient of one batch: ``(noisy mean gradient, per-example norms)``.
 
+    With ``model_state`` the loss is ``loss(params, model_state, example) -> (loss,
+    new_model_state)`` and the result has a third element, the new model state. State
+    computed from the examples (BatchNorm's running statistics, or any leaf of the new state
+    that depends on the example) is refused with a ``ValueError`` naming it: per-example
+    clipping does not bound one example's influence through it. Per-example-safe state
+    (RNG streams, counters) advances once per call; every typed key in it gets the
+    example's index folded in for that example's loss (dropout masks differ between
+    examples). Models from [`jaxwise.models`][jaxwise.models] refuse BatchNorm in training
+    mode inside this call; ``freeze_model_state=True`` runs it in inference mode from the
+    statistics in the state instead.
+
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
+      loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
+        ``loss(params, model_state, example) -> (scalar, new_model_state)``).
       params: the parameters, any pytree of float arrays.
       batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
         example axis ``B``; ``loss`` receives one example, that axis removed.
@@ -121,14 +143,17 @@ def dp_gradient[P](
       mask: optional bool ``(B,)``: real examples of a padded Poisson batch.
       expected_batch_size: the denominator; default ``B`` (fixed-size batches). Pass
         ``q·N`` with Poisson batches.
+      model_state: the model's non-trainable state (omit it for a loss without one).
+      freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-      ``(gradient, norms)``: a pytree like ``params`` and the ``(B,)`` pre-clip norms.
+      ``(gradient, norms)``: a pytree like ``params`` and the ``(B,)`` pre-clip norms;
+      ``(gradient, norms, new_model_state)`` with ``model_state``.
 
     Raises:
-      TypeError: a bad ``loss``, ``params``, ``batch`` or ``key``.
-      ValueError: a bad ``clip_norm``/``noise_multiplier``, or batch leaves that do not
-        share their leading dimension.
+      TypeError: a bad ``loss``, ``params``, ``batch``, ``key`` or ``freeze_model_state``.
+      ValueError: a bad ``clip_norm``/``noise_multiplier``, batch leaves that do not
+        share their leading dimension, or model state (or a layer) that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -137,20 +162,38 @@ def dp_gradient[P](
         ...                        jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0)
         >>> [round(v, 4) for v in g.tolist()], norms.tolist()
         ([0.3, 0.9], [5.0, 1.0])
+
+        With model state, e.g. a step counter:
+
+        >>> def counted(w, count, x):
+        ...     return jnp.sum(w * x), count + 1
+        >>> g, norms, count = dp_gradient(counted, jnp.ones(2), jnp.ones((3, 2)),
+        ...     jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0, model_state=jnp.int32(0))
+        >>> int(count)
+        1
     """
+    check_loss(loss)
+    check_state_flags(freeze_model_state)
     n = batch_size_of(batch)
     weights = None if mask is None else jnp.asarray(mask).astype(jnp.float32)
-    summed, norms = clip_and_sum(
-        loss,
-        params,
-        batch,
-        clip_norm=clip_norm,
-        method=method,
-        chunk_size=chunk_size,
-        weights=weights,
-    )
+    stateful = model_state is not NO_MODEL_STATE
+    new_state = None
+    with dp_context(freeze_model_state):
+        if stateful:
+            new_state = advance(loss, params, model_state, batch)
+            loss, batch = per_example(loss, model_state, batch, n)
+        summed, norms = clip_and_sum(
+            loss,
+            params,
+            batch,
+            clip_norm=clip_norm,
+            method=method,
+            chunk_size=chunk_size,
+            weights=weights,
+        )
     denominator = n if expected_batch_size is None else expected_batch_size
-    return add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator), norms
+    noisy = add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator)
+    return (noisy, norms, new_state) if stateful else (noisy, norms)
 
 
 def _inner_size(microbatches: Any) -> int:
@@ -172,9 +215,9 @@ def _inner_size(microbatches: Any) -> int:
     return sizes[0][1]
 
 
-def dp_gradient_accumulated[P](
-    loss: LossFn,
-    params: P,
+def dp_gradient_accumulated(
+    loss: Callable[..., Any],
+    params: Any,
     microbatches: Any,
     key: jax.Array,
     *,
@@ -184,7 +227,9 @@ def dp_gradient_accumulated[P](
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float,
-) -> tuple[P, jax.Array]:
+    model_state: Any = NO_MODEL_STATE,
+    freeze_model_state: bool = False,
+) -> Any:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.
 
     Every leaf of ``microbatches`` has shape ``(M, m, …)`` (M micro-batches of m
@@ -192,9 +237,13 @@ def dp_gradient_accumulated[P](
     all micro-batches are accumulated in a ``lax.scan``, then one noise draw
     is added and the total divided by ``expected_batch_size``. Adding noise
     per micro-batch (a common bug) would multiply the noise variance by M.
+    ``model_state`` and ``freeze_model_state`` are as in
+    [`dp_gradient`][jaxwise.privacy.dp_gradient]: the state advances once per logical
+    batch, and the keys of micro-batch ``j``'s example ``i`` get ``j·m + i`` folded in.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
+      loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
+        ``loss(params, model_state, example) -> (scalar, new_model_state)``).
       params: the parameters, any pytree of float arrays.
       microbatches: any pytree whose leaves share two leading axes ``(M, m)``.
       key: PRNG key for the noise.
@@ -204,13 +253,17 @@ def dp_gradient_accumulated[P](
       chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
       mask: optional bool ``(M, m)``: real examples.
       expected_batch_size: the denominator (``q·N`` with Poisson sampling).
+      model_state: the model's non-trainable state (omit it for a loss without one).
+      freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-      ``(noisy mean gradient, norms (M, m))``.
+      ``(noisy mean gradient, norms (M, m))``, and the new model state with ``model_state``.
 
     Raises:
-      TypeError: a bad ``loss``, ``params``, ``microbatches`` or ``key``.
-      ValueError: leaves without two shared leading axes, or a ``mask`` of another shape.
+      TypeError: a bad ``loss``, ``params``, ``microbatches``, ``key`` or
+        ``freeze_model_state``.
+      ValueError: leaves without two shared leading axes, a ``mask`` of another shape, or
+        model state (or a layer) that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -221,6 +274,8 @@ def dp_gradient_accumulated[P](
         >>> [round(v, 4) for v in g.tolist()], norms.tolist()
         ([0.3, 0.9], [[5.0], [1.0]])
     """
+    check_loss(loss)
+    check_state_flags(freeze_model_state)
     m = batch_size_of(microbatches, "microbatches")
     inner = _inner_size(microbatches)
     weights = (
@@ -229,11 +284,15 @@ def dp_gradient_accumulated[P](
     if weights.shape != (m, inner):
         raise ValueError(f"`mask` must have shape ({m}, {inner}), got {weights.shape}")
     zero = jax.tree.map(jnp.zeros_like, params)
+    stateful = model_state is not NO_MODEL_STATE
 
-    def accumulate(total: Any, xs: tuple[Any, jax.Array]) -> tuple[Any, jax.Array]:
-        micro, w = xs
+    def accumulate(total: Any, xs: tuple[Any, jax.Array, jax.Array]) -> tuple[Any, jax.Array]:
+        micro, w, j = xs
+        step_loss = loss
+        if stateful:
+            step_loss, micro = per_example(loss, model_state, micro, inner, salt=j)
         summed, norms = clip_and_sum(
-            loss,
+            step_loss,
             params,
             micro,
             clip_norm=clip_norm,
@@ -243,5 +302,13 @@ def dp_gradient_accumulated[P](
         )
         return jax.tree.map(jnp.add, total, summed), norms
 
-    total, norms = jax.lax.scan(accumulate, zero, (microbatches, weights))
-    return add_dp_noise(total, key, clip_norm, noise_multiplier, expected_batch_size), norms
+    with dp_context(freeze_model_state):
+        new_state = None
+        if stateful:
+            first = jax.tree.map(lambda x: x[0], microbatches)
+            new_state = advance(loss, params, model_state, first)
+        total, norms = jax.lax.scan(
+            accumulate, zero, (microbatches, weights, jnp.arange(m, dtype=jnp.uint32))
+        )
+    noisy = add_dp_noise(total, key, clip_norm, noise_multiplier, expected_batch_size)
+    return (noisy, norms, new_state) if stateful else (noisy, norms)

@@ -25,7 +25,7 @@ def poisson_batch(
     ``overflow`` is True when more than ``max_batch_size`` were sampled (the
     extra ones are dropped, which the accountant does not model): choose
     ``max_batch_size`` several standard deviations above ``q·n``, e.g.
-    ``q·n + 6·sqrt(q·n)``.
+    ``q·n + 12·sqrt(q·n)``.
 
     Args:
       key: a PRNG key.

@@ -37,7 +37,14 @@ from jaxwise.train._update import GradientFn, Gradients, UpdateConfig, loss_grad
 if TYPE_CHECKING:  # a type only: train does not import per_example at run time
     from jaxwise.per_example import LossFn
 
-__all__ = ["Sampler", "ShuffleSampler", "TrainEpoch", "make_train_epoch", "shuffle_hash"]
+__all__ = [
+    "Sampler",
+    "ShuffleSampler",
+    "TrainEpoch",
+    "make_train_epoch",
+    "sampler_widths",
+    "shuffle_hash",
+]
 
 
 class Sampler(Protocol):
@@ -49,6 +56,11 @@ class Sampler(Protocol):
     ``draw(x, n)`` runs in every step and returns ``(indices (width,), mask (width,) or
     None, metrics)``. ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
     ``ValueError`` for a dataset the sampler cannot use.
+
+    A sampler with a mask may also offer ``widths(n)``: ascending padded widths, the last
+    one ``width(n)``. Each step then runs its gradient at the smallest width that holds its
+    real examples (their indices come first), one branch of a ``lax.switch`` per width, so
+    padding costs at most the gap to the next width instead of ``width(n) - count``.
     """
 
     def check(self, n: int) -> None:
@@ -275,16 +287,27 @@ class TrainEpoch(Program):
         self.sampler = sampler
         self.batch_size = getattr(sampler, "batch_size", None)
         update = make_update(gradient, optimizer, config)
+        unsharded = dataclasses.replace(config, batch_sharding=None)  # constrained per branch
+        update_at_width = make_update(
+            _at_width(gradient, config.batch_sharding), optimizer, unsharded
+        )
 
         def epoch(state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
             n = jax.tree.leaves(data)[0].shape[0]
             xs, key = sampler.plan(state.key, state.step, n)
+            widths = sampler_widths(sampler, n)
 
             def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
                 idx, mask, drawn = sampler.draw(x, n)
-                # indices are always in range: "clip" skips the out-of-bounds fill selects
-                batch = jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="clip"), data)
-                carry, metrics = update(carry, batch, mask)
+                if len(widths) > 1 and mask is not None:
+                    count = jnp.sum(mask.astype(jnp.int32))
+                    # the smallest width that holds the real examples
+                    which = jnp.searchsorted(jnp.asarray(widths, jnp.int32), count)
+                    carry, metrics = update_at_width(carry, (data, idx, which, widths), mask)
+                    drawn = {**drawn, "width": jnp.asarray(widths, jnp.int32)[which]}
+                else:
+                    batch = _gather(data, idx)
+                    carry, metrics = update(carry, batch, mask)
                 return carry, {**metrics, **drawn}
 
             return jax.lax.scan(body, state.replace(key=key), xs)
@@ -335,6 +358,49 @@ class TrainEpoch(Program):
                 )
             state, data = self._place(state, data, self.replicated)
         return self._run(state, data)
+
+
+def sampler_widths(sampler: Sampler, n: int) -> tuple[int, ...]:
+    """The padded widths a sampler's steps may run at (its ``widths(n)``, else ``width(n)``)."""
+    widths: Any = getattr(sampler, "widths", None)
+    if not callable(widths):
+        return (sampler.width(n),)
+    planned: Any = widths(n)
+    return tuple(int(w) for w in planned)
+
+
+def _gather(data: Any, idx: jax.Array) -> Any:
+    # indices are always in range: "clip" skips the out-of-bounds fill selects
+    return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="clip"), data)
+
+
+def _at_width(gradient: GradientFn, sharding: Any) -> GradientFn:
+    """``gradient`` at the padded width a step needs: one ``lax.switch`` branch per width.
+
+    Its batch is ``(data, indices, which, widths)``: branch ``which`` gathers the first
+    ``widths[which]`` rows (the real examples come first) and runs ``gradient`` on them, so
+    only the chosen width's work is done; every branch is compiled once, inside the one
+    epoch program.
+    """
+
+    def gradient_at_width(
+        params: Any, model_state: Any, lazy: Any, key: Any, mask: Any, scale: Any
+    ) -> Gradients:
+        data, idx, which, widths = lazy
+
+        def at(width: int) -> Any:
+            def run(params: Any, model_state: Any, data: Any, idx: Any, key: Any, mask: Any):
+                batch = _gather(data, idx[:width])
+                if sharding is not None:
+                    batch = jax.lax.with_sharding_constraint(batch, sharding)
+                return gradient(params, model_state, batch, key, mask[:width], scale)
+
+            return run
+
+        branches = [at(w) for w in widths]
+        return jax.lax.switch(which, branches, params, model_state, data, idx, key, mask)
+
+    return gradient_at_width
 
 
 def _custom_gradient(gradient: Any) -> GradientFn:
