@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import sys
+import warnings
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -189,6 +191,21 @@ def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
     }
 
 
+def restore_reporting(path: Path, like: Any, run_id: str | None) -> tuple[Any, dict[str, Any]]:
+    """``(state, metadata)`` of the run's newest usable step; skipped steps said in one line."""
+    from jaxwise.checkpoint import CheckpointWarning, restore
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CheckpointWarning)
+        restored = restore(path, like=like, with_metadata=True, run_id=run_id)
+    for warning in caught:
+        if issubclass(warning.category, CheckpointWarning):
+            print(f"jaxwise: warning: {warning.message}", file=sys.stderr)
+        else:  # anything else is not ours to swallow
+            warnings.warn(warning.message, warning.category, stacklevel=2)
+    return restored
+
+
 def params_digest(params: Any) -> str:
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(params):
@@ -275,6 +292,7 @@ __all__ = [
     "per_example_loss",
     "predict_proba",
     "progress",
+    "restore_reporting",
     "schedule_values",
     "step_metrics",
     "steps_per_epoch",

@@ -22,7 +22,7 @@ from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
 from jaxwise.jobs._cache import default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import check_output_file, write_csv
+from jaxwise.jobs._outputs import OutputFile, hold_for_tests
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
 
@@ -55,24 +55,28 @@ def run_label_errors(
     norm), ``loss``, ``suggested_label`` (the most probable other class).
     """
     cfg = dataclasses.replace(
-        cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir"
+        cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir", force=force
     )
     cfg.validate()
     top = C.option_int(top, "--top", min_value=1)
     folds = C.option_int(folds, "--folds", min_value=2, max_value=50)
     if method not in METHODS:
         raise UserError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
-    target = check_output_file(suspects_csv, "--out", force)
     t_start = time.perf_counter()
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
-        prep = tabular.prepare(cfg, RUN_OUTPUTS, "label-errors")
+    with (
+        OutputFile(suspects_csv, "--out", force) as target,
+        tabular.run_dir(cfg, RUN_OUTPUTS, "label-errors") as out,
+        persistent_cache(cache_dir) as cache_dir,
+    ):
+        hold_for_tests()
+        prep = tabular.prepare(cfg, out)
         fitted = tabular.fit(prep)
         tabular.verify(prep, fitted)
         rows = rank(prep, fitted, method, min(top, len(prep.table.y)), folds)
-        write_csv(target, rows, COLUMNS)
+        target.write_csv(rows, COLUMNS)
         summary = tabular.report(prep, fitted, time.perf_counter() - t_start, cache_dir)
     return C.jsonable(
         dict(
@@ -80,7 +84,7 @@ def run_label_errors(
             job="label-errors",
             method=method,
             suspects=rows,
-            outputs=dict(summary["outputs"], suspects=str(target)),
+            outputs=dict(summary["outputs"], suspects=str(target.path)),
         )
     )
 

@@ -1,6 +1,8 @@
 """``jaxwise train``: an MLP classifier on the user's CSV, in phases (prepare, fit, verify, report).
 
-``prepare`` reads and standardises the data and claims the output directory; ``fit`` runs
+``prepare`` locks the output directory (before any work), reads and standardises the data
+and claims the directory for this run (refusing another job's or another configuration's
+run unless ``--force``); ``fit`` runs
 the compiled epochs, writes ``metrics.jsonl`` (one JSON object per epoch), keeps the best
 checkpoint by validation loss with ``--early-stopping`` and the latest one for ``--resume``;
 ``verify`` refuses a run that trained nothing; ``report`` draws the plots and returns the
@@ -9,14 +11,12 @@ summary. ``label-errors`` reuses ``prepare`` and ``fit``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import math
-import os
-import sys
 import time
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,16 @@ import numpy as np
 from jaxwise import data
 from jaxwise._checks import UserError
 from jaxwise.checkpoint import (
-    CheckpointWarning,
+    CheckpointError,
     data_fingerprint,
     latest_step,
     load_metadata,
-    restore,
     save,
 )
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
-from jaxwise.jobs._outputs import RunDir
+from jaxwise.jobs._outputs import RunDir, atomic_write, hold_for_tests
 from jaxwise.models import init_mlp, mlp_apply
 from jaxwise.train import TrainState
 
@@ -62,6 +61,7 @@ class TabularConfig:
     out: str | None = "runs/train"
     drop_na: bool = False
     resume: bool = False
+    force: bool = False
     allow_different_data: bool = False
     stop_after: int | None = None
     dp: bool = False
@@ -91,6 +91,10 @@ class TabularConfig:
             C.option_int(self.early_stopping, "--early-stopping", min_value=1)
         if self.resume and not (self.out and self.checkpoint):
             raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
+        if self.resume and self.force:
+            raise UserError(
+                "--resume continues the run in --out, --force starts it afresh: not both"
+            )
 
     def fingerprint(self) -> dict[str, Any]:
         """The settings a resumed run must share with the checkpoint."""
@@ -155,10 +159,15 @@ class Fitted:
     history_complete: bool = True
 
 
-def prepare(
-    cfg: TabularConfig, names: tuple[str, ...] = TRAIN_OUTPUTS, job: str = "train"
-) -> Prepared:
-    """Read, split and standardise the CSV; resolve ``--batch-size``; claim the output directory."""
+def run_dir(cfg: TabularConfig, names: tuple[str, ...], job: str) -> Any:
+    """The locked run directory of ``cfg.out`` (a context manager), or a null context."""
+    if not cfg.out:
+        return contextlib.nullcontext(None)
+    return RunDir(cfg.out, cfg.out_option, names, job)
+
+
+def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
+    """Read, split and standardise the CSV; resolve ``--batch-size``; claim ``out`` (locked)."""
     try:
         table = data.load_csv(cfg.path, cfg.label, drop_na=cfg.drop_na)
     except data.DataError as err:
@@ -186,8 +195,16 @@ def prepare(
         raise UserError(
             f"{cfg.path}: the standardised features are not finite in float32; rescale the columns"
         )
-    out = RunDir(cfg.out, cfg.out_option, names, job).claim() if cfg.out else None
-    return Prepared(cfg, table, x_all, train_idx, val_idx, mean, std, batch_size, out)
+    prep = Prepared(cfg, table, x_all, train_idx, val_idx, mean, std, batch_size, None)
+    if out is not None:
+        out.claim(
+            cfg.fingerprint(),
+            {"sha256": prep.fingerprint["sha256"]},
+            resume=cfg.resume,
+            force=cfg.force,
+        )
+        prep.out = out
+    return prep
 
 
 def run_train(cfg: TabularConfig) -> dict[str, Any]:
@@ -199,8 +216,9 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
-        prep = prepare(cfg)
+    with run_dir(cfg, TRAIN_OUTPUTS, "train") as out, persistent_cache(cache_dir) as cache_dir:
+        hold_for_tests()
+        prep = prepare(cfg, out)
         fitted = fit(prep)
         verify(prep, fitted)
         return report(prep, fitted, time.perf_counter() - t_start, cache_dir)
@@ -222,11 +240,22 @@ def _initial_state(prep: Prepared, steps_per_epoch: int) -> tuple[TrainState, An
     return TrainState.create(init_mlp(init_key, sizes), tx, state_key), tx, schedule
 
 
+def _run_id(prep: Prepared) -> str | None:
+    return prep.out.run_id if prep.out is not None else None
+
+
 def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, dict[str, Any]]:
     cfg, table = prep.cfg, prep.table
-    if latest_step(ckpt) is None:
+    run_id = _run_id(prep)
+    if latest_step(ckpt, run_id=run_id) is None:
+        try:  # why not: nothing there, or only damaged steps and other runs' steps
+            load_metadata(ckpt, run_id=run_id)
+        except CheckpointError as err:
+            detail = str(err).split(": ", 1)[1] if ": " in str(err) else ""
+            if detail:
+                raise UserError(f"--resume: no usable checkpoint in {ckpt}: {detail}") from None
         raise UserError(f"--resume: no checkpoint in {ckpt}")
-    meta = load_metadata(ckpt)  # the run's settings: checked before restoring anything
+    meta = load_metadata(ckpt, run_id=run_id)  # the run's settings: checked before restoring
     saved, now = meta.get("config", {}), cfg.fingerprint()
     for key in now:
         if key in saved and saved.get(key) != now[key]:
@@ -247,15 +276,7 @@ def _resume(prep: Prepared, ckpt: Path, state: TrainState) -> tuple[TrainState, 
         )
     # The metadata of the step actually restored: a damaged newest step is skipped, said in
     # one line on stderr.
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CheckpointWarning)
-        restored = restore(ckpt, like=state, with_metadata=True)
-    for warning in caught:
-        if issubclass(warning.category, CheckpointWarning):
-            print(f"jaxwise: warning: {warning.message}", file=sys.stderr)
-        else:  # anything else is not ours to swallow
-            warnings.warn(warning.message, stacklevel=2)
-    return restored
+    return C.restore_reporting(ckpt, state, run_id)
 
 
 def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
@@ -265,7 +286,14 @@ def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
     path = prep.out / "metrics.jsonl"
     history = []
     if start_epoch and path.exists():
-        for line in path.read_text().splitlines():
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(
+                f"--resume: {path} is not UTF-8 text (byte {err.start}); restore it or move it "
+                "away (the checkpoint is untouched)"
+            ) from None
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
@@ -276,9 +304,8 @@ def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
                 and record["epoch"] <= start_epoch
             ):
                 history.append(record)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in history))
-    os.replace(tmp, path)
+    lines = "".join(json.dumps(r, allow_nan=False) + "\n" for r in history)
+    atomic_write(path, lambda f: f.write(lines))
     return history
 
 
@@ -298,8 +325,8 @@ def fit(prep: Prepared) -> Fitted:
     }
     if ckpt is not None and not cfg.resume and latest_step(ckpt) is not None:
         raise UserError(
-            f"{ckpt} already holds a checkpoint; pass --resume to continue it, or choose another "
-            f"{cfg.out_option}"
+            f"{ckpt} already holds a checkpoint; pass --resume to continue it, --force to start "
+            f"afresh, or choose another {cfg.out_option}"
         )
     if cfg.resume and ckpt is not None:
         state, meta = _resume(prep, ckpt, state)
@@ -313,15 +340,21 @@ def fit(prep: Prepared) -> Fitted:
         last_epoch = start_epoch
     loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, schedule, progress_meta)
     state = loop.run(state, start_epoch, last_epoch, history)
-    if ckpt is not None and latest_step(ckpt) != int(state.step):
-        save(ckpt, state, checkpoint_meta(prep, loop.epochs_done, loop.progress_meta))
+    run_id = _run_id(prep)
+    if ckpt is not None and latest_step(ckpt, run_id=run_id) != int(state.step):
+        save(
+            ckpt,
+            state,
+            checkpoint_meta(prep, loop.epochs_done, loop.progress_meta),
+            run_id=run_id,
+        )
     params = state.params
     if (
         cfg.early_stopping is not None
         and prep.out is not None
-        and latest_step(prep.out.path / "best") is not None
+        and latest_step(prep.out.path / "best", run_id=run_id) is not None
     ):
-        params = restore(prep.out.path / "best", like=state).params
+        params = C.restore_reporting(prep.out.path / "best", state, run_id)[0].params
     elif cfg.early_stopping is not None and loop.best_params is not None:
         params = loop.best_params
     return Fitted(
