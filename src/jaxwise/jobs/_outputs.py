@@ -377,8 +377,7 @@ def locked_reader(run_dir: Path, option: str) -> Iterator[dict[str, Any] | None]
         lock.acquire()
     except LockHeld as err:
         raise UserError(
-            f"{option} {run_dir} is in use by {describe_holder(err.holder)}; wait for it to "
-            "finish"
+            f"{option} {run_dir} is in use by {describe_holder(err.holder)}; wait for it to finish"
         ) from None
     except OSError:
         pass  # a read-only run directory (or one of an older jaxwise): nothing to lock

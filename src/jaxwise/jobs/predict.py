@@ -107,8 +107,7 @@ def _checkpoint(run_dir: Path, run_id: str | None) -> tuple[Path, dict[str, Any]
                 problems.append(f"{run_dir / name}: {str(err).split(': ', 1)[1]}")
     if problems:
         raise UserError(
-            f"RUN_DIR {run_dir}: the checkpoint is damaged or not this run's; "
-            f"{'; '.join(problems)}"
+            f"RUN_DIR {run_dir}: the checkpoint is damaged or not this run's; {'; '.join(problems)}"
         )
     raise UserError(
         f"RUN_DIR {run_dir}: no checkpoint (expected {run_dir / 'checkpoint'} from `jaxwise train`)"
