@@ -255,7 +255,7 @@ def test_negative_curvature_at_the_first_cg_iteration_takes_steepest_descent():
 def test_newton_cg_compiles_step_and_final_norm_exactly_once(logistic_problem):
     a, x0, lam = logistic_problem
     aj, xj = jnp.asarray(a, jnp.float32), jnp.asarray(x0, jnp.float32)
-    from jaxwise.autodiff import _grad_norm, _newton_cg_step
+    from jaxwise.autodiff._newton import _grad_norm, _newton_cg_step
 
     def problem(x, a, lam):  # a fresh function object: its programs are not cached yet
         return logistic(x, a, lam)

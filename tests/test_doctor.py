@@ -1,4 +1,4 @@
-"""Tests for jaxwise.doctor: the live pitfall checks and the command."""
+"""Tests for jaxwise._doctor (`jaxwise doctor`): the live pitfall checks and the command."""
 
 import importlib.metadata
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from jaxwise import doctor
+from jaxwise import _doctor as doctor
 
 
 def test_doctor_checks_reproduce_the_known_pitfalls():

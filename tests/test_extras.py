@@ -67,7 +67,7 @@ SCRIPT = textwrap.dedent(
         return [code, stdout.getvalue(), stderr.getvalue()]
 
     directory = tempfile.mkdtemp()
-    from jaxwise import checkpoint, doctor, models, plotting, privacy
+    from jaxwise import _doctor as doctor, _plotting as plotting, checkpoint, models, privacy
     import jaxwise.cli
 
     out["checkpoint.save"] = error(lambda: checkpoint.save(directory, state))

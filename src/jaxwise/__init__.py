@@ -4,10 +4,8 @@ One module or sub-package per concept; ``docs/design.md`` describes the layers. 
 are imported on first use (``jaxwise.train`` imports JAX; ``import jaxwise`` alone does not).
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
+import importlib as _importlib
+import types as _types
 
 from jaxwise._version import __version__ as __version__
 
@@ -21,6 +19,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "debug",
     "diagnose",
     "label_errors",
+    "lint",
     "models",
     "numerics",
     "optim",
@@ -34,9 +33,9 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
 _SUBMODULES = frozenset(__all__[1:])
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _types.ModuleType:
     if name in _SUBMODULES:
-        module = importlib.import_module(f"jaxwise.{name}")
+        module = _importlib.import_module(f"jaxwise.{name}")
         globals()[name] = module
         return module
     raise AttributeError(f"module 'jaxwise' has no attribute {name!r}")

@@ -42,6 +42,8 @@ __all__ = [
 class UserError(Exception):
     """A problem with the user's input or environment: the CLI reports it in one line, exit 2."""
 
+    __module__ = "jaxwise.jobs"
+
 
 def is_int(value: Any) -> bool:
     """True for Python/NumPy integers (and 0-d integer arrays), False for bools.

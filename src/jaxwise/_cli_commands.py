@@ -169,7 +169,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     _require_extras(args, plots=False, checkpoints=False)
-    from jaxwise import doctor
+    from jaxwise import _doctor as doctor
 
     print(doctor.report(as_json=args.json), end="" if not args.json else "\n")
     return 0

@@ -189,7 +189,7 @@ class CompileCounter:
         HUB.add_sink(self, self._explain)
         return self
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         HUB.remove_sink(self, self._explain)
         self._active = False
         return False
@@ -282,7 +282,7 @@ class CompileBudget(CompileCounter):
         self.on_exceed = on_exceed
         self.exact = bool(exact)
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         super().__exit__(exc_type, exc, tb)
         if exc_type is not None:
             return False

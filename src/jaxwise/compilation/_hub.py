@@ -15,7 +15,7 @@ import dataclasses
 import logging
 import threading
 import weakref
-from typing import Any
+from typing import Any, Literal
 
 import jax
 
@@ -278,6 +278,6 @@ class explain_recompiles:
         HUB.add_explain_sink(self)
         return self.records
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         HUB.remove_explain_sink(self)
         return False

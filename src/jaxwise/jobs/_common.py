@@ -40,6 +40,8 @@ DELTA = 1e-5
 class RunFailed(Exception):
     """A run finished without a usable model (non-finite loss, every step skipped): exit code 1."""
 
+    __module__ = "jaxwise.jobs"
+
     exit_code = 1
 
 

@@ -252,7 +252,7 @@ def report(
 
 
 def _plots(run: _Run, hard: list[dict[str, Any]], test_acc: float) -> dict[str, str]:
-    from jaxwise.plotting import plot_decision_boundary, plot_training
+    from jaxwise._plotting import plot_decision_boundary, plot_training
 
     assert run.out is not None
     lrs = np.asarray(C.schedule_values(run.schedule, run.cfg.epochs * run.steps_per_epoch))

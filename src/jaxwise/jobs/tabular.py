@@ -402,7 +402,7 @@ def confusion(
 
 
 def _plots(prep: Prepared, fitted: Fitted, matrix: np.ndarray) -> dict[str, str]:
-    from jaxwise.plotting import plot_confusion, plot_curves, plot_training
+    from jaxwise._plotting import plot_confusion, plot_curves, plot_training
 
     out, outputs = prep.out, {}
     assert out is not None

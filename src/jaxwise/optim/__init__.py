@@ -36,7 +36,6 @@ from jaxwise.optim._base import (
     identity,
     safe_increment,
     scale,
-    tree_difference,
 )
 from jaxwise.optim._schedules import (
     constant_schedule,
@@ -94,6 +93,5 @@ __all__ = [
     "scale_by_schedule",
     "sgd",
     "trace",
-    "tree_difference",
     "warmup_cosine_decay_schedule",
 ]

@@ -255,7 +255,9 @@ def dtype_or_none(value: Any, name: str) -> Any:
         raise TypeError(f"`{name}` must be a dtype or None, got {value!r}") from err
 
 
-def adam_moments(b1: Any, b2: Any, eps: Any, eps_root: Any, mu_dtype: Any) -> tuple[Any, ...]:
+def adam_moments(
+    b1: Any, b2: Any, eps: Any, eps_root: Any, mu_dtype: Any
+) -> tuple[Any, Any, Any, Any, Any]:
     """Adam's moment hyper-parameters, validated: ``(b1, b2, eps, eps_root, mu_dtype)``.
 
     Optax's positional order in ``optax.adam``, ``optax.adamw`` and ``optax.scale_by_adam``.

@@ -23,7 +23,7 @@ from jaxwise.train._donation import DonationError, check_donatable, check_optimi
 from jaxwise.train._epoch import Sampler, ShuffleSampler, TrainEpoch, make_train_epoch
 from jaxwise.train._loop import FitReport, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
-from jaxwise.train._state import TrainState, as_key, type_signature
+from jaxwise.train._state import TrainState, type_signature
 from jaxwise.train._step import TrainStep, make_train_step
 from jaxwise.train._update import Gradients
 
@@ -38,7 +38,6 @@ __all__ = [
     "TrainEpoch",
     "TrainState",
     "TrainStep",
-    "as_key",
     "check_donatable",
     "check_optimizer_fits",
     "fit",

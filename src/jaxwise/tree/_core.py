@@ -1,15 +1,4 @@
-"""Pytree utilities for parameters: names by key path, tables, masks, comparisons, host copies.
-
-Names come from JAX key paths (``jax.tree_util.tree_flatten_with_path``),
-never from zipping dict keys with leaves (dict leaves are flattened in
-sorted-key order, which silently mismatches insertion order).
-
-Examples:
-    >>> import jax.numpy as jnp
-    >>> params = {"dense_0": {"w": jnp.ones((2, 3)), "b": jnp.zeros(3)}}
-    >>> path_names(params)
-    ['dense_0.b', 'dense_0.w']
-"""
+"""Pytree utilities: names by key path, a parameter table, path masks, comparison, host copy."""
 
 from __future__ import annotations
 
