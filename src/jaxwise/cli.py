@@ -22,17 +22,14 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import errno
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
 from jaxwise._checks import UserError
-from jaxwise._lock import set_command
 from jaxwise._version import __version__
 
 __all__ = ["build_parser", "main"]
@@ -349,13 +346,13 @@ def _quiet() -> None:
     absl_logging.set_stderrthreshold("error")
 
 
-class Terminated(KeyboardInterrupt):
+class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that every ``finally`` runs (locks, files)."""
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     del signum, frame
-    raise Terminated
+    raise _Terminated
 
 
 def _one_line(err: BaseException) -> str:
@@ -372,6 +369,8 @@ def _is_anticipated(err: BaseException) -> bool:
 
 
 def _disk_full(err: BaseException) -> str | None:
+    import errno
+
     if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
         where = f" writing {err.filename}" if err.filename else ""
         detail = err.strerror or ""
@@ -384,6 +383,8 @@ def _disk_full(err: BaseException) -> str | None:
 
 
 def _sigterm_handler() -> Any:
+    import signal
+
     try:
         return signal.signal(signal.SIGTERM, _on_sigterm)
     except ValueError:  # not the main thread: leave SIGTERM alone
@@ -397,11 +398,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     if args.command not in ("lint", "bench"):
         _quiet()
+    from jaxwise._lock import set_command
+
     set_command(["jaxwise", *(sys.argv[1:] if argv is None else argv)])
     previous = _sigterm_handler()
     try:
         return args.run(args)
-    except Terminated:
+    except _Terminated:
         print("jaxwise: terminated", file=sys.stderr)
         return 143
     except KeyboardInterrupt:
@@ -439,6 +442,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     finally:
         if previous is not None:
+            import signal
+
             signal.signal(signal.SIGTERM, previous)
 
 

@@ -1,0 +1,248 @@
+"""Nothing lost, ever: run directories, rows, races, full disks and signals (issue #25).
+
+Each test is one finding of the attack: the exact outcome (exit code, the one line) and the
+files on disk before and after (byte-identical where nothing may change). Runs are tiny
+(60 rows, one hidden layer of 8, a few epochs) and share a persistent compilation cache,
+so each training run after the first loads its program instead of compiling it.
+Concurrency tests start real processes and synchronise through FIFOs
+(``$JAXWISE_TEST_HOLD_LOCKS``): no sleeping, no timing.
+"""
+
+import csv
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxwise.cli import main
+from jaxwise.data import make_blobs
+
+FLAGS = ["--no-progress", "--hidden", "8"]
+
+
+@pytest.fixture(autouse=True)
+def shared_compilation_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("JAXWISE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "jax-cache"))
+
+
+def write_csv(path, n=60, seed=0):
+    x, y = make_blobs(n, 3, 3, seed=seed)
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["f0", "f1", "f2", "kind"])
+        for row, label in zip(x, y):
+            writer.writerow([f"{v:.6g}" for v in row] + [["ant", "bee", "cat"][label]])
+    return path
+
+
+@pytest.fixture
+def data(tmp_path):
+    return write_csv(tmp_path / "data.csv")
+
+
+def cli(args, capsys):
+    code = main(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def train(data, out, capsys, *extra, epochs=2):
+    return cli(
+        ["train", str(data), "--label", "kind", "--epochs", str(epochs), "--out", str(out)]
+        + FLAGS
+        + ["--no-plots", "--json", *extra],
+        capsys,
+    )
+
+
+def label_errors(data, run_dir, suspects, capsys, *extra):
+    args = ["label-errors", str(data), "--label", "kind", "--epochs", "2", "--method", "gradnorm"]
+    args += ["--top", "3", "--run-dir", str(run_dir), "--out", str(suspects), *FLAGS, "--json"]
+    return cli([*args, *extra], capsys)
+
+
+def one_line(code, err, *fragments, exit_code=2):
+    assert code == exit_code, err
+    assert err.count("\n") == 1 and err.startswith("jaxwise: error: "), err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+
+
+def snapshot(root):
+    """Every file under ``root`` (the lock file aside) with its bytes."""
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != ".jaxwise-run.lock"
+    }
+
+
+def leftovers(root):
+    return sorted(
+        str(p.relative_to(root))
+        for p in Path(root).rglob("*")
+        if p.name.endswith(".tmp") or "orbax-checkpoint-tmp" in p.name or "jaxwise-lock" in p.name
+    )
+
+
+def marker(root):
+    return json.loads((Path(root) / ".jaxwise-run.json").read_text())
+
+
+def steps(directory):
+    return sorted(int(p.name) for p in Path(directory).iterdir() if p.name.isdigit())
+
+
+# ---------------------------------------------------------------------------
+# Run directories are owned by one run of one job
+# ---------------------------------------------------------------------------
+
+
+def test_label_errors_refuses_a_train_run_and_force_starts_afresh(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    assert train(data, run, capsys)[0] == 0
+    (run / "notes.txt").write_text("mine")
+    before = snapshot(run)
+    code, _, err = label_errors(data, run, tmp_path / "s.csv", capsys)
+    one_line(code, err, f"--run-dir {run} holds a `jaxwise train` run", "--force")
+    assert snapshot(run) == before and not (tmp_path / "s.csv").exists()
+    code, _, err = label_errors(data, run, tmp_path / "s.csv", capsys, "--force")
+    assert code == 0, err
+    assert marker(run)["job"] == "label-errors" and not (run / "checkpoint").exists()
+    assert (run / "notes.txt").read_text() == "mine"  # not jaxwise's: kept
+    epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert epochs == [1, 2]  # the label-errors run's history only, never mixed
+
+
+def test_train_refuses_another_configuration_unless_force(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    assert train(data, run, capsys)[0] == 0
+    before = snapshot(run)
+    code, _, err = train(data, run, capsys, epochs=3)
+    one_line(code, err, "holds a `jaxwise train` run with other settings (epochs 2, now 3)")
+    assert snapshot(run) == before
+    other = write_csv(tmp_path / "other.csv", seed=1)
+    code, _, err = train(other, run, capsys)
+    one_line(code, err, "holds a `jaxwise train` run with other data")
+    assert snapshot(run) == before
+    code, text, err = train(data, run, capsys, "--force", epochs=3)
+    assert code == 0, err
+    summary = json.loads(text)
+    assert summary["resumed_from_epoch"] is None and summary["epochs_completed"] == 3
+    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+        3,
+    ]
+    assert marker(run)["run_id"] != json.loads(before[".jaxwise-run.json"])["run_id"]
+    code, _, err = train(data, run, capsys, "--force", "--resume", epochs=3)
+    one_line(code, err, "--resume continues the run in --out, --force starts it afresh")
+
+
+def test_predict_and_spiral_refuse_a_label_errors_run(tmp_path, data, capsys):
+    run = tmp_path / "le"
+    assert label_errors(data, run, tmp_path / "s.csv", capsys)[0] == 0
+    before = snapshot(run)
+    code, _, err = cli(
+        ["predict", str(run), str(data), "--out", str(tmp_path / "p.csv"), "--json"], capsys
+    )
+    one_line(code, err, "holds a `jaxwise label-errors` run, not a `jaxwise train` run")
+    code, _, err = cli(["spiral", "--epochs", "1", "--out", str(run), "--no-progress"], capsys)
+    one_line(code, err, "holds a `jaxwise label-errors` run; choose another --out")
+    assert snapshot(run) == before and not (tmp_path / "p.csv").exists()
+
+
+def test_label_errors_reruns_in_its_own_run_dir(tmp_path, data, capsys):
+    run, suspects = tmp_path / "le", tmp_path / "s.csv"
+    code, first, err = label_errors(data, run, suspects, capsys)
+    assert code == 0, err
+    code, _, err = label_errors(data, run, suspects, capsys)
+    one_line(code, err, f"--out {suspects}: the file exists; pass --force")
+    code, second, err = label_errors(data, run, suspects, capsys, "--force")
+    assert code == 0, err
+    assert json.loads(first)["suspects"] == json.loads(second)["suspects"]
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints are tied to their run
+# ---------------------------------------------------------------------------
+
+
+def test_stray_and_foreign_steps_are_never_adopted(tmp_path, data, capsys):
+    run, other = tmp_path / "run", tmp_path / "other"
+    assert train(data, run, capsys, "--stop-after", "2", epochs=4)[0] == 0
+    assert train(data, other, capsys, "--seed", "1", epochs=4)[0] == 0
+    (own,) = steps(run / "checkpoint")
+    foreign = steps(other / "checkpoint")[-1]  # another run's step 4: a higher number
+    shutil.copytree(other / "checkpoint" / str(foreign), run / "checkpoint" / str(foreign))
+    shutil.copytree(run / "checkpoint" / str(own), run / "checkpoint" / str(own + 1000))
+    code, text, err = cli(
+        ["predict", str(run), str(data), "--out", str(tmp_path / "p.csv"), "--json"], capsys
+    )
+    assert code == 0, err
+    assert json.loads(text)["checkpoint_epoch"] == 2  # the epoch it really loaded: its own
+    assert err.count("\n") == 1 and err.startswith("jaxwise: warning: skipped checkpoint")
+    assert f"step {own + 1000} (its metadata says step {own}" in err
+    assert f"step {foreign} (written by another run)" in err
+    code, text, err = train(data, run, capsys, "--resume", epochs=4)
+    assert code == 0, err
+    assert json.loads(text)["resumed_from_epoch"] == 2 and "skipped checkpoint" in err
+    assert (run / "checkpoint" / f"{foreign}.stray-0").is_dir()  # moved aside, not lost
+    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+        3,
+        4,
+    ]
+    code, text, err = train(data, run, capsys, "--resume", epochs=4)  # a second --resume
+    assert code == 0, err
+    assert json.loads(text)["epochs_completed"] == 4
+
+
+def test_a_crashed_runs_best_step_is_never_adopted(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    early = ["--early-stopping", "9"]
+    assert train(data, run, capsys, *early, "--stop-after", "5", epochs=6)[0] == 0
+    shutil.rmtree(run / "checkpoint")  # it crashed before its last checkpoint
+    crashed = steps(run / "best")[-1]
+    code, text, err = train(data, run, capsys, *early, "--stop-after", "2", epochs=6)
+    assert code == 0, err
+    summary = json.loads(text)
+    assert summary["best_epoch"] <= 2
+    assert f"skipped checkpoint step {crashed} (written by another run)" in err
+    code, text, err = cli(
+        ["predict", str(run), str(data), "--out", str(tmp_path / "p.csv"), "--json"], capsys
+    )
+    assert code == 0, err
+    assert json.loads(text)["checkpoint_epoch"] == summary["best_epoch"]
+
+
+def test_predict_on_damaged_metadata_says_damaged(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    assert train(data, run, capsys)[0] == 0
+    (step,) = steps(run / "checkpoint")
+    meta = run / "checkpoint" / str(step) / "meta" / "metadata"
+    meta.write_bytes(meta.read_bytes()[:40])  # truncated
+    code, _, err = cli(["predict", str(run), str(data), "--out", str(tmp_path / "p.csv")], capsys)
+    one_line(code, err, "the checkpoint is damaged", f"step {step} (its metadata is unreadable")
+    code, _, err = train(data, run, capsys, "--resume")
+    one_line(code, err, "--resume: no usable checkpoint in", "its metadata is unreadable")
+
+
+def test_resume_with_a_non_utf8_metrics_file_is_one_line(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    assert train(data, run, capsys, "--stop-after", "1")[0] == 0
+    (run / "metrics.jsonl").write_bytes(b'{"epoch": 1}\n\xff\xfe garbage\n')
+    before = snapshot(run)
+    code, _, err = train(data, run, capsys, "--resume")
+    one_line(code, err, f"{run / 'metrics.jsonl'} is not UTF-8 text (byte 13)")
+    assert snapshot(run) == before
