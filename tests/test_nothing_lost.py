@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -119,7 +120,9 @@ def test_label_errors_refuses_a_train_run_and_force_starts_afresh(tmp_path, data
     assert code == 0, err
     assert marker(run)["job"] == "label-errors" and not (run / "checkpoint").exists()
     assert (run / "notes.txt").read_text() == "mine"  # not jaxwise's: kept
-    epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    epochs = [
+        json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
     assert epochs == [1, 2]  # the label-errors run's history only, never mixed
 
 
@@ -138,7 +141,9 @@ def test_train_refuses_another_configuration_unless_force(tmp_path, data, capsys
     assert code == 0, err
     summary = json.loads(text)
     assert summary["resumed_from_epoch"] is None and summary["epochs_completed"] == 3
-    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
+    assert [
+        json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ] == [
         1,
         2,
         3,
@@ -197,7 +202,9 @@ def test_stray_and_foreign_steps_are_never_adopted(tmp_path, data, capsys):
     assert code == 0, err
     assert json.loads(text)["resumed_from_epoch"] == 2 and "skipped checkpoint" in err
     assert (run / "checkpoint" / f"{foreign}.stray-0").is_dir()  # moved aside, not lost
-    assert [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [
+    assert [
+        json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ] == [
         1,
         2,
         3,
@@ -246,3 +253,125 @@ def test_resume_with_a_non_utf8_metrics_file_is_one_line(tmp_path, data, capsys)
     code, _, err = train(data, run, capsys, "--resume")
     one_line(code, err, f"{run / 'metrics.jsonl'} is not UTF-8 text (byte 13)")
     assert snapshot(run) == before
+
+
+# ---------------------------------------------------------------------------
+# Two processes, one directory: the second is refused at once and writes nothing
+# ---------------------------------------------------------------------------
+
+
+def _jaxwise(*args):
+    return [sys.executable, "-m", "jaxwise.cli", *map(str, args)]
+
+
+class Held:
+    """A jaxwise process that stops, holding its locks, until released (FIFO handshake)."""
+
+    def __init__(self, tmp_path, *args):
+        self.dir = tmp_path / f"hold-{len(list(tmp_path.glob('hold-*')))}"
+        self.dir.mkdir()
+        os.mkfifo(self.dir / "held")
+        os.mkfifo(self.dir / "release")
+        env = dict(os.environ, JAXWISE_TEST_HOLD_LOCKS=str(self.dir))
+        self.proc = subprocess.Popen(
+            _jaxwise(*args), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        self.pid = self._wait_until_held()
+
+    def _wait_until_held(self):
+        import select
+
+        fd = os.open(self.dir / "held", os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            text = b""
+            while not text:
+                if self.proc.poll() is not None:
+                    out, err = self.proc.communicate()
+                    raise AssertionError(f"ended before taking its locks: {err[-2000:]}")
+                if select.select([fd], [], [], 1.0)[0]:
+                    text = os.read(fd, 64)
+            return int(text)
+        finally:
+            os.close(fd)
+
+    def release(self):
+        with open(self.dir / "release", "w") as fifo:
+            fifo.write("go")
+        out, err = self.proc.communicate(timeout=600)
+        return self.proc.returncode, out, err
+
+
+def refused(*args):
+    proc = subprocess.run(_jaxwise(*args), capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stderr
+
+
+@pytest.mark.slow
+def test_a_second_process_on_a_run_directory_is_refused_at_once(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    assert train(data, run, capsys, "--stop-after", "1")[0] == 0
+    common = ["--label", "kind", "--epochs", "2", *FLAGS]
+    held = Held(tmp_path, "train", data, *common, "--no-plots", "--out", run, "--resume")
+    before = snapshot(run)
+    holder = f"process {held.pid} on host {socket.gethostname()} (jaxwise train {data}"
+    code, err = refused("train", data, *common, "--no-plots", "--out", run, "--resume")
+    one_line(code, err, f"--out {run} is in use by {holder}")
+    code, err = refused("predict", run, data, "--out", tmp_path / "p.csv")
+    one_line(code, err, f"RUN_DIR {run} is in use by {holder}")
+    code, err = refused(
+        "label-errors", data, *common, "--run-dir", run, "--out", tmp_path / "s.csv"
+    )
+    one_line(code, err, f"--run-dir {run} is in use by {holder}")
+    assert snapshot(run) == before and not (tmp_path / "p.csv").exists()
+    code, out, err = held.release()
+    assert code == 0 and err == "", err
+    assert [
+        json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ] == [1, 2]
+    assert leftovers(run) == []
+
+
+@pytest.mark.slow
+def test_two_label_errors_never_replace_each_others_output(tmp_path, data):
+    suspects = tmp_path / "s.csv"
+    common = ["--label", "kind", "--epochs", "2", "--method", "gradnorm", *FLAGS]
+    held = Held(
+        tmp_path, "label-errors", data, *common, "--run-dir", tmp_path / "a", "--out", suspects
+    )
+    code, err = refused(
+        "label-errors", data, *common, "--run-dir", tmp_path / "b", "--out", suspects
+    )
+    one_line(code, err, f"--out {suspects} is being written by process {held.pid}")
+    assert not (tmp_path / "b").exists() and not suspects.exists()
+    code, out, err = held.release()
+    assert code == 0, err
+    assert suspects.is_file() and leftovers(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_the_lock_of_a_killed_process_is_taken_over_with_one_line(tmp_path, data, capsys):
+    run = tmp_path / "run"
+    held = Held(
+        tmp_path,
+        "train",
+        data,
+        "--label",
+        "kind",
+        "--epochs",
+        "2",
+        *FLAGS,
+        "--no-plots",
+        "--out",
+        run,
+    )
+    held.proc.send_signal(signal.SIGKILL)
+    held.proc.communicate()
+    code, text, err = train(data, run, capsys)
+    assert code == 0, err
+    host = socket.gethostname()
+    assert err.count("\n") == 1
+    assert err.startswith(
+        f"jaxwise: warning: --out {run} was locked by process {held.pid} on host {host} "
+        f"(jaxwise train {data} --label kind"
+    )
+    assert err.endswith("), which ended without releasing it; taking it over\n")
