@@ -20,7 +20,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from jaxwise.cli import main
@@ -375,3 +374,202 @@ def test_the_lock_of_a_killed_process_is_taken_over_with_one_line(tmp_path, data
         f"(jaxwise train {data} --label kind"
     )
     assert err.endswith("), which ended without releasing it; taking it over\n")
+
+
+# ---------------------------------------------------------------------------
+# A full disk anywhere: one line naming the path, nothing left behind, nothing lost
+# ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def base_run(tmp_path_factory):
+    """A trained run (1 of 2 epochs, plots on) and its data, copied by each test that uses it."""
+    root = tmp_path_factory.mktemp("base")
+    data = write_csv(root / "data.csv")
+    args = ["train", str(data), "--label", "kind", "--epochs", "2", "--stop-after", "1"]
+    assert main([*args, *FLAGS, "--out", str(root / "run")]) == 0
+    return root
+
+
+@pytest.fixture
+def run_copy(tmp_path, base_run, capsys):
+    capsys.readouterr()
+    shutil.copytree(base_run, tmp_path, dirs_exist_ok=True)
+    return tmp_path / "data.csv", tmp_path / "run"
+
+
+class _FullFile:
+    """A file whose writes fail as on a full disk."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+    def __iter__(self):
+        return iter(self._f)
+
+
+def fill_disk_for(monkeypatch, fragment):
+    """Every file opened for writing whose name contains ``fragment`` hits a full disk."""
+    import builtins
+    import io
+
+    original = io.open
+
+    def faulty(file, mode="r", *args, **kwargs):
+        f = original(file, mode, *args, **kwargs)
+        writing = any(m in mode for m in "wax+")
+        return _FullFile(f) if writing and fragment in os.fspath(file) else f
+
+    monkeypatch.setattr(io, "open", faulty)
+    monkeypatch.setattr(builtins, "open", faulty)
+
+
+def fill_disk_for_checkpoints(monkeypatch):
+    import orbax.checkpoint as ocp
+
+    from jaxwise.checkpoint import _safety
+
+    monkeypatch.setattr(_safety, "check_space", lambda target, needed: None)
+
+    def save(self, directory, args):
+        tmp = Path(f"{directory}.orbax-checkpoint-tmp") / "state.orbax-checkpoint-tmp"
+        tmp.mkdir(parents=True)
+        (tmp / "d").write_bytes(b"half a step")
+        raise ValueError(f"RESOURCE_EXHAUSTED: writing \"{tmp}\": [os_error_code='28']")
+
+    monkeypatch.setattr(ocp.Checkpointer, "save", save)
+
+
+def full_disk_line(code, err, path):
+    one_line(code, err, f"no space left on device writing {path}", "intact")
+
+
+@pytest.mark.parametrize("target", ["metrics.jsonl", "loss.png", "checkpoint"])
+def test_a_full_disk_during_training(run_copy, capsys, monkeypatch, target):
+    data, run = run_copy
+    before = snapshot(run)
+    if target == "checkpoint":
+        fill_disk_for_checkpoints(monkeypatch)
+    else:
+        fill_disk_for(monkeypatch, target)
+    args = ["train", str(data), "--label", "kind", "--epochs", "2", "--resume", *FLAGS]
+    code, _, err = cli([*args, "--out", str(run)], capsys)
+    monkeypatch.undo()
+    full_disk_line(code, err, run / target)
+    assert leftovers(run) == []
+    after = snapshot(run)
+    kept = {k: v for k, v in before.items() if k.startswith("checkpoint/") or k == "loss.png"}
+    assert {k: after.get(k) for k in kept} == kept  # the previous checkpoint, byte for byte
+    if target == "metrics.jsonl":
+        assert after == before
+    if target == "checkpoint":  # epoch 2 trained and recorded; its checkpoint never written
+        history = after.pop("metrics.jsonl")
+        assert history.startswith(before.pop("metrics.jsonl")) and history.count(b"\n") == 2
+        assert after == before
+    code, text, err = cli([*args, "--out", str(run), "--json"], capsys)  # space again: it resumes
+    assert code == 0, err
+    assert json.loads(text)["epochs_completed"] == 2
+
+
+@pytest.mark.parametrize("job", ["predict", "label-errors"])
+def test_a_full_disk_writing_an_output_file(run_copy, capsys, monkeypatch, job):
+    data, run = run_copy
+    out = run.parent / "out.csv"
+    fill_disk_for(monkeypatch, "out.csv")
+    if job == "predict":
+        code, _, err = cli(["predict", str(run), str(data), "--out", str(out)], capsys)
+    else:
+        code, _, err = label_errors(data, run.parent / "le", out, capsys)
+    full_disk_line(code, err, out)
+    assert not out.exists() and leftovers(run.parent) == []
+
+
+def _mount_tmpfs(path, size):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (the fault-injecting tests above run anyway)")
+    path.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "4m")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_real_full_disk_refuses_the_checkpoint_and_keeps_the_last(small_disk, data, capsys):
+    run = small_disk / "run"
+    args = ["train", str(data), "--label", "kind", "--epochs", "2", *FLAGS, "--out", str(run)]
+    assert cli([*args, "--stop-after", "1"], capsys)[0] == 0
+    before = snapshot(run)
+    stat = os.statvfs(small_disk)
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 64 * 1024))
+    code, _, err = cli([*args, "--resume"], capsys)
+    full_disk_line(code, err, run / "checkpoint")
+    assert "(the checkpoint needs about" in err and leftovers(run) == []
+    after = snapshot(run)
+    kept = {k: v for k, v in before.items() if k.startswith("checkpoint/")}
+    assert {k: after.get(k) for k in kept} == kept
+    filler.unlink()
+    code, text, err = cli([*args, "--resume", "--json"], capsys)
+    assert code == 0, err
+    assert [
+        json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()
+    ] == [1, 2]
+
+
+# ---------------------------------------------------------------------------
+# Signals during a checkpoint write: it completes, the CLI ends cleanly
+# ---------------------------------------------------------------------------
+
+SIGNAL_DURING_SAVE = textwrap.dedent(
+    """
+    import os, signal, sys
+    import orbax.checkpoint as ocp
+    from jaxwise.cli import main
+    original = ocp.Checkpointer.save
+    def save(self, *args, **kwargs):
+        os.kill(os.getpid(), getattr(signal, sys.argv[1]))  # in the middle of the write
+        return original(self, *args, **kwargs)
+    ocp.Checkpointer.save = save
+    sys.exit(main(sys.argv[2:]))
+    """
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, code, line", [("SIGINT", 130, "interrupted"), ("SIGTERM", 143, "terminated")]
+)
+def test_a_signal_during_a_checkpoint_write(tmp_path, data, name, code, line):
+    from jaxwise.checkpoint import latest_step
+
+    run = tmp_path / "run"
+    args = ["train", data, "--label", "kind", "--epochs", "1", *FLAGS, "--no-plots", "--out", run]
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGNAL_DURING_SAVE, name, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (proc.returncode, proc.stderr) == (code, f"jaxwise: {line}\n")
+    assert latest_step(run / "checkpoint") is not None and leftovers(run) == []
