@@ -573,3 +573,77 @@ def test_a_signal_during_a_checkpoint_write(tmp_path, data, name, code, line):
     )
     assert (proc.returncode, proc.stderr) == (code, f"jaxwise: {line}\n")
     assert latest_step(run / "checkpoint") is not None and leftovers(run) == []
+
+
+# ---------------------------------------------------------------------------
+# Every data row is accounted for: `row` is the file's own numbering (pandas .iloc)
+# ---------------------------------------------------------------------------
+
+
+def messy_csv(path):
+    """90 examples; data row 20 has only delimiters, 41 is blank, 62 spans two lines."""
+    x, y = make_blobs(90, 3, 3, seed=0)
+    lines = ["f0,f1,f2,kind"]
+    for i, (row, label) in enumerate(zip(x, y)):
+        if i == 20:
+            lines.append(",,,")
+        if i == 40:
+            lines.append("")
+        cells = [f"{v:.6g}" for v in row]
+        if i == 60:
+            cells[1] = f'"{cells[1]}\n"'
+        lines.append(",".join([*cells, ["ant", "bee", "cat"][label]]))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_a_row_of_delimiters_is_an_error_or_dropped_and_counted(tmp_path, capsys):
+    data = messy_csv(tmp_path / "messy.csv")
+    code, _, err = train(data, tmp_path / "run", capsys)
+    one_line(code, err, "data row 20 (line 22) is empty (every cell is missing)", "--drop-na")
+    assert not (tmp_path / "run").exists()
+    code, text, err = train(data, tmp_path / "run", capsys, "--drop-na")
+    assert code == 0, err
+    summary = json.loads(text)
+    assert (summary["rows"], summary["dropped_rows"], summary["blank_lines"]) == (90, 1, 1)
+    assert summary["train_rows"] + summary["validation_rows"] == 90
+
+
+def test_every_output_row_is_the_files_row(tmp_path, capsys):
+    import pandas as pd
+
+    data = messy_csv(tmp_path / "messy.csv")
+    frame = pd.read_csv(data, skip_blank_lines=False)
+    code, text, err = label_errors(
+        data, tmp_path / "le", tmp_path / "s.csv", capsys, "--drop-na", "--top", "90"
+    )
+    assert code == 0, err
+    suspects = json.loads(text)["suspects"]
+    assert len(suspects) == 90
+    assert all(frame.iloc[s["row"]]["kind"] == s["given_label"] for s in suspects)
+    with open(tmp_path / "s.csv", newline="") as f:
+        assert [int(r["row"]) for r in csv.DictReader(f)] == [s["row"] for s in suspects]
+    run = tmp_path / "run"
+    assert train(data, run, capsys, "--drop-na")[0] == 0
+    code, text, err = cli(
+        ["predict", str(run), str(data), "--out", str(tmp_path / "p.csv"), "--drop-na", "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    with open(tmp_path / "p.csv", newline="") as f:
+        rows = [int(r["row"]) for r in csv.DictReader(f)]
+    complete = [i for i in range(len(frame)) if frame.iloc[i].notna().all()]
+    assert rows == complete and 20 not in rows and 41 not in rows and 62 in rows
+    summary = json.loads(text)
+    assert (summary["rows"], summary["dropped_rows"], summary["blank_lines"]) == (90, 1, 1)
+
+
+def test_a_symlink_loop_as_input_is_named(tmp_path, capsys):
+    (tmp_path / "a.csv").symlink_to(tmp_path / "b.csv")
+    (tmp_path / "b.csv").symlink_to(tmp_path / "a.csv")
+    code, _, err = train(tmp_path / "a.csv", tmp_path / "run", capsys)
+    one_line(code, err, "a.csv: a symlink loop")
+    code, _, err = cli(
+        ["predict", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", "p.csv"], capsys
+    )
+    one_line(code, err, "RUN_DIR", "a.csv: a symlink loop")

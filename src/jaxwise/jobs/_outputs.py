@@ -84,7 +84,7 @@ def _disk_full(err: OSError, path: Path) -> OSError:
 
 
 def atomic_write(
-    path: Path, write: Callable[[IO[str]], None], *, replace: bool = True, option: str = "--out"
+    path: Path, write: Callable[[IO[str]], object], *, replace: bool = True, option: str = "--out"
 ) -> Path:
     """Write ``path`` through ``write(file)`` into a temporary file renamed into place.
 

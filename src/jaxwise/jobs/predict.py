@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from jaxwise import data
-from jaxwise._checks import UserError
+from jaxwise._checks import UserError, missing_path
 from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
@@ -50,9 +50,10 @@ def run_predict(cfg: PredictConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     run_dir = Path(cfg.run_dir)
     if not run_dir.is_dir():
+        problem = missing_path(run_dir) or "not a directory"
+        problem = "no such directory" if problem == "no such file" else problem
         raise UserError(
-            f"RUN_DIR {run_dir}: no such directory "
-            "(give the --out directory of a `jaxwise train` run)"
+            f"RUN_DIR {run_dir}: {problem} (give the --out directory of a `jaxwise train` run)"
         )
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
@@ -194,6 +195,7 @@ def report(
         "checkpoint_epoch": meta.get("epoch"),
         "rows": len(rows),
         "dropped_rows": features.dropped,
+        "blank_lines": features.blank_lines,
         "classes": classes,
         "compiles": tally.total,
         "compile": tally.as_dict(cache_dir),

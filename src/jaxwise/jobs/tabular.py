@@ -457,6 +457,7 @@ def report(
         "resumed_from_epoch": fitted.start_epoch if cfg.resume else None,
         "rows": int(len(table.y)),
         "dropped_rows": table.dropped,
+        "blank_lines": table.blank_lines,
         "train_rows": int(len(xtr)),
         "validation_rows": int(len(xva)),
         "batch_size": prep.batch_size,
