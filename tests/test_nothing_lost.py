@@ -20,6 +20,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxwise.cli import main
@@ -647,3 +648,41 @@ def test_a_symlink_loop_as_input_is_named(tmp_path, capsys):
         ["predict", str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--out", "p.csv"], capsys
     )
     one_line(code, err, "RUN_DIR", "a.csv: a symlink loop")
+
+
+# ---------------------------------------------------------------------------
+# DP padding never reads a real row
+# ---------------------------------------------------------------------------
+
+
+def test_a_nan_in_data_row_0_only_skips_the_dp_steps_that_sample_it():
+    import jax
+    import jax.numpy as jnp
+
+    from jaxwise import optim
+    from jaxwise.privacy import PoissonSampler, make_dp_train_epoch, poisson_batch
+    from jaxwise.train import TrainState
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 3)).astype(np.float32)
+    y = (x @ np.asarray([1.0, -2.0, 0.5], np.float32)).astype(np.float32)
+    x[0, 1] = np.nan  # data row 0: what the padding slots used to read
+
+    def loss(params, example):
+        return (example[0] @ params - example[1]) ** 2
+
+    tx = optim.sgd(0.05)
+    epoch = make_dp_train_epoch(loss, tx, 8, clip_norm=5.0, noise_multiplier=0.5)
+    state = TrainState.create(jnp.zeros(3), tx, jax.random.key(1))
+    sampler = PoissonSampler(8)
+    keys, _ = sampler.plan(state.key, state.step, 64)
+    samples_row_0 = []
+    for k in keys:
+        idx, mask, _ = poisson_batch(k, 64, 8 / 64, sampler.width(64))
+        assert (np.asarray(idx)[~np.asarray(mask)] == 64).all()  # padding: out of range
+        samples_row_0.append(0 in np.asarray(idx)[np.asarray(mask)].tolist())
+    new, metrics = epoch(state, (jnp.asarray(x), jnp.asarray(y)))
+    skipped = np.asarray(metrics["skipped"]).astype(bool)
+    assert any(samples_row_0) and not all(samples_row_0)
+    np.testing.assert_array_equal(skipped, samples_row_0)  # before: every step skipped
+    assert np.isfinite(np.asarray(new.params)).all() and np.abs(np.asarray(new.params)).sum() > 0

@@ -20,8 +20,11 @@ def poisson_batch(
     """Poisson sampling inside ``jit``: ``(indices (max,), mask (max,), overflow)``.
 
     Each of the ``n`` examples is included independently with probability
-    ``sample_rate``; the sampled indices are padded (with index 0, masked
-    out) to ``max_batch_size`` so that every step has one compiled shape.
+    ``sample_rate``; the sampled indices come first, padded to ``max_batch_size``
+    (so that every step has one compiled shape) with the out-of-range index ``n``,
+    masked out: a gather with ``mode="fill"`` (as `jaxwise.train.make_train_epoch`
+    does) reads zeros there, never a real row, so a NaN or inf in any example can
+    only affect the steps that sample it.
     ``overflow`` is True when more than ``max_batch_size`` were sampled (the
     extra ones are dropped, which the accountant does not model): choose
     ``max_batch_size`` several standard deviations above ``q·n``, e.g.
@@ -43,8 +46,8 @@ def poisson_batch(
     Examples:
         >>> import jax
         >>> idx, mask, over = poisson_batch(jax.random.key(0), 1000, 0.05, 100)
-        >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over)
-        ((100,), True, False)
+        >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over), bool((idx[~mask] == 1000).all())
+        ((100,), True, False, True)
     """
     check_probability(sample_rate, "sample_rate", open_low=True)
     check_int(max_batch_size, "max_batch_size", min_value=1)
@@ -52,7 +55,7 @@ def poisson_batch(
     check_key(key)
     chosen = jax.random.bernoulli(key, sample_rate, (n,))
     count = jnp.sum(chosen.astype(jnp.int32))
-    (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
+    (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=n)
     mask = jnp.arange(max_batch_size) < count
     return indices, mask, count > max_batch_size
 

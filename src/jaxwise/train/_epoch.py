@@ -40,7 +40,7 @@ class Sampler(Protocol):
     counter; it returns the scanned-over ``xs`` (leading axis: steps) and the state's next key
     (a sampler that draws from ``jax.random`` splits it; one that does not returns it as it is).
     ``draw(x, n)`` runs in every step and returns ``(indices (width,), mask (width,) or
-    None, metrics)``. ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
+    None, metrics)``; padding indices (masked out) are ``n``: they gather zeros. ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
     ``ValueError`` for a dataset the sampler cannot use.
     """
 
@@ -155,8 +155,10 @@ class TrainEpoch(Program):
 
             def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
                 idx, mask, drawn = sampler.draw(x, n)
-                # indices are always in range: "clip" skips the out-of-bounds fill selects
-                batch = jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="clip"), data)
+                # padding indices (>= n, masked out) read zeros, never a real row
+                batch = jax.tree.map(
+                    lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data
+                )
                 carry, metrics = update(carry, batch, mask)
                 return carry, {**metrics, **drawn}
 
