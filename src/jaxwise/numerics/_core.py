@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
-from jaxwise._checks import check_array, check_callable
+from jaxwise._checks import check_array, check_callable, is_int
 
 __all__ = ["Array", "Axis", "double_where"]
 
@@ -62,7 +62,12 @@ def _check_mask(where: Any, shape: tuple[int, ...], name: str = "where") -> Arra
 def _normalize_axis(axis: Axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    if is_int(axis):
+        axes: tuple[Any, ...] = (int(axis),)
+    elif isinstance(axis, (tuple, list)) and all(is_int(a) for a in axis):
+        axes = tuple(int(a) for a in axis)
+    else:
+        raise TypeError(f"`axis` must be an int, a tuple of ints or None, got {axis!r}")
     for a in axes:
         if not -ndim <= a < max(ndim, 1):
             raise ValueError(f"`axis` {axis} is out of range for an input with {ndim} dimensions")

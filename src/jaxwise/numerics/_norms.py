@@ -95,6 +95,14 @@ def safe_norm(x: Array, axis: Axis = None, keepdims: bool = False) -> Array:
       axis: axis or axes to reduce (``None``: all).
       keepdims: keep reduced axes with size 1.
 
+    Returns:
+      The norms: ``x``'s shape without ``axis`` (with size-1 axes if ``keepdims``). A
+      reduction over no elements (an empty axis) is 0, as in ``numpy.linalg.norm``.
+
+    Raises:
+      TypeError: ``x`` not floating point, or ``axis`` not an int, a tuple of ints or None.
+      ValueError: ``axis`` out of range.
+
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> jax.grad(safe_norm)(jnp.zeros(3)).tolist(), float(safe_norm(jnp.array([3.0, 4.0])))
@@ -102,6 +110,11 @@ def safe_norm(x: Array, axis: Axis = None, keepdims: bool = False) -> Array:
     """
     x = _float_array(x, "x")
     axis = _normalize_axis(axis, x.ndim) if axis is not None else None
+    if x.size == 0:  # nothing to reduce (or nothing to return): the sum of no squares is 0
+        reduced = tuple(range(x.ndim)) if axis is None else axis
+        shape = tuple(1 if i in reduced else d for i, d in enumerate(x.shape))
+        out = jnp.zeros(shape, x.dtype)
+        return out if keepdims else jnp.squeeze(out, axis=reduced)
     return _safe_norm(x, axis, bool(keepdims))
 
 
@@ -116,7 +129,12 @@ def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
       axis: the vector axis.
 
     Returns:
-      Array with ``axis`` removed.
+      Array with ``axis`` removed. Empty vectors (``axis`` of size 0) are zero vectors:
+      their similarity is 0.
+
+    Raises:
+      TypeError: non-floating or different dtypes, or a bad ``axis``.
+      ValueError: shapes that do not broadcast, or ``axis`` out of range.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -137,6 +155,8 @@ def cosine_similarity(a: Array, b: Array, axis: int = -1) -> Array:
         ) from err
     a, b = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
     axes = _normalize_axis(axis, len(shape))
+    if a.size == 0:  # empty vectors are zero vectors (or there is nothing to return)
+        return jnp.zeros(tuple(d for i, d in enumerate(shape) if i not in axes), a.dtype)
     return _squeeze(_cosine(a, b, axes), axes, len(shape))
 
 

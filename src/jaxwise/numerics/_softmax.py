@@ -69,7 +69,8 @@ def softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     """Softmax over ``axis`` with a ``where=`` mask: masked entries are exactly 0.
 
     A fully masked row gives all zeros (``jax.nn.softmax`` gives NaN there in
-    the gradient); gradients are finite everywhere.
+    the gradient); gradients are finite everywhere. An empty input gives an empty
+    output, as ``jax.nn.softmax`` does.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -79,6 +80,8 @@ def softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     x = _float_array(x, "x")
     mask = _check_mask(where, x.shape)
     axes = _normalize_axis(axis, x.ndim)
+    if x.size == 0:
+        return jnp.zeros_like(x)
     shifted, _ = _shifted(x, axes, mask)
     e = jnp.exp(shifted)
     if mask is None:
@@ -93,7 +96,8 @@ def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
 
     Unmasked entries match ``jax.nn.log_softmax``; masked entries (and every
     entry of a fully masked row) are ``finfo(dtype).min`` — finite, so that
-    ``p · log p`` and gradients stay NaN-free.
+    ``p · log p`` and gradients stay NaN-free. An empty input gives an empty output, as
+    ``jax.nn.log_softmax`` does.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -103,6 +107,8 @@ def log_softmax(x: Array, axis: Axis = -1, where: Array | None = None) -> Array:
     x = _float_array(x, "x")
     mask = _check_mask(where, x.shape)
     axes = _normalize_axis(axis, x.ndim)
+    if x.size == 0:
+        return jnp.zeros_like(x)
     shifted, _ = _shifted(x, axes, mask)
     total = jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True, where=mask)
     if mask is None:
@@ -183,13 +189,15 @@ def cross_entropy(
         fill value) rather than a silently wrong one.
       class_mask: optional bool, broadcastable to ``logits``: classes that
         exist (e.g. padded vocabularies).
-      weights: optional float ``(...)`` per-example weights.
+      weights: optional float ``(...)`` per-example weights, ``>= 0`` (checked when
+        concrete: a negative weight would subtract its example's loss).
 
     Returns:
       Scalar loss.
 
     Raises:
-      ValueError: an empty batch, no classes, labels out of range, or shape mismatches.
+      ValueError: an empty batch, no classes, labels out of range, negative weights, or
+        shape mismatches.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -216,6 +224,11 @@ def cross_entropy(
     if weights.shape != labels.shape:
         raise ValueError(
             f"`weights` must have the shape of `labels` {labels.shape}, got {weights.shape}"
+        )
+    if not isinstance(weights, Tracer) and bool(jnp.any(weights < 0)):
+        raise ValueError(
+            f"`weights` must be >= 0, got {float(jnp.min(weights))} (a negative weight would "
+            "subtract its example's loss)"
         )
     weights = weights.astype(nll.dtype)
     total = jnp.sum(weights)

@@ -22,6 +22,7 @@ from jaxwise.per_example._common import (
     check_clip_norm,
     leaf_label,
 )
+from jaxwise.tree import path_names
 
 __all__ = ["add_dp_noise", "dp_gradient", "dp_gradient_accumulated"]
 
@@ -60,7 +61,7 @@ def add_dp_noise(
       A pytree like ``summed``: ``(summed + noise) / batch_size``.
 
     Raises:
-      TypeError: a bad ``key`` or a non-array leaf of ``summed``.
+      TypeError: a bad ``key``, or a non-array or non-floating leaf of ``summed`` (named).
       ValueError: a bad ``clip_norm``, ``noise_multiplier`` or ``batch_size``.
 
     Examples:
@@ -73,8 +74,14 @@ def add_dp_noise(
     _check_noise_scale(clip_norm, noise_multiplier)
     check_key(key)
     check_float(batch_size, "batch_size", min_value=0.0, min_inclusive=False, allow_traced=True)
-    for leaf in jax.tree.leaves(summed):
+    for path, leaf in zip(path_names(summed), jax.tree.leaves(summed)):
         check_array(leaf, "summed")
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise TypeError(
+                f"`summed` leaf `{path or '<root>'}` has dtype {jnp.result_type(leaf)}; "
+                "Gaussian noise needs floating-point gradients (integer, boolean and complex "
+                "leaves cannot hold it)"
+            )
     leaves, treedef = jax.tree.flatten(summed)
     std = (
         float(noise_multiplier) * float(clip_norm) if noise_multiplier else 0.0

@@ -40,7 +40,8 @@ class Sampler(Protocol):
     counter; it returns the scanned-over ``xs`` (leading axis: steps) and the state's next key
     (a sampler that draws from ``jax.random`` splits it; one that does not returns it as it is).
     ``draw(x, n)`` runs in every step and returns ``(indices (width,), mask (width,) or
-    None, metrics)``; padding indices (masked out) are ``n``: they gather zeros. ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
+    None, metrics)``; padding indices (masked out) are ``n``: they gather zeros.
+    ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
     ``ValueError`` for a dataset the sampler cannot use.
     """
 
@@ -144,6 +145,7 @@ class TrainEpoch(Program):
         donate: bool,
         mesh: Mesh | None,
         audit: bool,
+        loss_fn: Any = None,
     ) -> None:
         self.sampler = sampler
         self.batch_size = getattr(sampler, "batch_size", None)
@@ -172,6 +174,7 @@ class TrainEpoch(Program):
             mesh=mesh,
             audit=audit,
             loss_scale=config.loss_scale,
+            loss_fn=loss_fn,
         )
 
     def steps_per_epoch(self, n: int) -> int:
@@ -317,4 +320,5 @@ def make_train_epoch(
         donate=bool(donate),
         mesh=mesh,
         audit=bool(audit),
+        loss_fn=loss_fn,
     )
