@@ -33,14 +33,24 @@ class Finding:
     code: str
     message: str
     fix: str
+    cell: int | None = None  # a notebook's cell (1-based); ``line`` is then the cell's line
 
     def format(self) -> str:
-        """``path:line:col: CODE message (fix: …)`` — ruff/flake8 style."""
-        return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {self.fix})"
+        """``path:line:col: CODE message (fix: …)`` — ruff/flake8 style.
+
+        In a notebook: ``nb.ipynb:cell 3:line 2:5: CODE message (fix: …)``.
+        """
+        where = f"{self.line}" if self.cell is None else f"cell {self.cell}:line {self.line}"
+        return f"{self.path}:{where}:{self.col}: {self.code} {self.message} (fix: {self.fix})"
 
     def to_dict(self) -> dict[str, object]:
-        """The finding as JSON-ready fields plus its ``severity`` (``error`` or ``warning``)."""
+        """The finding as JSON-ready fields plus its ``severity`` (``error`` or ``warning``).
+
+        ``cell`` is present only for a notebook's findings.
+        """
         out: dict[str, object] = dict(dataclasses.asdict(self))
+        if self.cell is None:
+            del out["cell"]
         out["severity"] = SEVERITY.get(self.code, "error")
         return out
 
