@@ -1834,6 +1834,17 @@ EDGES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
         "`params` leaf `w` has dtype complex64",
     ),
     (
+        "step-complex-params-put-in-by-replace",
+        lambda: train.make_train_step(_linear, optim.sgd(0.1))(
+            train.TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), KEY).replace(
+                params={"w": jnp.ones(3, jnp.complex64)}
+            ),
+            (jnp.ones((4, 3), jnp.complex64), jnp.ones(4, jnp.complex64)),
+        ),
+        TypeError,
+        "`state.params` leaf `w` has dtype complex64",
+    ),
+    (
         "safe-norm-axis-str",
         lambda: __import__("jaxwise.numerics").numerics.safe_norm(jnp.ones(3), axis="a"),
         TypeError,

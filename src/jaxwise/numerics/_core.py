@@ -62,10 +62,11 @@ def _check_mask(where: Any, shape: tuple[int, ...], name: str = "where") -> Arra
 def _normalize_axis(axis: Axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    if is_int(axis):
-        axes: tuple[Any, ...] = (int(axis),)
-    elif isinstance(axis, (tuple, list)) and all(is_int(a) for a in axis):
-        axes = tuple(int(a) for a in axis)
+    spec: Any = axis
+    if is_int(spec):
+        axes: tuple[int, ...] = (int(spec),)
+    elif isinstance(spec, (tuple, list)) and all(is_int(a) for a in spec):
+        axes = tuple(int(a) for a in spec)
     else:
         raise TypeError(f"`axis` must be an int, a tuple of ints or None, got {axis!r}")
     for a in axes:

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxwise._checks import check_bool, check_callable
-from jaxwise._params import check_alive, describe_leaves
+from jaxwise._params import check_alive, check_params, describe_leaves
 from jaxwise._prefetch import place_batch
 from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
 from jaxwise.sharding._mesh import data_size as _data_size
@@ -158,6 +158,7 @@ class Program:
         leaves = self._audit.before(state, data)
         check_alive(data, self.data_name)
         if self._first:
+            check_params(state.params, "state.params")  # e.g. complex params put in by replace
             check_optimizer_fits(self.optimizer, state.params, state.opt_state)
             try:
                 result = (
