@@ -309,6 +309,65 @@ def test_device_change_without_retrace_is_kind_sharding():
     )
 
 
+def test_committing_to_the_same_device_is_kind_sharding_naming_the_argument():
+    # jnp.ones is uncommitted; device_put to the same device commits it: a new executable.
+    def scaled(x, s):
+        return s * x
+
+    f = jax.jit(scaled)
+    with CompileCounter(f) as counter:
+        f(jnp.ones(3), 2.0), f(jax.device_put(jnp.ones(3), jax.devices()[0]), 2.0)
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "sharding",
+        "x",
+        "uncommitted (on cpu:0)",
+        "committed (on cpu:0)",
+    )
+
+
+def test_same_function_jitted_with_and_without_donation_is_kind_donation():
+    def twice(x):
+        return 2.0 * x
+
+    with CompileCounter(twice) as counter:
+        jax.jit(twice)(jnp.ones(3))
+        jax.jit(twice, donate_argnums=0)(jnp.ones(3))
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "donation",
+        "x",
+        "not donated",
+        "donated",
+    )
+
+
+def test_x64_flip_with_an_unchanged_python_float_is_kind_config():
+    def scale(x, lr):
+        return x * lr
+
+    f = jax.jit(scale)
+    x = np.ones(3, np.float32)
+    try:
+        with CompileCounter(f) as counter:
+            f(x, 0.5)
+            jax.config.update("jax_enable_x64", True)
+            f(x, 0.5)
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert counter.count == 2
+    miss = counter.records[1].explanation
+    assert (miss.kind, miss.argument, miss.old, miss.new) == (
+        "config",
+        "jax_enable_x64",
+        "False",
+        "True",
+    )
+    assert "flipped" in miss.summary and "cast inputs" not in miss.summary
+
+
 def test_private_jax_hooks_still_work():
     # jaxwise reads JAX's tracing-cache keys (partial_eval.explain) and the compiling jit call
     # (pjit._pjit_call_impl_python) in one module, _jaxkeys. If JAX moves either, this fails.
@@ -714,7 +773,8 @@ def test_parse_prose_fallback():
         "  Tracing context doesn't match, e.g. due to config or context manager.\n"
         "  * x64_enabled differs: now True and before False"
     )
-    assert ctx.kind == "other" and ctx.reasons == ("tracing context `x64_enabled`: False → True",)
+    assert (ctx.kind, ctx.argument, ctx.old, ctx.new) == ("config", "x64_enabled", "False", "True")
+    assert ctx.reasons[0].startswith("JAX config `x64_enabled` flipped: False → True")
     unexplained = parse_cache_miss(
         "TRACING CACHE MISS at a.py:3 (g):\n  for f defined at a.py:1\n"
         "  all previously seen cache keys differ. For the closest previous key:\n"

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from jaxwise.compilation import CompileBudget, CompileCounter
-from jaxwise.debug import _user_frames, assert_finite, checked, locate_nan
+from jaxwise.debug import assert_finite, checked, locate_nan
+from jaxwise.debug._frames import source_frames
 
 
 def forward_log(x):
@@ -115,7 +116,7 @@ def test_user_frames_from_source_info():
     # Guards the private structure we read (eqn.source_info.traceback.frames).
     jaxpr = jax.make_jaxpr(forward_log)(jnp.ones(2))
     eqn = next(e for e in jaxpr.jaxpr.eqns if e.primitive.name == "log")
-    frames = _user_frames(eqn.source_info)
+    frames = source_frames(eqn.source_info)
     assert (
         frames
         and frames[-1].function == "forward_log"
@@ -269,3 +270,223 @@ def test_locate_nan_does_not_recompile_the_users_program():
     with CompileCounter(forward_log) as counter:
         assert locate_nan(jitted, jnp.ones(3)) is None
     assert counter.count == 0
+
+
+# ---------------------------------------------------------------------------
+# Real-code forms: shard_map, checkpoint, loops, branches, custom rules, libraries
+# ---------------------------------------------------------------------------
+
+
+def _where(report):
+    return report.primitive, report.phase, report.frame.line
+
+
+def _auto_mesh():
+    from jax.sharding import AxisType
+
+    return jax.make_mesh((2,), ("d",), axis_types=(AxisType.Auto,))
+
+
+def nan_after_shard_map(x):
+    from jax.sharding import PartitionSpec as P
+
+    doubled = jax.shard_map(lambda v: v * 2.0, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P("d"))
+    return jnp.log(doubled(x) - 10.0)  # LINE: after_shard_map
+
+
+def nan_inside_shard_map(x):
+    from jax.sharding import PartitionSpec as P
+
+    body = lambda v: jax.lax.psum(jnp.log(v - 10.0), "d")  # noqa: E731
+    mapped = jax.shard_map(body, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P())
+    return mapped(x)  # LINE: shard_map_call
+
+
+def test_shard_map_does_not_crash_and_a_nan_outside_is_located():
+    assert _where(locate_nan(jax.jit(nan_after_shard_map), jnp.ones(4))) == (
+        "log",
+        "forward",
+        _line_of("after_shard_map"),
+    )
+    # made inside: its body runs per device (collectives), so the shard_map is the answer
+    assert _where(locate_nan(nan_inside_shard_map, jnp.ones(4))) == (
+        "shard_map",
+        "forward",
+        _line_of("shard_map_call"),
+    )
+
+
+def checkpointed_log(x):
+    block = jax.checkpoint(lambda y: jnp.log(y - 2.0) * 3.0)  # LINE: remat_log
+    return jnp.sum(block(x))
+
+
+def checkpointed_norm(x):
+    block = jax.checkpoint(lambda y: jnp.sqrt(y * y))  # LINE: remat_sqrt
+    return jnp.sum(block(x))
+
+
+def test_nan_inside_checkpoint_forward_and_backward():
+    assert _where(locate_nan(checkpointed_log, jnp.ones(3))) == (
+        "log",
+        "forward",
+        _line_of("remat_log"),
+    )
+    assert _where(locate_nan(jax.grad(checkpointed_norm), jnp.zeros(3))) == (
+        "mul",
+        "backward",
+        _line_of("remat_sqrt"),
+    )
+
+
+def while_log(x):
+    def body(carry):
+        i, v = carry
+        return i + 1, jnp.log(v - 1.5)  # LINE: while_body
+
+    return jax.lax.while_loop(lambda c: c[0] < 3, body, (0, x))[1]
+
+
+def fori_sqrt(x):
+    return jax.lax.fori_loop(0, 5, lambda i, v: jnp.sqrt(v - 2.0), x)  # LINE: fori_body
+
+
+def cond_log(x):
+    return jax.lax.cond(
+        jnp.sum(x) > 0,
+        lambda v: jnp.log(-v),  # LINE: cond_true
+        lambda v: v,
+        x,
+    )
+
+
+def switch_arccos(x, index):
+    return jax.lax.switch(index, [lambda v: v, lambda v: jnp.arccos(v * 3.0)], x)  # LINE: switch
+
+
+@pytest.mark.parametrize(
+    "fn, args, expected",
+    [
+        (while_log, (jnp.full(2, 3.0),), ("log", "while_body")),
+        (fori_sqrt, (jnp.full(2, 3.0),), ("sqrt", "fori_body")),
+        (cond_log, (jnp.ones(2),), ("log", "cond_true")),
+        (switch_arccos, (jnp.ones(2), 1), ("acos", "switch")),
+    ],
+    ids=["while_loop", "fori_loop", "cond", "switch"],
+)
+def test_nan_inside_loop_bodies_and_branches(fn, args, expected):
+    report = locate_nan(jax.jit(fn), *args)
+    assert _where(report) == (expected[0], "forward", _line_of(expected[1]))
+
+
+@jax.custom_vjp
+def scaled_identity(x):
+    return x * 2.0
+
+
+def _scaled_identity_fwd(x):
+    return x * 2.0, x
+
+
+def _scaled_identity_bwd(x, g):
+    return (g * jnp.log(x - 2.0),)  # LINE: vjp_bwd
+
+
+scaled_identity.defvjp(_scaled_identity_fwd, _scaled_identity_bwd)
+
+
+@jax.custom_jvp
+def soft_sine(x):
+    return jnp.sin(x)
+
+
+@soft_sine.defjvp
+def _soft_sine_jvp(primals, tangents):
+    (x,), (t,) = primals, tangents
+    return soft_sine(x), t * jnp.sqrt(jnp.cos(x) - 2.0)  # LINE: jvp_rule
+
+
+def test_nan_inside_custom_rules_points_into_the_rule():
+    vjp = locate_nan(jax.grad(lambda x: jnp.sum(scaled_identity(x))), jnp.ones(3))
+    assert _where(vjp) == ("log", "backward", _line_of("vjp_bwd"))
+    assert vjp.frame.function == "_scaled_identity_bwd"
+    jvp = locate_nan(jax.jit(jax.grad(lambda x: jnp.sum(soft_sine(x)))), jnp.ones(3))
+    assert _where(jvp) == ("sqrt", "forward", _line_of("jvp_rule"))
+
+
+def adam_without_eps(params):
+    import optax
+
+    optimizer = optax.adam(1e-3, eps=0.0)
+    state = optimizer.init(params)
+    updates, _ = optimizer.update(jnp.zeros_like(params), state, params)  # LINE: optax_update
+    return updates
+
+
+def test_nan_inside_a_library_is_reported_at_the_users_line():
+    with jax.numpy_dtype_promotion("standard"):  # Optax relies on implicit promotion
+        report = locate_nan(jax.jit(adam_without_eps), jnp.ones(3))
+    assert _where(report) == ("div", "forward", _line_of("optax_update"))
+    assert all("optax" not in frame.file for frame in report.stack)
+
+
+def norm_root(x):
+    return jnp.sum(jnp.linalg.norm(x) ** 0.5)  # LINE: norm_root
+
+
+def test_nan_inside_a_jax_jitted_helper_is_reported_at_the_call():
+    # jnp.linalg.norm is jitted inside JAX; its derivative's equations carry no user frame
+    jnp.linalg.norm(jnp.ones(5))  # traced once elsewhere first: cached frames are stale
+    assert _where(locate_nan(jax.grad(norm_root), jnp.zeros(3))) == (
+        "mul",
+        "backward",
+        _line_of("norm_root"),
+    )
+
+
+def long_scan(x, steps):
+    def body(c, _):
+        c = c + 1.0
+        return c, jnp.log(10.5 - c)  # LINE: scan_body
+
+    return jax.lax.scan(body, x, None, length=steps)[1]
+
+
+def test_nan_in_a_long_scan_replays_one_step(monkeypatch):
+    import jaxwise.debug._replay as replay
+
+    evaluated = []
+    original = replay.Replay.equation
+
+    def counting(self, eqn, *args, **kwargs):
+        evaluated.append(eqn.primitive.name)
+        return original(self, eqn, *args, **kwargs)
+
+    monkeypatch.setattr(replay.Replay, "equation", counting)
+    counts = {}
+    for steps in (50, 400):
+        evaluated.clear()
+        report = locate_nan(jax.jit(functools.partial(long_scan, steps=steps)), jnp.zeros(2))
+        assert _where(report) == ("log", "forward", _line_of("scan_body"))
+        counts[steps] = len(evaluated)
+    assert counts[50] == counts[400] < 30  # one body step replayed, whatever the length
+
+
+def test_nan_in_a_flax_module_is_reported_in_the_users_module():
+    nnx = pytest.importorskip("flax.nnx")
+
+    class LogHead(nnx.Module):
+        def __init__(self):
+            self.dense = nnx.Linear(2, 1, rngs=nnx.Rngs(0))
+
+        def __call__(self, x):
+            return jnp.log(self.dense(x))  # LINE: flax_module
+
+    graphdef, state = nnx.split(LogHead())
+
+    @jax.jit
+    def forward(state, x):
+        return nnx.merge(graphdef, state)(x)
+
+    report = locate_nan(forward, state, -100.0 * jnp.ones((3, 2)))
+    assert _where(report) == ("log", "forward", _line_of("flax_module"))

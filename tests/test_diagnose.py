@@ -10,7 +10,8 @@ import pytest
 
 from jaxwise.buckets import plan_buckets
 from jaxwise.compilation import CompileCounter
-from jaxwise.diagnose import FIXES, _is_user_function, captured_constants, why_recompiled
+from jaxwise.diagnose import FIXES, captured_constants, why_recompiled
+from jaxwise.diagnose._constants import _is_user_function
 
 WEIGHTS = jnp.asarray(np.random.default_rng(1).normal(size=(256, 256)), jnp.float32)
 SCALE = 2.0

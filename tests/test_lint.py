@@ -104,11 +104,13 @@ def test_jw008_loop_and_reads_in_nested_functions():
     src = (
         "import jax\nscale = 1.0\n"
         "@jax.jit\ndef f(x):\n    def inner(y):\n        return y * scale\n    return inner(x)\n"
-        "scale = 2.0\n"
+        "f(1.0)\nscale = 2.0\n"
     )
     [finding] = lint_source(src)
     assert (finding.code, finding.line) == ("JW008", 6)
-    assert "changes (line 8)" in finding.message
+    assert "changes (line 9)" in finding.message
+    # rebound before anything can call f (no module-level call in between): not stale
+    assert lint_source(src.replace("f(1.0)\n", "")) == []
 
 
 def test_jw007_compound_denominators_and_masks():
@@ -548,6 +550,16 @@ def test_each_file_is_linted_once(tmp_path):
     (tmp_path / "m.py").write_text("import jax\nk = jax.random.PRNGKey(0)\n")
     findings, errors, count = lint_paths([tmp_path, tmp_path / "m.py", f"{tmp_path}/./m.py"])
     assert (len(findings), errors, count) == (1, [], 1)
+
+
+def test_jw009_message_shows_the_tracer_as_jax_prints_it(capsys):
+    import jax
+    import jax.numpy as jnp
+
+    jax.jit(lambda x: print(x) or x)(jnp.float32(1.0))
+    printed = capsys.readouterr().out.strip()  # what the user would see: JitTracer(float32[])
+    [finding] = lint_source("import jax\n@jax.jit\ndef f(x):\n    print(x)\n    return x\n")
+    assert finding.code == "JW009" and f"`{printed}`" in finding.message
 
 
 # -- notebooks, deep trees, symlink loops (issue #25) ---------------------------------------

@@ -29,6 +29,7 @@ __all__ = [  # the version, then the sub-packages (each imported on first use)
     "sharding",
     "train",
     "tree",
+    "watch",
 ]
 _SUBMODULES = frozenset(__all__[1:])
 

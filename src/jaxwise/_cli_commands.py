@@ -22,6 +22,7 @@ __all__ = [
     "cmd_predict",
     "cmd_spiral",
     "cmd_train",
+    "cmd_watch",
 ]
 
 
@@ -202,6 +203,20 @@ def cmd_lint(args: argparse.Namespace) -> int:
         )
         print(summary, file=sys.stderr)
     return 1 if findings or errors else 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from jaxwise.watch._run import run_script
+
+    return run_script(
+        args.script,
+        args.args,
+        json_path=args.json,
+        nans=args.nans,
+        transfers=args.transfers,
+        fail_on=args.fail_on,
+        warmup=args.warmup,
+    )
 
 
 def _benchmarks_dir(explicit: str | None) -> Path:

@@ -23,6 +23,7 @@ __all__ = [
     "available_memory",
     "check_hidden",
     "check_training_options",
+    "explicit_nans",
     "option_float",
     "option_int",
     "parameter_count",
@@ -108,3 +109,29 @@ def check_hidden(hidden: Sequence[int], n_in: int = 1, n_out: int = 1) -> int:
             f"{have / 1e9:.3g} GB of memory is available; choose smaller --hidden widths"
         )
     return count
+
+
+# `jaxwise watch` options that take a value (everything before SCRIPT is an option of ours)
+_WATCH_VALUED = ("--json", "--fail-on", "--warmup")
+
+
+def explicit_nans(argv: Sequence[str]) -> list[str]:
+    """Rewrite a bare ``--nans`` of ``jaxwise watch`` as ``--nans=stop``.
+
+    ``--nans`` takes an optional value (``--nans=report``); written bare right before SCRIPT,
+    argparse would read the script's name as that value.
+
+    >>> explicit_nans(["watch", "--nans", "train.py", "--nans"])
+    ['watch', '--nans=stop', 'train.py', '--nans']
+    """
+    out = list(argv)
+    if "watch" not in out:
+        return out
+    i = out.index("watch") + 1
+    while i < len(out) and out[i].startswith("-"):
+        if out[i] == "--nans":
+            out[i] = "--nans=stop"
+        elif out[i] in _WATCH_VALUED:
+            i += 1
+        i += 1
+    return out

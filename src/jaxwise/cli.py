@@ -2,7 +2,8 @@
 
 Subcommands: ``spiral`` (the main job), ``train CSV --label COL``,
 ``predict RUN_DIR DATA.csv --out PREDICTIONS.csv``,
-``label-errors CSV --label COL --top K --out FILE``, ``lint PATH...``, ``doctor``, ``bench``.
+``label-errors CSV --label COL --top K --out FILE``, ``lint PATH...``,
+``watch [options] SCRIPT [ARGS...]``, ``doctor``, ``bench``.
 ``--json`` prints one strict JSON object on stdout (progress bars go to stderr).
 
 Exit codes: 0 success; 1 a run whose built-in checks fail or that trained nothing (one line),
@@ -69,6 +70,17 @@ def _codes(text: str) -> list[str]:
             f"unknown rule code(s) {', '.join(unknown)}; known: {', '.join(RULES)}"
         )
     return codes
+
+
+def _fail_on(text: str) -> tuple[str, ...]:
+    known = ("recompile", "nan", "donation")
+    conditions = tuple(c.strip() for c in text.split(",") if c.strip())
+    unknown = [c for c in conditions if c not in known]
+    if unknown or not conditions:
+        raise argparse.ArgumentTypeError(
+            f"expected conditions among {','.join(known)}, got {text!r}"
+        )
+    return conditions
 
 
 # --------------------------------------------------------------------------
@@ -295,6 +307,51 @@ def _add_tools(sub: Any) -> None:
     bench.set_defaults(run=commands.cmd_bench)
 
 
+def _add_watch(sub: Any) -> None:
+    watch = sub.add_parser(
+        "watch",
+        help="run a JAX script unchanged and report recompiles, NaNs, donations, transfers",
+        description="Run SCRIPT in-process, unchanged, and report per jitted function: calls, "
+        "compiles and each recompile's cause; steady-state recompiles, NaNs (--nans), failed "
+        "donations and host-to-device transfers (--transfers) are flagged. The report goes to "
+        "stderr; the script's stdout is untouched.",
+    )
+    watch.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON")
+    watch.add_argument(
+        "--nans",
+        nargs="?",
+        const="stop",
+        default=None,
+        choices=("stop", "report"),
+        help="locate the first NaN a jitted function produces; stop there (exit code 3, the "
+        "default) or --nans=report to continue",
+    )
+    watch.add_argument(
+        "--transfers",
+        action="store_true",
+        help="count host values (NumPy arrays, Python scalars) copied to the device per call site",
+    )
+    watch.add_argument(
+        "--fail-on",
+        type=_fail_on,
+        default=(),
+        metavar="LIST",
+        help="exit with code 3 on any of recompile (steady-state), nan, donation",
+    )
+    watch.add_argument(
+        "--warmup",
+        type=_positive_int,
+        default=2,
+        metavar="N",
+        help="compiles per function before a recompile counts as steady-state (default 2)",
+    )
+    watch.add_argument("script", metavar="SCRIPT", help="the Python script to run")
+    watch.add_argument(
+        "args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments"
+    )
+    watch.set_defaults(run=commands.cmd_watch)
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line (exit code 2) like every other jaxwise error."""
 
@@ -319,6 +376,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_predict(sub)
     _add_label_errors(sub)
     _add_tools(sub)
+    _add_watch(sub)
     return parser
 
 
@@ -393,10 +451,12 @@ def _sigterm_handler() -> Any:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxwise`` console script; returns the exit code."""
+    from jaxwise._cli_options import explicit_nans
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(explicit_nans(sys.argv[1:] if argv is None else argv))
     debug = bool(getattr(args, "debug", False))
-    if args.command not in ("lint", "bench"):
+    if args.command not in ("lint", "bench", "watch"):
         _quiet()
     from jaxwise._lock import set_command
 

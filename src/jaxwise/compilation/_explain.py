@@ -27,12 +27,25 @@ KINDS = (
     "static",
     "structure",
     "sharding",
+    "config",
+    "donation",
     "new_function",
     "other",
 )
 # When one call differs from its closest earlier key in several ways, the headline is the
-# difference a user would fix first.
-_PRIORITY = ("structure", "static", "shape", "dtype", "weak_type", "sharding", "other")
+# difference a user would fix first. A JAX config flip comes first: it is the cause of the
+# dtype changes it brings (x64 turns every Python float into f64).
+_PRIORITY = (
+    "config",
+    "structure",
+    "static",
+    "shape",
+    "dtype",
+    "weak_type",
+    "sharding",
+    "donation",
+    "other",
+)
 IDENTITY_NOTE = "hashed by identity"
 _MAX_REPR = 80
 
@@ -67,8 +80,13 @@ class Difference:
             return line
         if self.kind == "structure":
             return f"structure of `{self.argument}`: {self.old} → {self.new}"
-        if self.kind == "other" and self.argument.startswith("config "):
-            return f"tracing context `{self.argument[7:]}`: {self.old} → {self.new}"
+        if self.kind == "config":
+            return (
+                f"JAX config `{self.argument}` flipped: {self.old} → {self.new} (every jitted "
+                "function retraces; set it once, before the first call)"
+            )
+        if self.kind == "donation":
+            return f"donation of `{self.argument}`: {self.old} → {self.new}"
         return f"argument `{self.argument}`: {self.old} → {self.new}"
 
 
@@ -84,9 +102,12 @@ class CacheMiss:
         object defined at the same place as one compiled before: a ``jax.jit`` of a
         lambda, closure or bound method re-created per call), ``"static"``, ``"shape"``,
         ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure, ``None`` leaves,
-        positional vs keyword), ``"sharding"`` or ``"other"`` (config / tracing context).
-      argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``
-        (``""`` for ``"first"``/``"new_function"``).
+        positional vs keyword), ``"sharding"`` (an input's sharding, device, or committed vs
+        uncommitted placement), ``"config"`` (a JAX config flip such as ``jax_enable_x64``,
+        named in ``argument``), ``"donation"`` (the same program jitted with and without
+        donating an argument) or ``"other"``.
+      argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``, or the
+        config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``.
       old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
       new: its current value or type as text.
       differences: every :class:`Difference` from the closest earlier call.
@@ -208,9 +229,7 @@ def _diff_arg(old: ArgSig, new: ArgSig) -> list[Difference]:
 def diff_calls(old: CallSig, new: CallSig) -> list[Difference]:
     """Every difference between an earlier call signature and the current one."""
     out = [
-        Difference("other", f"config {n}", b, a)
-        for (n, a), (_, b) in zip(new.context, old.context)
-        if a != b
+        Difference("config", n, b, a) for (n, a), (_, b) in zip(new.context, old.context) if a != b
     ]
     old_by = {a.name: a for a in old.args}
     new_by = {a.name: a for a in new.args}
@@ -318,17 +337,18 @@ def from_context(
     return _build(ctx, ordered[0].kind, ordered, reasons, text, jax_text)
 
 
-def sharding_miss(
-    name: str, defined_at: str | None, argument: str, old: str, new: str
+def placement_miss(
+    kind: str, name: str, defined_at: str | None, argument: str, old: str, new: str
 ) -> CacheMiss:
-    """A recompile caused only by an input's sharding (JAX's tracing cache hit)."""
-    diff = Difference("sharding", argument, old, new)
+    """A recompile of an already traced program (JAX's tracing cache hit): one input's
+    sharding or placement (``kind="sharding"``) or donation (``kind="donation"``) changed."""
+    diff = Difference(kind, argument, old, new)
     reason = diff.describe()
     return CacheMiss(
         name,
         defined_at,
         None,
-        "sharding",
+        kind,
         argument,
         old,
         new,
@@ -376,9 +396,7 @@ def _prose_differences(body: list[str]) -> list[Difference]:
         elif m := _RE_TREE.match(line):
             diffs.append(Difference("structure", m.group("path"), m.group("old"), m.group("new")))
         elif m := _RE_CTX.match(line):
-            diffs.append(
-                Difference("other", f"config {m.group('name')}", m.group("old"), m.group("new"))
-            )
+            diffs.append(Difference("config", m.group("name"), m.group("old"), m.group("new")))
     return diffs
 
 

@@ -20,7 +20,7 @@ from typing import Any, Literal
 import jax
 
 from jaxwise.compilation import _jaxkeys
-from jaxwise.compilation._explain import CacheMiss, from_context, parse_cache_miss, sharding_miss
+from jaxwise.compilation._explain import CacheMiss, from_context, parse_cache_miss, placement_miss
 
 __all__ = ["HUB", "CompileEvent", "explain_recompiles"]
 
@@ -93,9 +93,7 @@ class _Hub:
         self._filter = _CaptureFilter(self)
         self._local = threading.local()
         self._sources: dict[str, list[_jaxkeys.CallSig]] = {}
-        self._shardings: weakref.WeakKeyDictionary[Any, tuple[str, ...]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._placements: weakref.WeakKeyDictionary[Any, _Placement] = weakref.WeakKeyDictionary()
 
     # -- compile events -------------------------------------------------------
     def add_sink(self, sink: Any, explain: bool) -> None:
@@ -129,11 +127,11 @@ class _Hub:
 
     def _event(self, fun_name: str, seconds: float) -> CompileEvent:
         ctx = _jaxkeys.compile_context()
-        miss, fun_id = self._pop_pending(fun_name)
+        miss, fun_id = self._pop_pending(fun_name, ctx.defined_at if ctx is not None else None)
         if ctx is not None:
-            previous = self._shardings.get(ctx.jaxpr)
+            previous = self._placements.get(ctx.jaxpr)
             try:
-                self._shardings[ctx.jaxpr] = ctx.shardings
+                self._placements[ctx.jaxpr] = _Placement.of(ctx)
             except TypeError:  # not weak-referenceable in this JAX version
                 pass
             if miss is None and previous is not None:
@@ -209,24 +207,71 @@ class _Hub:
             sink.record(miss)
         return miss
 
-    def _pop_pending(self, fun_name: str) -> tuple[CacheMiss | None, int | None]:
+    def _pop_pending(
+        self, fun_name: str, defined_at: str | None
+    ) -> tuple[CacheMiss | None, int | None]:
+        """The newest queued miss of this function (same name and, when known, the same place
+        of definition: a miss left by another function of that name, traced inside an outer
+        jit and never compiled on its own, is not this compile's)."""
         pending = self._pending()
         inner = _inner_name(fun_name)
         for i in range(len(pending) - 1, -1, -1):
-            if pending[i][0].function == inner:
+            miss = pending[i][0]
+            same_place = defined_at is None or miss.defined_at in (None, defined_at)
+            if miss.function == inner and same_place:
                 return pending.pop(i)
         return None, None
 
 
-def _placement_miss(ctx: _jaxkeys.CompileContext, previous: tuple[str, ...]) -> CacheMiss:
-    """A compile of an already traced program: its input shardings (or placement) changed."""
-    for i, (old, new) in enumerate(zip(previous, ctx.shardings)):
+@dataclasses.dataclass(frozen=True)
+class _Placement:
+    """What a compile of an already traced program specialises on besides the trace."""
+
+    shardings: tuple[str, ...]
+    committed: tuple[bool | None, ...]
+    donated: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, ctx: _jaxkeys.CompileContext) -> _Placement:
+        return cls(ctx.shardings, ctx.committed, ctx.donated)
+
+
+def _committed_text(committed: bool | None, sharding: str) -> str:
+    if committed is None:
+        return sharding
+    return f"committed ({sharding})" if committed else f"uncommitted ({sharding})"
+
+
+def _placement_miss(ctx: _jaxkeys.CompileContext, previous: _Placement) -> CacheMiss:
+    """A compile of an already traced program: an input's sharding, committed placement or
+    donation changed (JAX's tracing cache hit, so it gave no explanation)."""
+
+    def name(i: int) -> str:
+        return ctx.arg_names[i] if i < len(ctx.arg_names) else f"args[{i}]"
+
+    for i, (old, new) in enumerate(zip(previous.shardings, ctx.shardings)):
         if old != new:
-            name = ctx.arg_names[i] if i < len(ctx.arg_names) else f"args[{i}]"
-            return sharding_miss(ctx.name, ctx.defined_at, name, old, new)
+            return placement_miss("sharding", ctx.name, ctx.defined_at, name(i), old, new)
+    for i, (old, new) in enumerate(zip(previous.committed, ctx.committed)):
+        if old != new and old is not None and new is not None:
+            sharding = ctx.shardings[i]
+            return placement_miss(
+                "sharding",
+                ctx.name,
+                ctx.defined_at,
+                name(i),
+                _committed_text(old, sharding),
+                _committed_text(new, sharding),
+            )
+    for i, (old, new) in enumerate(zip(previous.donated, ctx.donated)):
+        if old != new:
+            text = ("not donated", "donated")
+            return placement_miss(
+                "donation", ctx.name, ctx.defined_at, name(i), text[old], text[new]
+            )
     reason = (
-        "the same traced program compiled again: input placement (committed device), layout "
-        "or donation changed"
+        "the same traced program compiled again with the same input placement and donation "
+        "(a layout or compiler option changed, or its executable was evicted)"
     )
     return CacheMiss(ctx.name, ctx.defined_at, None, "other", "", "", "", (), (reason,), reason)
 

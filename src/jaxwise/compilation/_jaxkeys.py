@@ -10,7 +10,8 @@ functions while they run:
   ``jax_explain_cache_misses`` is on): locals ``fun``, ``in_avals``, ``debug_info``, ``keys``
   (the previous keys of the *same* function object) and ``callsite``;
 - ``jax._src.pjit._pjit_call_impl_python`` (the call that compiles a ``jit`` program): locals
-  ``jaxpr`` and ``args`` (the argument shardings).
+  ``jaxpr``, ``args`` (the argument shardings and committed placement) and
+  ``donated_invars``.
 
 Everything is converted at once into plain, JAX-version-independent records
 (:class:`CallSig`, :class:`ArgSig`, :class:`LeafType`). If JAX changes these internals the
@@ -87,8 +88,10 @@ class CompileContext:
     name: str
     defined_at: str | None
     internal: bool  # the program is defined inside JAX (an eager operation)
-    arg_names: tuple[str, ...]
+    arg_names: tuple[str, ...]  # aligned with the inputs below (captured constants first)
     shardings: tuple[str, ...]
+    committed: tuple[bool | None, ...]  # per input: committed to its device(s)
+    donated: tuple[bool, ...]  # per input: donated to the program
     jaxpr: Any
 
 
@@ -292,9 +295,16 @@ def compile_context() -> CompileContext | None:
         name, defined_at = _src_info(debug_info)
         file = defined_at.rsplit(":", 1)[0] if defined_at else ""
         internal = os.path.abspath(file).startswith(_JAX_DIR) if file else False
-        arg_names = tuple(str(a) for a in (debug_info.arg_names or ()))
+        names = tuple(str(a) for a in (debug_info.arg_names or ()))
+        extra = max(0, len(args) - len(names))  # captured constants come first
+        arg_names = tuple(f"constant[{i}]" for i in range(extra)) + names
         shardings = tuple(_sharding_text(getattr(a, "sharding", None)) for a in args)
-        return CompileContext(name, defined_at, internal, arg_names, shardings, jaxpr)
+        committed = tuple(getattr(a, "committed", None) for a in args)
+        donated = tuple(bool(d) for d in local.get("donated_invars", ()) or ())
+        donated = donated if len(donated) == len(args) else (False,) * len(args)
+        return CompileContext(
+            name, defined_at, internal, arg_names, shardings, committed, donated, jaxpr
+        )
     except Exception:
         return None
     finally:

@@ -9,18 +9,19 @@ top-level statements.
 from __future__ import annotations
 
 import ast
-import re
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from jaxwise.lint._bindings import Binding, module_bindings
-from jaxwise.lint._core import FUNCS, Aliases, Finding, const_int, params
+from jaxwise.lint._core import FUNCS, PARTIAL_NAMES, Aliases, Finding, const_int, params
+from jaxwise.lint._hot import HotLines
 
 __all__ = ["Binding", "Index", "Jitted", "Scope", "module_bindings"]
 
 Scope = ast.AST | None  # a function, a lambda, a module-level loop, or None for the module
 _EXIT = object()  # stack marker: leave the current scope
+_ITEM_TARGETS = (ast.Subscript, ast.Attribute)
 # Fields that never hold a node a rule needs (identifiers, flags, contexts, operators, returns).
 _SKIP_FIELDS = frozenset(
     {
@@ -59,42 +60,6 @@ OLD_ATTRS = frozenset(
         "randn",
     }
 )
-# Text without which a function body holds nothing any rule looks for (see ``_HotLines``).
-_ALWAYS_HOT = (
-    "jit",
-    "pmap",
-    "random",
-    "make_train_",
-    "jax.tree_map",
-    "jax.tree_leaves",
-    "jax.tree_flatten",
-    "jax.tree_unflatten",
-    "jax.tree_structure",
-    "jax.tree_transpose",
-    "build_tree",
-    "register_keypaths",
-    "PRNGKey",
-    "randn",
-)
-# Imported under another name (`from jax import jit as J`), these make a body hot by that name.
-_ALIASED = frozenset(
-    {
-        "jax.jit",
-        "jax.pmap",
-        "jax.vmap",
-        "equinox.filter_jit",
-        "jax.tree_map",
-        "jax.tree_leaves",
-        "jax.tree_flatten",
-        "jax.tree_unflatten",
-        "jax.numpy.randn",
-        "jax.tree_structure",
-        "jax.tree_transpose",
-        "functools.partial",
-    }
-)
-_GLOBAL = re.compile(r"^[ \t]*global\s", re.MULTILINE)
-_SINGULAR_MARKS = ("/", "log", "sqrt", "arc", "reciprocal", "power")
 
 
 def _all_node_types() -> list[type]:
@@ -154,47 +119,6 @@ def _is_range(node: ast.AST) -> bool:
     return type(node) is ast.Call and type(node.func) is ast.Name and node.func.id == "range"
 
 
-class _HotLines:
-    """Which function bodies mention what some rule needs (``jit``, ``random``, local aliases…).
-
-    A plain substring test (a superset of what the rules match): a body without any of these
-    words cannot produce a finding unless it is jitted, which the index learns from elsewhere.
-    """
-
-    def __init__(self, text: str, tree: ast.Module) -> None:
-        aliases = Aliases([n for n in tree.body if isinstance(n, ast.Import | ast.ImportFrom)])
-        names = aliases.names.items()
-        self.words = _ALWAYS_HOT + tuple(
-            n for n, full in names if full.startswith("jax.random") or full in _ALIASED
-        )
-        self.wheres = ("np.where", "numpy.where") + tuple(
-            n for n, full in names if full == "jax.numpy.where"
-        )
-        self.donation = "donate_arg" in text or "make_train_" in text
-        # Lines as Python numbers them: only "\n" ends a line (str.splitlines also splits at
-        # form feeds and other separators).
-        if "\r" in text:
-            text = text.replace("\r\n", "\n").replace("\r", "\n")
-        self.lines = text.split("\n")
-
-    def segment(self, node: ast.AST) -> str:
-        """The source text of ``node``'s lines."""
-        first, last = getattr(node, "lineno", 1), getattr(node, "end_lineno", None) or 1
-        return "\n".join(self.lines[first - 1 : last])
-
-    def any(self, node: ast.AST) -> bool:
-        """Whether ``node``'s lines hold text that some rule needs."""
-        seg = self.segment(node)
-        for word in self.words:
-            if word in seg:
-                return True
-        if any(w in seg for w in self.wheres) and any(m in seg for m in _SINGULAR_MARKS):
-            return True
-        if "global " in seg and _GLOBAL.search(seg):
-            return True
-        return ("vmap" in seg and "grad" in seg) or (self.donation and "array" in seg)
-
-
 class Jitted(NamedTuple):
     """A function compiled by ``jit``: its def, the decorator or call, and the callable's name."""
 
@@ -211,6 +135,7 @@ class Index:
         → ``(call, scope)`` pairs.
       defs: every function definition with its enclosing scope.
       assigns: every ``name = value`` with its scope.
+      item_assigns: every ``container[key] = value`` and ``obj.attr = value`` with its scope.
       watched: ``(Name node, scope)`` for every occurrence of a name bound at module level.
       bindings: module-level bindings by name (see ``module_bindings``).
     """
@@ -222,6 +147,7 @@ class Index:
         self.calls: defaultdict[str, list[tuple[ast.Call, Scope]]] = defaultdict(list)
         self.defs: list[tuple[ast.FunctionDef | ast.AsyncFunctionDef, Scope]] = []
         self.assigns: list[tuple[ast.Assign, Scope]] = []
+        self.item_assigns: list[tuple[ast.Assign, Scope]] = []  # d[k] = v, obj.a = v
         self.range_loops: list[tuple[ast.For, Scope]] = []
         self.old_attrs: list[ast.Attribute] = []
         self.globals: list[tuple[ast.Global, Scope]] = []
@@ -231,7 +157,7 @@ class Index:
         self._watch = frozenset(self.bindings)
         self._deferred: list[ast.FunctionDef | ast.AsyncFunctionDef] = []
         self._cache: dict[str, Any] = {}
-        hot = self._hot = _HotLines(text, tree) if text is not None else None
+        hot = self._hot = HotLines(text, tree) if text is not None else None
         self._traverse(list(tree.body), [None], hot)
         self.aliases = Aliases(self.imports)
         self._finish_deferred()
@@ -242,7 +168,7 @@ class Index:
         self.findings.append(Finding(self.path, line, col, code, message, fix))
 
     # -- the traversal -------------------------------------------------------------------
-    def _traverse(self, body: list[Any], scopes: list[Scope], hot: _HotLines | None) -> None:
+    def _traverse(self, body: list[Any], scopes: list[Scope], hot: HotLines | None) -> None:
         """Visit ``body`` in scope ``scopes[-1]``; function bodies without hot text are deferred."""
         stack: list[Any] = list(body)
         calls, watched, watch, kinds, fields = self.calls, self.watched, self._watch, _KIND, _FIELDS
@@ -273,6 +199,8 @@ class Index:
             elif kind == 5:  # Assign
                 if len(node.targets) == 1 and type(node.targets[0]) is name_t:
                     self.assigns.append((node, scopes[-1]))
+                elif len(node.targets) == 1 and type(node.targets[0]) in _ITEM_TARGETS:
+                    self.item_assigns.append((node, scopes[-1]))
             elif kind == 6 or kind == 7:  # functions and lambdas
                 self._enter(node, scopes, stack, hot)
                 continue
@@ -296,7 +224,7 @@ class Index:
                     stack.append(value)
 
     def _enter(
-        self, node: Any, scopes: list[Scope], stack: list[Any], hot: _HotLines | None
+        self, node: Any, scopes: list[Scope], stack: list[Any], hot: HotLines | None
     ) -> None:
         """Push a scope: decorators, defaults and a loop's iterable stay in the outer scope."""
         outer = scopes[-1]
@@ -434,11 +362,21 @@ class Index:
                 )
             defs, assigned = self.defs_by_name(), self.assigned_name()
             for call, _ in self.jit_calls():
-                target = call.args[0]
+                target = self.unpartial(call.args[0])
                 if isinstance(target, ast.Name) and target.id in defs:
                     out.append(Jitted(defs[target.id][0], call, assigned.get(id(call))))
             self._cache["jitted"] = out
         return self._cache["jitted"]
+
+    def unpartial(self, target: ast.AST) -> ast.AST:
+        """``functools.partial(f, …)`` → ``f`` (what ``jax.jit(partial(step, cfg=…))`` traces)."""
+        while (
+            isinstance(target, ast.Call)
+            and target.args
+            and self.aliases.qualify(target.func) in PARTIAL_NAMES
+        ):
+            target = target.args[0]
+        return target
 
     def jitted_by_fn(self) -> dict[int, list[Jitted]]:
         """``id(function def)`` → its jit sites."""

@@ -1,4 +1,11 @@
-"""JW001: ``jax.jit`` created inside a function or loop body and called there."""
+"""JW001: ``jax.jit`` created inside a function or loop body and called there.
+
+A function run once per process (``main()``, called once from the module, not in a loop)
+may create its jitted functions where it likes: only a jit created inside one of its loops is
+flagged there. ``jax.jit(model.apply)`` re-creates its target when ``model`` is an instance of
+a class (a Flax linen module's ``apply`` is a new bound method on every access); a NamedTuple
+field such as Haiku's ``net.apply`` or Optax's ``opt.update`` is the same object every time.
+"""
 
 from __future__ import annotations
 
@@ -23,17 +30,63 @@ def _where(scope: ast.AST) -> str:
     return "a lambda" if isinstance(scope, ast.Lambda) else "a loop"
 
 
-def _recreated(target: ast.AST, local_defs: set[str]) -> bool:
+def _recreated(target: ast.AST, local_defs: set[str], instances: set[str]) -> bool:
     """Whether ``target`` is new each time: a lambda, a local def, a bound method, a partial."""
     if isinstance(target, ast.Lambda):
         return True
     if isinstance(target, ast.Name):
         return target.id in local_defs
     if isinstance(target, ast.Attribute):
-        # `self.method` is a new bound-method object on every access; `module.function` or a
-        # NamedTuple's function field (`opt.update`) is the same object, so JAX's cache hits.
-        return isinstance(target.value, ast.Name) and target.value.id in ("self", "cls")
+        # `self.method` or `model.apply` (model = MLP()) is a new bound-method object on every
+        # access; `module.function` or a NamedTuple's function field (`opt.update`) is the same
+        # object, so JAX's cache hits.
+        return isinstance(target.value, ast.Name) and (
+            target.value.id in ("self", "cls") or target.value.id in instances
+        )
     return isinstance(target, ast.Call)  # partial(f, …) and friends
+
+
+def _is_class(func: ast.AST) -> bool:
+    """``MLP(…)``, ``nn.Dense(…)``: a call of a class (by the naming convention)."""
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+    return bool(name) and name[0].isupper()
+
+
+def _instances(ix: Index, scope: Scope) -> set[str]:
+    """Names bound to a class instance (``model = MLP()``) in ``scope``, around it, or in the
+    module."""
+    chain = {id(s) for s in ix.scope_chain(scope)} | {id(None)}
+    found = {
+        target.id
+        for a, s in ix.assigns
+        if isinstance(target := a.targets[0], ast.Name)
+        and id(s) in chain
+        and isinstance(a.value, ast.Call)
+        and _is_class(a.value.func)
+    }
+    for name, bindings in ix.bindings.items():
+        if any(isinstance(b.value, ast.Call) and _is_class(b.value.func) for b in bindings):
+            found.add(name)
+    return found
+
+
+def _in_loop(fn: ast.AST, node: ast.AST) -> bool:
+    """Whether ``node`` sits inside a ``for``/``while`` loop of ``fn``'s body."""
+    line = getattr(node, "lineno", 0)
+    return any(
+        isinstance(n, (ast.For, ast.While)) and n.lineno <= line <= (n.end_lineno or n.lineno)
+        for n in ast.walk(fn)
+        if n is not fn
+    )
+
+
+def _runs_once(ix: Index, scope: Scope) -> bool:
+    """A module-level function called exactly once, by a module-level statement outside any
+    loop (``main()`` under ``if __name__ == "__main__":``)."""
+    if not isinstance(scope, FUNCS) or ix.outer.get(id(scope)) is not None:
+        return False
+    calls = ix.calls.get(scope.name, ())
+    return len(calls) == 1 and calls[0][1] is None and isinstance(calls[0][0].func, ast.Name)
 
 
 def check(ix: Index) -> None:
@@ -47,7 +100,9 @@ def check(ix: Index) -> None:
             jitted_locals[(id(scope), fn.name)] = fn
     assigned = ix.assigned_name()
     for call, scope in ix.jit_calls():
-        if scope is None or not _recreated(call.args[0], local_defs.get(id(scope), set())):
+        if scope is None or not _recreated(
+            call.args[0], local_defs.get(id(scope), set()), _instances(ix, scope)
+        ):
             continue
         if id(call) in assigned:
             jitted_locals[(id(scope), assigned[id(call)])] = call
@@ -56,7 +111,8 @@ def check(ix: Index) -> None:
         if (
             scope is not None
             and inner is not None
-            and _recreated(inner.args[0], local_defs.get(id(scope), set()))
+            and _recreated(inner.args[0], local_defs.get(id(scope), set()), _instances(ix, scope))
+            and not (_runs_once(ix, scope) and not _in_loop(scope, outer))
         ):
             ix.add(
                 outer,
@@ -66,10 +122,13 @@ def check(ix: Index) -> None:
                 "compiled on every call",
                 "create the jitted function once (module level, or in __init__) and reuse it",
             )
-    for (scope_id, name), _ in jitted_locals.items():
+    for (scope_id, name), site in jitted_locals.items():
         for call, scope in ix.calls.get(name, ()):
-            if id(scope) == scope_id and isinstance(call.func, ast.Name):
-                _report_local(ix, call, name, scope)
+            if id(scope) != scope_id or not isinstance(call.func, ast.Name):
+                continue
+            if scope is not None and _runs_once(ix, scope) and not _in_loop(scope, site):
+                continue  # created once per process: compiled once
+            _report_local(ix, call, name, scope)
 
 
 def _report_local(ix: Index, call: ast.Call, name: str, scope: Scope) -> None:

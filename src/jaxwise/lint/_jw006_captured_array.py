@@ -37,7 +37,18 @@ def _shape_size(node: ast.AST, consts: dict[str, int]) -> int | None:
 
 
 def literal_size(call: ast.Call, name: str, consts: dict[str, int]) -> int | None:
-    """Element count of ``np.zeros((300, 300))``, ``jnp.arange(N)``, ``normal(k, (9, 9))``."""
+    """Element count of ``np.zeros((300, 300))``, ``jnp.arange(N)``, ``normal(k, (9, 9))``,
+    ``jnp.linspace(0, 1, N)``, ``jnp.arange(start, stop, step)``."""
+    if name.endswith((".linspace", ".logspace", ".geomspace")):
+        num = call.args[2] if len(call.args) > 2 else None
+        num = next((k.value for k in call.keywords if k.arg == "num"), num)
+        return 50 if num is None else const_int(num, consts)  # NumPy's default num
+    if name.endswith(".arange") and len(call.args) >= 2:
+        start, stop = (const_int(a, consts) for a in call.args[:2])
+        step = const_int(call.args[2], consts) if len(call.args) > 2 else 1
+        if start is None or stop is None or not step:
+            return None
+        return max(0, -((start - stop) // step))
     if name.endswith((".eye", ".identity")):
         dims = [const_int(a, consts) for a in call.args[:2]]
         dims = [d for d in dims if d is not None]

@@ -37,7 +37,12 @@ def _alternatives(bindings: list[Binding]) -> bool:
 
 
 def changing_scalars(ix: Index) -> dict[str, int]:
-    """Module-level scalar names that are rebound after their first binding → line of the change."""
+    """Module-level scalar names that are rebound after their first binding → line of the change.
+
+    A name rebound only by module-level statements is left out when no module-level statement
+    can call a jitted function before its last rebinding (``SCALE = 2.0`` under
+    ``if __name__ == "__main__":`` before the first call: traced with the final value).
+    """
     assigned_in_function: dict[str, int] = {}
     declared = {name for node, _ in ix.globals for name in node.names}
     for node, scope in ix.watched:
@@ -58,9 +63,42 @@ def changing_scalars(ix: Index) -> dict[str, int]:
             out[name] = loops[0].stmt.lineno
         elif name in assigned_in_function:
             out[name] = assigned_in_function[name]
-        elif len(bindings) > 1 and not _alternatives(bindings):
+        elif (
+            len(bindings) > 1
+            and not _alternatives(bindings)
+            and _called_before(ix, max(b.stmt.lineno for b in bindings[1:]))
+        ):
             out[name] = bindings[1].stmt.lineno
     return out
+
+
+def _module_level(ix: Index, scope: ast.AST | None) -> bool:
+    return not any(isinstance(s, (*FUNCS, ast.Lambda)) for s in ix.scope_chain(scope))
+
+
+def _called_before(ix: Index, line: int) -> bool:
+    """Whether a module-level statement before ``line`` may call a jitted function: calls it,
+    or calls a module function that (transitively) calls one."""
+    callers = {j.name for j in ix.jitted() if j.name}
+    defs = ix.defs_by_name()
+    changed = True
+    while changed:  # module functions calling a known caller become callers
+        changed = False
+        for name, fns in defs.items():
+            if name in callers:
+                continue
+            if any(
+                isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in callers
+                for fn in fns
+                for n in ast.walk(fn)
+            ):
+                callers.add(name)
+                changed = True
+    return any(
+        call.lineno < line and _module_level(ix, scope)
+        for name in callers
+        for call, scope in ix.calls.get(name, ())
+    )
 
 
 def check(ix: Index) -> None:

@@ -23,6 +23,6 @@ def check(ix: Index) -> None:
             call,
             CODE,
             f"`print` inside jitted `{name}` runs once, while tracing, and shows tracers "
-            "(`Traced<float32[]>`), not values; later calls print nothing",
+            "(e.g. `JitTracer(float32[])`), not values; later calls print nothing",
             'use jax.debug.print("x = {x}", x=x), which prints the values on every call',
         )

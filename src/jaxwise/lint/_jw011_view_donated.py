@@ -59,11 +59,21 @@ def _root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _kept(ix: Index) -> set[int]:
+    """``id`` of every value that outlives its statement: assigned to a name, stored into a
+    container item or an attribute (``history["w"] = v``), or appended to a list."""
+    kept = set(ix.assigned_name()) | {id(a.value) for a, _ in ix.item_assigns}
+    for call, _ in ix.calls.get("append", ()):
+        if isinstance(call.func, ast.Attribute) and len(call.args) == 1:
+            kept.add(id(call.args[0]))
+    return kept
+
+
 def _views(ix: Index) -> list[tuple[ast.Call, ast.AST | None, str]]:
-    """Views kept in a variable (``v = np.asarray(x)``); a temporary view inside an expression
-    (``assert np.asarray(x).all()``) is gone before any later call."""
+    """Views that are kept (in a variable, a container item, an attribute, a list); a temporary
+    view inside an expression (``assert np.asarray(x).all()``) is gone before any later call."""
     out = []
-    kept = ix.assigned_name()
+    kept = _kept(ix)
     for key in ("asarray", "array"):
         for call, scope in ix.calls_named(key):
             if id(call) not in kept:
@@ -91,7 +101,7 @@ def check(ix: Index) -> None:
                 c
                 for c, s in ix.calls.get(donor_name, ())
                 if s is scope
-                and c.lineno > view.lineno
+                and (c.lineno > view.lineno or _same_loop(ix, scope, view, c))
                 and isinstance(c.func, ast.Name)
                 and _donates(c, donor, root)
             ]
@@ -106,6 +116,22 @@ def check(ix: Index) -> None:
                     "keep a real copy: np.array(x, copy=True) or jaxwise.tree.host_copy(tree)",
                 )
                 break
+
+
+def _same_loop(ix: Index, scope: ast.AST | None, view: ast.Call, call: ast.Call) -> bool:
+    """Both inside one loop of ``scope``: the next iteration's call comes after the view."""
+    if isinstance(scope, (ast.For, ast.While)):  # a module-level loop is a scope of its own
+        return True
+    body = ix.tree.body if scope is None else [scope]
+    for node in (n for b in body for n in ast.walk(b)):
+        if isinstance(node, (ast.For, ast.While)) and node is not scope:
+            end = node.end_lineno or node.lineno
+            if (
+                node.lineno <= min(view.lineno, call.lineno)
+                and max(view.lineno, call.lineno) <= end
+            ):
+                return True
+    return False
 
 
 def _donates(call: ast.Call, donor: Donor, root: str) -> bool:

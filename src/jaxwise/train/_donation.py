@@ -5,22 +5,42 @@ silently or with a raw error: a buffer already deleted by an earlier call (JAX: 
 deleted"), a batch that *is* part of the state (``step(state, state.params)``), and a live NumPy
 view (``np.asarray(state.params["w"])`` on CPU shares memory): JAX then quietly skips donating
 that buffer, keeping a stale copy alive. :class:`Audit` turns each into a :class:`DonationError`
-naming the path. The first call additionally checks the optimizer against the state and the
-state's type signature (a step must not change it).
+naming the path, and checks for the same buffer at two paths on every call. The first call
+additionally checks the optimizer against the state and the state's type signature (a step must
+not change it).
+
+The shared-buffer check costs a buffer query per leaf, so it is skipped when the state is
+exactly the one the previous call returned (distinct outputs of one execution), and runs on
+every other call. The audit steps aside when there is nothing to audit: inside the user's own
+``jax.jit`` (the state is made of tracers; the outer function donates, or not) and under
+``jax.disable_jit()``
+(nothing is compiled, so nothing is donated: it says so once, as a ``RuntimeWarning``).
+Every ``DonationError`` it raises is first handed to :data:`LISTENERS` (``jaxwise.watch``
+records them there); while :data:`SUSPENDED` is non-empty (``jaxwise watch --nans``, under
+which nothing donates) the audit is off.
 """
 
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import jax
+from jax.core import Tracer
 
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
 
-__all__ = ["Audit", "DonationError", "check_donatable", "check_optimizer_fits"]
+__all__ = [
+    "LISTENERS",
+    "SUSPENDED",
+    "Audit",
+    "DonationError",
+    "check_donatable",
+    "check_optimizer_fits",
+]
 
 
 class DonationError(ValueError):
@@ -29,14 +49,53 @@ class DonationError(ValueError):
     Attributes:
       result: when raised *after* a call (a donated buffer that stayed alive), the call's
         ``(state, metrics)``, which are valid: training can continue from them.
+      argument: the path of the leaf at fault, e.g. ``"state.params['w']"`` (``""`` when the
+        error is not about one leaf).
     """
 
     __module__ = "jaxwise.train"
 
     result: Any = None
 
+    def __init__(self, message: str, *, argument: str = "") -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
+DonationError.__module__ = "jaxwise.train"
+
+# Callables receiving every DonationError an audit raises, just before it is raised.
+LISTENERS: list[Callable[[DonationError], None]] = []
+# Reasons, while non-empty, for which jitted functions do not donate (jaxwise watch's NaN
+# checking strips donation so that a failing call can be replayed): audits step aside.
+SUSPENDED: list[str] = []
+
+
+def _path(tree: Any, index: int) -> str:
+    """The ``jax.tree_util.keystr`` path of leaf number ``index`` of ``tree``."""
+    paths = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return jax.tree_util.keystr(paths[index][0]) if index < len(paths) else ""
+
+
+def _leaf_path(tree: Any, leaf: Any) -> str:
+    for i, other in enumerate(jax.tree.leaves(tree)):
+        if other is leaf:
+            return _path(tree, i)
+    return ""
+
+
+def _fail(err: DonationError) -> DonationError:
+    """Hand ``err`` to the listeners; returns it, to be raised by the caller."""
+    for listener in list(LISTENERS):
+        listener(err)
+    return err
+
 
 def _buffer_ids(x: jax.Array) -> list[int]:
+    try:
+        return [x.unsafe_buffer_pointer()]  # one device: the cheap way
+    except Exception:
+        pass
     try:
         return [shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards]
     except Exception:
@@ -59,20 +118,27 @@ def check_donatable(tree: Any, what: str = "state") -> None:
         ...
         jaxwise.train.DonationError: state: the same buffer appears at `mu` and `nu`; ...
     """
-    seen: dict[int, str] = {}
-    for name, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
-        if not isinstance(leaf, jax.Array):
+    leaves = jax.tree.leaves(tree)
+    seen: dict[int, int] = {}
+    for i, leaf in enumerate(leaves):
+        if not isinstance(leaf, jax.Array) or isinstance(leaf, Tracer):
             continue
         if leaf.is_deleted():
-            raise DonationError(_deleted_message(what, name))
+            name = path_names(tree)[i]
+            raise _fail(DonationError(_deleted_message(what, name), argument=what + _path(tree, i)))
         for buffer in _buffer_ids(leaf):
             if buffer in seen:
-                raise DonationError(
-                    f"{what}: the same buffer appears at `{seen[buffer]}` and `{name}`; donating "
-                    'it would fail ("Attempt to donate the same buffer twice"); copy one of them '
-                    "(jnp.array(x, copy=True))"
+                names = path_names(tree)
+                first, second = names[seen[buffer]], names[i]
+                raise _fail(
+                    DonationError(
+                        f"{what}: the same buffer appears at `{first}` and `{second}`; donating "
+                        'it would fail ("Attempt to donate the same buffer twice"); copy one of '
+                        "them (jnp.array(x, copy=True))",
+                        argument=what + _path(tree, i),
+                    )
                 )
-            seen[buffer] = name
+            seen[buffer] = i
 
 
 def _deleted_message(what: str, name: str) -> str:
@@ -150,10 +216,11 @@ def _check_signature_stable(before: Any, after: Any) -> None:
     if len(old) != len(new):
         changed.append("the tree structure changes")
     if changed:
-        raise DonationError(
-            "the training step changes the state's type signature, so every step would recompile "
-            "and "
-            "the donated buffers could not be reused: " + "; ".join(changed)
+        raise _fail(
+            DonationError(
+                "the training step changes the state's type signature, so every step would "
+                "recompile and the donated buffers could not be reused: " + "; ".join(changed)
+            )
         )
 
 
@@ -166,60 +233,107 @@ _LIVE_VIEW = (
 )
 
 
+_DISABLE_JIT = (
+    "jaxwise: the donation audit is off under jax.disable_jit(): nothing is compiled, so "
+    "nothing is donated"
+)
+
+
 class Audit:
-    """Per-call donation checks for a jitted ``fn(state, data)`` that donates ``state``."""
+    """Per-call donation checks for a jitted ``fn(state, data)`` that donates ``state``.
+
+    Each call runs :meth:`before`, the call (the first one through :meth:`first_call`), then
+    :meth:`after`; a call made while tracing (the state holds tracers) or under
+    ``jax.disable_jit()`` is not audited.
+    """
 
     def __init__(self, *, donate: bool, data_name: str) -> None:
         self.donate = donate
         self.data_name = data_name
         self.first_done = False
+        self._skip = False
+        self._warned = False
+        self._returned: list[Any] | None = None  # weak references to the last result's leaves
+
+    def _skipped(self, leaves: list[Any]) -> bool:
+        if SUSPENDED:
+            return True
+        if any(isinstance(leaf, Tracer) for leaf in leaves):
+            return True  # inside the user's jit: that function donates, or not
+        if jax.config.jax_disable_jit:
+            if not self._warned:
+                self._warned = True
+                warnings.warn(_DISABLE_JIT, RuntimeWarning, stacklevel=4)
+            return True
+        return False
 
     def before(self, state: Any, data: Any) -> list[Any]:
         """Check the inputs; returns the state's leaves (to check after the call)."""
         leaves = jax.tree.leaves(state)
-        if not self.donate:
+        self._skip = not self.donate or self._skipped(leaves)
+        if self._skip:
             return leaves
-        ids = {}
-        for leaf in leaves:
-            if isinstance(leaf, jax.Array):
-                if leaf.is_deleted():
-                    raise DonationError(_deleted_message("state", self._name_of(state, leaf)))
-                ids[id(leaf)] = leaf
+        if not self._is_last_result(leaves):
+            check_donatable(state)  # deleted leaves, one buffer at two paths
+        ids = {id(leaf): leaf for leaf in leaves if isinstance(leaf, jax.Array)}
         for leaf in jax.tree.leaves(data):
             if id(leaf) in ids:
-                raise DonationError(
-                    f"`{self.data_name}` leaf `{self._name_of(data, leaf)}` is the state leaf "
-                    f"`{self._name_of(state, leaf)}`: the state is donated (its buffers are reused "
-                    "for the "
-                    f"result), so it cannot also be read as `{self.data_name}`; pass a copy "
-                    "(jnp.array(x, copy=True))"
+                name = self._name_of(data, leaf)
+                raise _fail(
+                    DonationError(
+                        f"`{self.data_name}` leaf `{name}` is the state leaf "
+                        f"`{self._name_of(state, leaf)}`: the state is donated (its buffers are "
+                        "reused for the result), so it cannot also be read as "
+                        f"`{self.data_name}`; pass a copy (jnp.array(x, copy=True))",
+                        argument=self.data_name + _leaf_path(data, leaf),
+                    )
                 )
         return leaves
 
+    def _is_last_result(self, leaves: list[Any]) -> bool:
+        """The state is exactly what the previous call returned: its buffers are distinct
+        outputs of one execution, alive, so the shared-buffer check has nothing to find."""
+        returned = self._returned
+        return (
+            returned is not None
+            and len(returned) == len(leaves)
+            and all(ref() is leaf for ref, leaf in zip(returned, leaves))
+        )
+
+    def _remember(self, result: Any) -> None:
+        try:
+            self._returned = [weakref.ref(leaf) for leaf in jax.tree.leaves(result[0])]
+        except (TypeError, IndexError):  # not weak-referenceable, or not (state, metrics)
+            self._returned = None
+
     def after(self, state: Any, leaves: list[Any], result: Any) -> None:
         """Every donated leaf must now be deleted; otherwise :class:`DonationError` naming it."""
-        if not self.donate:
+        if self._skip:
             return
+        self._remember(result)
         for leaf in leaves:
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+                name = self._name_of(state, leaf)
                 err = DonationError(
-                    f"the donated state leaf `{self._name_of(state, leaf)}` {_LIVE_VIEW}"
+                    f"the donated state leaf `{name}` {_LIVE_VIEW}",
+                    argument="state" + _leaf_path(state, leaf),
                 )
                 err.result = result
-                raise err
+                raise _fail(err)
 
     def first_call(self, call: Callable[[Any, Any], Any], state: Any, data: Any) -> Any:
-        """Shared-buffer and type-signature checks; JAX's donation warnings become errors."""
-        if self.donate:
-            check_donatable(state)
+        """Type-signature check; JAX's donation warnings become errors."""
         out_state, _ = jax.eval_shape(call, state, data)
         _check_signature_stable(state, out_state)
+        if self._skip:
+            self.first_done = True
+            return call(state, data)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             result = call(state, data)
         for w in caught:
             if "donated buffers were not usable" in str(w.message):
-                raise DonationError(f"donation audit: {w.message}")
+                raise _fail(DonationError(f"donation audit: {w.message}"))
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.first_done = True
         return result

@@ -1,0 +1,130 @@
+"""The one place that patches JAX: ``jax.jit``, for the duration of a watch only.
+
+Every function jitted while a watch is active is wrapped in a :class:`Tracked` that forwards
+each call to the real jitted function and lets the watch count it. That covers ``jax.jit`` as a
+decorator, ``jax.jit(f, static_argnums=...)``, ``functools.partial(jax.jit, ...)`` and the
+libraries that call ``jax.jit`` when a function is decorated (Flax's ``nnx.jit``, Equinox's
+``filter_jit``, jaxwise's train steps). :func:`installed` restores the original ``jax.jit`` on
+exit, also when the block raises. tests/test_watch.py::test_jax_jit_patch_still_fits fails if
+JAX changes what the patch relies on: ``jax.jit``'s signature, and the jitted function's
+attributes (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``__wrapped__``) and
+method binding.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import types
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+import jax
+from jax._src import core as _core
+
+from jaxwise.debug._frames import user_site
+
+__all__ = ["ORIGINAL_JIT", "Tracked", "installed", "under_transformation"]
+
+ORIGINAL_JIT = jax.jit
+
+
+class Session(Protocol):
+    """What a :class:`Tracked` function needs from the watch that created it."""
+
+    passthrough: bool
+
+    def call(self, tracked: Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+
+class Tracked:
+    """A jitted function created during a watch: forwards every call, attribute and binding.
+
+    Attributes:
+      jitted: the real jitted function.
+      fun: the Python function it traces.
+      name: the function's name.
+      where: ``"file.py:LINE"`` of the user's line that jitted it.
+      options: the keyword arguments given to ``jax.jit``.
+      stats: the watch's record for this function (shared by functions jitted at one place).
+      plan: what the watch checks per call (donated and static arguments).
+    """
+
+    def __init__(
+        self, jitted: Any, fun: Any, where: str | None, options: dict[str, Any], session: Session
+    ) -> None:
+        functools.update_wrapper(self, jitted, updated=())
+        self.__wrapped__ = fun  # what JAX traces: counters identify the program by it
+        self.jitted = jitted
+        self.fun = fun
+        self.name = function_name(fun)
+        self.where = where
+        self.options = options
+        self.session = session
+        self.stats: Any = None
+        self.plan: Any = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self.session.passthrough or not _core.trace_state_clean():
+            return self.jitted(*args, **kwargs)
+        return self.session.call(self, args, kwargs)
+
+    def __get__(self, instance: Any, owner: Any = None) -> Any:
+        return self if instance is None else types.MethodType(self, instance)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("jitted", "session"):  # not yet set (during unpickling, copy)
+            raise AttributeError(name)
+        return getattr(self.jitted, name)
+
+    def __repr__(self) -> str:
+        return f"<watched {self.jitted!r}>"
+
+
+def function_name(fun: Any) -> str:
+    """The name of the Python function behind ``fun`` (partials and wrappers unwrapped)."""
+    while isinstance(fun, functools.partial):
+        fun = fun.func
+    name = getattr(fun, "__name__", None)
+    if isinstance(name, str) and name:
+        return name
+    return type(fun).__name__
+
+
+def under_transformation() -> bool:
+    """True while JAX is tracing (inside ``jit``, ``grad``, ``vmap``…): a call is staged, not
+    run, and a watched call passes straight through. Reads ``jax._src.core.trace_state_clean``
+    (private, but the one cheap test); the patch test fails if it moves."""
+    return not _core.trace_state_clean()
+
+
+def _patched_jit(factory: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(ORIGINAL_JIT)
+    def jit(*args: Any, **kwargs: Any) -> Any:
+        if not args:  # jax.jit(static_argnums=...) used as a decorator factory
+            return functools.partial(jit, **kwargs)
+        return factory(args[0], kwargs, user_site(sys._getframe(1)))
+
+    return jit
+
+
+@contextlib.contextmanager
+def installed(factory: Callable[[Any, dict[str, Any], str | None], Any]) -> Iterator[None]:
+    """Replace ``jax.jit`` by ``factory(fun, options, where)`` inside the block.
+
+    Args:
+      factory: builds the jitted function; it calls :data:`ORIGINAL_JIT` itself.
+
+    Raises:
+      RuntimeError: ``jax.jit`` is already replaced (another watch is active).
+    """
+    if jax.jit is not ORIGINAL_JIT:
+        raise RuntimeError(
+            "jax.jit is already replaced (is another jaxwise watch active?); one watch at a time"
+        )
+    jax.jit = _patched_jit(factory)
+    try:
+        yield
+    finally:
+        jax.jit = ORIGINAL_JIT

@@ -1,0 +1,496 @@
+"""`Watch`: see every jitted function of a block or script without changing its code.
+
+While a watch is active:
+
+- ``jax.jit`` is replaced (:mod:`._patch`) so that each function jitted in the block is
+  tracked: its name, the user's line that jitted it, its calls and the time inside them;
+- every backend compilation arrives from ``jax.monitoring`` through
+  :mod:`jaxwise.compilation`'s listener with its structured
+  :class:`~jaxwise.compilation.CacheMiss`, and is attributed to the tracked call that is
+  running (found on the Python stack, so no per-call bookkeeping is needed); tracing and
+  lowering times arrive the same way;
+- donations: JAX's "Some donated buffers were not usable" warnings are captured, every
+  donated input is checked after the call (a live NumPy view keeps a buffer alive and JAX
+  then silently skips the donation), and jaxwise steps report their ``DonationError`` here;
+- with ``nans``: each watched call's outputs are checked, and the first non-finite one is
+  located with :func:`jaxwise.debug.locate_nan` on the same arguments;
+- with ``transfers``: host values (NumPy arrays, Python scalars) passed to watched calls,
+  which JAX copies to the device on every call, are counted per call site.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from jaxwise._checks import check_bool, check_int
+from jaxwise.compilation._hub import HUB, CompileEvent
+from jaxwise.debug._frames import short_path, user_frame, user_site
+from jaxwise.train import _donation
+from jaxwise.watch import _calls, _patch
+from jaxwise.watch._names import name_in_frame
+from jaxwise.watch._report import (
+    FAIL_ON,
+    DonationFinding,
+    FunctionReport,
+    MissReport,
+    NanFinding,
+    TransferSite,
+    WatchReport,
+)
+
+__all__ = ["NanStop", "Watch"]
+
+_TRACE_EVENTS = (
+    "/jax/core/compile/jaxpr_trace_duration",
+    "/jax/core/compile/jaxpr_to_mlir_module_duration",
+)
+_UNUSABLE = "Some donated buffers were not usable"
+_MAX_STACK = 200
+_ACTIVE: Watch | None = None
+_LISTENING = False
+_LOCK = threading.Lock()
+
+
+class NanStop(BaseException):
+    """Raised from a watched call whose output is not finite (``nans="stop"``).
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so that the watched code's ``except
+    Exception`` blocks do not swallow it; the :class:`Watch` block ends there, silently.
+    """
+
+    def __init__(self, finding: NanFinding) -> None:
+        super().__init__(finding.describe())
+        self.finding = finding
+
+
+class _Stats:
+    """Everything recorded for one function (all function objects jitted at one place)."""
+
+    def __init__(self, name: str, where: str | None, tracked: bool) -> None:
+        self.name = name
+        self.where = where
+        self.calls: int | None = 0 if tracked else None
+        self.call_seconds = 0.0
+        self.compile_seconds = 0.0
+        self.misses: list[MissReport] = []
+        self.unusable: set[str] = set()  # avals JAX said it could not reuse
+        self.nan_checked = False
+
+    def report(self) -> FunctionReport:
+        return FunctionReport(
+            self.name,
+            self.where,
+            self.calls,
+            len(self.misses),
+            self.compile_seconds,
+            self.call_seconds,
+            tuple(self.misses),
+        )
+
+
+def _duration_listener(event: str, duration_secs: float, **kwargs: Any) -> None:
+    watch = _ACTIVE
+    if watch is not None and event in _TRACE_EVENTS:
+        watch._on_trace_time(duration_secs)
+
+
+class Watch:
+    """Context manager: watch every jitted function of a block, with no change to its code.
+
+    Reports per function (its name and the line that jitted it): calls, compiles, compile
+    time and each compile's :class:`~jaxwise.compilation.CacheMiss` (kind, argument, old,
+    new) with the user's call site; compiles after a function's first ``warmup`` ones are
+    flagged as steady-state recompiles. Also: donations JAX could not use (and jaxwise steps'
+    ``DonationError``), with ``nans`` the first non-finite output located to a primitive and
+    a line, with ``transfers`` the host values copied to the device per call site, and the
+    time spent compiling.
+
+    Only functions jitted inside the block are watched call by call (``jax.jit`` is replaced
+    for the duration of the block and restored on exit); compiles of functions jitted before
+    are still counted. One watch may be active at a time.
+
+    Args:
+      nans: ``None`` (default: no NaN checking, no overhead), ``"stop"`` (end the block at
+        the first watched call whose output is not finite, after locating it) or
+        ``"report"`` (locate it and continue). With NaN checking on, watched functions do
+        not donate their inputs (as with ``jax_debug_nans``), so that the failing call can
+        be replayed.
+      transfers: count host values (NumPy arrays, Python scalars) passed to watched calls.
+      warmup: compiles per function that are expected (default 2: the first call and, e.g.,
+        the last, smaller batch); later ones are steady-state recompiles.
+      fail_on: conditions that make :attr:`WatchReport.triggered` (and ``jaxwise watch``'s
+        exit code) fail: any of ``"recompile"``, ``"nan"`` (turns on ``nans="report"`` when
+        ``nans`` is ``None``) and ``"donation"``.
+
+    Raises:
+      ValueError: a bad option.
+      RuntimeError: on entry, when another watch is active.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> with Watch() as w:
+        ...     step = jax.jit(lambda x, n: x * n, static_argnums=1)
+        ...     for n in (1, 2, 3, 4):
+        ...         _ = step(jnp.ones(3), n)
+        >>> f = w.report().functions[0]
+        >>> f.calls, f.compiles, [m.kind for m in f.steady_state_recompiles]
+        (4, 4, ['static', 'static'])
+        >>> f.misses[3].argument, f.misses[3].old, f.misses[3].new
+        ('n', '3', '4')
+    """
+
+    def __init__(
+        self,
+        *,
+        nans: str | None = None,
+        transfers: bool = False,
+        warmup: int = 2,
+        fail_on: tuple[str, ...] | list[str] = (),
+    ) -> None:
+        if nans not in (None, "stop", "report"):
+            raise ValueError(f"`nans` must be None, 'stop' or 'report', got {nans!r}")
+        check_bool(transfers, "transfers")
+        self.warmup = check_int(warmup, "warmup", min_value=1)
+        if isinstance(fail_on, str) or not isinstance(fail_on, (tuple, list)):
+            raise TypeError(f"`fail_on` must be a tuple of conditions, got {fail_on!r}")
+        unknown = [c for c in fail_on if c not in FAIL_ON]
+        if unknown:
+            raise ValueError(f"`fail_on` must be among {FAIL_ON}, got {unknown}")
+        self.fail_on = tuple(fail_on)
+        self.nans = nans if nans is not None or "nan" not in self.fail_on else "report"
+        self.transfers = bool(transfers)
+        self.passthrough = True  # read by every watched call: True when not watching
+        self._active = False
+        self._internal = 0
+        self._stats: dict[tuple[str, str | None, bool], _Stats] = {}
+        self._eager_seconds = 0.0
+        self._compiling = 0.0
+        self._nans: list[NanFinding] = []
+        self._donations: dict[tuple[str, str, str], int] = {}
+        self._transfers: dict[tuple[str | None, str], list[Any]] = {}
+        self._start = self._end = 0.0
+        self._stopped = False
+        self._errors: list[str] = []
+        self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
+        self._restore: list[Callable[[], None]] = []
+        self._sink = _Sink(self)
+
+    # -- entering and leaving ------------------------------------------------
+    def __enter__(self) -> Watch:
+        global _ACTIVE, _LISTENING
+        if self._active or self._start:
+            raise RuntimeError("this Watch was already used; create a new one per block")
+        with _LOCK:
+            if _ACTIVE is not None:
+                raise RuntimeError("another jaxwise Watch is active; one watch at a time")
+            patch = _patch.installed(self._track)
+            patch.__enter__()
+            _ACTIVE = self
+            if not _LISTENING:
+                jax.monitoring.register_event_duration_secs_listener(_duration_listener)
+                _LISTENING = True
+        self._restore.append(lambda: _ignore(patch.__exit__(None, None, None)))
+        HUB.add_sink(self._sink, True)
+        self._restore.append(lambda: HUB.remove_sink(self._sink, True))
+        _donation.LISTENERS.append(self._on_donation_error)
+        self._restore.append(lambda: _donation.LISTENERS.remove(self._on_donation_error))
+        if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
+            _donation.SUSPENDED.append("jaxwise watch: NaN checking")
+            self._restore.append(lambda: _ignore(_donation.SUSPENDED.pop()))
+        self._hook_warnings()
+        self._start = time.perf_counter()
+        self._active = True
+        self.passthrough = False
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        global _ACTIVE
+        self._end = time.perf_counter()
+        self.passthrough = True
+        self._active = False
+        try:
+            while self._restore:
+                self._restore.pop()()
+        finally:
+            _ACTIVE = None
+        if isinstance(exc, NanStop):
+            self._stopped = True
+            return True
+        return False
+
+    def _hook_warnings(self) -> None:
+        warnings.filterwarnings("always", message=_UNUSABLE)
+        entry = warnings.filters[0]
+        previous = warnings.showwarning
+
+        def showwarning(message: Any, category: Any, filename: Any, lineno: Any, *rest: Any) -> Any:
+            if str(message).startswith(_UNUSABLE):
+                self._on_unusable_donation(str(message))
+            return previous(message, category, filename, lineno, *rest)
+
+        warnings.showwarning = showwarning
+
+        def restore() -> None:
+            if warnings.showwarning is showwarning:
+                warnings.showwarning = previous
+            filters: list[Any] = warnings.filters  # type: ignore[assignment]
+            if entry in filters:
+                filters.remove(entry)
+                mutated = getattr(warnings, "_filters_mutated", None)  # invalidates caches
+                if mutated is not None:
+                    mutated()
+
+        self._restore.append(restore)
+
+    # -- the patched jax.jit ---------------------------------------------------
+    def _track(self, fun: Any, options: dict[str, Any], where: str | None) -> Any:
+        real = dict(options)
+        if self.nans is not None:  # as jax_debug_nans does: keep inputs for the replay
+            donated = real.pop("donate_argnums", None), real.pop("donate_argnames", None)
+            if any(d not in (None, (), []) for d in donated):
+                self._undonated.setdefault(_patch.function_name(fun), None)
+        jitted = _patch.ORIGINAL_JIT(fun, **real)
+        tracked = _patch.Tracked(jitted, fun, where, options, self)
+        key = (tracked.name, where, True)
+        stats = self._stats.get(key)
+        if stats is None:
+            stats = self._stats[key] = _Stats(tracked.name, where, True)
+        tracked.stats = stats
+        tracked.plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
+        return tracked
+
+    def call(self, tracked: _patch.Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """One watched call (not under a JAX transformation)."""
+        plan: _calls.CallPlan = tracked.plan
+        stats: _Stats = tracked.stats
+        donated = plan.donated_leaves(args, kwargs) if plan.donates else None
+        if self.transfers:
+            self._count_transfers(tracked, args, kwargs)
+        start = time.perf_counter()
+        try:
+            out = tracked.jitted(*args, **kwargs)
+        finally:
+            stats.call_seconds += time.perf_counter() - start
+            stats.calls = (stats.calls or 0) + 1
+        try:
+            if donated:
+                alive = [leaf for leaf in donated if not leaf.is_deleted()]
+                if alive:
+                    self._on_live_donations(tracked, args, kwargs, alive)
+            if self.nans is not None and not stats.nan_checked:
+                self._check_nans(tracked, args, kwargs, out)
+        except Exception as err:  # the watch never breaks the watched program
+            self._errors.append(f"{type(err).__name__} while checking `{tracked.name}`: {err}")
+        return out
+
+    # -- compiles --------------------------------------------------------------
+    def _current_call(self) -> tuple[_patch.Tracked | None, Any]:
+        """The innermost watched call on this thread's stack, and its frame."""
+        frame = sys._getframe(2)
+        code = Watch.call.__code__
+        for _ in range(_MAX_STACK):
+            if frame is None:
+                break
+            if frame.f_code is code:
+                return frame.f_locals.get("tracked"), frame
+            frame = frame.f_back
+        return None, None
+
+    def _on_trace_time(self, seconds: float) -> None:
+        if not self._active or self._internal:
+            return
+        self._compiling += seconds
+        tracked, _ = self._current_call()
+        if tracked is not None:
+            tracked.stats.compile_seconds += seconds
+
+    def _on_compile(self, event: CompileEvent) -> None:
+        if not self._active or self._internal:
+            return
+        self._compiling += event.seconds
+        if event.internal:
+            self._eager_seconds += event.seconds
+            return
+        tracked, frame = self._current_call()
+        if tracked is not None:
+            stats = tracked.stats
+            where = user_site(frame)
+        else:
+            defined = short_path(event.defined_at) if event.defined_at else None
+            key = (event.function or event.fun_name, defined, False)
+            stats = self._stats.get(key)
+            if stats is None:
+                stats = self._stats[key] = _Stats(key[0], defined, False)
+            where = user_site(sys._getframe(1))
+        stats.compile_seconds += event.seconds
+        stats.misses.append(_miss_report(event, where, len(stats.misses) >= self.warmup))
+
+    # -- donations -------------------------------------------------------------
+    def _record_donation(self, function: str, argument: str, cause: str) -> None:
+        key = (function, argument, cause)
+        self._donations[key] = self._donations.get(key, 0) + 1
+
+    def _on_unusable_donation(self, message: str) -> None:
+        tracked, _ = self._current_call()
+        if tracked is not None:
+            tracked.stats.unusable.update(_calls.unusable_avals(message))
+
+    def _on_live_donations(
+        self, tracked: _patch.Tracked, args: tuple, kwargs: dict, alive: list[Any]
+    ) -> None:
+        if jax.config.jax_disable_jit:
+            return  # nothing was compiled, so nothing was donated
+        plan: _calls.CallPlan = tracked.plan
+        caller = user_frame(sys._getframe(2))
+        self._internal += 1
+        try:
+            unused = plan.unused_leaves(tracked.jitted, args, kwargs)
+        finally:
+            self._internal -= 1
+        for argument, leaf in plan.donated_paths(args, kwargs, alive):
+            argument = name_in_frame(leaf, caller) or argument
+            aval = _calls.aval_text(leaf)
+            if id(leaf) in unused:
+                cause = (
+                    "the function does not use this argument, so jit drops it "
+                    "(keep_unused=False) and its buffer is not donated; do not donate it, or "
+                    "remove it"
+                )
+            elif aval in tracked.stats.unusable:
+                cause = (
+                    f"no output has this buffer's shape and dtype ({aval}), so XLA cannot reuse "
+                    'it (JAX: "Some donated buffers were not usable"); return an updated value '
+                    "of the same shape, or do not donate this argument"
+                )
+            else:
+                cause = (
+                    "the buffer was still alive after the call, so JAX silently skipped the "
+                    "donation and kept a second copy: something else holds it, usually a live "
+                    "NumPy view (np.asarray(x) of a CPU array shares its memory); keep host "
+                    "copies with jaxwise.tree.host_copy(...) or np.array(x) (a copy)"
+                )
+            self._record_donation(tracked.name, argument, cause)
+
+    def _on_donation_error(self, err: Exception) -> None:
+        if not self._active:
+            return
+        name = "?"
+        frame = sys._getframe(1)
+        for _ in range(_MAX_STACK):
+            if frame is None:
+                break
+            jitted = getattr(frame.f_locals.get("self"), "jitted", None)
+            if isinstance(jitted, _patch.Tracked):
+                name = jitted.name
+                break
+            frame = frame.f_back
+        argument = getattr(err, "argument", "") or "?"
+        for key in [k for k in self._donations if k[:2] == (name, argument)]:
+            del self._donations[key]  # the step's own audit says it better
+        self._record_donation(name, argument, f"DonationError: {err}")
+
+    # -- transfers and NaNs -----------------------------------------------------
+    def _count_transfers(self, tracked: _patch.Tracked, args: tuple, kwargs: dict) -> None:
+        plan: _calls.CallPlan = tracked.plan
+        found = plan.host_values(args, kwargs)
+        if not found:
+            return
+        where = user_site(sys._getframe(2))
+        site = self._transfers.setdefault((where, tracked.name), [0, 0, 0, {}])
+        site[0] += 1
+        site[1] += len(found)
+        site[2] += sum(nbytes for _, nbytes in found)
+        for argument, _ in found:
+            site[3].setdefault(argument, None)
+
+    def _check_nans(self, tracked: _patch.Tracked, args: tuple, kwargs: dict, out: Any) -> None:
+        from jaxwise.watch import _nans
+
+        self._internal += 1
+        self.passthrough = True
+        try:
+            if not _nans.has_nan(out):
+                return
+            tracked.stats.nan_checked = True
+            finding = _nans.locate(tracked, args, kwargs, user_site(sys._getframe(2)))
+        finally:
+            self._internal -= 1
+            self.passthrough = not self._active or self._internal > 0
+        if finding.primitive == "argument" and self._nans:
+            return  # a NaN passed on from one already reported
+        self._nans.append(finding)
+        if self.nans == "stop":
+            raise NanStop(finding)
+
+    # -- the report ---------------------------------------------------------------
+    def report(self, exit_code: int | None = None) -> WatchReport:
+        """What the watch saw so far (or in all, after the block).
+
+        Args:
+          exit_code: the exit code to record (``jaxwise watch`` passes the script's).
+        """
+        end = self._end if self._end else time.perf_counter()
+        functions = tuple(
+            s.report() for s in self._stats.values() if (s.calls or 0) > 0 or s.misses
+        )
+        donations = tuple(DonationFinding(f, a, c, n) for (f, a, c), n in self._donations.items())
+        transfers = None
+        if self.transfers:
+            transfers = tuple(
+                TransferSite(where, fn, calls, count, size, tuple(args))
+                for (where, fn), (calls, count, size, args) in self._transfers.items()
+            )
+        return WatchReport(
+            functions,
+            tuple(self._nans),
+            donations,
+            transfers,
+            max(0.0, end - self._start) if self._start else 0.0,
+            self._compiling,
+            exit_code,
+            self._stopped,
+            self.warmup,
+            tuple(self._errors),
+            self._notes(),
+        )
+
+    def _notes(self) -> tuple[str, ...]:
+        if not self._undonated:
+            return ()
+        names = ", ".join(f"`{n}`" for n in self._undonated)
+        return (
+            f"NaN checking is on, so {names} did not donate (the failing call must be "
+            "replayable, as with jax_debug_nans): donations were not checked; run without "
+            "--nans to check them",
+        )
+
+
+def _ignore(value: Any) -> None:
+    """Drop a return value (the restore callbacks return nothing)."""
+    del value
+
+
+class _Sink:
+    """Receives every compile from jaxwise.compilation's process-wide listener."""
+
+    def __init__(self, watch: Watch) -> None:
+        self._watch = watch
+
+    def record(self, event: CompileEvent) -> None:
+        self._watch._on_compile(event)
+
+
+def _miss_report(event: CompileEvent, where: str | None, steady: bool) -> MissReport:
+    miss = event.explanation
+    if miss is None:
+        return MissReport("other", "", "", "", where, steady, event.seconds, event.describe())
+    return MissReport(
+        miss.kind, miss.argument, miss.old, miss.new, where, steady, event.seconds, miss.summary
+    )

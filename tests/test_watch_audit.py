@@ -1,0 +1,88 @@
+"""The donation audit of jaxwise steps on real-code forms (regressions found by the corpus).
+
+A step called inside the user's own donating ``jax.jit``, a step under ``jax.disable_jit()``,
+and the same buffer at two paths appearing after the first call.
+"""
+
+import dataclasses
+import warnings
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxwise import optim
+from jaxwise.compilation import CompileCounter
+from jaxwise.train import DonationError, TrainState, _donation, make_train_step
+
+
+def loss(params, batch):
+    return jnp.mean((batch @ params["w"]) ** 2)
+
+
+def setup():
+    tx = optim.adam(1e-2)
+    state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
+    return tx, state, jnp.ones((4, 2))
+
+
+def test_step_inside_the_users_donating_jit_is_not_audited():
+    tx, state, batch = setup()
+    step = make_train_step(loss, tx)
+    outer = jax.jit(lambda s, b: step(s, b), donate_argnums=0)
+    reference, _ = make_train_step(loss, tx)(setup()[1], batch)
+    with CompileCounter(outer) as counter:
+        for _ in range(3):
+            state, metrics = outer(state, batch)
+    assert counter.count == 1 and int(state.step) == 3
+    assert float(metrics["loss"]) < float(loss(reference.params, batch)) + 1.0
+
+
+def test_step_under_disable_jit_warns_once_and_runs():
+    tx, state, batch = setup()
+    step = make_train_step(loss, tx)
+    jitted_state, _ = make_train_step(loss, tx)(setup()[1], batch)
+    with pytest.warns(RuntimeWarning, match="donation audit is off under jax.disable_jit") as seen:
+        with jax.disable_jit():
+            eager_state, _ = step(state, batch)
+            first = eager_state.params["w"]
+            for _ in range(2):
+                eager_state, _ = step(eager_state, batch)
+    assert len(seen) == 1 and not state.params["w"].is_deleted()  # nothing donated
+    assert jnp.allclose(first, jitted_state.params["w"], atol=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state, _ = step(eager_state, batch)  # jitted again: audited, no warning
+    assert int(state.step) == 4
+
+
+def test_duplicate_buffers_after_the_first_call_are_named():
+    tx, state, batch = setup()
+    step = make_train_step(loss, tx)
+    state, _ = step(state, batch)
+    adam = state.opt_state[0]
+    shared = dataclasses.replace(state, opt_state=(adam._replace(nu=adam.mu), *state.opt_state[1:]))
+    with pytest.raises(
+        DonationError,
+        match=r"the same buffer appears at `opt_state.0.mu.w` and "
+        r"`opt_state.0.nu.w`",
+    ) as info:
+        step(shared, batch)
+    assert info.value.argument == "state.opt_state[0].nu['w']"
+    assert not adam.mu["w"].is_deleted()  # refused before the call: nothing donated
+
+
+def test_every_donation_error_reaches_the_listeners():
+    tx, state, batch = setup()
+    step = make_train_step(loss, tx)
+    old = state
+    state, _ = step(state, batch)
+    heard = []
+    _donation.LISTENERS.append(heard.append)
+    try:
+        with pytest.raises(DonationError, match="already deleted"):
+            step(old, batch)
+    finally:
+        _donation.LISTENERS.remove(heard.append)
+    assert [e.argument for e in heard] == ["state.step"]
+    assert type(heard[0]).__module__ == "jaxwise.train"
