@@ -667,3 +667,28 @@ def test_tensorstore_closed_loop_reports_are_dropped_and_nothing_else(monkeypatc
             )
         )
     assert len(seen) == 2 and seen[0] is other and isinstance(seen[1], ValueError)
+
+
+@pytest.mark.slow
+def test_the_lock_of_a_writer_killed_holding_it_is_taken_over_with_a_warning(tmp_path):
+    import signal
+
+    ck = tmp_path / "ck"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(ck)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    proc.send_signal(signal.SIGKILL)  # it dies holding the lock: the OS releases the flock
+    proc.communicate()
+    with pytest.warns(
+        CheckpointWarning, match=rf"took over the writer lock of .*: process {proc.pid} on host"
+    ):
+        save(ck, _small(1), {"epoch": 1})
+    assert latest_step(ck) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # released cleanly this time: nothing to say
+        save(ck, _small(2), {"epoch": 2})

@@ -233,6 +233,32 @@ def test_a_crashed_runs_best_step_is_never_adopted(tmp_path, data, capsys):
     assert json.loads(text)["checkpoint_epoch"] == summary["best_epoch"]
 
 
+def test_a_run_of_an_older_jaxwise_still_resumes_and_predicts(tmp_path, data, capsys, monkeypatch):
+    from jaxwise.jobs._outputs import RunDir
+
+    claim = RunDir.claim
+
+    def without_run_id(self, *args, **kwargs):
+        claim(self, *args, **kwargs)
+        self.run_id = None  # an older jaxwise: its checkpoints carry no run id
+        return self
+
+    run = tmp_path / "run"
+    with monkeypatch.context() as patched:
+        patched.setattr(RunDir, "claim", without_run_id)
+        assert train(data, run, capsys, "--stop-after", "1")[0] == 0
+    legacy = {"job": "train", "files": marker(run)["files"]}
+    (run / ".jaxwise-run.json").write_text(json.dumps(legacy))
+    code, text, err = train(data, run, capsys, "--resume")
+    assert code == 0 and err == "", err
+    assert json.loads(text)["resumed_from_epoch"] == 1
+    code, text, err = cli(
+        ["predict", str(run), str(data), "--out", str(tmp_path / "p.csv"), "--json"], capsys
+    )
+    assert code == 0, err
+    assert json.loads(text)["checkpoint_epoch"] == 2
+
+
 def test_predict_on_damaged_metadata_says_damaged(tmp_path, data, capsys):
     run = tmp_path / "run"
     assert train(data, run, capsys)[0] == 0

@@ -20,6 +20,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
 from jaxwise.tree import path_names
 
@@ -125,7 +126,7 @@ def check_alive(tree: Any, name: str) -> None:
     ValueError: `batch` leaf `x` was deleted: this array was donated to an earlier call ...
     """
     for path, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
-        if isinstance(leaf, jax.Array) and leaf.is_deleted():
+        if isinstance(leaf, jax.Array) and not isinstance(leaf, Tracer) and leaf.is_deleted():
             raise ValueError(
                 f"`{name}` leaf `{path or '<root>'}` was deleted: this array was donated to an "
                 "earlier call (a jitted step donates its state); use that call's result, or "

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_int, check_path, is_key
+from jaxwise._lock import describe_holder
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _safety as safety
@@ -37,7 +38,7 @@ __all__ = [
 
 
 class CheckpointWarning(UserWarning):
-    """A damaged or incomplete checkpoint step was skipped in favour of an older intact one."""
+    """A step was skipped (damaged, incomplete, another run's), or a dead writer's lock taken."""
 
     __module__ = "jaxwise.checkpoint"
 
@@ -220,6 +221,13 @@ class Checkpointer:
         self.async_save = bool(async_save)
         self.run_id = _check_run_id(run_id)
         self._lock = _lock_everywhere(self.path)
+        if self._lock is not None and self._lock.stale:
+            warnings.warn(
+                f"took over the writer lock of {self.path}: {describe_holder(self._lock.stale)} "
+                "ended without releasing it",
+                CheckpointWarning,
+                stacklevel=2,
+            )
         if jax.process_index() == 0:
             safety.remove_leftovers(self.path)  # a crashed write's: never a step
         handler = ocp.CompositeCheckpointHandler()

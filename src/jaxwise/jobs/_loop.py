@@ -12,7 +12,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise.checkpoint import save
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._outputs import append_line
@@ -129,9 +128,9 @@ class EpochLoop:
         if self.prep.out is None or not self.prep.cfg.checkpoint:
             self.best_params = jax.tree.map(np.array, state.params)
             return
-        save(
+        C.save_reporting(
             self.prep.out / "best",
             state,
             checkpoint_meta(self.prep, epoch, dict(self.progress_meta)),
-            run_id=self.prep.out.run_id,
+            self.prep.out.run_id,
         )

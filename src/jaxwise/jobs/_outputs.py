@@ -258,7 +258,9 @@ class RunDir:
                     f"{self.option} {self.path}: {name} exists and was not written by jaxwise; "
                     f"choose another {self.option} or move it away"
                 )
-        keep_id = resume and job == self.job and "run_id" in previous
+        # a resumed run keeps its id (None for a run of an older jaxwise: its checkpoints
+        # carry none, and are taken as they are)
+        keep_id = resume and job == self.job
         self.run_id = previous.get("run_id") if keep_id else uuid.uuid4().hex
         self._record = {"format": 1, "job": self.job, "run_id": self.run_id}
         self._record.update(options=options, data=data)

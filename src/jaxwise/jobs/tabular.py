@@ -31,7 +31,6 @@ from jaxwise.checkpoint import (
     data_fingerprint,
     latest_step,
     load_metadata,
-    save,
 )
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
@@ -342,11 +341,8 @@ def fit(prep: Prepared) -> Fitted:
     state = loop.run(state, start_epoch, last_epoch, history)
     run_id = _run_id(prep)
     if ckpt is not None and latest_step(ckpt, run_id=run_id) != int(state.step):
-        save(
-            ckpt,
-            state,
-            checkpoint_meta(prep, loop.epochs_done, loop.progress_meta),
-            run_id=run_id,
+        C.save_reporting(
+            ckpt, state, checkpoint_meta(prep, loop.epochs_done, loop.progress_meta), run_id
         )
     params = state.params
     if (
