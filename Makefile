@@ -19,11 +19,11 @@ run: $(STAMP)
 
 # Everything CI runs: lint, types, the documentation site, then every test (slow ones too).
 test: check docs
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --basetemp=build/pytest
 
 # Local inner loop: skips tests marked `slow` (subprocesses, multi-process, long training).
 quick: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -m "not slow"
+	$(BIN)/python -m pytest -n 2 --basetemp=build/pytest -m "not slow"
 
 check: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -1,9 +1,9 @@
 """Find mislabeled rows in a table: out-of-fold probabilities and confident learning.
 
 600 rows of three overlapping Gaussian classes (20 features), 10 % of the labels flipped.
-Five folds are trained at once in one compiled program, so every row is judged by a model
-that never saw it; confident learning then lists the rows whose probabilities confidently
-point elsewhere.
+Five folds (four repeated splits) are trained at once in one compiled program, so every row
+is judged by models that never saw it; rows are ranked by their out-of-fold probability of
+the given label, and confident learning estimates how many labels are wrong.
 """
 
 import numpy as np
@@ -16,7 +16,8 @@ noisy, flipped = flip_labels(y, 60, 3, seed=1)
 
 found = find_label_errors(x, noisy, seed=0)
 precision, recall = precision_recall(found.indices, flipped, len(flipped))
-print(f"{found.num_candidates} candidates; precision@60 {precision:.2f}, recall@120 {recall:.2f}")
+print(f"{found.num_issues} labels estimated wrong (confident learning)")
+print(f"precision@60 {precision:.2f}, recall@120 {recall:.2f}")
 print("top 5 suspects (row, given, suggested, p(given)):")
 for row, suggested, p in zip(found.indices[:5], found.suggested[:5], found.p_given[:5]):
     mark = "flipped" if row in flipped else ""

@@ -256,6 +256,84 @@ def test_label_errors_default_method_is_out_of_fold(tmp_path, capsys):
     assert len(found & set(flipped.tolist())) >= 10  # precision@K of the out-of-fold ranking
     for r in summary["suspects"]:
         assert r["suggested_label"] != r["given_label"] and 0.0 <= r["p_given"] <= 1.0
+    p_given = [r["p_given"] for r in summary["suspects"]]
+    assert p_given == sorted(p_given)  # one score ranks them all
+    # the whole job is reported: the out-of-fold phase apart from the final model
+    assert summary["oof"]["compiles"] == 1 and summary["oof"]["seconds"] > 0
+    assert summary["final_model"]["compiles"] == summary["compiles"] == 1
+    assert summary["oof"]["loaded_from_cache"] == 0  # --no-cache
+
+
+def test_label_errors_top_defaults_to_the_estimated_count(tmp_path, capsys):
+    from jaxwise.data import flip_labels
+
+    x, y = make_blobs(200, 3, 2, seed=4)
+    noisy, _ = flip_labels(y, 12, 2, seed=1)
+    path = write_csv(tmp_path / "noisy.csv", x, noisy.tolist())
+    common = ["label-errors", str(path), "--label", "kind", "--epochs", "2", "--no-plots"]
+    code, out, err = run(
+        [*common, "--out", str(tmp_path / "s.csv"), "--run-dir", str(tmp_path / "le"), "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    summary = json.loads(out)
+    assert summary["top"] == summary["num_issues"] == len(summary["suspects"]) > 0
+    assert len(read_rows(tmp_path / "s.csv")) == summary["num_issues"]
+    assert not (tmp_path / "le" / "loss.png").exists()  # --no-plots
+    code, out, err = run(
+        [*common, "--out", str(tmp_path / "g.csv"), "--run-dir", str(tmp_path / "g"), "--method"]
+        + ["gradnorm", "--json"],
+        capsys,
+    )
+    assert code == 0, err
+    assert len(json.loads(out)["suspects"]) == 20 and "oof" not in json.loads(out)
+
+
+def test_label_errors_rows_are_pandas_iloc_rows(tmp_path, capsys):
+    """``row`` is the 0-based data row of the file as given: ``pandas.read_csv(...).iloc[row]``."""
+    pd = pytest.importorskip("pandas")
+    from jaxwise.data import flip_labels
+
+    x, y = make_blobs(240, 3, 3, seed=6)
+    noisy, flipped = flip_labels(y, 20, 3, seed=2)
+    path = tmp_path / "gaps.csv"
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["a", "b", "c", "kind"])
+        for i, (row, label) in enumerate(zip(x, noisy)):
+            cells = [f"{v:.6g}" for v in row]
+            if i % 17 == 3:
+                cells[1] = ""  # a missing value: the row is dropped with --drop-na
+            writer.writerow([*cells, ["ant", "bee", "cat"][label]])
+    code, out, err = run(
+        [
+            "label-errors",
+            str(path),
+            "--label",
+            "kind",
+            "--drop-na",
+            "--epochs",
+            "2",
+            "--no-plots",
+            "--top",
+            "25",
+            "--out",
+            str(tmp_path / "s.csv"),
+            "--run-dir",
+            str(tmp_path / "le"),
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    frame = pd.read_csv(path)
+    suspects = json.loads(out)["suspects"]
+    assert len(suspects) == 25
+    for suspect in suspects:
+        row = frame.iloc[suspect["row"]]
+        assert row["kind"] == suspect["given_label"] and not row.isna().any()
+    hits = {s["row"] for s in suspects} & set(flipped.tolist())
+    assert len(hits) >= 12  # the flipped rows, named by their row in the file
 
 
 def test_train_refuses_to_overwrite_a_foreign_file_but_tolerates_others(

@@ -1,8 +1,6 @@
-"""jaxwise.label_errors: out-of-fold probabilities in one program, confident learning."""
+"""jaxwise.label_errors: out-of-fold probabilities in one program, one ranking score."""
 
 from __future__ import annotations
-
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -10,50 +8,97 @@ import numpy as np
 import pytest
 
 from jaxwise import label_errors as le
-from jaxwise.compilation import CompileCounter
+from jaxwise.compilation import CompileBudget, CompileCounter
 from jaxwise.data import flip_labels, make_blobs, make_spiral
+from jaxwise.label_errors._oof import mlp_init, padded_rows
 from jaxwise.models import init_mlp, mlp_apply, mlp_loss
 
 
-def mlp_init(sizes: tuple[int, ...]) -> functools.partial:
-    """``init(key)`` of an MLP: one stable object, so reruns reuse the program."""
-    return functools.partial(init_mlp, sizes=sizes)
-
-
-def _reference_confident_learning(
-    probs: np.ndarray, given: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Loop-by-loop float64 reference: thresholds and off-diagonal confident-joint members."""
+def _reference_flags(probs: np.ndarray, given: np.ndarray) -> np.ndarray:
+    """Loop-by-loop float64 reference of cleanlab's confident joint: off-diagonal rows."""
     n, k = probs.shape
-    thresholds = np.zeros(k)
-    for j in range(k):
-        rows = [i for i in range(n) if given[i] == j]
-        thresholds[j] = sum(probs[i, j] for i in rows) / len(rows)
-    candidate = np.zeros(n, bool)
+    thresholds = [np.mean([probs[i, j] for i in range(n) if given[i] == j]) for j in range(k)]
+    flagged = np.zeros(n, bool)
     for i in range(n):
-        above = [j for j in range(k) if probs[i, j] >= thresholds[j]]
+        above = [j for j in range(k) if probs[i, j] >= thresholds[j] - 1e-6]
         if above:
-            best = max(above, key=lambda j: probs[i, j])
-            candidate[i] = best != given[i]
-    return thresholds, candidate
+            guess = above[0] if len(above) == 1 else int(np.argmax(probs[i]))
+            flagged[i] = guess != given[i]
+    return flagged
 
 
-def test_confident_learning_matches_loop_reference(rng: np.random.Generator) -> None:
-    logits = rng.normal(size=(200, 4)) * 2
+def _reference_scores(probs: np.ndarray, given: np.ndarray, ranked_by: str) -> np.ndarray:
+    """float64 loops: cleanlab's formulas for the three scores."""
+    out = []
+    k = probs.shape[1]
+    for p, g in zip(probs, given):
+        if ranked_by == "self_confidence":
+            out.append(p[g])
+        elif ranked_by == "normalized_margin":
+            out.append((p[g] - max(p[j] for j in range(k) if j != g) + 1) / 2)
+        else:
+            entropy = -sum(q * np.log(max(q, 1e-10)) for q in p) / np.log(k)
+            ratio = entropy / max(p[g], 1e-10)
+            out.append(np.log(ratio + 1) / max(ratio, 1e-10))
+    return np.asarray(out)
+
+
+@pytest.mark.parametrize(
+    "ranked_by", ["self_confidence", "normalized_margin", "confidence_weighted_entropy"]
+)
+def test_ranking_is_monotone_in_one_score(rng: np.random.Generator, ranked_by: str) -> None:
+    logits = rng.normal(size=(300, 4)) * 2
     probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
-    given = rng.integers(0, 4, 200)
+    given = rng.integers(0, 4, 300)
+    found = le.confident_learning(probs, given, ranked_by=ranked_by)
+    reference = _reference_scores(probs, given, ranked_by)
+    np.testing.assert_allclose(le.label_quality(probs, given, ranked_by=ranked_by), reference)
+    np.testing.assert_allclose(found.score, reference[found.indices])
+    # ONE ordering for the whole ranking: flagged rows are not moved ahead of the others
+    assert np.all(np.diff(found.score) >= 0)
+    assert sorted(found.indices.tolist()) == list(range(300))
+    flagged = _reference_flags(probs, given)
+    np.testing.assert_array_equal(found.flagged, flagged[found.indices])
+    assert found.num_issues == flagged.sum() > 0
+    head = found.indices[: found.num_issues]
+    assert not np.all(flagged[head]) or ranked_by != "self_confidence"  # not a partition
+    np.testing.assert_array_equal(found.p_given, probs[found.indices, given[found.indices]])
+    assert found.ranked_by == ranked_by
+
+
+def test_scores_and_estimate_match_cleanlab(rng: np.random.Generator) -> None:
+    cleanlab = pytest.importorskip("cleanlab")
+    from cleanlab.count import num_label_issues
+    from cleanlab.rank import get_label_quality_scores
+
+    del cleanlab
+    logits = rng.normal(size=(400, 5)) * 2
+    probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    given = rng.integers(0, 5, 400)
+    for ranked_by in ("self_confidence", "normalized_margin", "confidence_weighted_entropy"):
+        ours = le.label_quality(probs, given, ranked_by=ranked_by)
+        theirs = get_label_quality_scores(given, probs, method=ranked_by)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-10, atol=1e-12)
     found = le.confident_learning(probs, given)
-    _, candidate = _reference_confident_learning(probs, given)
-    assert found.num_candidates == candidate.sum()
-    assert set(found.indices[: found.num_candidates].tolist()) == set(
-        np.flatnonzero(candidate).tolist()
+    assert found.num_issues == num_label_issues(given, probs, estimation_method="off_diagonal")
+
+
+def test_self_confidence_ranks_a_low_p_given_row_above_a_flagged_one() -> None:
+    """The issue's example: a flagged row with p(given) 0.48 no longer outranks 0.13."""
+    probs = np.array(
+        [
+            [0.0, 0.48, 0.52],
+            [0.45, 0.13, 0.42],
+            [0.1, 0.4, 0.5],
+            [0.95, 0.05, 0.0],
+            [0.05, 0.9, 0.05],
+        ]
     )
-    # candidates first, each group by ascending p(given)
-    p_given = probs[np.arange(200), given]
-    head, tail = found.indices[: found.num_candidates], found.indices[found.num_candidates :]
-    assert np.all(np.diff(p_given[head]) >= 0) and np.all(np.diff(p_given[tail]) >= 0)
-    np.testing.assert_array_equal(found.p_given, p_given[found.indices])
-    assert sorted(found.indices.tolist()) == list(range(200))
+    given = np.array([1, 1, 2, 0, 1])
+    found = le.confident_learning(probs, given)
+    assert found.indices.tolist() == [1, 0, 2, 4, 3]  # by p(given) alone
+    assert found.num_issues == 1 and found.flagged.tolist() == [False, True, False, False, False]
+    assert found.top(found.num_issues).tolist() == [1]
 
 
 def test_normalized_margin_and_suggested_label() -> None:
@@ -62,9 +107,9 @@ def test_normalized_margin_and_suggested_label() -> None:
     found = le.confident_learning(probs, given, ranked_by="normalized_margin")
     margin = {0: 0.3 - 0.6, 1: 0.5 - 0.3, 2: 0.8 - 0.1, 3: 0.5 - 0.45}
     for row, score, suggested in zip(found.indices, found.score, found.suggested):
-        assert score == pytest.approx(margin[int(row)])
+        assert score == pytest.approx((margin[int(row)] + 1) / 2)
         assert suggested == int(np.argmax(np.where(np.arange(3) == given[row], -1, probs[row])))
-    assert found.indices[0] == 0 and found.candidate[0]
+    assert found.indices.tolist() == [0, 3, 1, 2] and found.flagged[0]
 
 
 @pytest.mark.parametrize(
@@ -83,19 +128,22 @@ def test_normalized_margin_and_suggested_label() -> None:
             ValueError,
             "pred_probs",
         ),
+        ({"pred_probs": np.ones((3, 2)) / 2, "labels": np.array([0, 1])}, ValueError, "rows"),
     ],
 )
 def test_confident_learning_bad_input(kwargs: dict, error: type, names: str) -> None:
     with pytest.raises(error, match=names):
         le.confident_learning(**kwargs)
+    with pytest.raises(error, match=names):
+        le.label_quality(**kwargs)
 
 
 def test_out_of_fold_is_one_program_and_reused() -> None:
     x, y = make_blobs(120, n_features=2, n_classes=3, seed=0)
     init = mlp_init((2, 8, 3))
-    with CompileCounter("_train_folds") as first:
+    with CompileCounter() as first:
         le.out_of_fold_probabilities(mlp_apply, init, x, y, folds=4, epochs=3, batch_size=32)
-    assert first.count == 1
+    assert first.count == 1  # init, training, validation and prediction: one program
     with CompileCounter() as again:
         out = le.out_of_fold_probabilities(
             mlp_apply,
@@ -110,6 +158,49 @@ def test_out_of_fold_is_one_program_and_reused() -> None:
     assert again.count == 0
     np.testing.assert_allclose(out.probs.sum(1), 1.0, rtol=1e-6)
     assert out.probs.shape == (120, 3) and out.val_loss.shape == (3, 4)
+    assert jax.tree.leaves(out.params)[0].shape[0] == 4
+
+
+def test_no_recompilation_for_a_nearby_size() -> None:
+    assert padded_rows(300) == padded_rows(310)
+    x, y = make_blobs(310, n_features=3, n_classes=3, seed=0)
+    le.find_label_errors(x[:300], y[:300], epochs=2, seed=0)
+    with CompileBudget(0, exact=True):
+        found = le.find_label_errors(x, y, epochs=2, seed=5)
+    assert found.pred_probs.shape == (310, 3) and len(found.indices) == 310
+
+
+def test_standardisation_uses_training_fold_statistics_only() -> None:
+    """A held-out row's probabilities ignore another held-out row scaled by 1000."""
+    x, y = make_blobs(100, n_features=3, n_classes=2, seed=3)
+    fold_of = le.stratified_folds(y, 5, seed=0)
+    args = dict(folds=5, epochs=4, batch_size=16, patience=None, fold_of=fold_of, seed=0)
+    init = mlp_init((3, 8, 2))
+    base = le.out_of_fold_probabilities(mlp_apply, init, x, y, **args)
+    same_fold = np.flatnonzero(fold_of == fold_of[7])
+    scaled = x.copy()
+    scaled[same_fold[1]] *= 1000.0
+    other = le.out_of_fold_probabilities(mlp_apply, init, scaled, y, **args)
+    keep = same_fold[same_fold != same_fold[1]]
+    np.testing.assert_array_equal(base.probs[keep], other.probs[keep])
+    # the scaled row trains the other folds' models (and their statistics): they change
+    assert not np.allclose(base.probs[fold_of != fold_of[7]], other.probs[fold_of != fold_of[7]])
+
+
+def test_standardize_false_sees_the_raw_features() -> None:
+    """Raw features of very different units: standardisation is what makes them usable."""
+    x, y = make_blobs(300, n_features=4, n_classes=3, seed=2)
+    noisy, flipped = flip_labels(y, 30, 3, seed=0)
+    # informative columns in thousandths, two noise columns in thousands, all offset by 100
+    noise = np.random.default_rng(0).normal(0, 1e3, (300, 2)).astype(np.float32)
+    scaled = np.concatenate([x * np.float32(1e-3), noise], axis=1) + np.float32(100)
+    found = le.find_label_errors(scaled, noisy, seed=0)
+    raw = le.find_label_errors(scaled, noisy, seed=0, standardize=False)
+    precision = le.precision_recall(found.indices, flipped, 30)[0]
+    assert precision >= 0.9 and le.precision_recall(raw.indices, flipped, 30)[0] <= 0.5
+    pre = (scaled - scaled.mean(0)) / scaled.std(0)
+    again = le.find_label_errors(pre, noisy, seed=0, standardize=False)
+    assert le.precision_recall(again.indices, flipped, 30)[0] >= precision - 0.05
 
 
 def test_fold_isolation_without_early_stopping() -> None:
@@ -131,12 +222,13 @@ def test_fold_isolation_without_early_stopping() -> None:
 def test_early_stopping_keeps_the_best_epoch() -> None:
     x, y = make_blobs(150, n_features=2, n_classes=3, seed=1)
     noisy, _ = flip_labels(y, 30, 3, seed=0)
+    init = mlp_init((2, 32, 3))
     out = le.out_of_fold_probabilities(
-        mlp_apply, mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=25
+        mlp_apply, init, x, noisy, folds=3, epochs=25, batch_size=16, patience=25
     )
     np.testing.assert_array_equal(out.best_epoch, np.nanargmin(out.val_loss, axis=0) + 1)
     short = le.out_of_fold_probabilities(
-        mlp_apply, mlp_init((2, 32, 3)), x, noisy, folds=3, epochs=25, batch_size=16, patience=2
+        mlp_apply, init, x, noisy, folds=3, epochs=25, batch_size=16, patience=2
     )
     for fold in range(3):  # stopped: no later epoch improved on the kept one by patience's end
         best = short.best_epoch[fold]
@@ -160,13 +252,14 @@ def test_finds_flipped_labels(dataset: str, min_precision: float, min_recall: fl
         x, y = make_spiral(100, n_classes=3, noise=0.1, seed=0)
     k = int(y.max()) + 1
     noisy, flipped = flip_labels(y, len(y) // 10, k, seed=1)
-    found = le.find_label_errors(x, noisy, hidden=(64, 64), epochs=60, seed=0)
+    found = le.find_label_errors(x, noisy, hidden=(64, 64), seed=0)
     precision, recall = le.precision_recall(found.indices, flipped, len(flipped))
     assert precision >= min_precision and recall >= min_recall
     # the suggested label of a flipped row found in the top K is mostly its true label
     top = found.indices[: len(flipped)]
     hits = np.isin(top, flipped)
     assert np.mean(found.suggested[: len(flipped)][hits] == y[top[hits]]) >= min_precision
+    assert 0.5 * len(flipped) <= found.num_issues <= 2 * len(flipped)
 
 
 def test_custom_model_through_apply_fn() -> None:
@@ -201,6 +294,10 @@ def test_custom_model_through_apply_fn() -> None:
         ({"method": "gradnorm", "params": {"w": jnp.ones(2, jnp.int32)}}, TypeError, "params"),
         ({"method": "gradnorm", "params": init_mlp(0, (2, 3)), "num_classes": 2}, ValueError, "3"),
         ({"y": np.zeros(7, np.int32)}, ValueError, "rows"),
+        ({"standardize": "yes"}, TypeError, "standardize"),
+        ({"batch_size": 33}, ValueError, "batch_size"),
+        ({"patience": 0}, ValueError, "patience"),
+        ({"x": np.full((40, 2), np.inf)}, ValueError, "finite"),
     ],
 )
 def test_find_label_errors_bad_input(kwargs: dict, error: type, name: str) -> None:
@@ -247,7 +344,7 @@ def test_gradnorm_ranks_by_a_trained_models_gradient_norm() -> None:
     residual = p - np.eye(10)[noisy]
     norms64 = np.sqrt((np.sum(x.astype(np.float64) ** 2, 1) + 1) * np.sum(residual**2, 1))
     np.testing.assert_allclose(-found.score, norms64[found.indices], rtol=1e-4, atol=1e-4)
-    assert np.all(np.diff(-found.score) <= 0) and not found.candidate.any()
+    assert np.all(np.diff(-found.score) <= 0) and not found.flagged.any() and found.num_issues == 0
     np.testing.assert_allclose(found.pred_probs, p, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(found.p_given, p[found.indices, noisy[found.indices]], atol=1e-6)
     idx, norms = le.hardest_examples(
@@ -280,3 +377,36 @@ def test_hardest_examples_takes_a_dict_batch_and_checks_k() -> None:
     for k, error in ((0, ValueError), (5, ValueError), (2.5, TypeError), (True, TypeError)):
         with pytest.raises(error, match="`k`"):
             le.hardest_examples(lambda p, e: (e[0] @ p - e[1]) ** 2, w, (x, y), k=k)
+
+
+@pytest.mark.slow
+def test_a_second_process_loads_the_program_from_the_persistent_cache(tmp_path) -> None:
+    """The documented recipe: JAX's persistent compilation cache serves a fresh process."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "find.py"
+    script.write_text(
+        "import sys, jax\n"
+        "jax.config.update('jax_compilation_cache_dir', sys.argv[1])\n"
+        "jax.config.update('jax_persistent_cache_min_compile_time_secs', 0)\n"
+        "hits = []\n"
+        "jax.monitoring.register_event_listener(\n"
+        "    lambda event, **_: hits.append(event) if 'cache_hits' in event else None)\n"
+        "from jaxwise.data import make_blobs\n"
+        "from jaxwise.label_errors import find_label_errors\n"
+        "x, y = make_blobs(200, n_classes=3, seed=0)\n"
+        "find_label_errors(x, y, epochs=2)\n"
+        "print(len(hits))\n"
+    )
+    runs = [
+        subprocess.run(
+            [sys.executable, str(script), str(tmp_path / "cache")],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        for _ in range(2)
+    ]
+    assert int(runs[0].stdout.split()[-1]) == 0
+    assert int(runs[1].stdout.split()[-1]) >= 1  # the out-of-fold program, loaded

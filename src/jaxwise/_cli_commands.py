@@ -135,7 +135,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_label_errors(args: argparse.Namespace) -> int:
     _precheck(args)
-    _require_extras(args, plots=bool(args.run_dir), checkpoints=bool(args.run_dir))
+    _require_extras(
+        args, plots=bool(args.run_dir) and not args.no_plots, checkpoints=bool(args.run_dir)
+    )
     from jaxwise.jobs import run_label_errors
 
     _emit(

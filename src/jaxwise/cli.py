@@ -211,7 +211,11 @@ def _add_label_errors(sub: Any) -> None:
     errors = sub.add_parser("label-errors", help="train, then list the rows most likely mislabeled")
     _add_csv_options(errors)
     errors.add_argument(
-        "--top", type=_positive_int, default=20, help="how many suspects to report (default 20)"
+        "--top",
+        type=_positive_int,
+        default=None,
+        help="how many suspects to report (default: with --method oof, confident learning's "
+        "estimate of how many labels are wrong; with gradnorm, 20)",
     )
     errors.add_argument(
         "--out", required=True, metavar="SUSPECTS.csv", help="CSV file to write the suspects to"
@@ -237,6 +241,7 @@ def _add_label_errors(sub: Any) -> None:
         default="runs/label-errors",
         help="directory for metrics and plots; re-runs may reuse it (default runs/label-errors)",
     )
+    errors.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     errors.set_defaults(run=commands.cmd_label_errors)
 
 

@@ -60,6 +60,7 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     if "rows" in summary and summary["job"] == "predict":
         rows.append(("rows predicted", str(summary["rows"])))
     rows.append(("compilations of the program", compiled))
+    rows += _phase_rows(summary)
     t = summary["timings"]
     if "train_s" in t:
         rows.append(
@@ -79,6 +80,28 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             )
         )
     rows += [(key.replace("_", " "), str(path)) for key, path in summary.get("outputs", {}).items()]
+    return rows
+
+
+def _phase_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """``label-errors``: the final model and the out-of-fold phase, each timed and counted."""
+    rows = []
+    final = summary.get("final_model")
+    if final is not None:
+        rows.append(
+            ("final model", f"{final['compiles']} compilation(s), {final['seconds']:.2f} s")
+        )
+    oof = summary.get("oof")
+    if oof is not None:
+        loaded = f" ({oof['loaded_from_cache']} from the cache)" if oof["loaded_from_cache"] else ""
+        rows.append(
+            (
+                "out-of-fold phase",
+                f"{oof['compiles']} compilation(s){loaded}, {oof['seconds']:.2f} s",
+            )
+        )
+    if summary.get("num_issues") is not None:
+        rows.append(("labels estimated wrong (confident learning)", str(summary["num_issues"])))
     return rows
 
 

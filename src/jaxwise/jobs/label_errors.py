@@ -2,9 +2,11 @@
 
 Phases: ``prepare`` (the CSV, the suspects file checked first: never replaced without
 ``--force``, never a directory), ``fit`` (the MLP of ``train``, no checkpoint: the job can be
-re-run with the same ``--run-dir``), ``rank`` (``--method oof``: out-of-fold probabilities and
-confident learning from :mod:`jaxwise.label_errors`; ``--method gradnorm``: per-example
-gradient norms of the trained model — kept as a column either way), ``report``.
+re-run with the same ``--run-dir``), ``rank`` (``--method oof``: rows ranked by out-of-fold
+``p(given)`` and confident learning's estimate of how many are wrong, from
+:mod:`jaxwise.label_errors`, timed and counted apart from the final model; ``--method
+gradnorm``: per-example gradient norms of the trained model — kept as a column either way),
+``report``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import numpy as np
 from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
-from jaxwise.jobs._cache import default_cache_dir, persistent_cache
+from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.jobs._outputs import OutputFile, hold_for_tests
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
@@ -37,11 +39,12 @@ COLUMNS = (
     "suggested_label",
 )
 RUN_OUTPUTS = ("metrics.jsonl", "loss.png", "curves.png", "confusion.png")
+DEFAULT_TOP = 20  # --top of --method gradnorm (no estimate of the number of wrong labels)
 
 
 def run_label_errors(
     cfg: tabular.TabularConfig,
-    top: int,
+    top: int | None,
     suspects_csv: str | os.PathLike[str],
     *,
     method: str = "oof",
@@ -50,15 +53,23 @@ def run_label_errors(
 ) -> dict[str, Any]:
     """Train as ``run_train``, then write the ``top`` most suspicious rows to ``suspects_csv``.
 
-    Columns: ``row`` (0-based data row), ``given_label``, ``predicted_label``, ``p_given``
-    (out-of-fold with ``oof``), ``grad_norm`` (the trained model's per-example gradient
-    norm), ``loss``, ``suggested_label`` (the most probable other class).
+    Columns: ``row`` (0-based data row of the file), ``given_label``, ``predicted_label``,
+    ``p_given`` (out-of-fold with ``oof``), ``grad_norm`` (the final model's per-example
+    gradient norm), ``loss``, ``suggested_label`` (the most probable other class).
+
+    ``top=None``: with ``oof``, confident learning's estimate of how many labels are wrong
+    (``num_issues``); with ``gradnorm``, 20. The final model (``--hidden``, ``--epochs``,
+    ``--batch-size``, ``--lr``) gives the accuracy and the gradient norms; the out-of-fold
+    models use `jaxwise.label_errors.find_label_errors`' size-dependent defaults on the raw
+    features (standardised inside each fold). The summary reports the out-of-fold phase
+    (``oof``: compilations and seconds) apart from the final model (``final_model``).
     """
     cfg = dataclasses.replace(
         cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir", force=force
     )
     cfg.validate()
-    top = C.option_int(top, "--top", min_value=1)
+    if top is not None:
+        top = C.option_int(top, "--top", min_value=1)
     folds = C.option_int(folds, "--folds", min_value=2, max_value=50)
     if method not in METHODS:
         raise UserError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -73,20 +84,38 @@ def run_label_errors(
     ):
         hold_for_tests()
         prep = tabular.prepare(cfg, out)
+        t_fit = time.perf_counter()
         fitted = tabular.fit(prep)
         tabular.verify(prep, fitted)
-        rows = rank(prep, fitted, method, min(top, len(prep.table.y)), folds)
-        target.write_csv(rows, COLUMNS)
+        final_seconds = time.perf_counter() - t_fit
+        ranking = rank(prep, fitted, method, top, folds, cache_dir)
+        target.write_csv(ranking.rows, COLUMNS)
         summary = tabular.report(prep, fitted, time.perf_counter() - t_start, cache_dir)
-    return C.jsonable(
-        dict(
-            summary,
-            job="label-errors",
-            method=method,
-            suspects=rows,
-            outputs=dict(summary["outputs"], suspects=str(target.path)),
-        )
-    )
+    extra: dict[str, Any] = {
+        "job": "label-errors",
+        "method": method,
+        "top": len(ranking.rows),
+        "num_issues": ranking.num_issues,
+        "suspects": ranking.rows,
+        "final_model": {
+            "compiles": fitted.tally.total,
+            "seconds": final_seconds,
+            "compile_seconds": fitted.tally.seconds,
+        },
+        "outputs": dict(summary["outputs"], suspects=str(target.path)),
+    }
+    if ranking.oof is not None:
+        extra["oof"] = ranking.oof
+    return C.jsonable(dict(summary, **extra))
+
+
+@dataclasses.dataclass
+class Ranking:
+    """What :func:`rank` found: the suspects' rows, the estimate, the out-of-fold phase."""
+
+    rows: list[dict[str, Any]]
+    num_issues: int | None
+    oof: dict[str, Any] | None
 
 
 def _grad_norms(params: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -100,55 +129,57 @@ def _grad_norms(params: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
     )
 
 
-def _oof(prep: tabular.Prepared, folds: int) -> tuple[np.ndarray, np.ndarray]:
-    """(rows, most suspicious first; out-of-fold probabilities) from :mod:`jaxwise.label_errors`."""
-    try:
-        from jaxwise.label_errors import find_label_errors
-    except ModuleNotFoundError as err:
-        if err.name != "jaxwise.label_errors":
-            raise
-        raise UserError(
-            "--method oof needs jaxwise.label_errors, which this installation lacks; "
-            "use --method gradnorm"
-        ) from None
+def _oof(prep: tabular.Prepared, folds: int, cache_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """The out-of-fold ranking of :mod:`jaxwise.label_errors` and its phase report."""
+    from jaxwise.label_errors import find_label_errors
+
     cfg = prep.cfg
-    if len(prep.table.y) < folds:
+    if len(prep.table.y) < 2 * folds:
         raise UserError(
-            f"--method oof needs at least --folds ({folds}) rows; "
+            f"--method oof needs at least 2 rows per fold ({2 * folds} for --folds {folds}); "
             f"{cfg.path} has {len(prep.table.y)}"
         )
+    tally = CompileTally()
+    start = time.perf_counter()
     try:
-        issues = find_label_errors(
-            prep.x_all,
-            prep.table.y,
-            num_classes=len(prep.table.classes),
-            hidden=cfg.hidden,
-            folds=folds,
-            epochs=cfg.epochs,
-            batch_size=cfg.batch_size,  # None: the module's measured default
-            seed=cfg.seed,
-        )
+        with tally.measure():
+            issues = find_label_errors(
+                prep.table.x,
+                prep.table.y,
+                num_classes=len(prep.table.classes),
+                folds=folds,
+                seed=cfg.seed,
+            )
     except ValueError as err:
         raise UserError(f"--method oof: {str(err).replace('`', '')}") from None
-    found: Any = issues
-    probs = getattr(found, "pred_probs", None)
-    if probs is None:  # an older form of the module: one out-of-fold run attached
-        probs = found.oof.probs
-    return np.asarray(issues.indices), np.asarray(probs, np.float64)
+    phase = {
+        "compiles": tally.total,
+        "compiled": tally.compiled,
+        "loaded_from_cache": tally.loaded,
+        "seconds": time.perf_counter() - start,
+        "compile_seconds": tally.seconds,
+    }
+    return issues, phase
 
 
 def rank(
-    prep: tabular.Prepared, fitted: tabular.Fitted, method: str, top: int, folds: int
-) -> list[dict[str, Any]]:
-    """The ``top`` most suspicious rows, as dicts with :data:`COLUMNS`."""
+    prep: tabular.Prepared,
+    fitted: tabular.Fitted,
+    method: str,
+    top: int | None,
+    folds: int,
+    cache_dir: Path | None = None,
+) -> Ranking:
+    """The ``top`` most suspicious rows (dicts with :data:`COLUMNS`), most suspicious first."""
     table = prep.table
     norms = _grad_norms(fitted.params, prep.x_all, table.y)
     if method == "oof":
-        order, probs = _oof(prep, folds)
-        idx = order[:top]
+        issues, phase = _oof(prep, folds, cache_dir)
+        count = min(issues.num_issues if top is None else top, len(table.y))
+        idx, probs, num_issues = issues.indices[:count], issues.pred_probs, issues.num_issues
     else:
-        idx = np.argsort(-norms, kind="stable")[:top]
-        probs = None
+        count = min(DEFAULT_TOP if top is None else top, len(table.y))
+        idx, probs, num_issues, phase = np.argsort(-norms, kind="stable")[:count], None, None, None
     p = (
         probs[idx]
         if probs is not None
@@ -170,4 +201,4 @@ def rank(
                 "suggested_label": table.classes[int(other.argmax())],
             }
         )
-    return rows
+    return Ranking(rows, num_issues, phase)

@@ -1,23 +1,24 @@
-"""Label errors: out-of-fold confident learning, or per-example gradient norms.
+"""Label errors: out-of-fold probabilities ranked by one score, or per-example gradient norms.
 
 A model trained on every row memorises its mislabeled rows, so its own confidence (or
 gradient norm) on them says little. [`find_label_errors`][jaxwise.label_errors.find_label_errors]
-(``method="oof"``, the default) trains ``folds`` models *at once* — ``vmap`` over ``folds``
-parameter sets in one compiled, scanned program, each masked to its training folds — so every
-row's predicted probabilities come from the model that never saw it. Each fold stops early on
-its held-out part (its best epoch's parameters are kept). The confident-learning rule
-(Northcutt et al., 2021) then marks a row as a candidate when its probabilities confidently
-point to a class other than the given one, and ranks rows by self-confidence ``p(given)``
-(default) or by normalised margin. ``method="gradnorm"`` ranks the rows of a model trained on
-all of them by per-example gradient norm;
-[`hardest_examples`][jaxwise.label_errors.hardest_examples] does the same for any loss.
+(``method="oof"``, the default) trains every fold model at once — ``vmap`` over models in
+one compiled program, through `jaxwise.train`'s update path — so every row's probabilities
+come from models that never saw it; each fold standardises its inputs with its own training
+rows and stops early on its held-out rows. The rows are then ranked by ONE label-quality
+score ([`label_quality`][jaxwise.label_errors.label_quality]: self-confidence ``p(given)``
+by default), and confident learning (Northcutt et al., 2021) estimates how many labels are
+wrong (``LabelIssues.num_issues``: a suggested cut-off, not a reordering).
+``method="gradnorm"`` ranks the rows of a model trained on all of them by per-example
+gradient norm; [`hardest_examples`][jaxwise.label_errors.hardest_examples] does the same for
+any loss.
 
 >>> import numpy as np
 >>> from jaxwise.data import make_blobs, flip_labels
 >>> x, y = make_blobs(300, n_classes=3, seed=0)
 >>> noisy, flipped = flip_labels(y, 15, 3, seed=1)
->>> found = find_label_errors(x, noisy, epochs=30, seed=0)
->>> float(np.isin(found.indices[:15], flipped).mean()) >= 0.8
+>>> found = find_label_errors(x, noisy, seed=0)
+>>> float(np.isin(found.top(15), flipped).mean()) >= 0.8
 True
 
 References:
@@ -27,6 +28,7 @@ References:
 
 from jaxwise.label_errors._confident import LabelIssues as LabelIssues
 from jaxwise.label_errors._confident import confident_learning as confident_learning
+from jaxwise.label_errors._confident import label_quality as label_quality
 from jaxwise.label_errors._confident import precision_recall as precision_recall
 from jaxwise.label_errors._find import find_label_errors as find_label_errors
 from jaxwise.label_errors._gradnorm import hardest_examples as hardest_examples
@@ -40,6 +42,7 @@ __all__ = [
     "confident_learning",
     "find_label_errors",
     "hardest_examples",
+    "label_quality",
     "out_of_fold_probabilities",
     "precision_recall",
     "stratified_folds",

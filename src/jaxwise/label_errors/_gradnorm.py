@@ -80,7 +80,8 @@ def gradnorm_issues(
     """Every row ranked by the trained model's per-example gradient norm, largest first.
 
     ``score`` is minus the gradient norm (lower is more suspicious, as for confident
-    learning); there are no confident-learning candidates (``candidate`` all False).
+    learning); confident learning flags nothing here (``flagged`` all False, ``num_issues``
+    0).
     """
     xj, yj = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.int32)
     norms = np.asarray(per_example_grad_norms(_ExampleNll(apply_fn), params, (xj, yj)))
@@ -92,10 +93,11 @@ def gradnorm_issues(
     others[rows, y] = -np.inf
     return LabelIssues(
         order,
-        np.zeros(len(y), bool),
+        -norms.astype(np.float64)[order],
         probs[rows, y][order],
         np.argmax(others, axis=1)[order],
-        -norms.astype(np.float64)[order],
+        np.zeros(len(y), bool),
         0,
         probs,
+        "gradnorm",
     )

@@ -1,29 +1,39 @@
-"""Out-of-fold probabilities: ``folds`` models trained at once, each row predicted by the model
-that never saw it.
+"""Out-of-fold probabilities: every fold model of every repeat trained at once, in one program.
 
-``vmap`` over ``folds`` parameter sets in one compiled, scanned program, each masked to its
-training folds; each fold stops early on its held-out part (its best epoch's parameters are
-kept).
+The fold models train through `jaxwise.train`'s update path, vmapped over models
+(``train._ensemble.fit_models``): each model shuffles its own training rows, stops early on
+its held-out rows and keeps its best epoch. Each model standardises its inputs with the mean
+and standard deviation of its *training* rows only, so a held-out row never influences the
+model that judges it. Rows are padded up to a size ladder (the padding is never trained on,
+never predicted) and every size-dependent setting comes from the padded size, so datasets of
+nearby sizes run the same compiled program.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.flatten_util
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwise._checks import check_array, check_callable, check_int
+from jaxwise._checks import check_array, check_bool, check_callable, check_int
 from jaxwise._params import check_params
+from jaxwise.buckets import bucket_for
 from jaxwise.models import init_mlp
+from jaxwise.numerics import cross_entropy
+from jaxwise.train._ensemble import fit_models
+from jaxwise.train._state import TrainState
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
+
+# Padded row counts: 16 · 2^(i/4) rounded up to a multiple of 16 (at most ~19 % padding).
+_LADDER = tuple(sorted({16 * math.ceil(2 ** (i / 4)) for i in range(80)}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,7 +46,7 @@ class OutOfFold:
       fold_of: ``(n,)`` int fold of each row.
       best_epoch: ``(folds,)`` the epoch (1-based) whose parameters each fold kept.
       val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch
-        (NaN once the fold has stopped; the loop ends when every fold has stopped).
+        (NaN once the fold has stopped and for epochs never run).
       params: the ``folds`` best parameter sets, stacked on a leading axis.
     """
 
@@ -49,6 +59,8 @@ class OutOfFold:
 
 def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
     """``(n,)`` fold index of each row; every class is spread evenly over the folds.
+
+    Fold sizes differ by at most one row.
 
     Args:
       labels: ``(n,)`` labels.
@@ -74,104 +86,270 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarra
     return fold_of
 
 
-def _nll(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    logp = jax.nn.log_softmax(logits.astype(jnp.float32))
-    return -jnp.take_along_axis(logp, labels[:, None], axis=1)[:, 0]
+def padded_rows(n: int) -> int:
+    """The padded row count of a dataset of ``n`` rows (the program's shape)."""
+    return bucket_for(n, _LADDER)
 
 
-@functools.partial(
-    jax.jit, static_argnames=("apply_fn", "tx", "epochs", "batch_size", "folds", "patience")
-)
-def _train_folds(
-    params: Any,
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """One model's parameter pytree as one flat float vector (hashable: a static argument).
+
+    The optimizer then updates one array per model instead of every leaf, which keeps the
+    compiled program (and its compile time) small.
+    """
+
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, tree: Any) -> _Layout:
+        leaves, treedef = jax.tree.flatten(tree)
+        return cls(
+            treedef,
+            tuple(tuple(leaf.shape) for leaf in leaves),
+            tuple(str(np.dtype(leaf.dtype)) for leaf in leaves),
+        )
+
+    @property
+    def dtype(self) -> Any:
+        return jnp.result_type(*self.dtypes)
+
+    def ravel(self, tree: Any) -> jax.Array:
+        return jnp.concatenate(
+            [jnp.ravel(leaf).astype(self.dtype) for leaf in jax.tree.leaves(tree)]
+        )
+
+    def unravel_host(self, flat: np.ndarray) -> Any:
+        """NumPy: ``(M, P)`` flat vectors to one tree of ``(M, ...)`` arrays (no compilation)."""
+        leaves, start = [], 0
+        for shape, dtype in zip(self.shapes, self.dtypes):
+            size = math.prod(shape)
+            leaves.append(flat[:, start : start + size].reshape(-1, *shape).astype(dtype))
+            start += size
+        return jax.tree.unflatten(self.treedef, leaves)
+
+    def unravel(self, flat: jax.Array) -> Any:
+        leaves, start = [], 0
+        for shape, dtype in zip(self.shapes, self.dtypes):
+            size = math.prod(shape)
+            leaves.append(flat[start : start + size].reshape(shape).astype(dtype))
+            start += size
+        return jax.tree.unflatten(self.treedef, leaves)
+
+
+@dataclasses.dataclass(frozen=True)
+class _FoldLoss:
+    """``loss(flat params, (mean, inv_scale), (x, y)) -> (cross-entropy, same statistics)``.
+
+    The standardisation statistics are the model's (constant) model state.
+    """
+
+    apply_fn: Callable[..., Any]
+    layout: _Layout
+
+    def logits(self, flat: jax.Array, stats: tuple[jax.Array, jax.Array], x: jax.Array) -> Any:
+        mean, inv_scale = stats
+        return self.apply_fn(self.layout.unravel(flat), (x - mean) * inv_scale)
+
+    def __call__(self, flat: jax.Array, stats: Any, batch: tuple[jax.Array, jax.Array]) -> Any:
+        x, y = batch
+        return cross_entropy(self.logits(flat, stats, x).astype(jnp.float32), y), stats
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    """Every static setting of the out-of-fold program."""
+
+    loss: _FoldLoss
+    init: Callable[[jax.Array], Any] | None
+    optimizer: Any
+    folds: int
+    epochs: int
+    patience: int | None
+    batch_size: int
+
+
+@functools.partial(jax.jit, static_argnames=("spec",))
+def _oof_program(
+    start: jax.Array,
     x: jax.Array,
     y: jax.Array,
-    fold_of: jax.Array,
-    fold_rows: jax.Array,
-    fold_mask: jax.Array,
-    key: jax.Array,
+    assign: jax.Array,
+    mean: jax.Array,
+    inv_scale: jax.Array,
+    held_rows: jax.Array,
+    held_mask: jax.Array,
+    seed: jax.Array,
     *,
-    apply_fn: Callable[..., Any],
-    tx: Any,
-    epochs: int,
-    batch_size: int,
-    folds: int,
-    patience: int,
-) -> tuple[Any, jax.Array, jax.Array]:
-    """All folds, all epochs: one program. Returns (best params, best epoch, val loss history)."""
-    n = x.shape[0]
-    steps = n // batch_size
-    fold_ids = jnp.arange(folds)
-    # Each fold's held-out rows, padded to one width: evaluating them costs n forward rows per
-    # epoch in all (not folds × n).
-    x_held, y_held = x[fold_rows], y[fold_rows]  # (folds, m, d), (folds, m)
-    held_count = jnp.maximum(fold_mask.sum(axis=1), 1).astype(jnp.float32)
+    spec: _Spec,
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+    """Train every (repeat, fold) model and predict its held-out rows: one program.
 
-    def fold_loss(p: Any, k: jax.Array, xb: jax.Array, yb: jax.Array, fb: jax.Array) -> jax.Array:
-        w = (fb != k).astype(jnp.float32)
-        return jnp.sum(w * _nll(apply_fn(p, xb), yb)) / jnp.maximum(jnp.sum(w), 1.0)
+    ``assign`` ``(R, n)``: each row's fold per repeat (``-1``: padding). Returns the
+    out-of-fold probabilities ``(R, n, k)``, each model's best epoch ``(M,)``, the
+    validation history ``(epochs, M)`` and the best flat parameters ``(M, P)``.
+    """
+    repeats, n = assign.shape
+    models = repeats * spec.folds
+    layout = spec.loss.layout
+    keys = jax.random.split(jax.random.key(seed), models)
+    if spec.init is not None:
+        params = jax.vmap(lambda k: layout.ravel(spec.init(k)))(keys)  # type: ignore[misc]
+    else:
+        params = jnp.broadcast_to(start, (models, start.shape[0]))
+    with jax.numpy_dtype_promotion("standard"):  # Optax relies on standard promotion
+        opt_state = jax.vmap(spec.optimizer.init)(params)
+    states = TrainState(
+        step=jnp.zeros((models,), jnp.int32),
+        params=params,
+        opt_state=opt_state,
+        key=keys,
+        model_state=(mean, inv_scale),
+    )
+    fold_ids = jnp.arange(spec.folds)
+    allowed = (assign[:, None, :] != fold_ids[None, :, None]) & (assign[:, None, :] >= 0)
 
-    def step(carry: tuple, idx: jax.Array) -> tuple:
-        p, opt, active = carry
-        xb, yb, fb = x[idx], y[idx], fold_of[idx]
-        grads = jax.vmap(jax.grad(fold_loss), in_axes=(0, 0, None, None, None))(
-            p, fold_ids, xb, yb, fb
-        )
-        with jax.numpy_dtype_promotion("standard"):  # Optax relies on standard promotion
-            updates, new_opt = jax.vmap(tx.update)(grads, opt, p)
-        new_p = optax.apply_updates(p, updates)
-        keep = functools.partial(_select, active)
-        return (jax.tree.map(keep, new_p, p), jax.tree.map(keep, new_opt, opt), active), None
+    def held_out(flat: jax.Array, stats: Any, rows_mask: tuple[jax.Array, jax.Array]) -> Any:
+        rows, _ = rows_mask
+        return spec.loss.logits(flat, stats, x[rows]).astype(jnp.float32)
 
-    def epoch(carry: tuple) -> tuple:
-        p, opt, best_p, best_loss, best_epoch, waited, number, history = carry
-        ekey = jax.random.fold_in(key, number)
-        order = jax.random.permutation(ekey, n)[: steps * batch_size].reshape(steps, batch_size)
-        active = waited < patience
-        (p, opt, _), _ = jax.lax.scan(step, (p, opt, active), order)
-        nll = jax.vmap(lambda q, xh, yh: _nll(apply_fn(q, xh), yh))(p, x_held, y_held)
-        val = jnp.sum(jnp.where(fold_mask, nll, 0.0), axis=1) / held_count
-        better = active & ((val < best_loss) | (patience > epochs))
-        best_p = jax.tree.map(functools.partial(_select, better), p, best_p)
-        best_epoch = jnp.where(better, number + 1, best_epoch)
-        waited = jnp.where(better, 0, waited + 1)
-        history = history.at[number].set(jnp.where(active, val, jnp.nan))
-        best_loss = jnp.where(better, val, best_loss)
-        return p, opt, best_p, best_loss, best_epoch, waited, number + 1, history
-
-    def unfinished(carry: tuple) -> jax.Array:
-        # Stop as soon as every fold has stopped early (or after `epochs`).
-        return (carry[6] < epochs) & jnp.any(carry[5] < patience)
+    def validate(flat: jax.Array, stats: Any, rows_mask: tuple[jax.Array, jax.Array]) -> Any:
+        rows, mask = rows_mask
+        logits = held_out(flat, stats, rows_mask)
+        return cross_entropy(logits, y[rows], weights=mask.astype(jnp.float32))
 
     with jax.numpy_dtype_promotion("standard"):
-        opt = jax.vmap(tx.init)(params)
-    init = (
-        params,
-        opt,
-        params,
-        jnp.full((folds,), jnp.inf),
-        jnp.zeros((folds,), jnp.int32),
-        jnp.zeros((folds,), jnp.int32),
-        jnp.zeros((), jnp.int32),
-        jnp.full((epochs, folds), jnp.nan),
+        fit = fit_models(
+            spec.loss,
+            spec.optimizer,
+            states,
+            (x, y),
+            allowed.reshape(models, n),
+            validate,
+            (held_rows, held_mask),
+            batch_size=spec.batch_size,
+            epochs=spec.epochs,
+            patience=spec.patience,
+            model_state=True,
+        )
+    probs = jax.nn.softmax(
+        jax.vmap(held_out)(fit.params, fit.model_state, (held_rows, held_mask)), axis=-1
+    )  # (M, w, k)
+    offset = (jnp.arange(models) // spec.folds * n)[:, None]
+    flat_rows = jnp.where(held_mask, held_rows + offset, 0).reshape(-1)
+    contrib = jnp.where(held_mask[..., None], probs, 0.0).reshape(-1, probs.shape[-1])
+    out = jnp.zeros((repeats * n, probs.shape[-1]), jnp.float32).at[flat_rows].add(contrib)
+    return out.reshape(repeats, n, -1), fit.best_epoch, fit.val_loss, fit.params
+
+
+def _held_out_rows(assign: np.ndarray, folds: int, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, width)`` rows held out by each (repeat, fold) model (padded with 0) and a mask."""
+    repeats = assign.shape[0]
+    rows = np.zeros((repeats * folds, width), np.int32)
+    mask = np.zeros((repeats * folds, width), bool)
+    for r in range(repeats):
+        for f in range(folds):
+            members = np.flatnonzero(assign[r] == f)
+            rows[r * folds + f, : len(members)], mask[r * folds + f, : len(members)] = members, True
+    return rows, mask
+
+
+def _train_statistics(
+    x: np.ndarray, assign: np.ndarray, folds: int, standardize: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, d)`` mean and inverse standard deviation of each model's training rows."""
+    models, d = assign.shape[0] * folds, x.shape[1]
+    if not standardize:
+        return np.zeros((models, d), np.float32), np.ones((models, d), np.float32)
+    x64 = x.astype(np.float64)
+    mean, inv = np.empty((models, d)), np.empty((models, d))
+    for r in range(assign.shape[0]):
+        for f in range(folds):
+            train = x64[(assign[r] != f) & (assign[r] >= 0)]
+            std = train.std(axis=0)
+            mean[r * folds + f] = train.mean(axis=0)
+            inv[r * folds + f] = np.where(std > 0, 1.0 / np.where(std > 0, std, 1.0), 1.0)
+    return mean.astype(np.float32), inv.astype(np.float32)
+
+
+def run_folds(
+    apply_fn: Callable[[Any, jax.Array], jax.Array],
+    init: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    fold_of: np.ndarray,
+    *,
+    folds: int,
+    epochs: int,
+    batch_size: int,
+    optimizer: Any,
+    patience: int | None,
+    seed: int,
+    standardize: bool,
+) -> tuple[OutOfFold, ...]:
+    """One :class:`OutOfFold` per row of ``fold_of`` ``(R, n)``, from ONE program call.
+
+    Arguments are validated by the callers; ``x`` float32, ``y`` int32.
+    """
+    n, repeats = x.shape[0], fold_of.shape[0]
+    n_pad = padded_rows(n)
+    largest = max(int(np.bincount(assign, minlength=folds).max()) for assign in fold_of)
+    width = max(largest, -(-n_pad // folds))  # stratified folds never exceed ⌈n_pad / folds⌉
+    assign = np.full((repeats, n_pad), -1, np.int32)
+    assign[:, :n] = fold_of
+    x_pad = np.zeros((n_pad, x.shape[1]), np.float32)
+    x_pad[:n] = x
+    y_pad = np.zeros(n_pad, np.int32)
+    y_pad[:n] = y
+    mean, inv_scale = _train_statistics(x, fold_of, folds, standardize)
+    rows, mask = _held_out_rows(assign, folds, width)
+    if callable(init):
+        layout = _Layout.of(jax.eval_shape(lambda s: init(jax.random.key(s)), np.uint32(0)))
+        start, init_fn = np.zeros(0, np.float32), init
+    else:
+        check_params(init, "init")
+        layout = _Layout.of(init)
+        leaves = [np.asarray(leaf).reshape(-1) for leaf in jax.tree.leaves(init)]
+        start, init_fn = np.concatenate(leaves).astype(layout.dtype), None
+    spec = _Spec(
+        _FoldLoss(apply_fn, layout),
+        init_fn,
+        optimizer if optimizer is not None else _default_optimizer(),
+        folds,
+        epochs,
+        patience,
+        batch_size,
     )
-    carry = jax.lax.while_loop(unfinished, epoch, init)
-    return carry[2], carry[4], carry[7]
-
-
-def _select(flag: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
-    """Per-fold ``where``: ``flag`` has shape (folds,), leaves (folds, ...)."""
-    return jnp.where(flag.reshape(flag.shape + (1,) * (new.ndim - 1)), new, old)
-
-
-@functools.partial(jax.jit, static_argnames=("apply_fn",))
-def _predict_folds(
-    params: Any, x: jax.Array, fold_of: jax.Array, *, apply_fn: Callable[..., Any]
-) -> jax.Array:
-    probs = jax.vmap(lambda q: jax.nn.softmax(apply_fn(q, x).astype(jnp.float32)))(
-        params
-    )  # (folds, n, k)
-    return probs[fold_of, jnp.arange(x.shape[0])]
+    probs, best_epoch, history, params = jax.device_get(
+        _oof_program(
+            start,
+            x_pad,
+            y_pad,
+            assign,
+            mean,
+            inv_scale,
+            rows,
+            mask,
+            np.uint32(seed),
+            spec=spec,
+        )
+    )
+    out = []
+    for r in range(repeats):
+        p = np.asarray(probs[r, :n], np.float64)
+        models = slice(r * folds, (r + 1) * folds)
+        out.append(
+            OutOfFold(
+                p / p.sum(axis=1, keepdims=True),
+                fold_of[r],
+                np.asarray(best_epoch[models]),
+                np.asarray(history[:, models]),
+                layout.unravel_host(params[models]),
+            )
+        )
+    return tuple(out)
 
 
 def out_of_fold_probabilities(
@@ -183,8 +361,9 @@ def out_of_fold_probabilities(
     folds: int = 5,
     epochs: int = 60,
     batch_size: int = 128,
-    optimizer: Any = None,
+    optimizer: optax.GradientTransformation | None = None,
     patience: int | None = 10,
+    standardize: bool = True,
     seed: int = 0,
     fold_of: Any = None,
 ) -> OutOfFold:
@@ -199,13 +378,15 @@ def out_of_fold_probabilities(
       y: ``(n,)`` integer labels in ``[0, k)``.
       folds: number of folds (≥ 2).
       epochs: maximum epochs.
-      batch_size: rows per step (each fold sees the ``(folds − 1) / folds`` of a batch that
-        it trains on).
-      optimizer: an Optax transformation (default ``adamw(3e-3, weight_decay=1e-4)``).
+      batch_size: rows per step of each fold model (at most the rows a fold trains on).
+      optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``).
       patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
         lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
         then a row's out-of-fold probabilities do not depend on its own label at all (with
         early stopping, the held-out labels choose one epoch per fold).
+      standardize: each fold model standardises the features with the mean and standard
+        deviation of its own training rows (never of the rows it judges); ``False`` for
+        features already on one scale.
       seed: fold assignment, shuffling and (with a callable ``init``) initialisation.
       fold_of: ``(n,)`` explicit fold of each row in ``[0, folds)`` (default: stratified by
         label, from ``seed``).
@@ -215,108 +396,90 @@ def out_of_fold_probabilities(
 
     Raises:
       TypeError: an argument of the wrong type (``params``-like ``init`` included).
-      ValueError: an argument out of range, or fewer than 2 rows per fold.
+      ValueError: non-finite ``x``, mismatched rows, too few rows per fold, a bad
+        ``fold_of`` or ``batch_size``.
+
+    Examples:
+        >>> import numpy as np
+        >>> from jaxwise.data import make_blobs
+        >>> from jaxwise.models import mlp_apply
+        >>> x, y = make_blobs(100, n_features=2, n_classes=2, seed=0)
+        >>> init = {"dense_0": {"w": np.zeros((2, 2), np.float32), "b": np.zeros(2, np.float32)}}
+        >>> out = out_of_fold_probabilities(mlp_apply, init, x, y, folds=4, epochs=5, batch_size=20)
+        >>> out.probs.shape, out.best_epoch.shape
+        ((100, 2), (4,))
     """
     check_callable(apply_fn, "apply_fn")
     folds = check_int(folds, "folds", min_value=2)
     epochs = check_int(epochs, "epochs", min_value=1)
-    patience = epochs + 1 if patience is None else check_int(patience, "patience", min_value=1)
+    patience = None if patience is None else check_int(patience, "patience", min_value=1)
+    standardize = check_bool(standardize, "standardize")
     seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1)
-    x = np.asarray(check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True), np.float32)
-    y = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu"), np.int32)
-    if y.shape[0] != x.shape[0]:
-        raise ValueError(f"`y` has {y.shape[0]} rows but `x` has {x.shape[0]}")
-    if not np.all(np.isfinite(x)):
-        raise ValueError("`x` must be finite")
-    n = x.shape[0]
-    if n < 2 * folds:
-        raise ValueError(f"need at least 2 rows per fold: {n} rows for `folds`={folds}")
-    batch_size = check_int(batch_size, "batch_size", min_value=1, max_value=n)
+    x_arr, y_arr = check_rows(x, y)
     if fold_of is None:
-        fold_of = stratified_folds(y, folds, seed)
+        fold_of = stratified_folds(y_arr, folds, seed)
     else:
         fold_of = np.asarray(check_array(fold_of, "fold_of", ndim=1, dtype_kind="iu"), np.int32)
-        if fold_of.shape != y.shape or fold_of.min() < 0 or fold_of.max() >= folds:
-            raise ValueError(f"`fold_of` must have shape {y.shape} and values in [0, {folds})")
-    key = jax.random.key(seed)
-    init_key, train_key = jax.random.split(key)
-    if callable(init):
-        params = jax.vmap(init)(jax.random.split(init_key, folds))
-    else:
-        check_params(init, "init")
-        params = jax.tree.map(lambda a: jnp.broadcast_to(a, (folds, *jnp.shape(a))), init)
-    # One flat vector per fold: the optimizer then updates one array instead of every leaf,
-    # which keeps the compiled program (and its compile time) small.
-    flat, unravel = _ravel_folds(params)
-    tx = optimizer if optimizer is not None else _default_optimizer()
-    flat_apply = _FlatApply(apply_fn, unravel)
-    fold_rows, fold_mask = _held_out_rows(fold_of, folds)
-    best, best_epoch, history = _train_folds(
-        flat,
-        x,
-        y,
-        fold_of,
-        fold_rows,
-        fold_mask,
-        train_key,
-        apply_fn=flat_apply,
-        tx=tx,
+        if fold_of.shape != y_arr.shape or fold_of.min() < 0 or fold_of.max() >= folds:
+            raise ValueError(f"`fold_of` must have shape {y_arr.shape} and values in [0, {folds})")
+    check_fold_sizes(fold_of[None], folds, batch_size)
+    (run,) = run_folds(
+        apply_fn,
+        init,
+        x_arr,
+        y_arr,
+        fold_of[None],
+        folds=folds,
         epochs=epochs,
         batch_size=batch_size,
-        folds=folds,
+        optimizer=optimizer,
         patience=patience,
+        seed=seed,
+        standardize=standardize,
     )
-    probs = np.asarray(_predict_folds(best, x, fold_of, apply_fn=flat_apply), np.float64)
-    return OutOfFold(
-        probs / probs.sum(axis=1, keepdims=True),
-        fold_of,
-        np.asarray(best_epoch),
-        np.asarray(history),
-        jax.vmap(unravel)(best),
-    )
+    return run
 
 
-def _held_out_rows(fold_of: np.ndarray, folds: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(folds, m)`` row indices of each fold (padded with row 0) and the mask of real ones."""
-    members = [np.flatnonzero(fold_of == k) for k in range(folds)]
-    width = max(1, max(len(m) for m in members))
-    rows = np.zeros((folds, width), np.int32)
-    mask = np.zeros((folds, width), bool)
-    for k, m in enumerate(members):
-        rows[k, : len(m)], mask[k, : len(m)] = m, True
-    return rows, mask
+def check_rows(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` as finite float32 ``(n, d)`` and ``y`` as int32 ``(n,)``, or an error naming them."""
+    x_arr = np.asarray(check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True))
+    y_arr = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu", non_empty=True), np.int32)
+    if y_arr.shape[0] != x_arr.shape[0]:
+        raise ValueError(f"`y` has {y_arr.shape[0]} rows but `x` has {x_arr.shape[0]}")
+    x32 = x_arr.astype(np.float32)
+    if not np.all(np.isfinite(x32)):
+        raise ValueError("`x` must be finite (in float32)")
+    return x32, y_arr
 
 
-def _ravel_folds(params: Any) -> tuple[jax.Array, Callable[[jax.Array], Any]]:
-    """``(folds, P)`` flat parameters and the function that rebuilds one fold's tree."""
-    one = jax.tree.map(lambda a: a[0], params)
-    _, unravel = jax.flatten_util.ravel_pytree(one)
-    flat = jax.vmap(lambda p: jax.flatten_util.ravel_pytree(p)[0])(params)
-    return flat, unravel
-
-
-@dataclasses.dataclass(frozen=True)
-class _FlatApply:
-    """``apply_fn`` on a flat parameter vector; equal and hashed by the function and the
-    tree layout (``ravel_pytree``'s ``unravel`` is hashable), so reruns reuse the program."""
-
-    apply_fn: Callable[..., Any]
-    unravel: Callable[[jax.Array], Any]
-
-    def __call__(self, flat: jax.Array, x: jax.Array) -> jax.Array:
-        return self.apply_fn(self.unravel(flat), x)
+def check_fold_sizes(fold_of: np.ndarray, folds: int, batch_size: int) -> None:
+    """Every fold model must train on at least ``batch_size`` rows and judge at least one."""
+    check_int(batch_size, "batch_size", min_value=1)
+    for assign in fold_of:
+        sizes = np.bincount(assign, minlength=folds)
+        if sizes.min() < 1:
+            raise ValueError(
+                f"every fold needs at least one row: {len(assign)} rows for `folds`={folds}"
+            )
+        train = len(assign) - sizes.max()
+        if batch_size > train:
+            raise ValueError(
+                f"`batch_size` {batch_size} is larger than the {train} rows a fold model trains on"
+            )
 
 
 @functools.cache
 def _default_optimizer() -> Any:
     # Cached: the optimizer is a static argument, so one object means one compiled program.
-    return optax.adamw(3e-3, weight_decay=1e-4)
+    return optax.adamw(1e-2, weight_decay=1e-4)
 
 
-def _mlp_init(sizes: tuple[int, ...]) -> Callable[[jax.Array], Any]:
-    """``init(key)`` for `jaxwise.models.init_mlp` with layer ``sizes`` (one stable object)."""
-    return functools.partial(_init_mlp_from_key, sizes=sizes)
+@dataclasses.dataclass(frozen=True)
+class mlp_init:
+    """``init(key)`` of `jaxwise.models.init_mlp` with layer ``sizes`` (equal for equal sizes,
+    so a rerun reuses the compiled program)."""
 
+    sizes: tuple[int, ...]
 
-def _init_mlp_from_key(key: jax.Array, sizes: tuple[int, ...]) -> Any:
-    return init_mlp(key, sizes)
+    def __call__(self, key: jax.Array) -> Any:
+        return init_mlp(key, self.sizes)
