@@ -1770,3 +1770,261 @@ def test_adam_zero_eps_zero_gradient_is_not_applied() -> None:
     assert _finite(state.params)
     assert int(metrics["skipped"]) == 1
     assert math.isfinite(float(metrics["loss"]))
+
+
+# --------------------------------------------------------------------------
+# Issue #25: the library's edges (deleted arrays, shapes, dtypes, empty inputs)
+# --------------------------------------------------------------------------
+
+
+def _deleted(shape: tuple[int, ...] = (3,)) -> jax.Array:
+    x = jnp.ones(shape)
+    x.delete()  # what donating it to a jitted step does
+    return x
+
+
+def _donated_state() -> train.TrainState:
+    tx = optim.sgd(0.1)
+    state = train.TrainState.create({"w": jnp.ones(3)}, tx, KEY)
+    train.make_train_step(lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2), tx)(
+        state, (X, jnp.ones(4))
+    )
+    return state  # its arrays now belong to the step's result
+
+
+def _linear(p: Any, b: Any) -> jax.Array:
+    return jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+
+
+def _step(params: Any, batch: Any) -> Any:
+    tx = optim.sgd(0.1)
+    return train.make_train_step(_linear, tx)(train.TrainState.create(params, tx, KEY), batch)
+
+
+EDGES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
+    (
+        "create-donated-params",
+        lambda: train.TrainState.create(_donated_state().params, optim.sgd(0.1), KEY),
+        ValueError,
+        "`params` leaf `w` was deleted: this array was donated to an earlier call",
+    ),
+    (
+        "create-deleted-model-state",
+        lambda: train.TrainState.create(P, optim.sgd(0.1), KEY, model_state={"m": _deleted()}),
+        ValueError,
+        "`model_state` leaf `m` was deleted: this array was donated",
+    ),
+    (
+        "step-deleted-batch",
+        lambda: _step({"w": jnp.ones(3)}, (_deleted((4, 3)), jnp.ones(4))),
+        ValueError,
+        "`batch` leaf `0` was deleted: this array was donated to an earlier call",
+    ),
+    (
+        "epoch-deleted-data",
+        lambda: train.make_train_epoch(_linear, optim.sgd(0.1), 2)(
+            train.TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), KEY),
+            (_deleted((4, 3)), jnp.ones(4)),
+        ),
+        ValueError,
+        "`data` leaf `0` was deleted: this array was donated",
+    ),
+    (
+        "norms-deleted-params",
+        lambda: pe.per_example_grad_norms(loss_single, {"w": _deleted(), "b": 0.0}, (X, Y)),
+        ValueError,
+        "`params` leaf `w` was deleted: this array was donated",
+    ),
+    (
+        "norms-deleted-batch",
+        lambda: pe.per_example_grad_norms(loss_single, P, (_deleted((4, 3)), Y)),
+        ValueError,
+        "`batch` leaf `0` was deleted: this array was donated",
+    ),
+    (
+        "dp-gradient-deleted-batch",
+        lambda: privacy.dp_gradient(
+            loss_single, P, (X, _deleted((4,))), KEY, clip_norm=1.0, noise_multiplier=1.0
+        ),
+        ValueError,
+        "`batch` leaf `1` was deleted",
+    ),
+    (
+        "step-leading-dims-differ",
+        lambda: _step({"w": jnp.ones(3)}, (jnp.ones((4, 3)), jnp.ones(5))),
+        TypeError,
+        "batch[0]: float32[4, 3], batch[1]: float32[5] (their leading dimensions differ)",
+    ),
+    (
+        "step-feature-size",
+        lambda: _step({"w": jnp.ones(3)}, (jnp.ones((4, 2)), jnp.ones(4))),
+        TypeError,
+        "with params['w']: float32[3] and batch[0]: float32[4, 2], batch[1]: float32[4]",
+    ),
+    (
+        "step-int-params",
+        lambda: _step({"w": jnp.ones(3, jnp.int32)}, (jnp.ones((4, 3)), jnp.ones(4))),
+        TypeError,
+        "`params` leaf `w` has dtype int32",
+    ),
+    (
+        "step-complex-params",
+        lambda: _step({"w": jnp.ones(3, jnp.complex64)}, (jnp.ones((4, 3)), jnp.ones(4))),
+        TypeError,
+        "`params` leaf `w` has dtype complex64",
+    ),
+    (
+        "step-complex-params-put-in-by-replace",
+        lambda: train.make_train_step(_linear, optim.sgd(0.1))(
+            train.TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), KEY).replace(
+                params={"w": jnp.ones(3, jnp.complex64)}
+            ),
+            (jnp.ones((4, 3), jnp.complex64), jnp.ones(4, jnp.complex64)),
+        ),
+        TypeError,
+        "`state.params` leaf `w` has dtype complex64",
+    ),
+    (
+        "safe-norm-axis-str",
+        lambda: __import__("jaxwise.numerics").numerics.safe_norm(jnp.ones(3), axis="a"),
+        TypeError,
+        "`axis` must be an int, a tuple of ints or None, got 'a'",
+    ),
+    (
+        "softmax-axis-float",
+        lambda: __import__("jaxwise.numerics").numerics.softmax(jnp.ones(3), axis=0.5),
+        TypeError,
+        "`axis` must be an int",
+    ),
+    (
+        "cross-entropy-negative-weights",
+        lambda: __import__("jaxwise.numerics").numerics.cross_entropy(
+            jnp.zeros((2, 3)), jnp.asarray([0, 1]), weights=jnp.asarray([1.0, -1.0])
+        ),
+        ValueError,
+        "`weights` must be >= 0, got -1.0",
+    ),
+    (
+        "run-rnn-feature-size",
+        lambda: __import__("jaxwise.sequence").sequence.run_rnn(
+            __import__("jaxwise.sequence").sequence.gru_cell,
+            __import__("jaxwise.sequence").sequence.init_gru(KEY, 3, 4),
+            jnp.ones((5, 2)),
+            jnp.zeros(4),
+        ),
+        ValueError,
+        "`cell` fails on one step of `xs` (shape (2,): D = 2) with `carry0` of shape (4,)",
+    ),
+    (
+        "run-rnn-carry-size",
+        lambda: __import__("jaxwise.sequence").sequence.run_rnn(
+            __import__("jaxwise.sequence").sequence.lstm_cell,
+            __import__("jaxwise.sequence").sequence.init_lstm(KEY, 3, 4),
+            jnp.ones((5, 3)),
+            (jnp.zeros(4), jnp.zeros(3)),
+        ),
+        ValueError,
+        "with `carry0` of shape [(4,), (3,)] and `params`",
+    ),
+    (
+        "run-rnn-carry-changes-shape",
+        lambda: __import__("jaxwise.sequence").sequence.run_rnn(
+            lambda p, h, x: (jnp.concatenate([h, x]), x), None, jnp.ones((5, 2)), jnp.zeros(2)
+        ),
+        ValueError,
+        "`cell` returns a carry of shape (4,), but `carry0` has shape (2,)",
+    ),
+    (
+        "pad-fill-overflows-uint8",
+        lambda: buckets.pad_to_bucket(np.ones(3, np.uint8), (4,), fill=300),
+        ValueError,
+        "`fill` 300 does not fit the dtype uint8 of `x` (it would be stored as 44)",
+    ),
+    (
+        "pad-fill-fraction-in-int",
+        lambda: buckets.pad_to_bucket(np.ones(3, np.int32), (4,), fill=0.5),
+        ValueError,
+        "`fill` 0.5 does not fit the dtype int32",
+    ),
+    (
+        "pad-fill-nan-in-int",
+        lambda: buckets.pad_to_bucket(np.ones(3, np.int64), (4,), fill=NAN),
+        ValueError,
+        "`fill` nan does not fit the dtype int64",
+    ),
+    (
+        "pad-fill-minus-one-in-bool",
+        lambda: buckets.pad_to_bucket(np.ones(3, bool), (4,), fill=-1),
+        ValueError,
+        "`fill` -1 does not fit the dtype bool",
+    ),
+    (
+        "pad-fill-overflows-float16",
+        lambda: buckets.pad_to_bucket(np.ones(3, np.float16), (4,), fill=1e5),
+        ValueError,
+        "`fill` 100000.0 does not fit the dtype float16 of `x` (it would be stored as inf)",
+    ),
+    (
+        "dp-noise-int-leaf",
+        lambda: privacy.add_dp_noise({"w": jnp.ones(3, jnp.int32)}, KEY, 1.0, 1.0, 4),
+        TypeError,
+        "`summed` leaf `w` has dtype int32",
+    ),
+    (
+        "checkpointer-on-a-file",
+        lambda: checkpoint.Checkpointer(Path(__file__)),
+        ValueError,
+        "test_boundary.py: is a file, expected a directory",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("call", "kind", "message"), [r[1:] for r in EDGES], ids=[r[0] for r in EDGES]
+)
+def test_an_edge_gets_a_named_error(call: Callable[[], Any], kind: type[Exception], message: str):
+    with pytest.raises((TypeError, ValueError)) as info:
+        call()
+    err = info.value
+    assert isinstance(err, kind), f"{type(err).__name__}: {err}"
+    assert message in str(err), f"{message!r} not in: {err}"
+    assert _raised_in_jaxwise(err), f"raised outside jaxwise: {type(err).__name__}: {err}"
+
+
+def test_fills_that_fit_are_kept_exactly() -> None:
+    for x, fill in [
+        (np.ones(3, np.int32), -1),
+        (np.ones(3, np.int32), 3.0),
+        (np.ones(3, bool), False),
+        (np.ones(3, np.float32), NAN),
+        (np.ones(3, np.float32), -INF),
+        (np.ones(3, np.float32), 0.1),  # rounds to the nearest float32: fine
+        (np.ones(3, np.uint8), 255),
+    ]:
+        padded, mask = buckets.pad_to_bucket(x, (4,), fill=fill)
+        assert padded.dtype == x.dtype and mask.tolist() == [True, True, True, False]
+        np.testing.assert_array_equal(padded[3], np.asarray(fill).astype(x.dtype))
+
+
+def test_empty_inputs_follow_numpy_and_jax_nn() -> None:
+    from jaxwise import numerics
+
+    for shape, axis in [((0,), -1), ((2, 0), -1), ((0, 3), -1), ((2, 0), 0)]:
+        x = jnp.zeros(shape)
+        for ours, theirs in [
+            (numerics.softmax, jax.nn.softmax),
+            (numerics.log_softmax, jax.nn.log_softmax),
+        ]:
+            out = ours(x, axis=axis)
+            assert out.shape == theirs(x, axis=axis).shape == shape and out.dtype == x.dtype
+        norm = numerics.safe_norm(x, axis=axis)
+        np.testing.assert_array_equal(norm, np.linalg.norm(np.zeros(shape), axis=axis))
+        kept = numerics.safe_norm(x, axis=axis, keepdims=True)
+        assert kept.shape == np.linalg.norm(np.zeros(shape), axis=axis, keepdims=True).shape
+        cos = numerics.cosine_similarity(x, x, axis=axis)
+        assert cos.shape == norm.shape and not np.asarray(cos).any()  # empty vectors: 0
+    assert float(numerics.safe_norm(jnp.zeros((0,)))) == float(np.linalg.norm(np.zeros(0))) == 0
+    grad = jax.grad(lambda v: numerics.safe_norm(v) + numerics.cosine_similarity(v, v))(
+        jnp.zeros((0,))
+    )
+    assert grad.shape == (0,)

@@ -1,6 +1,8 @@
 """Checkpoints: nesting kept, sharded restore, damage table, writer lock, orbax/Flax interop."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -249,7 +251,9 @@ def test_a_writer_in_another_process_blocks_this_one(tmp_path, key):
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
-        with pytest.raises(CheckpointError, match=r"in use by another writer \(process \d+\)"):
+        with pytest.raises(
+            CheckpointError, match=r"in use by another writer \(process \d+ on host .+\(python -c "
+        ):
             save(
                 ck,
                 TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0).replace(
@@ -411,3 +415,279 @@ def test_bad_arguments_are_named(tmp_path, key):
 def test_doc_directory_layout_is_what_the_docs_say(tmp_path, key):
     step_dir = save(tmp_path / "ck", make_state(key))
     assert sorted(p.name for p in Path(step_dir).iterdir() if p.is_dir()) == ["meta", "state"]
+
+
+# ---------------------------------------------------------------------------
+# Run identity, crash leftovers, full disks, signals
+# ---------------------------------------------------------------------------
+
+
+def _small(step, value=1.0):
+    state = TrainState.create({"w": jnp.full(3, value)}, optim.sgd(0.1), 0)
+    return state.replace(step=jnp.asarray(step, jnp.int32))
+
+
+def _listing(root):
+    return sorted(
+        (str(p.relative_to(root)), p.read_bytes() if p.is_file() else b"")
+        for p in root.rglob("*")
+        if p.name != ".jaxwise-writer.lock"
+    )
+
+
+def test_steps_of_another_run_are_never_taken(tmp_path):
+    ck = tmp_path / "ck"
+    with Checkpointer(ck, run_id="run-a") as writer:
+        writer.save(_small(1), {"epoch": 1})
+        writer.save(_small(2, 2.0), {"epoch": 2})
+    save(ck, _small(5, 5.0), {"epoch": 5}, run_id="run-b")  # a crashed run's leftover step
+    assert latest_step(ck, run_id="run-a") == 2 and latest_step(ck) == 5
+    assert load_metadata(ck, run_id="run-a") == {"epoch": 2}
+    with pytest.warns(
+        CheckpointWarning,
+        match=r"^skipped checkpoint step 5 \(written by another run\) in .*; restored step 2$",
+    ):
+        state, meta = restore(ck, like=_small(0), run_id="run-a", with_metadata=True)
+    assert meta == {"epoch": 2} and state.params["w"].tolist() == [2.0] * 3
+    with pytest.raises(CheckpointError, match="checkpoint step 5 in .*: written by another run"):
+        load_metadata(ck, step=5, run_id="run-a")
+    with pytest.raises(CheckpointError, match="step 5 in .* is not this run's"):
+        restore(ck, like=_small(0), step=5, run_id="run-a")
+    # run-a reaching step 5 moves run-b's step aside (kept), and retention spares it
+    save(ck, _small(5, 7.0), {"epoch": 5}, run_id="run-a", keep=1)
+    names = sorted(p.name for p in ck.iterdir() if not p.name.startswith("."))
+    assert names == ["5", "5.stray-0"]
+    assert load_metadata(ck, run_id="run-a") == {"epoch": 5}
+    with pytest.raises(TypeError, match="`run_id` must be a non-empty str"):
+        latest_step(ck, run_id="")
+
+
+def test_a_renamed_step_directory_is_never_taken(tmp_path):
+    ck = tmp_path / "ck"
+    save(ck, _small(1), {"epoch": 1})
+    shutil.copytree(ck / "1", ck / "99")  # a stray, higher-numbered copy
+    assert latest_step(ck) == 1 and load_metadata(ck) == {"epoch": 1}
+    with pytest.warns(CheckpointWarning, match=r"step 99 \(its metadata says step 1: a renamed"):
+        assert int(restore(ck, like=_small(0)).step) == 1
+    save(ck, _small(99), {"epoch": 99})  # the copy is moved aside, never overwritten
+    assert (ck / "99.stray-0").is_dir() and load_metadata(ck) == {"epoch": 99}
+
+
+def test_orbax_leftovers_of_a_crash_are_ignored_and_cleared_by_the_writer(tmp_path):
+    ck = tmp_path / "ck"
+    save(ck, _small(1), {"epoch": 1})
+    leftover = ck / "2.orbax-checkpoint-tmp"
+    (leftover / "state").mkdir(parents=True)
+    (leftover / "state" / "data").write_bytes(b"half")
+    assert latest_step(ck) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert int(restore(ck, like=_small(0)).step) == 1
+    save(ck, _small(2), {"epoch": 2})
+    assert not leftover.exists() and latest_step(ck) == 2
+
+
+def test_checkpointer_on_a_file_is_named(tmp_path):
+    path = tmp_path / "file.txt"
+    path.write_text("mine")
+    with pytest.raises(CheckpointError, match=r"file.txt: is a file, expected a directory"):
+        Checkpointer(path)
+    assert path.read_text() == "mine"
+
+
+def _failing_write(monkeypatch, half_written):
+    """The orbax writer fails as a full disk makes it fail, after writing part of the step."""
+    from jaxwise.checkpoint import _safety
+
+    monkeypatch.setattr(_safety, "check_space", lambda target, needed: None)
+
+    def save(self, directory, args):
+        tmp = Path(f"{directory}.orbax-checkpoint-tmp") / "state.orbax-checkpoint-tmp"
+        tmp.mkdir(parents=True)
+        (tmp / "d").write_bytes(half_written)
+        raise ValueError(
+            f'RESOURCE_EXHAUSTED: Error writing "params.w/0" in OCDBT database at local file '
+            f"\"{tmp}\": Failed to write 4096 bytes: No space left on device [os_error_code='28']"
+        )
+
+    monkeypatch.setattr(ocp.Checkpointer, "save", save)
+
+
+def test_a_full_disk_is_one_oserror_and_nothing_is_left(tmp_path, monkeypatch):
+    import errno
+
+    ck = tmp_path / "ck"
+    save(ck, _small(1), {"epoch": 1})
+    before = _listing(ck)
+    with monkeypatch.context() as patched:
+        _failing_write(patched, b"x" * 100)
+        with pytest.raises(OSError) as info:
+            save(ck, _small(2), {"epoch": 2})
+    assert info.value.errno == errno.ENOSPC and info.value.filename == str(ck.absolute() / "2")
+    assert _listing(ck) == before  # no temporary files; step 1 byte-identical
+    assert int(restore(ck, like=_small(0)).step) == 1
+    with Checkpointer(ck) as writer:  # the lock was released: the next write works
+        writer.save(_small(2), {"epoch": 2})
+
+
+def _mount_tmpfs(path, size):
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    path.mkdir()
+    proc = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+    )
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    disk = tmp_path / "disk"
+    _mount_tmpfs(disk, "400k")
+    yield disk
+    subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_a_real_full_disk_refuses_the_step_and_keeps_the_last_one(small_disk):
+    import errno
+
+    ck = small_disk / "ck"
+    save(ck, _small(1), {"epoch": 1})
+    before = _listing(ck)
+    big = TrainState.create(
+        {"w": jax.random.normal(jax.random.key(0), (200_000,))}, optim.sgd(0.1), 0
+    ).replace(step=jnp.asarray(2, jnp.int32))
+    with pytest.raises(OSError, match=r"No space left on device \(the checkpoint needs") as info:
+        save(ck, big, {"epoch": 2})
+    assert info.value.errno == errno.ENOSPC and info.value.filename.endswith("/ck/2")
+    assert _listing(ck) == before
+    assert int(restore(ck, like=_small(0)).step) == 1
+
+
+ORBAX_FULL_DISK = textwrap.dedent(
+    """
+    import sys, jax, jax.numpy as jnp
+    from jaxwise import optim
+    from jaxwise.checkpoint import _safety, save
+    from jaxwise.train import TrainState
+    _safety.check_space = lambda target, needed: None  # let orbax meet the full disk itself
+    state = TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), 0)
+    save(sys.argv[1], state)
+    big = TrainState.create({"w": jax.random.normal(jax.random.key(0), (200_000,))},
+                            optim.sgd(0.1), 0).replace(step=jnp.asarray(1, jnp.int32))
+    try:
+        save(sys.argv[1], big)
+    except OSError as err:
+        print(err.errno, err.filename)
+    """
+)
+
+
+@pytest.mark.slow
+def test_orbax_meeting_a_full_disk_prints_nothing_and_leaves_nothing(small_disk):
+    ck = small_disk / "ck"
+    proc = subprocess.run(
+        [sys.executable, "-c", ORBAX_FULL_DISK, str(ck)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    assert proc.stdout.split() == ["28", str(ck / "1")]
+    assert sorted(p.name for p in ck.iterdir()) == [".jaxwise-writer.lock", "0"]
+
+
+def test_signals_during_a_write_are_delivered_after_it():
+    import signal
+
+    from jaxwise.checkpoint._safety import signals_held
+
+    done = []
+    with pytest.raises(KeyboardInterrupt):
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGINT)
+            done.append("after the signal")
+    assert done == ["after the signal"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+INTERRUPTED_SAVE = textwrap.dedent(
+    """
+    import os, signal, sys, jax.numpy as jnp
+    import orbax.checkpoint as ocp
+    from jaxwise import optim
+    from jaxwise.checkpoint import latest_step, save
+    from jaxwise.train import TrainState
+    original = ocp.Checkpointer.save
+    def interrupted(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the write
+        return original(self, *args, **kwargs)
+    ocp.Checkpointer.save = interrupted
+    try:
+        save(sys.argv[1], TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), 0))
+    except KeyboardInterrupt:
+        print("interrupted after step", latest_step(sys.argv[1]))
+    """
+)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_save_finishes_it_and_prints_no_traceback(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_SAVE, str(tmp_path / "ck")],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-3000:]
+    assert proc.stdout.strip() == "interrupted after step 0"
+
+
+def test_tensorstore_closed_loop_reports_are_dropped_and_nothing_else(monkeypatch):
+    import asyncio
+    import types
+
+    from jaxwise.checkpoint import _safety
+
+    seen = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(u.exc_value))
+    _safety.drop_closed_loop_reports()
+    loop = asyncio.new_event_loop()
+    loop.close()
+    with pytest.raises(RuntimeError) as raised:
+        loop.call_soon_threadsafe(print)
+    closed = raised.value
+    other = RuntimeError("Event loop is closed")  # raised elsewhere: reported
+    for exc in (closed, other, ValueError("boom")):
+        sys.unraisablehook(
+            types.SimpleNamespace(  # pyright: ignore[reportArgumentType]  # the hook's fields
+                exc_type=type(exc),
+                exc_value=exc,
+                exc_traceback=exc.__traceback__,
+                err_msg=None,
+                object=None,
+            )
+        )
+    assert len(seen) == 2 and seen[0] is other and isinstance(seen[1], ValueError)
+
+
+@pytest.mark.slow
+def test_the_lock_of_a_writer_killed_holding_it_is_taken_over_with_a_warning(tmp_path):
+    import signal
+
+    ck = tmp_path / "ck"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(ck)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "locked"
+    proc.send_signal(signal.SIGKILL)  # it dies holding the lock: the OS releases the flock
+    proc.communicate()
+    with pytest.warns(
+        CheckpointWarning, match=rf"took over the writer lock of .*: process {proc.pid} on host"
+    ):
+        save(ck, _small(1), {"epoch": 1})
+    assert latest_step(ck) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # released cleanly this time: nothing to say
+        save(ck, _small(2), {"epoch": 2})

@@ -287,7 +287,7 @@ def test_label_errors_recall_and_csv(tmp_path, capsys):
         ("", [], "empty"),
         ("1,2,3\n4,5,6\n", [], "no header"),
         ("a,b,c\n1,2,0\n3,4,1\n", [], "no label column 'colour'; available columns: a, b, c"),
-        ("a,b,colour\n1,2,x\n3,y,z\n", [], "non-numeric value 'y' in data row 1, column 'b'"),
+        ("a,b,colour\n1,2,x\n3,y,z\n", [], "value 'y' in data row 1 (line 3), column 'b'"),
         ("a,b,colour\n1,2,x\n3,,z\n", [], "missing value in data row 1"),
         ("a,b,colour\n1,2,x\n3,4,x\n", [], "single class"),
         ("a,b,colour\n1,2,x\n3,4,z\n", ["--batch-size", "4"], "fewer than --batch-size"),

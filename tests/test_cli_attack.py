@@ -137,7 +137,7 @@ def test_huge_hidden_gives_the_memory_estimate(tmp_path, small_csv, capsys):
     [
         (
             "a,b,kind\n1,2,x\n1e39,4,y\n3,4,x\n",
-            "value '1e39' in data row 1, column 'a' overflows float32",
+            "value '1e39' in data row 1 (line 3), column 'a' overflows float32",
         ),
         (
             "a,b,kind\n3e38,2,x\n3e38,4,y\n3e38,4,x\n",

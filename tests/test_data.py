@@ -1,9 +1,19 @@
 """Tests for jaxwise.data and jaxwise.models: generators, CSV loading and its errors, the MLP."""
 
+import warnings
+
 import numpy as np
 import pytest
 
-from jaxwise.data import DataError, flip_labels, load_csv, make_blobs, make_spiral, train_test_split
+from jaxwise.data import (
+    DataError,
+    flip_labels,
+    load_csv,
+    load_features,
+    make_blobs,
+    make_spiral,
+    train_test_split,
+)
 
 
 def test_spiral_geometry():
@@ -60,12 +70,16 @@ def test_load_csv_string_and_integer_labels(tmp_path):
         ("", "y", "empty"),
         ("1,2,3\n4,5,6\n", "y", "no header"),
         ("a,b,y\n1,2,0\n", "target", "no label column 'target'; available columns: a, b, y"),
-        ("a,b,y\n1,2,0\n3,x7,1\n", "y", r"non-numeric value 'x7' in data row 1, column 'b'"),
-        ("a,b,y\n1,2,0\n3,,1\n", "y", r"missing value in data row 1, column 'b'"),
+        (
+            "a,b,y\n1,2,0\n3,x7,1\n",
+            "y",
+            r"non-numeric value 'x7' in data row 1 \(line 3\), column 'b'",
+        ),
+        ("a,b,y\n1,2,0\n3,,1\n", "y", r"missing value in data row 1 \(line 3\), column 'b'"),
         ("a,b,y\n1,2,0\n3,NaN,1\n", "y", "missing value in data row 1"),
         ("a,b,y\n1,2,0\n3,4,0\n", "y", "single class"),
         ("a,b,y\n", "y", "no data rows"),
-        ("a,b,y\n1,2\n", "y", "data row 0 has 2 cells"),
+        ("a,b,y\n1,2\n", "y", r"data row 0 \(line 2\) has 2 cells"),
         ("a,a,y\n1,2,0\n", "y", "duplicate column"),
         ("a,b,y\n1,inf,0\n2,3,1\n", "y", "non-finite"),
     ],
@@ -121,11 +135,17 @@ def test_numeric_labels_are_normalised(tmp_path):
 @pytest.mark.parametrize(
     "text, match",
     [
-        ("a,y\n1,0\n1e39,1\n", r"value '1e39' in data row 1, column 'a' overflows float32"),
-        ("a,y\n-1e39,0\n2,1\n", r"value '-1e39' in data row 0, column 'a' overflows float32"),
+        (
+            "a,y\n1,0\n1e39,1\n",
+            r"value '1e39' in data row 1 \(line 3\), column 'a' overflows float32",
+        ),
+        (
+            "a,y\n-1e39,0\n2,1\n",
+            r"value '-1e39' in data row 0 \(line 2\), column 'a' overflows float32",
+        ),
         ("a,y\n3e38,0\n3e38,1\n", "float32 mean overflows"),
         ("a,y\n-3e38,0\n-3e38,1\n", "float32 mean overflows"),
-        ("a,y\n1,cat\n2,d\x00g\n", r"control character in label column 'y' \(data row 1"),
+        ("a,y\n1,cat\n2,d\x00g\n", r"control character in label column 'y', data row 1 \(line 3\)"),
         ("a\x1b[31m,y\n1,0\n2,1\n", "control character in the header"),
         ("1,2,cat\n3,4,dog\n", "no header row"),
     ],
@@ -166,3 +186,80 @@ def test_load_csv_refuses_devices_and_fifos(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(DataError, match="not a regular file"):
         load_csv(fifo, "y")
+
+
+# ---------------------------------------------------------------------------
+# Every data row accounted for: `rows` is the file's own numbering (pandas .iloc)
+# ---------------------------------------------------------------------------
+
+MESSY = (
+    "id,a,kind\n"
+    "0,1.5,ant\n"  # data row 0
+    "\n"  # 1: a blank line
+    "2,,bee\n"  # 2: a missing cell
+    ",,\n"  # 3: every cell empty
+    '4,"2.5\n",cat\n'  # 4: a quoted cell spanning two lines
+    "   \n"  # 5: a blank line (spaces)
+    '6,3.0,"bee"\n'  # 6
+    "7,NA,ant\n"  # 7: a missing cell
+    "8,1,cat\n"  # 8
+    "\n"  # 9: a blank line at the end
+)
+
+
+def test_rows_are_the_files_own_numbering_like_pandas_iloc(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "messy.csv"
+    path.write_text(MESSY)
+    table = load_csv(path, "kind", drop_na=True)
+    assert table.rows.tolist() == [0, 4, 6, 8]
+    assert (table.dropped, table.blank_lines) == (3, 3)
+    frame = pd.read_csv(path, skip_blank_lines=False)
+    assert len(frame) == 10  # pandas counts every data row, blank lines included
+    for i, row in enumerate(table.rows):
+        assert float(frame.iloc[row]["id"]) == table.x[i, 0]
+        assert frame.iloc[row]["kind"] == table.classes[table.y[i]]
+    features = load_features(path, ("id", "a"), label="kind", drop_na=True)
+    assert features.rows.tolist() == [0, 4, 6, 8]
+    assert features.labels is not None
+    assert [frame.iloc[r]["kind"] for r in features.rows] == list(features.labels)
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (MESSY, r"missing value in data row 2 \(line 4\), column 'a' \(3 rows have missing"),
+        (
+            "a,b,kind\n1,2,x\n,,\n3,4,y\n",
+            r"data row 1 \(line 3\) is empty \(every cell is missing\)",
+        ),
+        ("a,b,kind\n1,2,x\n\n , ,\n3,4,y\n", r"data row 2 \(line 4\) is empty"),
+        ('a,b,kind\n"1\n",2,x\n3,oops,y\n', r"non-numeric value 'oops' in data row 1 \(line 4\)"),
+    ],
+)
+def test_an_empty_row_is_an_error_naming_its_row_and_line(tmp_path, text, match):
+    path = tmp_path / "d.csv"
+    path.write_text(text)
+    with pytest.raises(DataError, match=match):
+        load_csv(path, "kind")
+
+
+def test_an_all_missing_column_is_one_error_and_no_numpy_warning(tmp_path):
+    path = tmp_path / "d.csv"
+    path.write_text("a,b,kind\n1,,x\n2,NA,y\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a NumPy RuntimeWarning would fail here
+        for drop_na in (False, True):
+            with pytest.raises(DataError, match=r"column 'b' has no values \(all 2 cells"):
+                load_csv(path, "kind", drop_na=drop_na)
+
+
+def test_a_symlink_loop_is_named_as_such(tmp_path):
+    (tmp_path / "a.csv").symlink_to(tmp_path / "b.csv")
+    (tmp_path / "b.csv").symlink_to(tmp_path / "a.csv")
+    with pytest.raises(DataError, match="a.csv: a symlink loop"):
+        load_csv(tmp_path / "a.csv", "kind")
+    (tmp_path / "c.csv").symlink_to(tmp_path / "gone.csv")
+    with pytest.raises(DataError, match=r"c.csv: a broken symlink \(to .*gone.csv"):
+        load_features(tmp_path / "c.csv", ("a",))

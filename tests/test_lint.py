@@ -247,11 +247,12 @@ def test_symlink_to_a_device_is_never_followed(tmp_path, alarm, device):
 def test_broken_symlink_and_symlinked_directory(tmp_path):
     (tmp_path / "gone.py").symlink_to(tmp_path / "missing.py")
     (tmp_path / "loop").symlink_to(tmp_path)  # a directory symlink is not followed (no cycle)
+    broken = f"broken symlink (to {tmp_path / 'missing.py'}, which does not exist); skipped"
     _, error, count = _one_error([tmp_path])
-    assert error.path.endswith("gone.py") and error.message == "broken symlink; skipped"
+    assert error.path.endswith("gone.py") and error.message == broken
     assert count == 0
     _, error, _ = _one_error([tmp_path / "gone.py"])
-    assert error.message == "broken symlink; skipped"
+    assert error.message == broken
 
 
 def test_huge_file_is_skipped_with_a_notice(tmp_path):
@@ -356,7 +357,7 @@ def test_paths_given_explicitly_are_always_accounted_for(tmp_path):
         lint_paths([tmp_path / "nope.py"])
     (tmp_path / "empty").mkdir()
     _, error, count = _one_error([tmp_path / "empty"])
-    assert error.message == "no Python files (*.py) under this directory" and count == 0
+    assert error.message == "no Python files (*.py, *.ipynb) under this directory" and count == 0
 
 
 def test_a_crashing_rule_is_reported_per_file(tmp_path, monkeypatch):
@@ -559,3 +560,105 @@ def test_jw009_message_shows_the_tracer_as_jax_prints_it(capsys):
     printed = capsys.readouterr().out.strip()  # what the user would see: JitTracer(float32[])
     [finding] = lint_source("import jax\n@jax.jit\ndef f(x):\n    print(x)\n    return x\n")
     assert finding.code == "JW009" and f"`{printed}`" in finding.message
+
+
+# -- notebooks, deep trees, symlink loops (issue #25) ---------------------------------------
+
+
+def _notebook(path, *cells):
+    """A notebook of ``("code" | "markdown", source)`` cells (nbformat 4)."""
+    doc = {
+        "cells": [{"cell_type": kind, "metadata": {}, "source": source} for kind, source in cells],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path.write_text(json.dumps(doc))
+    return path
+
+
+REUSE = ["key = jax.random.key(0)\n", "a = jax.random.normal(key, (3,))\n"]
+
+
+def test_a_notebook_is_linted_cell_by_cell_with_cell_locations(tmp_path, capsys):
+    nb = _notebook(
+        tmp_path / "nb.ipynb",
+        ("markdown", "# uses `jax.random.normal(key)` twice"),
+        ("code", ["%matplotlib inline\n", "import jax\n", *REUSE]),
+        ("code", ["!pip install jax\n", "x = !ls\n", "b = jax.random.normal(key, (3,))"]),
+        ("code", "%%bash\njax.random.normal(key)\n"),
+        ("code", "%%time\nc = jax.random.normal(key, (3,))  # noqa: JW003\n"),
+        ("code", "jax.random.normal?"),
+    )
+    as_python = tmp_path / "nb.py"
+    as_python.write_text("import jax\n" + "".join(REUSE) + "b = jax.random.normal(key, (3,))\n")
+    findings, errors, count = lint_paths([nb, as_python])
+    assert errors == [] and count == 2
+    by_path = {Path(f.path).name: f for f in findings}
+    assert set(by_path) == {"nb.ipynb", "nb.py"} and len(findings) == 2  # the same finding
+    cell, plain = by_path["nb.ipynb"], by_path["nb.py"]
+    assert (cell.code, cell.cell, cell.line, cell.col) == ("JW003", 3, 3, plain.col)
+    assert cell.format().startswith(f"{nb}:cell 3:line 3:{plain.col}: JW003 ")
+    assert cell.to_dict()["cell"] == 3 and "cell" not in plain.to_dict()
+    assert main(["lint", str(nb)]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{nb}:cell 3:line 3:") and err == "1 finding(s) in 1 file(s)\n"
+
+
+def test_a_broken_cell_is_reported_and_the_others_still_checked(tmp_path):
+    nb = _notebook(
+        tmp_path / "nb.ipynb",
+        ("code", ["import jax\n", *REUSE]),
+        ("code", "def broken(:\n    pass\n"),
+        ("code", "b = jax.random.normal(key, (3,))"),
+    )
+    findings, errors, count = lint_paths([nb])
+    assert [(f.code, f.cell, f.line) for f in findings] == [("JW003", 3, 1)] and count == 1
+    assert [e.format() for e in errors] == [
+        f"{nb}: error: cell 2: syntax error at line 1: invalid syntax; skipped"
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ("{not json", "not a Jupyter notebook (invalid JSON at line 1); skipped"),
+        ('{"cells": 3}', "not a Jupyter notebook (no list of cells); skipped"),
+        ("[1, 2]", "not a Jupyter notebook (no list of cells); skipped"),
+    ],
+)
+def test_a_file_that_is_not_a_notebook(tmp_path, text, reason):
+    (tmp_path / "bad.ipynb").write_text(text)
+    _, error, count = _one_error([tmp_path / "bad.ipynb"])
+    assert error.message == reason and count == 0
+
+
+def test_notebooks_in_a_directory_are_found_and_checkpoints_skipped(tmp_path):
+    _notebook(tmp_path / "a.ipynb", ("code", ["import jax\n", *REUSE, REUSE[1]]))
+    (tmp_path / ".ipynb_checkpoints").mkdir()
+    _notebook(tmp_path / ".ipynb_checkpoints" / "a-checkpoint.ipynb", ("code", "x = 1"))
+    findings, errors, count = lint_paths([tmp_path])
+    assert [(Path(f.path).name, f.cell) for f in findings] == [("a.ipynb", 1)] and count == 1
+
+
+def test_a_1200_level_directory_tree(tmp_path):
+    deep = tmp_path
+    for _ in range(1200):  # one level at a time (mkdir(parents=True) recurses itself)
+        deep = deep / "d"
+        deep.mkdir()
+    (deep / "m.py").write_text("import jax\nt = jax.tree_map(abs, [1])\n")
+    findings, errors, count = lint_paths([tmp_path])
+    assert [f.code for f in findings] == ["JW004"] and errors == [] and count == 1
+
+
+def test_symlink_loops_are_named_as_such(tmp_path, capsys):
+    (tmp_path / "a.py").symlink_to(tmp_path / "b.py")
+    (tmp_path / "b.py").symlink_to(tmp_path / "a.py")
+    loop = "symlink loop (the link leads back to itself); skipped"
+    findings, errors, count = lint_paths([tmp_path])
+    assert [e.message for e in errors] == [loop, loop] and count == 0
+    _, error, _ = _one_error([tmp_path / "a.py"])
+    assert error.message == loop
+    assert main(["lint", str(tmp_path / "a.py")]) == 1
+    _, err = capsys.readouterr()
+    assert err.splitlines()[0] == f"{tmp_path / 'a.py'}: error: {loop}"

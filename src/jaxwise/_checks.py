@@ -13,6 +13,7 @@ expected (``np.int64(3)`` is an int; ``True`` is not).
 
 from __future__ import annotations
 
+import errno
 import math
 import numbers
 import os
@@ -38,6 +39,7 @@ __all__ = [
     "concrete_float",
     "is_int",
     "is_key",
+    "missing_path",
 ]
 
 
@@ -272,6 +274,27 @@ def check_path(value: Any, name: str = "path") -> Any:
     if isinstance(value, str) and not value:
         raise ValueError(f"`{name}` must not be empty")
     return pathlib.Path(value)
+
+
+def missing_path(path: str | os.PathLike[str]) -> str | None:
+    """Why ``path`` cannot be reached (``"no such file"``, ``"a symlink loop"``, ``"a broken
+    symlink to …"``), or None when it exists.
+
+    >>> missing_path("/no/such/place")
+    'no such file'
+    """
+    p = pathlib.Path(path)
+    try:
+        p.stat()
+        return None
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            return "a symlink loop (the link points back at itself)"
+        if p.is_symlink():
+            return f"a broken symlink (to {os.readlink(p)}, which does not exist)"
+        if err.errno == errno.ENOENT:
+            return "no such file"
+        return err.strerror or str(err)
 
 
 def _kind(dtype: Any) -> str:

@@ -114,6 +114,7 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
         out=out,
         drop_na=args.drop_na,
         resume=getattr(args, "resume", False),
+        force=getattr(args, "force", False) if args.command == "train" else False,
         allow_different_data=getattr(args, "allow_different_data", False),
         stop_after=getattr(args, "stop_after", None),
         dp=args.dp,

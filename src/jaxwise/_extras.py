@@ -29,16 +29,16 @@ def require(module: str, *, extra: str, feature: str | None = None) -> ModuleTyp
     """Import ``module`` or raise one ``ImportError`` naming the extra that provides it.
 
     Args:
-      module: the dotted module name to import, e.g. ``"orbax.checkpoint"``.
-      extra: the jaxwise extra that installs it, one of `EXTRAS`.
-      feature: what needs it, for the message (default: the extra's name).
+        module: the dotted module name to import, e.g. ``"orbax.checkpoint"``.
+        extra: the jaxwise extra that installs it, one of `EXTRAS`.
+        feature: what needs it, for the message (default: the extra's name).
 
     Returns:
-      The imported module.
+        The imported module.
 
     Raises:
-      ImportError: ``module`` is not installed; the message is one line:
-        ``"<feature> needs <module>: pip install 'jaxwise[<extra>]'"``.
+        ImportError: ``module`` is not installed; the message is one line:
+            ``"<feature> needs <module>: pip install 'jaxwise[<extra>]'"``.
     """
     if extra not in EXTRAS:
         raise ValueError(f"`extra` must be one of {sorted(EXTRAS)}, got {extra!r}")

@@ -20,12 +20,15 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.core import Tracer
 
 from jaxwise.tree import path_names
 
 __all__ = [
+    "check_alive",
     "check_not_a_model",
     "check_params",
+    "describe_leaves",
     "foreign_train_state",
     "model_library",
 ]
@@ -111,6 +114,43 @@ def check_not_a_model(tree: Any, name: str = "params") -> None:
         raise TypeError(f"`{name}` must be a pytree of arrays, got {kind}; pass its `.params`")
 
 
+def check_alive(tree: Any, name: str) -> None:
+    """``ValueError`` naming the first deleted (donated) array of ``tree`` by its path.
+
+    >>> import jax.numpy as jnp
+    >>> x = jnp.ones(2)
+    >>> x.delete()
+    >>> check_alive({"x": x}, "batch")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: `batch` leaf `x` was deleted: this array was donated to an earlier call ...
+    """
+    for path, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
+        if isinstance(leaf, jax.Array) and not isinstance(leaf, Tracer) and leaf.is_deleted():
+            raise ValueError(
+                f"`{name}` leaf `{path or '<root>'}` was deleted: this array was donated to an "
+                "earlier call (a jitted step donates its state); use that call's result, or "
+                "pass a copy (jnp.array(x, copy=True))"
+            )
+
+
+def describe_leaves(tree: Any, name: str) -> str:
+    """``name.path: float32[4, 3], ...`` for the leaves of ``tree`` (at most 8 shown).
+
+    >>> import numpy as np
+    >>> describe_leaves((np.zeros((4, 3), np.float32), np.zeros(5)), "batch")
+    'batch[0]: float32[4, 3], batch[1]: float64[5]'
+    """
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    shown = [
+        f"{name}{jax.tree_util.keystr(path)}: "
+        f"{np.dtype(leaf.dtype if hasattr(leaf, 'dtype') else np.result_type(leaf)).name}"
+        f"{list(np.shape(leaf))}"
+        for path, leaf in flat[:8]
+    ]
+    return ", ".join(shown) + (f", … ({len(flat)} leaves)" if len(flat) > 8 else "")
+
+
 def check_params(params: Any, name: str = "params") -> None:
     """``TypeError``/``ValueError`` unless ``params`` is a non-empty pytree of float arrays.
 
@@ -124,6 +164,7 @@ def check_params(params: Any, name: str = "params") -> None:
     leaves = jax.tree.leaves(params)
     if not leaves:
         raise ValueError(f"`{name}` has no array leaves")
+    check_alive(params, name)
     for path, leaf in zip(path_names(params), leaves):
         where = path or "<root>"
         if not _is_array_leaf(leaf):

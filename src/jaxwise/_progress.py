@@ -29,16 +29,16 @@ def progress_bar(
     """A rich progress bar on stderr; yields ``advance(**values)`` (one step, new field values).
 
     Args:
-      enabled: ``False`` yields a no-op ``advance`` and imports nothing.
-      total: the number of steps (``None``: unknown).
-      description: the text at the left of the bar.
-      fields: the text at the right, a format string over the fields, e.g. ``"loss {loss:.4g}"``.
-      feature: what shows the bar, for the message when rich is missing.
-      completed: steps already done (a resumed run).
-      **initial: the fields' values before the first step.
+        enabled: ``False`` yields a no-op ``advance`` and imports nothing.
+        total: the number of steps (``None``: unknown).
+        description: the text at the left of the bar.
+        fields: the text at the right, a format string over the fields, e.g. ``"loss {loss:.4g}"``.
+        feature: what shows the bar, for the message when rich is missing.
+        completed: steps already done (a resumed run).
+        **initial: the fields' values before the first step.
 
     Raises:
-      ImportError: ``enabled`` and rich is not installed (one line naming the ``cli`` extra).
+        ImportError: ``enabled`` and rich is not installed (one line naming the ``cli`` extra).
 
     Examples:
         >>> bar = progress_bar(True, 2, "train", "loss {loss:.3f}", feature="fit", loss=0.0)

@@ -8,7 +8,9 @@ Subcommands: ``spiral`` (the main job), ``train CSV --label COL``,
 
 Exit codes: 0 success; 1 a run whose built-in checks fail or that trained nothing (one line),
 or an unexpected error (one line, ``--debug`` shows the traceback); 2 a user error (bad
-option, bad file, existing output): one line ``jaxwise: error: …`` on stderr; 130 interrupted.
+option, bad file, existing output, a run directory in use, a full disk): one line
+``jaxwise: error: …`` on stderr; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM) — both
+after the checkpoint being written is complete and the locks are released.
 
 Pillars are imported lazily, per subcommand: ``jaxwise --help``, ``--version`` and
 ``jaxwise lint`` never import JAX.
@@ -187,6 +189,12 @@ def _add_train(sub: Any) -> None:
         "--resume", action="store_true", help="continue the run checkpointed in --out"
     )
     train.add_argument(
+        "--force",
+        action="store_true",
+        help="start the run in --out afresh, deleting what an earlier run wrote there "
+        "(checkpoints, metrics, plots; other files are kept)",
+    )
+    train.add_argument(
         "--allow-different-data",
         action="store_true",
         help="--resume even if the training rows differ from the checkpointed run's",
@@ -223,7 +231,12 @@ def _add_label_errors(sub: Any) -> None:
     errors.add_argument(
         "--out", required=True, metavar="SUSPECTS.csv", help="CSV file to write the suspects to"
     )
-    errors.add_argument("--force", action="store_true", help="replace --out if it exists")
+    errors.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out if it exists, and start --run-dir afresh if it holds another run "
+        "(deleting what that run wrote there)",
+    )
     errors.add_argument(
         "--method",
         choices=("oof", "gradnorm"),
@@ -423,6 +436,15 @@ def _quiet() -> None:
     absl_logging.set_stderrthreshold("error")
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that every ``finally`` runs (locks, files)."""
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    del signum, frame
+    raise _Terminated
+
+
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text or type(err).__name__
@@ -434,6 +456,29 @@ def _is_anticipated(err: BaseException) -> bool:
     return isinstance(err, UserError) or (
         type(err).__name__ in _ANTICIPATED and type(err).__module__.startswith("jaxwise")
     )
+
+
+def _disk_full(err: BaseException) -> str | None:
+    import errno
+
+    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+        where = f" writing {err.filename}" if err.filename else ""
+        detail = err.strerror or ""
+        detail = f" {detail.split('device', 1)[1].strip()}" if "device (" in detail else ""
+        return (
+            f"no space left on device{where}{detail}; free some space and run again "
+            "(what was saved before is intact)"
+        )
+    return None
+
+
+def _sigterm_handler() -> Any:
+    import signal
+
+    try:
+        return signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave SIGTERM alone
+        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -456,14 +501,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     if args.command not in ("lint", "bench", "watch"):
         _quiet()
+    from jaxwise._lock import set_command
+
+    set_command(["jaxwise", *(sys.argv[1:] if argv is None else argv)])
+    previous = _sigterm_handler()
     try:
         return args.run(args)
+    except _Terminated:
+        print("jaxwise: terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("jaxwise: interrupted", file=sys.stderr)
         return 130
     except Exception as err:
         if debug:
             raise
+        full = _disk_full(err)
+        if full is not None:
+            print(f"jaxwise: error: {full}", file=sys.stderr)
+            return 2
         if _is_anticipated(err):
             print(f"jaxwise: error: {_one_line(err)}", file=sys.stderr)
             return 2
@@ -487,6 +543,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        if previous is not None:
+            import signal
+
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

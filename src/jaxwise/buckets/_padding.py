@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -72,7 +73,8 @@ def pad_to_bucket(
         x: array-like of any shape with ``ndim >= 1``.
         buckets: strictly increasing positive sizes.
         axis: the axis to pad.
-        fill: the padding value (a scalar).
+        fill: the padding value; it must fit ``x``'s dtype exactly (an integer in range for
+            integer arrays, 0/1 or a bool for bool arrays, a real number for real arrays).
 
     Returns:
         ``(padded, mask)``: ``padded`` has ``x.shape`` with ``shape[axis]``
@@ -81,8 +83,9 @@ def pad_to_bucket(
 
     Raises:
         TypeError: ``x`` is not an array or ``axis`` not an int.
-        ValueError: ``x`` is a scalar, ``axis`` is out of range, or ``x`` is longer than the
-            largest bucket.
+        ValueError: ``x`` is a scalar, ``axis`` is out of range, ``x`` is longer than the
+            largest bucket, or ``fill`` is a value ``x``'s dtype cannot hold (``300`` in
+            ``uint8``, ``0.5`` or NaN in integers): it would be stored as another value.
 
     Examples:
         >>> p, m = pad_to_bucket([[1, 2, 3]], (2, 4), axis=1, fill=-1)
@@ -98,6 +101,7 @@ def pad_to_bucket(
             f"`axis` must be in [{-x.ndim}, {x.ndim}) for x of shape {x.shape}, got {axis}"
         )
     axis %= x.ndim
+    _check_fill(fill, x.dtype)
     n = x.shape[axis]
     size = bucket_for(n, buckets)
     widths = [(0, 0)] * x.ndim
@@ -105,6 +109,33 @@ def pad_to_bucket(
     padded = np.pad(x, widths, constant_values=fill) if size != n else x.copy()
     mask = np.arange(size) < n
     return padded, mask
+
+
+def _check_fill(fill: Any, dtype: np.dtype) -> None:
+    """``ValueError`` unless ``dtype`` can hold ``fill`` (floats may round, not overflow)."""
+    if dtype.kind not in "biufcV":
+        return  # strings, objects: NumPy's own rules
+    value = np.asarray(fill) if not isinstance(fill, (str, bytes)) else np.asarray(None)
+    if value.ndim != 0 or value.dtype.kind not in "biufc":
+        raise ValueError(f"`fill` must be a number that fits dtype {dtype}, got {fill!r}")
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # NumPy's ComplexWarning: judged below
+        stored = value.astype(dtype)
+    v, kind = value.item(), "f" if dtype.kind == "V" else dtype.kind  # V: ml_dtypes floats
+    if kind == "b":
+        fits = v in (0, 1)
+    elif kind in "iu":
+        fits = value.dtype.kind in "biu" or (np.isfinite(v) and v == int(v.real))
+        fits = fits and not (isinstance(v, complex) and v.imag) and stored.item() == v
+    else:
+        real = kind == "f" and isinstance(v, complex) and v.imag != 0
+        overflow = np.all(np.isfinite(value)) and not np.all(np.isfinite(stored.astype(complex)))
+        fits = not real and not overflow
+    if not fits:
+        raise ValueError(
+            f"`fill` {fill!r} does not fit the dtype {dtype} of `x` (it would be stored as "
+            f"{stored.item()!r}); choose a fill value that {dtype} can hold"
+        )
 
 
 def power_of_two_buckets(max_len: int, min_bucket: int = 1) -> tuple[int, ...]:

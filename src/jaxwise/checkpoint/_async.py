@@ -15,6 +15,7 @@ in flight when a program ends without closing its writer is reported in one line
 
 from __future__ import annotations
 
+import errno
 import logging
 import sys
 import threading
@@ -74,6 +75,8 @@ class SaveQueue:
         thread.join()
         self._thread = None
         error, self._error = self._error, None
+        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+            raise error  # a full disk: the one OSError naming the step, as a synchronous save
         if error is not None:
             raise CheckpointError(
                 f"the asynchronous save of step {self._step} failed: "

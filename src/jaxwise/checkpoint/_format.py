@@ -11,12 +11,10 @@ are percent-escaped: orbax names arrays by joining keys with dots, so ``{"enc.w"
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise._extras import require
+from jaxwise._lock import FileLock, LockHeld, describe_holder
+from jaxwise.checkpoint._safety import drop_closed_loop_reports
 
 FORMAT = "jaxwise-checkpoint-2"
 STATE, META = "state", "meta"
@@ -53,10 +53,16 @@ def orbax() -> Any:
 
 
 class _OrbaxFilter(logging.Filter):
-    """Drop orbax's informational and warning records (errors still pass)."""
+    """Drop orbax's informational and warning records, and its background threads' reports.
+
+    Other errors still pass. A background thread's exception reaches the caller anyway
+    (through the future the caller waits on), where jaxwise turns it into one error.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
         noisy = "orbax" in record.pathname or record.name.startswith("orbax")
+        if noisy and "raised an exception" in str(record.msg):
+            return False
         return record.levelno >= logging.ERROR or not noisy
 
 
@@ -64,7 +70,11 @@ _FILTER = _OrbaxFilter()
 
 
 def quiet_orbax() -> None:
-    """Silence orbax's ``WARNING:absl`` lines (idempotent; other absl users are unaffected)."""
+    """Silence orbax's ``WARNING:absl`` lines (idempotent; other absl users are unaffected).
+
+    Also drops tensorstore's harmless "Event loop is closed" reports (see ``_safety``).
+    """
+    drop_closed_loop_reports()
     for name in ("absl", "orbax", "orbax.checkpoint"):
         logger = logging.getLogger(name)
         if _FILTER not in logger.filters:
@@ -242,29 +252,24 @@ class DirLock:
     """An exclusive, non-blocking ``flock`` on ``<root>/.jaxwise-writer.lock``.
 
     Held by one writer (one `jaxwise.checkpoint.Checkpointer`) at a time, across processes;
-    the operating system releases it when the holder exits, even if it crashes.
+    the operating system releases it when the holder exits, even if it crashes. A refused
+    writer is told which process holds it (pid, host, command).
     """
 
     def __init__(self, root: Path) -> None:
+        if root.exists() and not root.is_dir():
+            raise CheckpointError(f"checkpoint directory {root}: is a file, expected a directory")
         root.mkdir(parents=True, exist_ok=True)
-        path = root / LOCK_NAME
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._lock = FileLock(root / LOCK_NAME)
         try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(self._fd, 64, 0).decode(errors="replace").strip() or "unknown"
-            os.close(self._fd)
-            self._fd = None
+            self.stale = self._lock.acquire()
+        except LockHeld as err:
             raise CheckpointError(
-                f"checkpoint directory {root} is in use by another writer (process {holder}); "
-                "use another directory or wait until that run ends"
+                f"checkpoint directory {root} is in use by another writer "
+                f"({describe_holder(err.holder)}); use another directory or wait until that "
+                "run ends"
             ) from None
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
 
     def release(self) -> None:
         """Release the lock (idempotent)."""
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        self._lock.release()

@@ -56,11 +56,11 @@ class Difference:
     """One difference between a call and an earlier call of the same function.
 
     Attributes:
-      kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"``/``"new_function"``).
-      argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
-      old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
-      new: the current one.
-      note: an extra hint (``"hashed by identity"`` for a static object compared by ``is``).
+        kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"``/``"new_function"``).
+        argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
+        old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
+        new: the current one.
+        note: an extra hint (``"hashed by identity"`` for a static object compared by ``is``).
     """
 
     kind: str
@@ -100,26 +100,26 @@ class CacheMiss:
     """Why one call missed JAX's tracing cache.
 
     Attributes:
-      function: name of the traced Python function, e.g. ``"step"``.
-      defined_at: ``"file.py:LINE"`` where it is defined, if known.
-      call_site: ``"file.py:LINE (caller)"`` of the call that missed, if known.
-      kind: ``"first"`` (first compile of this function), ``"new_function"`` (a new function
-        object defined at the same place as one compiled before: a ``jax.jit`` of a
-        lambda, closure or bound method re-created per call), ``"static"``, ``"shape"``,
-        ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure, ``None`` leaves,
-        positional vs keyword), ``"sharding"`` (an input's sharding, device, or committed vs
-        uncommitted placement), ``"config"`` (a JAX config flip such as ``jax_enable_x64``,
-        named in ``argument``), ``"donation"`` (the same program jitted with and without
-        donating an argument) or ``"other"``.
-      argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``, or the
-        config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``.
-      old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
-      new: its current value or type as text.
-      differences: every [`Difference`][jaxwise.compilation.Difference] from the closest
-        earlier call.
-      reasons: one human-readable line per difference.
-      text: the full human-readable explanation.
-      jax_text: JAX's own log message, if it wrote one.
+        function: name of the traced Python function, e.g. ``"step"``.
+        defined_at: ``"file.py:LINE"`` where it is defined, if known.
+        call_site: ``"file.py:LINE (caller)"`` of the call that missed, if known.
+        kind: ``"first"`` (first compile of this function), ``"new_function"`` (a new function
+            object defined at the same place as one compiled before: a ``jax.jit`` of a
+            lambda, closure or bound method re-created per call), ``"static"``, ``"shape"``,
+            ``"dtype"``, ``"weak_type"``, ``"structure"`` (pytree structure, ``None`` leaves,
+            positional vs keyword), ``"sharding"`` (an input's sharding, device, or committed vs
+            uncommitted placement), ``"config"`` (a JAX config flip such as ``jax_enable_x64``,
+            named in ``argument``), ``"donation"`` (the same program jitted with and without
+            donating an argument) or ``"other"``.
+        argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``, or the
+            config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``.
+        old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
+        new: its current value or type as text.
+        differences: every [`Difference`][jaxwise.compilation.Difference] from the closest
+            earlier call.
+        reasons: one human-readable line per difference.
+        text: the full human-readable explanation.
+        jax_text: JAX's own log message, if it wrote one.
     """
 
     function: str
@@ -307,12 +307,12 @@ def from_context(
     """Build a `CacheMiss` from the keys JAX compared.
 
     Args:
-      ctx: the miss as read from JAX.
-      seen_before: a function defined at the same place was compiled before (by another
-        function object).
-      jax_text: JAX's own message, kept for reference.
-      recent: earlier call signatures of this function that missed, oldest first (breaks ties
-        between equally close earlier keys in favour of the newest).
+        ctx: the miss as read from JAX.
+        seen_before: a function defined at the same place was compiled before (by another
+            function object).
+        jax_text: JAX's own message, kept for reference.
+        recent: earlier call signatures of this function that missed, oldest first (breaks ties
+            between equally close earlier keys in favour of the newest).
     """
     head = f"{ctx.name}{_where(ctx.defined_at)}"
     if not ctx.previous and ctx.wrapper:

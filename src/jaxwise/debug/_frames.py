@@ -118,7 +118,7 @@ def user_site(frame: FrameType | None = None) -> str | None:
     """``"file.py:LINE"`` of the innermost live frame outside the libraries, or ``None``.
 
     Args:
-      frame: where to start walking outwards (default: the caller's frame).
+        frame: where to start walking outwards (default: the caller's frame).
     """
     found = user_frame(frame if frame is not None else sys._getframe(1))
     if found is None:

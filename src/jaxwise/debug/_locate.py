@@ -21,17 +21,17 @@ class NanReport:
     """Where the non-finite value that reaches the output was created.
 
     Attributes:
-      primitive: the JAX primitive that created it from values free of it (e.g. ``"log"``,
-        ``"div"``, ``"mul"``); ``"argument"`` when it was already in an argument of ``fn``,
-        ``"unknown"`` if the replay could not attribute it.
-      kind: ``"nan"`` or ``"inf"``.
-      phase: ``"forward"`` or ``"backward"`` (inside a transpose, i.e. the
-        reverse pass of ``grad``/``vjp``).
-      frame: the innermost user-code frame that created the operation (for a
-        backward operation: the forward line it differentiates), or ``None``.
-      stack: all user-code frames, outermost first.
-      name_stack: JAX's name stack of the operation (e.g. ``transpose(jvp())``).
-      message: a one-line summary (e.g. ``invalid value (nan) produced by `log` …``).
+        primitive: the JAX primitive that created it from values free of it (e.g. ``"log"``,
+            ``"div"``, ``"mul"``); ``"argument"`` when it was already in an argument of ``fn``,
+            ``"unknown"`` if the replay could not attribute it.
+        kind: ``"nan"`` or ``"inf"``.
+        phase: ``"forward"`` or ``"backward"`` (inside a transpose, i.e. the
+            reverse pass of ``grad``/``vjp``).
+        frame: the innermost user-code frame that created the operation (for a
+            backward operation: the forward line it differentiates), or ``None``.
+        stack: all user-code frames, outermost first.
+        name_stack: JAX's name stack of the operation (e.g. ``transpose(jvp())``).
+        message: a one-line summary (e.g. ``invalid value (nan) produced by `log` …``).
     """
 
     primitive: str
@@ -149,17 +149,17 @@ def locate_nan(
     ``shard_map`` body is reported at the ``shard_map``.
 
     Args:
-      fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
-      *args: its positional arguments.
-      check_inf: also track ``inf`` (by default a NaN created from an ``inf``, such as
-        ``0 · inf`` in a backward pass, is blamed on the operation making the NaN).
-      **kwargs: its keyword arguments.
+        fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.
+        *args: its positional arguments.
+        check_inf: also track ``inf`` (by default a NaN created from an ``inf``, such as
+            ``0 · inf`` in a backward pass, is blamed on the operation making the NaN).
+        **kwargs: its keyword arguments.
 
     Returns:
-      A [`NanReport`][jaxwise.debug.NanReport], or ``None`` if every output is finite.
+        A [`NanReport`][jaxwise.debug.NanReport], or ``None`` if every output is finite.
 
     Raises:
-      TypeError: ``fn`` is not callable.
+        TypeError: ``fn`` is not callable.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -55,13 +55,13 @@ class Origin:
     """Where a tracked non-finite value was created: an equation, or an argument.
 
     Attributes:
-      order: creation order; the earliest origin wins when several merge.
-      kind: ``"nan"`` or ``"inf"``.
-      eqn: the equation that created it (``None`` for an argument or a constant).
-      argument: which argument or constant held it.
-      context: the call, branch and loop equations it is nested in, outermost first (their
-        name stacks tell the phase; their frames stand in when the equation's own are stale
-        or missing).
+        order: creation order; the earliest origin wins when several merge.
+        kind: ``"nan"`` or ``"inf"``.
+        eqn: the equation that created it (``None`` for an argument or a constant).
+        argument: which argument or constant held it.
+        context: the call, branch and loop equations it is nested in, outermost first (their
+            name stacks tell the phase; their frames stand in when the equation's own are stale
+            or missing).
     """
 
     order: int

@@ -34,18 +34,18 @@ def checked(fn: Callable[..., Any], errors: str = "float") -> Callable[..., tupl
     Call ``error.throw()`` to raise, or ``error.get()`` for the message.
 
     Args:
-      fn: the function to check.
-      errors: ``"float"`` (NaN and division by zero, the default), ``"nan"``,
-        ``"div"``, ``"index"`` (out-of-bounds indexing), ``"user"``
-        (``checkify.check``) or ``"all"``.
+        fn: the function to check.
+        errors: ``"float"`` (NaN and division by zero, the default), ``"nan"``,
+            ``"div"``, ``"index"`` (out-of-bounds indexing), ``"user"``
+            (``checkify.check``) or ``"all"``.
 
     Returns:
-      The jitted, checked function: same arguments as ``fn``, returning
-      ``(error, fn's output)``.
+        The jitted, checked function: same arguments as ``fn``, returning
+        ``(error, fn's output)``.
 
     Raises:
-      TypeError: ``fn`` is not callable.
-      ValueError: an unknown ``errors``.
+        TypeError: ``fn`` is not callable.
+        ValueError: an unknown ``errors``.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -70,12 +70,12 @@ def assert_finite(tree: Any, what: str = "values") -> None:
     steps, not inside ``jit``.
 
     Args:
-      tree: any pytree; its floating-point and complex leaves are checked.
-      what: what the tree is, for the message (``"params"``, ``"grads"``).
+        tree: any pytree; its floating-point and complex leaves are checked.
+        what: what the tree is, for the message (``"params"``, ``"grads"``).
 
     Raises:
-      FloatingPointError: a leaf holds a NaN or an infinity; the message names its path
-        and counts.
+        FloatingPointError: a leaf holds a NaN or an infinity; the message names its path
+            and counts.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -28,11 +28,11 @@ class CapturedConstant:
     """One array embedded in a traced program.
 
     Attributes:
-      shape: the array's shape.
-      dtype: its dtype's name.
-      bytes: its size in bytes.
-      name: the global or closure variable that holds it (``""`` when it has none, e.g. an
-        array computed from other constants).
+        shape: the array's shape.
+        dtype: its dtype's name.
+        bytes: its size in bytes.
+        name: the global or closure variable that holds it (``""`` when it has none, e.g. an
+            array computed from other constants).
     """
 
     shape: tuple[int, ...]
@@ -49,9 +49,9 @@ class CapturedScalar:
     already compiled function (a stale value, silently).
 
     Attributes:
-      name: the variable's name.
-      value: its value when traced, as text.
-      scope: ``"global"`` or ``"closure"``.
+        name: the variable's name.
+        value: its value when traced, as text.
+        scope: ``"global"`` or ``"closure"``.
     """
 
     name: str
@@ -64,13 +64,13 @@ class ConstantReport:
     """What `captured_constants` found.
 
     Attributes:
-      constants: the embedded arrays, largest first.
-      scalars: Python scalars read from globals or closures (baked in at trace time).
-      total_bytes: the arrays' total size.
-      program_chars: size of the lowered StableHLO text as written.
-      program_chars_without: the same program with the constants passed as arguments instead.
-      flagged: ``total_bytes`` exceeds the threshold, or a Python scalar *global* is read.
-      verdict: one line for humans.
+        constants: the embedded arrays, largest first.
+        scalars: Python scalars read from globals or closures (baked in at trace time).
+        total_bytes: the arrays' total size.
+        program_chars: size of the lowered StableHLO text as written.
+        program_chars_without: the same program with the constants passed as arguments instead.
+        flagged: ``total_bytes`` exceeds the threshold, or a Python scalar *global* is read.
+        verdict: one line for humans.
     """
 
     constants: tuple[CapturedConstant, ...]
@@ -208,17 +208,17 @@ def captured_constants(
     their trace-time value is baked in, so changing a global later silently has no effect.
 
     Args:
-      fn: the function (jitted or not).
-      *args: example arguments.
-      threshold_bytes: arrays above this total are flagged.
-      **kwargs: example keyword arguments.
+        fn: the function (jitted or not).
+        *args: example arguments.
+        threshold_bytes: arrays above this total are flagged.
+        **kwargs: example keyword arguments.
 
     Returns:
-      The [`ConstantReport`][jaxwise.diagnose.ConstantReport].
+        The [`ConstantReport`][jaxwise.diagnose.ConstantReport].
 
     Raises:
-      TypeError: ``fn`` is not callable or ``threshold_bytes`` not an int.
-      ValueError: ``threshold_bytes < 0``.
+        TypeError: ``fn`` is not callable or ``threshold_bytes`` not an int.
+        ValueError: ``threshold_bytes < 0``.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -61,18 +61,18 @@ class Recompile:
     """One compilation during `why_recompiled`, classified.
 
     Attributes:
-      call: index of the call that compiled.
-      function: JAX's program name, e.g. ``"jit(step)"``.
-      category: the human category, a key of [`FIXES`][jaxwise.diagnose.FIXES]
-        (``"static value"`` and ``"static identity"`` split ``kind == "static"``).
-      detail: the explanation.
-      fix: what to do about it.
-      kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"static"``, ``"shape"``…), or
-        ``"eager"`` for an eager operation and ``"other"`` when nothing is known.
-      argument: the argument that changed, from the cache miss (``""`` when not
-        applicable).
-      old: its earlier value or type, as text.
-      new: its new value or type, as text.
+        call: index of the call that compiled.
+        function: JAX's program name, e.g. ``"jit(step)"``.
+        category: the human category, a key of [`FIXES`][jaxwise.diagnose.FIXES]
+            (``"static value"`` and ``"static identity"`` split ``kind == "static"``).
+        detail: the explanation.
+        fix: what to do about it.
+        kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"static"``, ``"shape"``…), or
+            ``"eager"`` for an eager operation and ``"other"`` when nothing is known.
+        argument: the argument that changed, from the cache miss (``""`` when not
+            applicable).
+        old: its earlier value or type, as text.
+        new: its new value or type, as text.
     """
 
     call: int
@@ -131,17 +131,17 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
     of this call has that no earlier key of the same function had.
 
     Args:
-      fn: a jitted function (or any function that calls jitted code).
-      calls: each a tuple of positional arguments, a single argument, or
-        ``{"args": (...), "kwargs": {...}}``.
+        fn: a jitted function (or any function that calls jitted code).
+        calls: each a tuple of positional arguments, a single argument, or
+            ``{"args": (...), "kwargs": {...}}``.
 
     Returns:
-      One [`Recompile`][jaxwise.diagnose.Recompile] per compilation, in order, with
-      ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
-      [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
+        One [`Recompile`][jaxwise.diagnose.Recompile] per compilation, in order, with
+        ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
+        [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
 
     Raises:
-      TypeError: ``fn`` is not callable or ``calls`` is not a sequence.
+        TypeError: ``fn`` is not callable or ``calls`` is not a sequence.
 
     Examples:
         >>> import jax

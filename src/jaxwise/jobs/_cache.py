@@ -88,9 +88,9 @@ class CompileTally:
     """Compilations of the blocks measured with `measure`: fresh ones and cache loads.
 
     Attributes:
-      compiled: programs XLA compiled.
-      loaded: programs loaded from the persistent compilation cache.
-      seconds: total backend time (compiling or loading).
+        compiled: programs XLA compiled.
+        loaded: programs loaded from the persistent compilation cache.
+        seconds: total backend time (compiling or loading).
 
     Examples:
         >>> import jax, jax.numpy as jnp

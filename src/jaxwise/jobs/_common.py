@@ -7,10 +7,13 @@ a run produced no usable model.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import math
-from collections.abc import Callable
+import sys
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -300,6 +303,37 @@ def audit_run(params: Any, canaries: Any, n_features: int) -> tuple[dict[str, An
     return audit, {**params, "dense_0": first}
 
 
+@contextlib.contextmanager
+def checkpoint_warnings_as_lines() -> Iterator[None]:
+    """Each `CheckpointWarning` of the block as one ``jaxwise: warning: …`` line on stderr."""
+    from jaxwise.checkpoint import CheckpointWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", CheckpointWarning)
+        yield
+    for warning in caught:
+        if issubclass(warning.category, CheckpointWarning):
+            print(f"jaxwise: warning: {warning.message}", file=sys.stderr)
+        else:  # anything else is not ours to swallow
+            warnings.warn(warning.message, warning.category, stacklevel=3)
+
+
+def restore_reporting(path: Path, like: Any, run_id: str | None) -> tuple[Any, dict[str, Any]]:
+    """``(state, metadata)`` of the run's newest usable step; skipped steps said in one line."""
+    from jaxwise.checkpoint import restore
+
+    with checkpoint_warnings_as_lines():
+        return restore(path, like=like, with_metadata=True, run_id=run_id)
+
+
+def save_reporting(path: Path, state: Any, metadata: dict[str, Any], run_id: str | None) -> None:
+    """Save a step of the run; a dead writer's lock taken over is said in one line."""
+    from jaxwise.checkpoint import save
+
+    with checkpoint_warnings_as_lines():
+        save(path, state, metadata, run_id=run_id)
+
+
 def params_digest(params: Any) -> str:
     digest = hashlib.sha256()
     for leaf in jax.tree.leaves(params):
@@ -393,6 +427,8 @@ __all__ = [
     "predict_classes",
     "predict_proba",
     "progress",
+    "restore_reporting",
+    "save_reporting",
     "schedule_values",
     "step_metrics",
     "steps_per_epoch",

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import jax
 import numpy as np
 
-from jaxwise.checkpoint import save
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
+from jaxwise.jobs._outputs import append_line
 from jaxwise.train import TrainState
 
 if TYPE_CHECKING:
@@ -118,8 +118,7 @@ class EpochLoop:
 
     def _append(self, record: dict[str, Any]) -> None:
         if self.prep.out is not None:
-            with (self.prep.out / "metrics.jsonl").open("a") as f:
-                f.write(json.dumps(record, allow_nan=False) + "\n")
+            append_line(self.prep.out / "metrics.jsonl", json.dumps(record, allow_nan=False))
 
     def _early_stop(self, state: TrainState, record: dict[str, Any]) -> bool:
         patience = self.prep.cfg.early_stopping
@@ -143,8 +142,9 @@ class EpochLoop:
         if self.prep.out is None or not self.prep.cfg.checkpoint:
             self.best_params = jax.tree.map(np.array, state.params)
             return
-        save(
+        C.save_reporting(
             self.prep.out / "best",
             state,
             checkpoint_meta(self.prep, epoch, dict(self.progress_meta)),
+            self.prep.out.run_id,
         )

@@ -24,7 +24,7 @@ from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import check_output_file, write_csv
+from jaxwise.jobs._outputs import OutputFile, hold_for_tests
 from jaxwise.jobs._overlap import overlapped
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
@@ -80,7 +80,7 @@ def run_label_errors(
         UserError: a bad option, an unusable file, or an existing output without ``force``.
     """
     cfg = dataclasses.replace(
-        cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir"
+        cfg, checkpoint=False, resume=False, stop_after=None, out_option="--run-dir", force=force
     )
     cfg.validate()
     if top is not None:
@@ -88,19 +88,24 @@ def run_label_errors(
     folds = C.option_int(folds, "--folds", min_value=2, max_value=50)
     if method not in METHODS:
         raise UserError(f"--method must be one of {', '.join(METHODS)}, got {method!r}")
-    target = check_output_file(suspects_csv, "--out", force)
     t_start = time.perf_counter()
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
-        prep = tabular.prepare(cfg, RUN_OUTPUTS, "label-errors")
+    with (
+        OutputFile(suspects_csv, "--out", force) as target,
+        tabular.run_dir(cfg, RUN_OUTPUTS, "label-errors") as out,
+        persistent_cache(cache_dir) as cache_dir,
+        overlapped() as background,
+    ):
+        hold_for_tests()
+        prep = tabular.prepare(cfg, out)
         t_fit = time.perf_counter()
         fitted = tabular.fit(prep, background)
         tabular.verify(prep, fitted)
         final_seconds = time.perf_counter() - t_fit
         ranking = rank(prep, fitted, method, top, folds, cache_dir)
-        write_csv(target, ranking.rows, COLUMNS)
+        target.write_csv(ranking.rows, COLUMNS)
         summary = tabular.report(prep, fitted, time.perf_counter() - t_start, cache_dir)
     extra: dict[str, Any] = {
         "job": "label-errors",
@@ -113,7 +118,7 @@ def run_label_errors(
             "seconds": final_seconds,
             "compile_seconds": fitted.tally.seconds,
         },
-        "outputs": dict(summary["outputs"], suspects=str(target)),
+        "outputs": dict(summary["outputs"], suspects=str(target.path)),
     }
     if ranking.oof is not None:
         extra["oof"] = ranking.oof

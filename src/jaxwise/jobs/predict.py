@@ -1,11 +1,13 @@
 """``jaxwise predict RUN_DIR DATA.csv --out PREDICTIONS.csv``: apply a ``train`` run to new rows.
 
-Phases: ``prepare`` (the run's stored feature names, standardisation, class names and
-widths; the new file read with exactly those feature columns, the label column optional),
-``fit`` has nothing to do (the parameters are restored from the run's best checkpoint when
-``--early-stopping`` kept one, else the latest), ``report`` writes one row per input row:
-``row``, ``predicted_label`` and ``p_<class>`` per class, and with labels present the
-accuracy and the confusion matrix.
+Phases: ``prepare`` (``--out`` locked; the run directory locked for reading — refused while
+a job writes it — and checked to be a ``train`` run; the run's stored feature names,
+standardisation, class names and widths; the new file read with exactly those feature
+columns, the label column optional), ``fit`` has nothing to do (the parameters are restored
+from the run's best checkpoint when ``--early-stopping`` kept one, else the latest; only the
+run's own steps, never another run's or a stray one), ``report`` writes one row per input
+row: ``row``, ``predicted_label`` and ``p_<class>`` per class, and with labels present the
+accuracy and the confusion matrix. The summary names the step and epoch really loaded.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import jax
 import numpy as np
 
 from jaxwise import data
-from jaxwise._checks import UserError
-from jaxwise.checkpoint import latest_step, load_metadata, restore
+from jaxwise._checks import UserError, missing_path
+from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import check_output_file, write_csv
+from jaxwise.jobs._outputs import OutputFile, hold_for_tests, locked_reader
 from jaxwise.models import init_mlp
 from jaxwise.train import TrainState
 
@@ -63,14 +65,26 @@ def run_predict(cfg: PredictConfig) -> dict[str, Any]:
         The JSON-ready summary (rows, accuracy when labels are present, outputs).
     """
     t_start = time.perf_counter()
-    target = check_output_file(cfg.out, "--out", cfg.force)
-    ckpt, meta = _checkpoint(Path(cfg.run_dir))
+    run_dir = Path(cfg.run_dir)
+    if not run_dir.is_dir():
+        problem = missing_path(run_dir) or "not a directory"
+        problem = "no such directory" if problem == "no such file" else problem
+        raise UserError(
+            f"RUN_DIR {run_dir}: {problem} (give the --out directory of a `jaxwise train` run)"
+        )
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir:
+    with (
+        OutputFile(cfg.out, "--out", cfg.force) as target,
+        locked_reader(run_dir, "RUN_DIR") as marker,
+        persistent_cache(cache_dir) as cache_dir,
+    ):
+        hold_for_tests()
+        run_id = _check_run_dir(run_dir, marker)
+        ckpt, meta = _checkpoint(run_dir, run_id)
         features, y = prepare(cfg, meta)
-        params = _restore(ckpt, meta)
+        params, meta = _restore(ckpt, meta, run_id)
         tally = CompileTally()
         with tally.measure():
             probs = C.predict_proba(params)(_standardise(features.x, meta))
@@ -79,21 +93,40 @@ def run_predict(cfg: PredictConfig) -> dict[str, Any]:
         )
 
 
-def _checkpoint(run_dir: Path) -> tuple[Path, dict[str, Any]]:
-    if not run_dir.is_dir():
+def _check_run_dir(run_dir: Path, marker: dict[str, Any] | None) -> str | None:
+    """The run's id from its marker (None for a run of an older jaxwise); a train run only."""
+    if marker is None:
+        return None
+    job = marker.get("job")
+    if job not in (None, "train"):
         raise UserError(
-            f"RUN_DIR {run_dir}: no such directory "
-            "(give the --out directory of a `jaxwise train` run)"
+            f"RUN_DIR {run_dir} holds a `jaxwise {job}` run, not a `jaxwise train` run; give the "
+            "--out directory of a `jaxwise train` run"
         )
+    run_id = marker.get("run_id")
+    return run_id if isinstance(run_id, str) and run_id else None
+
+
+def _checkpoint(run_dir: Path, run_id: str | None) -> tuple[Path, dict[str, Any]]:
+    problems = []
     for name in ("best", "checkpoint"):
-        if latest_step(run_dir / name) is not None:
-            meta = load_metadata(run_dir / name)
+        if latest_step(run_dir / name, run_id=run_id) is not None:
+            meta = load_metadata(run_dir / name, run_id=run_id)
             if not {"feature_names", "classes", "mean", "std", "config"} <= set(meta):
                 raise UserError(
                     f"RUN_DIR {run_dir}: the checkpoint lacks the run's feature names and "
                     "standardisation (written by an older jaxwise?); train the run again"
                 )
             return run_dir / name, meta
+        try:
+            load_metadata(run_dir / name, run_id=run_id)
+        except CheckpointError as err:
+            if ": " in str(err):  # steps exist, none usable: each one named
+                problems.append(f"{run_dir / name}: {str(err).split(': ', 1)[1]}")
+    if problems:
+        raise UserError(
+            f"RUN_DIR {run_dir}: the checkpoint is damaged or not this run's; {'; '.join(problems)}"
+        )
     raise UserError(
         f"RUN_DIR {run_dir}: no checkpoint (expected {run_dir / 'checkpoint'} from `jaxwise train`)"
     )
@@ -133,7 +166,9 @@ def _standardise(x: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
     return z
 
 
-def _restore(ckpt: Path, meta: dict[str, Any]) -> Any:
+def _restore(ckpt: Path, meta: dict[str, Any], run_id: str | None) -> tuple[Any, dict[str, Any]]:
+    """(parameters, metadata) of the step really restored (an older one if the newest is
+    damaged, said in one line on stderr)."""
     sizes = (
         len(meta["feature_names"]),
         *meta.get("hidden", meta["config"]["hidden"]),
@@ -142,12 +177,13 @@ def _restore(ckpt: Path, meta: dict[str, Any]) -> Any:
     tx, _ = C.make_optimizer(2, 1e-3, 1e-4, 0, 1e-5)  # structure only: the values are restored
     key = jax.random.key(0)
     like = TrainState.create(init_mlp(key, sizes), tx, key)
-    return restore(ckpt, like=like).params
+    state, restored_meta = C.restore_reporting(ckpt, like, run_id)
+    return state.params, restored_meta
 
 
 def report(
     cfg: PredictConfig,
-    target: Path,
+    target: OutputFile,
     meta: dict[str, Any],
     features: data.Features,
     y: np.ndarray | None,
@@ -168,7 +204,7 @@ def report(
         }
         for r, k, p in zip(features.rows, pred, probs)
     ]
-    write_csv(target, rows, columns)
+    target.write_csv(rows, columns)
     summary: dict[str, Any] = {
         "schema": 1,
         "job": "predict",
@@ -176,11 +212,12 @@ def report(
         "checkpoint_epoch": meta.get("epoch"),
         "rows": len(rows),
         "dropped_rows": features.dropped,
+        "blank_lines": features.blank_lines,
         "classes": classes,
         "compiles": tally.total,
         "compile": tally.as_dict(cache_dir),
         "timings": {"total_s": total_seconds, "compile_s": tally.seconds},
-        "outputs": {"predictions": str(target)},
+        "outputs": {"predictions": str(target.path)},
     }
     if y is not None:
         matrix = np.zeros((len(classes), len(classes)), np.int64)

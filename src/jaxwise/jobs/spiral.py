@@ -9,6 +9,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -24,7 +25,7 @@ from jaxwise import data, numerics
 from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import RunDir
+from jaxwise.jobs._outputs import RunDir, hold_for_tests
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
 from jaxwise.models import mlp_apply
@@ -141,23 +142,29 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
-        run = prepare(cfg, background)
+    out_dir = (
+        RunDir(cfg.out, "--out", OUTPUT_NAMES, "spiral")
+        if cfg.out and cfg.plots
+        else contextlib.nullcontext(None)
+    )
+    with out_dir as out, persistent_cache(cache_dir) as cache_dir, overlapped() as background:
+        hold_for_tests()
+        run = prepare(cfg, background, out)
         fit(run)
         checks, f64, hard = verify(run)
         return report(run, checks, f64, hard, time.perf_counter() - t_start, cache_dir)
 
 
-def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor) -> _Run:
+def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor, out: RunDir | None = None) -> _Run:
     """Data, split, output directory, optimizer; the initial state and programs, in ``background``.
 
-    The background thread compiles and runs the program that builds the initial state, then
-    compiles the verification program, from the shapes the state will have (one trace, here);
-    meanwhile the main thread compiles the epoch program (`fit`).
+    The output directory (``out``, locked) is claimed first. The background thread compiles
+    and runs the program that builds the initial state, then compiles the verification
+    program, from the shapes the state will have (one trace, here); meanwhile the main thread
+    compiles the epoch program (`fit`).
     """
-    out = (
-        RunDir(cfg.out, "--out", OUTPUT_NAMES, "spiral").claim() if cfg.out and cfg.plots else None
-    )
+    if out is not None:
+        out.claim({}, can_force=False)  # the demo's plots: re-runs replace them
     x, y = data.make_spiral(cfg.n_per_class, 3, cfg.noise, seed=cfg.seed)
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.2, seed=cfg.seed)
     if cfg.batch_size > len(xtr):

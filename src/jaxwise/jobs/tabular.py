@@ -1,6 +1,8 @@
 """``jaxwise train``: an MLP classifier on the user's CSV, in phases (prepare, fit, verify, report).
 
-``prepare`` reads and standardises the data and claims the output directory; ``fit`` runs
+``prepare`` locks the output directory (before any work), reads and standardises the data
+and claims the directory for this run (refusing another job's or another configuration's
+run unless ``--force``); ``fit`` runs
 the compiled epochs, writes ``metrics.jsonl`` (one JSON object per epoch), keeps the best
 checkpoint by validation loss with ``--early-stopping`` and the latest one for ``--resume``;
 ``verify`` refuses a run that trained nothing; ``report`` draws the plots and returns the
@@ -9,15 +11,13 @@ summary. ``label-errors`` reuses ``prepare`` and ``fit``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import importlib
 import json
 import math
-import os
-import sys
 import time
-import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,17 +28,16 @@ import numpy as np
 from jaxwise import data
 from jaxwise._checks import UserError
 from jaxwise.checkpoint import (
-    CheckpointWarning,
+    CheckpointError,
     data_fingerprint,
     latest_step,
     load_metadata,
-    restore,
     save,
 )
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
-from jaxwise.jobs._outputs import RunDir
+from jaxwise.jobs._outputs import RunDir, atomic_write, hold_for_tests
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.train import TrainState
 
@@ -90,6 +89,7 @@ class TabularConfig:
     out: str | None = "runs/train"
     drop_na: bool = False
     resume: bool = False
+    force: bool = False
     allow_different_data: bool = False
     stop_after: int | None = None
     dp: bool = False
@@ -131,6 +131,10 @@ class TabularConfig:
             raise UserError(
                 "--audit audits one whole run: it cannot be combined with --resume, "
                 "--stop-after or --early-stopping"
+            )
+        if self.resume and self.force:
+            raise UserError(
+                "--resume continues the run in --out, --force starts it afresh: not both"
             )
 
     def fingerprint(self) -> dict[str, Any]:
@@ -203,10 +207,15 @@ class Fitted:
     train_rows: int = 0  # the rows trained on: the training split and the included canaries
 
 
-def prepare(
-    cfg: TabularConfig, names: tuple[str, ...] = TRAIN_OUTPUTS, job: str = "train"
-) -> Prepared:
-    """Read, split and standardise the CSV; resolve ``--batch-size``; claim the output directory."""
+def run_dir(cfg: TabularConfig, names: tuple[str, ...], job: str) -> Any:
+    """The locked run directory of ``cfg.out`` (a context manager), or a null context."""
+    if not cfg.out:
+        return contextlib.nullcontext(None)
+    return RunDir(cfg.out, cfg.out_option, names, job)
+
+
+def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
+    """Read, split and standardise the CSV; resolve ``--batch-size``; claim ``out`` (locked)."""
     try:
         table = data.load_csv(cfg.path, cfg.label, drop_na=cfg.drop_na)
     except data.DataError as err:
@@ -234,8 +243,16 @@ def prepare(
         raise UserError(
             f"{cfg.path}: the standardised features are not finite in float32; rescale the columns"
         )
-    out = RunDir(cfg.out, cfg.out_option, names, job).claim() if cfg.out else None
-    return Prepared(cfg, table, x_all, train_idx, val_idx, mean, std, batch_size, out)
+    prep = Prepared(cfg, table, x_all, train_idx, val_idx, mean, std, batch_size, None)
+    if out is not None:
+        out.claim(
+            cfg.fingerprint(),
+            {"sha256": prep.fingerprint["sha256"]},
+            resume=cfg.resume,
+            force=cfg.force,
+        )
+        prep.out = out
+    return prep
 
 
 def run_train(cfg: TabularConfig) -> dict[str, Any]:
@@ -254,8 +271,14 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
     )
-    with persistent_cache(cache_dir) as cache_dir, overlapped() as background:
-        prep = prepare(cfg)
+    with (
+        run_dir(cfg, TRAIN_OUTPUTS, "train") as out,
+        persistent_cache(cache_dir) as cache_dir,
+        overlapped() as background,
+        C.checkpoint_warnings_as_lines(),  # also those of the final save, in `background`
+    ):
+        hold_for_tests()
+        prep = prepare(cfg, out)
         fitted = fit(prep, background)
         verify(prep, fitted)
         return report(prep, fitted, time.perf_counter() - t_start, cache_dir)
@@ -300,12 +323,23 @@ def _warm_up(
     return state, rates
 
 
+def _run_id(prep: Prepared) -> str | None:
+    return prep.out.run_id if prep.out is not None else None
+
+
 def _check_resumable(prep: Prepared, ckpt: Path) -> dict[str, Any]:
     """The checkpoint's metadata, after checking that this run may continue it."""
     cfg, table = prep.cfg, prep.table
-    if latest_step(ckpt) is None:
+    run_id = _run_id(prep)
+    if latest_step(ckpt, run_id=run_id) is None:
+        try:  # why not: nothing there, or only damaged steps and other runs' steps
+            load_metadata(ckpt, run_id=run_id)
+        except CheckpointError as err:
+            detail = str(err).split(": ", 1)[1] if ": " in str(err) else ""
+            if detail:
+                raise UserError(f"--resume: no usable checkpoint in {ckpt}: {detail}") from None
         raise UserError(f"--resume: no checkpoint in {ckpt}")
-    meta = load_metadata(ckpt)  # the run's settings: checked before restoring anything
+    meta = load_metadata(ckpt, run_id=run_id)  # the run's settings: checked before restoring
     saved, now = meta.get("config", {}), cfg.fingerprint()
     for key in now:
         if key in saved and saved.get(key) != now[key]:
@@ -327,20 +361,12 @@ def _check_resumable(prep: Prepared, ckpt: Path) -> dict[str, Any]:
     return meta
 
 
-def _restore(ckpt: Path, like: Any) -> tuple[TrainState, dict[str, Any]]:
-    """The checkpointed state and the metadata of the step actually restored.
+def _restore(ckpt: Path, like: Any, run_id: str | None) -> tuple[TrainState, dict[str, Any]]:
+    """The run's checkpointed state and the metadata of the step actually restored.
 
     A damaged newest step is skipped, said in one line on stderr.
     """
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", CheckpointWarning)
-        restored = restore(ckpt, like=like, with_metadata=True)
-    for warning in caught:
-        if issubclass(warning.category, CheckpointWarning):
-            print(f"jaxwise: warning: {warning.message}", file=sys.stderr)
-        else:  # anything else is not ours to swallow
-            warnings.warn(warning.message, stacklevel=2)
-    return restored
+    return C.restore_reporting(ckpt, like, run_id)
 
 
 def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
@@ -350,7 +376,14 @@ def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
     path = prep.out / "metrics.jsonl"
     history = []
     if start_epoch and path.exists():
-        for line in path.read_text().splitlines():
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(
+                f"--resume: {path} is not UTF-8 text (byte {err.start}); restore it or move it "
+                "away (the checkpoint is untouched)"
+            ) from None
+        for line in text.splitlines():
             try:
                 record = json.loads(line)
             except ValueError:
@@ -361,9 +394,8 @@ def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
                 and record["epoch"] <= start_epoch
             ):
                 history.append(record)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(json.dumps(r, allow_nan=False) + "\n" for r in history))
-    os.replace(tmp, path)
+    lines = "".join(json.dumps(r, allow_nan=False) + "\n" for r in history)
+    atomic_write(path, lambda f: f.write(lines))
     return history
 
 
@@ -416,13 +448,14 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     }
     if ckpt is not None and not cfg.resume and latest_step(ckpt) is not None:
         raise UserError(
-            f"{ckpt} already holds a checkpoint; pass --resume to continue it, or choose another "
-            f"{cfg.out_option}"
+            f"{ckpt} already holds a checkpoint; pass --resume to continue it, --force to start "
+            f"afresh, or choose another {cfg.out_option}"
         )
     start_epoch, resumed = 0, None
     if cfg.resume and ckpt is not None:
         _check_resumable(prep, ckpt)
-        resumed, meta = _restore(ckpt, state_shape)  # onto the default device, like a new one
+        # onto the default device, like a new one
+        resumed, meta = _restore(ckpt, state_shape, _run_id(prep))
         progress_meta.update({k: meta.get(k, v) for k, v in progress_meta.items()})
         start_epoch = int(meta["epoch"])
     history = _history_so_far(prep, start_epoch)
@@ -437,16 +470,17 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     state = pending_state.result() if resumed is None else resumed
     state = loop.run(state, start_epoch, last_epoch, history)
     written = None
-    if ckpt is not None and latest_step(ckpt) != int(state.step):
+    run_id = _run_id(prep)
+    if ckpt is not None and latest_step(ckpt, run_id=run_id) != int(state.step):
         meta = checkpoint_meta(prep, loop.epochs_done, loop.progress_meta)
-        written = background.submit(save, ckpt, state, meta)
+        written = background.submit(functools.partial(save, run_id=run_id), ckpt, state, meta)
     params = state.params
     if (
         cfg.early_stopping is not None
         and prep.out is not None
-        and latest_step(prep.out.path / "best") is not None
+        and latest_step(prep.out.path / "best", run_id=run_id) is not None
     ):
-        params = restore(prep.out.path / "best", like=state).params
+        params = C.restore_reporting(prep.out.path / "best", state, run_id)[0].params
     elif cfg.early_stopping is not None and loop.best_params is not None:
         params = loop.best_params
     audit = None
@@ -557,6 +591,7 @@ def report(
         "resumed_from_epoch": fitted.start_epoch if cfg.resume else None,
         "rows": int(len(table.y)),
         "dropped_rows": table.dropped,
+        "blank_lines": table.blank_lines,
         "train_rows": int(len(xtr)),
         "validation_rows": int(len(xva)),
         "batch_size": prep.batch_size,

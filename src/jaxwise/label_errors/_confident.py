@@ -31,19 +31,19 @@ class LabelIssues:
     """Every row ranked from most to least likely mislabeled, by one score.
 
     Attributes:
-      indices: ``(n,)`` every row, ascending ``score`` (most suspicious first; ties by row).
-      score: ``(n,)`` the label-quality score of ``ranked_by`` (lower is more suspicious),
-        aligned with ``indices``.
-      p_given: ``(n,)`` probability of the given label, aligned with ``indices``.
-      suggested: ``(n,)`` most probable other class, aligned with ``indices``.
-      flagged: ``(n,)`` bool, aligned with ``indices``: confident learning counts the row
-        as mislabeled (off the diagonal of the confident joint). Flagged rows are *not*
-        moved ahead of the others: the ranking is the score's alone.
-      num_issues: how many labels confident learning estimates to be wrong (the number of
-        flagged rows): a suggested cut-off, e.g. ``issues.top(issues.num_issues)``.
-      pred_probs: ``(n, k)`` the probabilities scored, in the original row order.
-      ranked_by: the score's name.
-      oof: the out-of-fold runs the probabilities came from (empty when given directly).
+        indices: ``(n,)`` every row, ascending ``score`` (most suspicious first; ties by row).
+        score: ``(n,)`` the label-quality score of ``ranked_by`` (lower is more suspicious),
+            aligned with ``indices``.
+        p_given: ``(n,)`` probability of the given label, aligned with ``indices``.
+        suggested: ``(n,)`` most probable other class, aligned with ``indices``.
+        flagged: ``(n,)`` bool, aligned with ``indices``: confident learning counts the row
+            as mislabeled (off the diagonal of the confident joint). Flagged rows are *not*
+            moved ahead of the others: the ranking is the score's alone.
+        num_issues: how many labels confident learning estimates to be wrong (the number of
+            flagged rows): a suggested cut-off, e.g. ``issues.top(issues.num_issues)``.
+        pred_probs: ``(n, k)`` the probabilities scored, in the original row order.
+        ranked_by: the score's name.
+        oof: the out-of-fold runs the probabilities came from (empty when given directly).
     """
 
     indices: np.ndarray
@@ -173,18 +173,18 @@ def confident_learning(
     ``num_issues`` — cleanlab's ``num_label_issues(estimation_method="off_diagonal")``.
 
     Args:
-      pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
-      labels: ``(n,)`` given integer labels in ``[0, k)``.
-      ranked_by: ``"self_confidence"`` (default), ``"normalized_margin"`` or
-        ``"confidence_weighted_entropy"``.
+        pred_probs: ``(n, k)`` out-of-sample probabilities (rows sum to 1).
+        labels: ``(n,)`` given integer labels in ``[0, k)``.
+        ranked_by: ``"self_confidence"`` (default), ``"normalized_margin"`` or
+            ``"confidence_weighted_entropy"``.
 
     Returns:
-      [`LabelIssues`][jaxwise.label_errors.LabelIssues] over every row.
+        [`LabelIssues`][jaxwise.label_errors.LabelIssues] over every row.
 
     Raises:
-      TypeError: an array of the wrong type.
-      ValueError: mismatched rows, labels out of range, values that are not probabilities,
-        or an unknown ``ranked_by``.
+        TypeError: an array of the wrong type.
+        ValueError: mismatched rows, labels out of range, values that are not probabilities,
+            or an unknown ``ranked_by``.
 
     Examples:
         >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])
@@ -217,12 +217,12 @@ def precision_recall(ranked: np.ndarray, truly_flipped: np.ndarray, k: int) -> t
     """Precision of the top ``k`` and recall of the top ``2k`` against the flipped rows.
 
     Args:
-      ranked: row indices, most suspicious first.
-      truly_flipped: the rows whose labels were really flipped.
-      k: how many top rows count for precision (``2k`` for recall).
+        ranked: row indices, most suspicious first.
+        truly_flipped: the rows whose labels were really flipped.
+        k: how many top rows count for precision (``2k`` for recall).
 
     Returns:
-      ``(precision, recall)``.
+        ``(precision, recall)``.
 
     Examples:
         >>> precision_recall(np.array([3, 1, 2, 0]), np.array([3, 0]), 2)

@@ -81,48 +81,48 @@ def find_label_errors(
     [`hardest_examples`][jaxwise.label_errors.hardest_examples].
 
     Args:
-      x: ``(n, d)`` features, finite in float32.
-      y: ``(n,)`` given integer labels.
-      method: ``"oof"`` or ``"gradnorm"``.
-      num_classes: number of classes (default ``max(y) + 1``).
-      ranked_by: the one score of the whole ranking (``"oof"``): ``"self_confidence"``
-        (default, measured best on the benchmark), ``"normalized_margin"`` or
-        ``"confidence_weighted_entropy"``; see
-        [`label_quality`][jaxwise.label_errors.label_quality].
-      standardize: each fold model standardises the features with the mean and standard
-        deviation of its own training rows — never of the rows it judges (``"oof"``).
-        ``False`` for features already on one scale (raw features of different units can
-        ruin the ranking).
-      hidden: hidden widths of the default MLP (``"oof"``).
-      apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x`` ``(b, d)``; a
-        module-level function or a stable object (a static argument of the program).
-        Default: `jaxwise.models.mlp_apply`.
-      init: with ``"oof"``: the initial parameters of ``apply_fn`` (copied to every fold) or
-        ``init(key) -> params``; see
-        [`out_of_fold_probabilities`][jaxwise.label_errors.out_of_fold_probabilities].
-      params: with ``"gradnorm"``: the trained parameters of ``apply_fn`` (required).
-      folds: number of folds (``"oof"``).
-      repeats: independent fold splits (seeds ``seed, seed + 1, …``) whose out-of-fold
-        probabilities are averaged, all trained in the same program. Default by size: 4 up
-        to 2,048 padded rows, 2 up to 8,192, then 1.
-      epochs: maximum epochs per fold. Default by size: about 3,000 steps, 30 to 60 epochs.
-      batch_size: rows per step of each fold model. Default by size: about ten steps per
-        epoch, 16 to 128 rows.
-      optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``); a
-        static argument: pass the same object again to reuse the program.
-      patience: each fold stops after ``patience`` epochs without a lower held-out loss and
-        keeps its best epoch (``None``: every fold runs ``epochs`` and keeps its last).
-      seed: fold assignment, shuffling and initialisation.
+        x: ``(n, d)`` features, finite in float32.
+        y: ``(n,)`` given integer labels.
+        method: ``"oof"`` or ``"gradnorm"``.
+        num_classes: number of classes (default ``max(y) + 1``).
+        ranked_by: the one score of the whole ranking (``"oof"``): ``"self_confidence"``
+            (default, measured best on the benchmark), ``"normalized_margin"`` or
+            ``"confidence_weighted_entropy"``; see
+            [`label_quality`][jaxwise.label_errors.label_quality].
+        standardize: each fold model standardises the features with the mean and standard
+            deviation of its own training rows — never of the rows it judges (``"oof"``).
+            ``False`` for features already on one scale (raw features of different units can
+            ruin the ranking).
+        hidden: hidden widths of the default MLP (``"oof"``).
+        apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x`` ``(b, d)``; a
+            module-level function or a stable object (a static argument of the program).
+            Default: `jaxwise.models.mlp_apply`.
+        init: with ``"oof"``: the initial parameters of ``apply_fn`` (copied to every fold) or
+            ``init(key) -> params``; see
+            [`out_of_fold_probabilities`][jaxwise.label_errors.out_of_fold_probabilities].
+        params: with ``"gradnorm"``: the trained parameters of ``apply_fn`` (required).
+        folds: number of folds (``"oof"``).
+        repeats: independent fold splits (seeds ``seed, seed + 1, …``) whose out-of-fold
+            probabilities are averaged, all trained in the same program. Default by size: 4 up
+            to 2,048 padded rows, 2 up to 8,192, then 1.
+        epochs: maximum epochs per fold. Default by size: about 3,000 steps, 30 to 60 epochs.
+        batch_size: rows per step of each fold model. Default by size: about ten steps per
+            epoch, 16 to 128 rows.
+        optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``); a
+            static argument: pass the same object again to reuse the program.
+        patience: each fold stops after ``patience`` epochs without a lower held-out loss and
+            keeps its best epoch (``None``: every fold runs ``epochs`` and keeps its last).
+        seed: fold assignment, shuffling and initialisation.
 
     Returns:
-      [`LabelIssues`][jaxwise.label_errors.LabelIssues] over all rows, most suspicious first
-      (with ``"oof"``, the out-of-fold runs attached: one per repeat).
+        [`LabelIssues`][jaxwise.label_errors.LabelIssues] over all rows, most suspicious first
+        (with ``"oof"``, the out-of-fold runs attached: one per repeat).
 
     Raises:
-      TypeError: an argument of the wrong type; ``params`` with ``"oof"``, or ``init`` (or
-        no ``params``) with ``"gradnorm"``; ``apply_fn`` without ``init`` with ``"oof"``.
-      ValueError: labels outside ``[0, num_classes)``, non-finite features, a fold too small
-        for ``batch_size``, or a bad option value.
+        TypeError: an argument of the wrong type; ``params`` with ``"oof"``, or ``init`` (or
+            no ``params``) with ``"gradnorm"``; ``apply_fn`` without ``init`` with ``"oof"``.
+        ValueError: labels outside ``[0, num_classes)``, non-finite features, a fold too small
+            for ``batch_size``, or a bad option value.
 
     Examples:
         >>> import numpy as np

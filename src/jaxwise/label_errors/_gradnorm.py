@@ -33,19 +33,19 @@ def hardest_examples(
     contradicts its neighbours keeps a large gradient.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
-      params: the (trained) parameters, any pytree of float arrays.
-      batch: the examples, any pytree whose leaves share a leading example axis ``B``.
-      k: how many examples, in ``[1, B]``.
-      method: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
-      chunk_size: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: the (trained) parameters, any pytree of float arrays.
+        batch: the examples, any pytree whose leaves share a leading example axis ``B``.
+        k: how many examples, in ``[1, B]``.
+        method: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+        chunk_size: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
 
     Returns:
-      ``(indices (k,) int32, norms (k,))``, the largest norm first.
+        ``(indices (k,) int32, norms (k,))``, the largest norm first.
 
     Raises:
-      TypeError: ``k`` is not an int, or as in `per_example_grad_norms`.
-      ValueError: ``k`` outside ``[1, B]``, or as in `per_example_grad_norms`.
+        TypeError: ``k`` is not an int, or as in `per_example_grad_norms`.
+        ValueError: ``k`` outside ``[1, B]``, or as in `per_example_grad_norms`.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -41,13 +41,13 @@ class OutOfFold:
     """Out-of-fold predictions of ``folds`` models trained at once.
 
     Attributes:
-      probs: ``(n, num_classes)`` float64 probabilities, row ``i`` from the model of
-        ``fold_of[i]``, which never trained on row ``i``.
-      fold_of: ``(n,)`` int fold of each row.
-      best_epoch: ``(folds,)`` the epoch (1-based) whose parameters each fold kept.
-      val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch
-        (NaN once the fold has stopped and for epochs never run).
-      params: the ``folds`` best parameter sets, stacked on a leading axis.
+        probs: ``(n, num_classes)`` float64 probabilities, row ``i`` from the model of
+            ``fold_of[i]``, which never trained on row ``i``.
+        fold_of: ``(n,)`` int fold of each row.
+        best_epoch: ``(folds,)`` the epoch (1-based) whose parameters each fold kept.
+        val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch
+            (NaN once the fold has stopped and for epochs never run).
+        params: the ``folds`` best parameter sets, stacked on a leading axis.
     """
 
     probs: np.ndarray
@@ -63,12 +63,12 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarra
     Fold sizes differ by at most one row.
 
     Args:
-      labels: ``(n,)`` labels.
-      folds: number of folds (>= 1).
-      seed: the shuffle's seed (>= 0).
+        labels: ``(n,)`` labels.
+        folds: number of folds (>= 1).
+        seed: the shuffle's seed (>= 0).
 
     Returns:
-      ``(n,)`` int32 fold indices in ``[0, folds)``.
+        ``(n,)`` int32 fold indices in ``[0, folds)``.
 
     Examples:
         >>> stratified_folds(np.array([0, 0, 1, 1, 0, 1]), 2, seed=0).tolist().count(0)
@@ -370,34 +370,34 @@ def out_of_fold_probabilities(
     """Train ``folds`` models at once (one compiled program) and predict each row out of fold.
 
     Args:
-      apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x`` of shape ``(b, d)``;
-        a module-level function or a stable object (it is a static argument of the program).
-      init: the initial parameters (copied to every fold), or ``init(key) -> params`` to give
-        each fold its own initialisation.
-      x: ``(n, d)`` features.
-      y: ``(n,)`` integer labels in ``[0, k)``.
-      folds: number of folds (≥ 2).
-      epochs: maximum epochs.
-      batch_size: rows per step of each fold model (at most the rows a fold trains on).
-      optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``).
-      patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
-        lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
-        then a row's out-of-fold probabilities do not depend on its own label at all (with
-        early stopping, the held-out labels choose one epoch per fold).
-      standardize: each fold model standardises the features with the mean and standard
-        deviation of its own training rows (never of the rows it judges); ``False`` for
-        features already on one scale.
-      seed: fold assignment, shuffling and (with a callable ``init``) initialisation.
-      fold_of: ``(n,)`` explicit fold of each row in ``[0, folds)`` (default: stratified by
-        label, from ``seed``).
+        apply_fn: ``apply_fn(params, x) -> logits`` for a batch ``x`` of shape ``(b, d)``;
+            a module-level function or a stable object (it is a static argument of the program).
+        init: the initial parameters (copied to every fold), or ``init(key) -> params`` to give
+            each fold its own initialisation.
+        x: ``(n, d)`` features.
+        y: ``(n,)`` integer labels in ``[0, k)``.
+        folds: number of folds (≥ 2).
+        epochs: maximum epochs.
+        batch_size: rows per step of each fold model (at most the rows a fold trains on).
+        optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``).
+        patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
+            lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
+            then a row's out-of-fold probabilities do not depend on its own label at all (with
+            early stopping, the held-out labels choose one epoch per fold).
+        standardize: each fold model standardises the features with the mean and standard
+            deviation of its own training rows (never of the rows it judges); ``False`` for
+            features already on one scale.
+        seed: fold assignment, shuffling and (with a callable ``init``) initialisation.
+        fold_of: ``(n,)`` explicit fold of each row in ``[0, folds)`` (default: stratified by
+            label, from ``seed``).
 
     Returns:
-      [`OutOfFold`][jaxwise.label_errors.OutOfFold].
+        [`OutOfFold`][jaxwise.label_errors.OutOfFold].
 
     Raises:
-      TypeError: an argument of the wrong type (``params``-like ``init`` included).
-      ValueError: non-finite ``x``, mismatched rows, too few rows per fold, a bad
-        ``fold_of`` or ``batch_size``.
+        TypeError: an argument of the wrong type (``params``-like ``init`` included).
+        ValueError: non-finite ``x``, mismatched rows, too few rows per fold, a bad
+            ``fold_of`` or ``batch_size``.
 
     Examples:
         >>> import numpy as np

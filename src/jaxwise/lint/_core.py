@@ -42,22 +42,30 @@ class Finding:
     code: str
     message: str
     fix: str
+    cell: int | None = None  # a notebook's cell (1-based); ``line`` is then the cell's line
 
     def format(self) -> str:
         """``path:line:col: CODE message (fix: …)`` — ruff/flake8 style.
 
+        In a notebook: ``nb.ipynb:cell 3:line 2:5: CODE message (fix: …)``.
+
         Returns:
             The one-line text.
         """
-        return f"{self.path}:{self.line}:{self.col}: {self.code} {self.message} (fix: {self.fix})"
+        where = f"{self.line}" if self.cell is None else f"cell {self.cell}:line {self.line}"
+        return f"{self.path}:{where}:{self.col}: {self.code} {self.message} (fix: {self.fix})"
 
     def to_dict(self) -> dict[str, object]:
         """The finding as JSON-ready fields plus its ``severity`` (``error`` or ``warning``).
 
+        ``cell`` is present only for a notebook's findings.
+
         Returns:
-            ``{path, line, col, code, message, fix, severity}``.
+            ``{path, line, col, code, message, fix, severity}`` (and ``cell``).
         """
         out: dict[str, object] = dict(dataclasses.asdict(self))
+        if self.cell is None:
+            del out["cell"]
         out["severity"] = SEVERITY.get(self.code, "error")
         return out
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
+import errno
 import gc
 import io
 import os
@@ -28,6 +30,7 @@ from jaxwise.lint import (
 )
 from jaxwise.lint._core import Finding, LintError
 from jaxwise.lint._index import Index
+from jaxwise.lint._notebook import NotebookError, code_cells, join_cells
 
 __all__ = ["MAX_BYTES", "RULES", "lint_paths", "lint_source"]
 
@@ -87,17 +90,17 @@ def lint_source(
     """Analyse Python source text; return the findings (after ``# noqa`` and select/ignore).
 
     Args:
-      text: the module's source.
-      filename: the path reported in the findings.
-      select: only these rule codes (default: all of ``RULES``).
-      ignore: skip these rule codes.
+        text: the module's source.
+        filename: the path reported in the findings.
+        select: only these rule codes (default: all of ``RULES``).
+        ignore: skip these rule codes.
 
     Returns:
-      The findings, sorted by line and column.
+        The findings, sorted by line and column.
 
     Raises:
-      SyntaxError: the text is not valid Python (also for null bytes).
-      RecursionError, MemoryError: the text is too deeply nested for Python's parser.
+        SyntaxError: the text is not valid Python (also for null bytes).
+        RecursionError, MemoryError: the text is too deeply nested for Python's parser.
 
     Examples:
         >>> src = "import jax\\ndef f(x):\\n    return jax.jit(lambda y: y + 1)(x)\\n"
@@ -129,20 +132,42 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+_SUFFIXES = (".py", ".ipynb")
+
+
 def _candidates(root: Path, errors: list[LintError]) -> Iterator[Path]:
-    """``*.py`` under a directory, sorted; hidden folders, ``__pycache__``, dir symlinks skipped."""
-    try:
-        entries = sorted(os.scandir(root), key=lambda e: e.name)
-    except OSError as err:
-        errors.append(LintError(str(root), f"directory not readable ({err.strerror}); skipped"))
-        return
-    for entry in entries:
+    """``*.py`` and ``*.ipynb`` under a directory, sorted, depth first; hidden folders,
+    ``__pycache__`` and directory symlinks skipped. Iterative: any depth works."""
+    stack: list[Iterator[os.DirEntry[str]]] = []
+
+    def enter(directory: str) -> None:
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError as err:
+            errors.append(LintError(directory, f"directory not readable ({err.strerror}); skipped"))
+            return
+        stack.append(iter(entries))
+
+    enter(str(root))
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            continue
         if entry.name.startswith(".") or entry.name == "__pycache__":
             continue
         if entry.is_dir(follow_symlinks=False):
-            yield from _candidates(Path(entry.path), errors)
-        elif entry.name.endswith(".py"):
+            enter(entry.path)
+        elif entry.name.endswith(_SUFFIXES):
             yield Path(entry.path)
+
+
+def _unreachable(path: Path, err: OSError) -> str:
+    if err.errno == errno.ELOOP:
+        return "symlink loop (the link leads back to itself); skipped"
+    if os.path.islink(path):
+        return f"broken symlink (to {os.readlink(path)}, which does not exist); skipped"
+    return f"cannot stat ({err.strerror}); skipped"
 
 
 def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
@@ -161,9 +186,7 @@ def read_source(path: Path, max_bytes: int = MAX_BYTES) -> str:
     try:
         info = os.stat(path)  # follows a symlink: its target decides
     except OSError as err:
-        if os.path.islink(path):
-            raise LintSkip("broken symlink; skipped") from err
-        raise LintSkip(f"cannot stat ({err.strerror}); skipped") from err
+        raise LintSkip(_unreachable(path, err)) from err
     if not stat.S_ISREG(info.st_mode):
         target = f" (symlink to {os.path.realpath(path)})" if path.is_symlink() else ""
         raise LintSkip(f"{_kind(info.st_mode)}{target}, not a source file; skipped")
@@ -222,12 +245,18 @@ def _parse(text: str, filename: str) -> ast.Module:
         raise LintSkip(f"cannot parse ({err}); skipped") from err
 
 
-def _lint_file(path: Path, codes: set[str], max_bytes: int) -> list[Finding]:
-    """Findings of one file; raises ``LintSkip`` with a one-line reason on any failure."""
+def _lint_file(path: Path, codes: set[str], max_bytes: int) -> tuple[list[Finding], list[str]]:
+    """Findings of one file and notes on parts skipped; ``LintSkip`` (one line) if unreadable."""
     text = read_source(path, max_bytes)
+    if path.suffix == ".ipynb":
+        return _lint_notebook(path, text, codes)
     tree = _parse(text, str(path))
+    return _checked(tree, text, str(path), codes), []
+
+
+def _checked(tree: ast.Module, text: str, filename: str, codes: set[str]) -> list[Finding]:
     try:
-        return _findings(tree, text, str(path), codes)
+        return _findings(tree, text, filename, codes)
     except RecursionError as err:
         raise LintSkip("too deeply nested to analyse (RecursionError); skipped") from err
     except Exception as err:  # a bug in a rule must not stop the other files
@@ -237,6 +266,21 @@ def _lint_file(path: Path, codes: set[str], max_bytes: int) -> list[Finding]:
         ) from err
 
 
+def _lint_notebook(path: Path, text: str, codes: set[str]) -> tuple[list[Finding], list[str]]:
+    """The code cells as one module; each finding moved to its cell and line."""
+    try:
+        cells, notes = code_cells(text)
+    except NotebookError as err:
+        raise LintSkip(f"{err}; skipped") from None
+    source, where = join_cells(cells)
+    tree = _parse(source, str(path))
+    findings = [
+        dataclasses.replace(f, cell=where[f.line - 1][0], line=where[f.line - 1][1])
+        for f in _checked(tree, source, str(path), codes)
+    ]
+    return sorted(findings, key=lambda f: (f.cell or 0, f.line, f.col, f.code)), notes
+
+
 def _expand(paths: Sequence[str | Path], errors: list[LintError]) -> list[Path]:
     """Files to lint; every explicit path that yields nothing is reported."""
     missing = [str(p) for p in paths if not os.path.lexists(p)]
@@ -244,12 +288,17 @@ def _expand(paths: Sequence[str | Path], errors: list[LintError]) -> list[Path]:
         raise FileNotFoundError(f"{missing[0]}: no such file or directory")
     files: list[Path] = []
     for p in map(Path, paths):
-        if p.is_symlink() and not p.exists():
-            errors.append(LintError(str(p), "broken symlink; skipped"))
-        elif p.is_dir():
+        try:
+            os.stat(p)
+        except OSError as err:
+            errors.append(LintError(str(p), _unreachable(p, err)))
+            continue
+        if p.is_dir():
             found = list(_candidates(p, errors))
             if not found:
-                errors.append(LintError(str(p), "no Python files (*.py) under this directory"))
+                errors.append(
+                    LintError(str(p), "no Python files (*.py, *.ipynb) under this directory")
+                )
             files += found
         else:
             files.append(p)  # checked when read: FIFOs, devices and huge files are refused there
@@ -266,25 +315,29 @@ def lint_paths(
     *,
     max_bytes: int = MAX_BYTES,
 ) -> tuple[list[Finding], list[LintError], int]:
-    """Lint files and directories (recursing into ``*.py``; hidden folders skipped).
+    """Lint files and directories (recursing into ``*.py`` and ``*.ipynb``; hidden folders
+    skipped; any depth).
 
     Never blocks or crashes on odd input: FIFOs, devices (also through symlinks),
-    files over ``max_bytes``, undecodable or unparsable files and parser
+    symlink loops, files over ``max_bytes``, undecodable or unparsable files and parser
     failures (deep nesting) are reported in ``errors`` and the other files are
     still checked. Source is decoded as Python does (BOM, ``# -*- coding -*-``).
+    A Jupyter notebook is linted as its code cells (IPython magics skipped), each finding
+    at its cell and line (`Finding.cell`); a cell that does not parse is reported in
+    ``errors`` and the others are still checked.
 
     Args:
-      paths: files and directories; a file given explicitly is linted whatever its suffix.
-      select: only these rule codes.
-      ignore: skip these rule codes.
-      max_bytes: larger files are skipped with a notice.
+        paths: files and directories; a file given explicitly is linted whatever its suffix.
+        select: only these rule codes.
+        ignore: skip these rule codes.
+        max_bytes: larger files are skipped with a notice.
 
     Returns:
-      ``(findings, errors, files_checked)``; ``files_checked`` counts the files
-      analysed (not those skipped).
+        ``(findings, errors, files_checked)``; ``files_checked`` counts the files
+        analysed (not those skipped).
 
     Raises:
-      FileNotFoundError: a path does not exist (checked before any work).
+        FileNotFoundError: a path does not exist (checked before any work).
 
     Examples:
         >>> import pathlib, tempfile
@@ -303,10 +356,12 @@ def lint_paths(
     try:
         for file in _expand(paths, errors):
             try:
-                findings.extend(_lint_file(file, codes, max_bytes))
+                found, notes = _lint_file(file, codes, max_bytes)
             except LintSkip as skip:
                 errors.append(LintError(str(file), str(skip)))
                 continue
+            findings.extend(found)
+            errors.extend(LintError(str(file), note) for note in notes)
             count += 1
     finally:
         if collecting:

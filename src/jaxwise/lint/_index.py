@@ -131,13 +131,13 @@ class Index:
     """Everything the rules read, from one pass over the tree.
 
     Attributes:
-      calls: called name (``f`` in ``f(…)`` and ``m.f(…)``; ``"()"`` for ``g(…)(…)``)
-        → ``(call, scope)`` pairs.
-      defs: every function definition with its enclosing scope.
-      assigns: every ``name = value`` with its scope.
-      item_assigns: every ``container[key] = value`` and ``obj.attr = value`` with its scope.
-      watched: ``(Name node, scope)`` for every occurrence of a name bound at module level.
-      bindings: module-level bindings by name (see ``module_bindings``).
+        calls: called name (``f`` in ``f(…)`` and ``m.f(…)``; ``"()"`` for ``g(…)(…)``)
+            → ``(call, scope)`` pairs.
+        defs: every function definition with its enclosing scope.
+        assigns: every ``name = value`` with its scope.
+        item_assigns: every ``container[key] = value`` and ``obj.attr = value`` with its scope.
+        watched: ``(Name node, scope)`` for every occurrence of a name bound at module level.
+        bindings: module-level bindings by name (see ``module_bindings``).
     """
 
     def __init__(self, tree: ast.Module, path: str, text: str | None = None) -> None:

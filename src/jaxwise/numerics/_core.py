@@ -11,7 +11,7 @@ import numpy as np
 from jax.core import Tracer
 from jax.typing import ArrayLike
 
-from jaxwise._checks import check_array, check_callable
+from jaxwise._checks import check_array, check_callable, is_int
 
 __all__ = ["Array", "ArrayLike", "Axis", "double_where"]
 
@@ -63,7 +63,13 @@ def _check_mask(where: Any, shape: tuple[int, ...], name: str = "where") -> Arra
 def _normalize_axis(axis: Axis, ndim: int) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, int) else tuple(axis)
+    spec: Any = axis
+    if is_int(spec):
+        axes: tuple[int, ...] = (int(spec),)
+    elif isinstance(spec, (tuple, list)) and all(is_int(a) for a in spec):
+        axes = tuple(int(a) for a in spec)
+    else:
+        raise TypeError(f"`axis` must be an int, a tuple of ints or None, got {axis!r}")
     for a in axes:
         if not -ndim <= a < max(ndim, 1):
             raise ValueError(f"`axis` {axis} is out of range for an input with {ndim} dimensions")

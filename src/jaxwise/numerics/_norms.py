@@ -98,10 +98,12 @@ def safe_norm(x: ArrayLike, axis: Axis = None, keepdims: bool = False) -> Array:
 
     Returns:
         The norms: ``x``'s shape without ``axis`` (size 1 there with ``keepdims``), ``x``'s
-        dtype.
+        dtype. A reduction over no elements (an empty axis) is 0, as in
+        ``numpy.linalg.norm``.
 
     Raises:
-        TypeError: ``x`` is not a floating-point array.
+        TypeError: ``x`` is not floating point, or ``axis`` is not an int, a tuple of ints
+            or None.
         ValueError: ``axis`` is out of range.
 
     Examples:
@@ -111,6 +113,11 @@ def safe_norm(x: ArrayLike, axis: Axis = None, keepdims: bool = False) -> Array:
     """
     x = _float_array(x, "x")
     axis = _normalize_axis(axis, x.ndim) if axis is not None else None
+    if x.size == 0:  # nothing to reduce (or nothing to return): the sum of no squares is 0
+        reduced = tuple(range(x.ndim)) if axis is None else axis
+        shape = tuple(1 if i in reduced else d for i, d in enumerate(x.shape))
+        out = jnp.zeros(shape, x.dtype)
+        return out if keepdims else jnp.squeeze(out, axis=reduced)
     return _safe_norm(x, axis, bool(keepdims))
 
 
@@ -127,11 +134,12 @@ def cosine_similarity(a: ArrayLike, b: ArrayLike, axis: int = -1) -> Array:
         axis: the vector axis.
 
     Returns:
-        The cosines in [−1, 1]: the broadcast shape with ``axis`` removed, the inputs' dtype.
+        Array with ``axis`` removed. Empty vectors (``axis`` of size 0) are zero vectors:
+        their similarity is 0.
 
     Raises:
-        TypeError: ``a`` or ``b`` is not a floating-point array, or their dtypes differ.
-        ValueError: the shapes do not broadcast, or ``axis`` is out of range.
+        TypeError: non-floating or different dtypes, or a bad ``axis``.
+        ValueError: shapes that do not broadcast, or ``axis`` out of range.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -152,6 +160,8 @@ def cosine_similarity(a: ArrayLike, b: ArrayLike, axis: int = -1) -> Array:
         ) from err
     a, b = jnp.broadcast_to(a, shape), jnp.broadcast_to(b, shape)
     axes = _normalize_axis(axis, len(shape))
+    if a.size == 0:  # empty vectors are zero vectors (or there is nothing to return)
+        return jnp.zeros(tuple(d for i, d in enumerate(shape) if i not in axes), a.dtype)
     return _squeeze(_cosine(a, b, axes), axes, len(shape))
 
 

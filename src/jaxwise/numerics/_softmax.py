@@ -84,7 +84,8 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> Ar
     """Softmax over ``axis`` with a ``where=`` mask: masked entries are exactly 0.
 
     A fully masked row gives all zeros (``jax.nn.softmax`` gives NaN there in
-    the gradient); gradients are finite everywhere.
+    the gradient); gradients are finite everywhere. An empty input gives an empty
+    output, as ``jax.nn.softmax`` does.
 
     Args:
         x: floating-point array, any shape.
@@ -107,6 +108,8 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> Ar
     x = _float_array(x, "x")
     mask = _check_mask(where, x.shape)
     axes = _normalize_axis(axis, x.ndim)
+    if x.size == 0:
+        return jnp.zeros_like(x)
     shifted, _ = _shifted(x, axes, mask)
     e = jnp.exp(shifted)
     if mask is None:
@@ -121,7 +124,8 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
 
     Unmasked entries match ``jax.nn.log_softmax``; masked entries (and every
     entry of a fully masked row) are ``finfo(dtype).min`` — finite, so that
-    ``p · log p`` and gradients stay NaN-free.
+    ``p · log p`` and gradients stay NaN-free. An empty input gives an empty output, as
+    ``jax.nn.log_softmax`` does.
 
     Args:
         x: floating-point array, any shape.
@@ -143,6 +147,8 @@ def log_softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -
     x = _float_array(x, "x")
     mask = _check_mask(where, x.shape)
     axes = _normalize_axis(axis, x.ndim)
+    if x.size == 0:
+        return jnp.zeros_like(x)
     shifted, _ = _shifted(x, axes, mask)
     total = jnp.sum(jnp.exp(shifted), axis=axes, keepdims=True, where=mask)
     if mask is None:
@@ -234,15 +240,15 @@ def cross_entropy(
             fill value) rather than a silently wrong one.
         class_mask: optional bool, broadcastable to ``logits``: classes that
             exist (e.g. padded vocabularies).
-        weights: optional float ``(...)`` per-example weights.
+        weights: optional float ``(...)`` per-example weights, ``>= 0`` (checked when
+            concrete: a negative weight would subtract its example's loss).
 
     Returns:
         Scalar loss, in ``logits``' dtype.
 
     Raises:
-        TypeError: non-float ``logits`` or ``weights``, non-integer ``labels``, or a
-            non-boolean ``class_mask``.
-        ValueError: an empty batch, no classes, labels out of range, or shape mismatches.
+        ValueError: an empty batch, no classes, labels out of range, negative weights, or
+            shape mismatches.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -269,6 +275,11 @@ def cross_entropy(
     if weights.shape != labels.shape:
         raise ValueError(
             f"`weights` must have the shape of `labels` {labels.shape}, got {weights.shape}"
+        )
+    if not isinstance(weights, Tracer) and bool(jnp.any(weights < 0)):
+        raise ValueError(
+            f"`weights` must be >= 0, got {float(jnp.min(weights))} (a negative weight would "
+            "subtract its example's loss)"
         )
     weights = weights.astype(nll.dtype)
     total = jnp.sum(weights)

@@ -74,27 +74,27 @@ def per_example_grad_norms(
     """Global L2 norm of every example's gradient, shape ``(B,)``.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
-      params: shared parameters, any pytree of float arrays.
-      batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
-        example axis of size ``B``; ``loss`` receives it with that axis removed.
-      method: ``"auto"`` (default: ghost norms wherever the analysis applies, else vmap),
-        ``"ghost"`` (one forward and one backward pass, see
-        [`ghost_coverage`][jaxwise.per_example.ghost_coverage]), ``"vmap"`` (materialise
-        per-example gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
-      chunk_size: for the ``"vmap"``/``"chunked"`` paths: ``None`` (all at once, ``B × P``
-        memory), an int (``chunk × P`` at a time), or ``"auto"`` (the largest power-of-two
-        chunk whose compiled temporary memory fits ``memory_budget`` bytes, see
-        [`auto_chunk_size`][jaxwise.per_example.auto_chunk_size]).
-      memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: shared parameters, any pytree of float arrays.
+        batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
+            example axis of size ``B``; ``loss`` receives it with that axis removed.
+        method: ``"auto"`` (default: ghost norms wherever the analysis applies, else vmap),
+            ``"ghost"`` (one forward and one backward pass, see
+            [`ghost_coverage`][jaxwise.per_example.ghost_coverage]), ``"vmap"`` (materialise
+            per-example gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
+        chunk_size: for the ``"vmap"``/``"chunked"`` paths: ``None`` (all at once, ``B × P``
+            memory), an int (``chunk × P`` at a time), or ``"auto"`` (the largest power-of-two
+            chunk whose compiled temporary memory fits ``memory_budget`` bytes, see
+            [`auto_chunk_size`][jaxwise.per_example.auto_chunk_size]).
+        memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
 
     Returns:
-      ``(B,)`` float32 norms (the dtype of the gradients for ``"vmap"``).
+        ``(B,)`` float32 norms (the dtype of the gradients for ``"vmap"``).
 
     Raises:
-      TypeError: ``loss`` is not callable, or a leaf of ``params``/``batch`` is not an array.
-      ValueError: an unknown ``method``, a bad ``chunk_size``, or batch leaves that do not
-        share their leading dimension.
+        TypeError: ``loss`` is not callable, or a leaf of ``params``/``batch`` is not an array.
+        ValueError: an unknown ``method``, a bad ``chunk_size``, or batch leaves that do not
+            share their leading dimension.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -132,22 +132,22 @@ def clip_and_sum[P](
     the sum from the same pass as the norms (no second backward pass).
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
-      params: shared parameters, any pytree of float arrays.
-      batch: the examples, any pytree whose leaves share a leading example axis ``B``.
-      clip_norm: ``C > 0`` (``inf``: no clipping).
-      method: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
-      chunk_size: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
-      weights: optional ``(B,)`` per-example weights (default ones).
-      memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: shared parameters, any pytree of float arrays.
+        batch: the examples, any pytree whose leaves share a leading example axis ``B``.
+        clip_norm: ``C > 0`` (``inf``: no clipping).
+        method: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+        chunk_size: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+        weights: optional ``(B,)`` per-example weights (default ones).
+        memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
 
     Returns:
-      ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` pre-clip norms.
+        ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` pre-clip norms.
 
     Raises:
-      TypeError: a bad ``loss``, ``params``, ``batch`` or ``clip_norm`` type.
-      ValueError: ``clip_norm <= 0``, ``weights`` of the wrong shape, or as in
-        [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
+        TypeError: a bad ``loss``, ``params``, ``batch`` or ``clip_norm`` type.
+        ValueError: ``clip_norm <= 0``, ``weights`` of the wrong shape, or as in
+            [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
 
     Examples:
         >>> import jax.numpy as jnp
@@ -185,17 +185,17 @@ def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]
     ``"fallback"`` (exact per-example gradients of that leaf) or ``"unused"``.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
-      params: the parameters, any pytree of float arrays.
-      example: ONE example, any pytree of arrays WITHOUT the batch axis (what ``loss``
-        receives).
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: the parameters, any pytree of float arrays.
+        example: ONE example, any pytree of arrays WITHOUT the batch axis (what ``loss``
+            receives).
 
     Returns:
-      One ``CoverageRow`` per leaf of ``params``.
+        One ``CoverageRow`` per leaf of ``params``.
 
     Raises:
-      TypeError: ``loss`` is not callable or ``params`` is not a pytree of float arrays.
-      ValueError: ``example`` has no arrays, or the loss does not depend on the example.
+        TypeError: ``loss`` is not callable or ``params`` is not a pytree of float arrays.
+        ValueError: ``example`` has no arrays, or the loss does not depend on the example.
 
     Examples:
         >>> import jax.numpy as jnp

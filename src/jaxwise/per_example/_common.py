@@ -15,6 +15,7 @@ from jaxwise._checks import (
     check_int,
     concrete_float,
 )
+from jaxwise._params import check_alive
 from jaxwise._params import check_params as check_params
 
 Method = Literal["auto", "ghost", "vmap", "chunked"]
@@ -47,6 +48,7 @@ def batch_size_of(batch: Any, name: str = "batch") -> int:
             f"`{name}` has no arrays: pass the examples as a pytree of arrays with a leading "
             "example axis, e.g. (x, y) or {'x': x, 'y': y}"
         )
+    check_alive(batch, name)
     sizes = []
     for path, leaf in flat:
         label = leaf_label(name, path)

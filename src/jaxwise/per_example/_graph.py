@@ -90,11 +90,11 @@ class Use:
     """A node where param values meet example values.
 
     Attributes:
-      node: index into ``Program.nodes``.
-      kind: ``"dense"``, ``"conv"``, ``"embedding"`` (ghost norms) or ``"elementwise"`` /
-        ``"fallback"`` (materialised per example).
-      leaves: indices of the parameter leaves its param inputs depend on.
-      probes: output positions with a float dtype (their gradients are the ``g``).
+        node: index into ``Program.nodes``.
+        kind: ``"dense"``, ``"conv"``, ``"embedding"`` (ghost norms) or ``"elementwise"`` /
+            ``"fallback"`` (materialised per example).
+        leaves: indices of the parameter leaves its param inputs depend on.
+        probes: output positions with a float dtype (their gradients are the ``g``).
     """
 
     node: int
@@ -122,12 +122,12 @@ class CoverageRow:
     """How one parameter leaf's per-example gradient norm is computed.
 
     Attributes:
-      path: dotted path of the leaf in ``params`` (``"dense_0.w"``).
-      kind: ``"dense"`` / ``"conv"`` / ``"embedding"`` (ghost norm from activations and
-        output gradients, nothing per-example materialised), ``"elementwise"`` (small
-        per-example gradients computed directly: biases, scales), ``"fallback"`` (exact
-        per-example gradients for this leaf), ``"unused"`` (the loss does not depend on it).
-      shape: the leaf's shape.
+        path: dotted path of the leaf in ``params`` (``"dense_0.w"``).
+        kind: ``"dense"`` / ``"conv"`` / ``"embedding"`` (ghost norm from activations and
+            output gradients, nothing per-example materialised), ``"elementwise"`` (small
+            per-example gradients computed directly: biases, scales), ``"fallback"`` (exact
+            per-example gradients for this leaf), ``"unused"`` (the loss does not depend on it).
+        shape: the leaf's shape.
     """
 
     path: str

@@ -32,17 +32,17 @@ def per_example_grads[P](loss: LossFn, params: P, batch: Any) -> P:
     and [`clip_and_sum`][jaxwise.per_example.clip_and_sum] for cheaper paths.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
-      params: shared parameters, any pytree of float arrays.
-      batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
-        example axis of size ``B``; ``loss`` receives it with that axis removed.
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: shared parameters, any pytree of float arrays.
+        batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
+            example axis of size ``B``; ``loss`` receives it with that axis removed.
 
     Returns:
-      A pytree like ``params`` whose leaves have a leading axis ``B``.
+        A pytree like ``params`` whose leaves have a leading axis ``B``.
 
     Raises:
-      TypeError: ``loss`` is not callable, or a leaf of ``params`` or ``batch`` is not an array.
-      ValueError: the leaves of ``batch`` do not share their leading dimension.
+        TypeError: ``loss`` is not callable, or a leaf of ``params`` or ``batch`` is not an array.
+        ValueError: the leaves of ``batch`` do not share their leading dimension.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -145,18 +145,18 @@ def auto_chunk_size(
     shape, not per step.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example.
-      params: shared parameters, any pytree of float arrays.
-      batch: the examples, any pytree whose leaves share a leading example axis ``B``
-        (arrays or ``jax.ShapeDtypeStruct``s: only shapes and dtypes are used).
-      memory_budget: bytes of compiled temporary memory allowed.
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: shared parameters, any pytree of float arrays.
+        batch: the examples, any pytree whose leaves share a leading example axis ``B``
+            (arrays or ``jax.ShapeDtypeStruct``s: only shapes and dtypes are used).
+        memory_budget: bytes of compiled temporary memory allowed.
 
     Returns:
-      A chunk size between 1 and ``B``: a power of two, or ``B`` when everything fits.
+        A chunk size between 1 and ``B``: a power of two, or ``B`` when everything fits.
 
     Raises:
-      TypeError: ``loss`` is not callable or ``memory_budget`` is not an int.
-      ValueError: ``memory_budget`` < 1, or the batch leaves do not share ``B``.
+        TypeError: ``loss`` is not callable or ``memory_budget`` is not an int.
+        ValueError: ``memory_budget`` < 1, or the batch leaves do not share ``B``.
 
     Examples:
         >>> import jax.numpy as jnp

@@ -95,19 +95,19 @@ def epsilon(
     Nothing is printed (dp-accounting's absl warnings about excluded RDP orders are hidden).
 
     Args:
-      noise_multiplier: σ (noise std / clip norm); 0 gives ε = inf.
-      sample_rate: q = expected batch size / dataset size, in (0, 1].
-      steps: number of noisy gradient steps.
-      delta: δ in (0, 1), typically < 1 / dataset size.
-      accountant: ``"rdp"`` or ``"pld"``.
+        noise_multiplier: σ (noise std / clip norm); 0 gives ε = inf.
+        sample_rate: q = expected batch size / dataset size, in (0, 1].
+        steps: number of noisy gradient steps.
+        delta: δ in (0, 1), typically < 1 / dataset size.
+        accountant: ``"rdp"`` or ``"pld"``.
 
     Returns:
-      ε as a float (``inf`` without noise).
+        ε as a float (``inf`` without noise).
 
     Raises:
-      TypeError: an argument of the wrong type.
-      ValueError: an argument out of range, or an unknown ``accountant``.
-      ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
+        TypeError: an argument of the wrong type.
+        ValueError: an argument out of range, or an unknown ``accountant``.
+        ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
 
     Examples:
         >>> a = epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=100, delta=1e-5)
@@ -135,19 +135,19 @@ def noise_multiplier_for(
     Nothing is printed.
 
     Args:
-      epsilon: the target ε > 0.
-      sample_rate: q = expected batch size / dataset size, in (0, 1].
-      steps: number of noisy gradient steps.
-      delta: δ in (0, 1).
-      accountant: ``"rdp"`` or ``"pld"``.
+        epsilon: the target ε > 0.
+        sample_rate: q = expected batch size / dataset size, in (0, 1].
+        steps: number of noisy gradient steps.
+        delta: δ in (0, 1).
+        accountant: ``"rdp"`` or ``"pld"``.
 
     Returns:
-      The noise multiplier σ.
+        The noise multiplier σ.
 
     Raises:
-      TypeError: an argument of the wrong type.
-      ValueError: an argument out of range, or a target unreachable with σ ≤ 1e4.
-      ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
+        TypeError: an argument of the wrong type.
+        ValueError: an argument out of range, or a target unreachable with σ ≤ 1e4.
+        ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
 
     Examples:
         >>> s = noise_multiplier_for(epsilon=3.0, sample_rate=256 / 60000, steps=10000, delta=1e-5)

@@ -36,10 +36,10 @@ class Canaries:
     """Canary examples and which of them the training data includes.
 
     Attributes:
-      examples: ``(x, y)``: the ``m`` canary inputs and labels (NumPy arrays), in the input
-        layout of ``train_data``.
-      included: bool ``(m,)``: each canary is included with probability ½.
-      kind: ``"feature"`` (each canary has an input feature of its own) or ``"far"``.
+        examples: ``(x, y)``: the ``m`` canary inputs and labels (NumPy arrays), in the input
+            layout of ``train_data``.
+        included: bool ``(m,)``: each canary is included with probability ½.
+        kind: ``"feature"`` (each canary has an input feature of its own) or ``"far"``.
     """
 
     examples: tuple[np.ndarray, np.ndarray]
@@ -106,22 +106,22 @@ def audit_canaries(
       crowd each other and the audit is weaker.
 
     Args:
-      data: ``(x, y)``: float inputs ``(n, ...)`` (``(n, d)`` for ``"feature"``) and
-        integer labels ``(n,)``.
-      m: the number of canaries, >= 2.
-      seed: the seed of the canaries and of their inclusion.
-      num_classes: the labels' range (default ``max(y) + 1``).
-      kind: ``"feature"`` or ``"far"``.
+        data: ``(x, y)``: float inputs ``(n, ...)`` (``(n, d)`` for ``"feature"``) and
+            integer labels ``(n,)``.
+        m: the number of canaries, >= 2.
+        seed: the seed of the canaries and of their inclusion.
+        num_classes: the labels' range (default ``max(y) + 1``).
+        kind: ``"feature"`` or ``"far"``.
 
     Returns:
-      [`Canaries`][jaxwise.privacy.Canaries]: train on ``canaries.train_data(data)``, score
-      every canary afterwards, then call
-      [`empirical_epsilon`][jaxwise.privacy.empirical_epsilon].
+        [`Canaries`][jaxwise.privacy.Canaries]: train on ``canaries.train_data(data)``, score
+        every canary afterwards, then call
+        [`empirical_epsilon`][jaxwise.privacy.empirical_epsilon].
 
     Raises:
-      TypeError: ``data`` is not ``(x, y)`` arrays, or ``y`` is not integer.
-      ValueError: ``m < 2``, ``num_classes < 2``, an unknown ``kind``, or ``"feature"``
-        canaries for inputs that are not ``(n, d)``.
+        TypeError: ``data`` is not ``(x, y)`` arrays, or ``y`` is not integer.
+        ValueError: ``m < 2``, ``num_classes < 2``, an unknown ``kind``, or ``"feature"``
+            canaries for inputs that are not ``(n, d)``.
 
     Examples:
         >>> x, y = np.random.default_rng(0).normal(size=(100, 2)), np.arange(100) % 3
@@ -220,20 +220,20 @@ def empirical_epsilon(
     at ``confidence`` overall.
 
     Args:
-      scores: ``(m,)`` float scores, higher meaning "more likely included" (e.g. minus the
-        canary's loss after training).
-      included: ``(m,)`` bool: which canaries the training data included.
-      delta: the δ of the guarantee under test, in [0, 1).
-      confidence: the probability that the bound is not above the true ε, in (0, 1).
-      guesses: a fixed ``k`` (guesses per side) instead of the search.
+        scores: ``(m,)`` float scores, higher meaning "more likely included" (e.g. minus the
+            canary's loss after training).
+        included: ``(m,)`` bool: which canaries the training data included.
+        delta: the δ of the guarantee under test, in [0, 1).
+        confidence: the probability that the bound is not above the true ε, in (0, 1).
+        guesses: a fixed ``k`` (guesses per side) instead of the search.
 
     Returns:
-      The ε lower bound (0 when the run shows no leakage; ``inf`` when every finite ε is
-      rejected, which needs δ = 0).
+        The ε lower bound (0 when the run shows no leakage; ``inf`` when every finite ε is
+        rejected, which needs δ = 0).
 
     Raises:
-      TypeError: ``scores``/``included`` of the wrong kind.
-      ValueError: shapes that differ, fewer than 2 canaries, or an argument out of range.
+        TypeError: ``scores``/``included`` of the wrong kind.
+        ValueError: shapes that differ, fewer than 2 canaries, or an argument out of range.
 
     Examples:
         >>> included = np.arange(1000) % 2 == 0

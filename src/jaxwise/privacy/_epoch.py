@@ -46,14 +46,14 @@ class DPConfig:
     """DP-SGD settings of `make_dp_train_epoch`.
 
     Attributes:
-      clip_norm: ``C``, the per-example clipping norm.
-      noise_multiplier: ``σ``: the noise std is ``σ·C``.
-      sampler: ``"poisson"`` or ``"shuffle"``.
-      batch_size: the (expected) batch size.
-      method: the per-example clipping method.
-      chunk_size: the chunk size of the ``"vmap"``/``"chunked"`` methods.
-      model_state: the loss takes and returns the model state.
-      freeze_model_state: BatchNorm layers of adapted models run in inference mode.
+        clip_norm: ``C``, the per-example clipping norm.
+        noise_multiplier: ``σ``: the noise std is ``σ·C``.
+        sampler: ``"poisson"`` or ``"shuffle"``.
+        batch_size: the (expected) batch size.
+        method: the per-example clipping method.
+        chunk_size: the chunk size of the ``"vmap"``/``"chunked"`` methods.
+        model_state: the loss takes and returns the model state.
+        freeze_model_state: BatchNorm layers of adapted models run in inference mode.
     """
 
     clip_norm: float
@@ -316,42 +316,42 @@ def make_dp_train_epoch(
     from the given statistics instead).
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example (``data``'s structure, the
-        leading axis removed); with ``model_state=True``, ``loss(params, model_state,
-        example) -> (scalar, new_model_state)``.
-      optimizer: an Optax (or jaxwise) gradient transformation.
-      batch_size: the (expected) batch size.
-      clip_norm: ``C``, the per-example clipping norm.
-      noise_multiplier: ``σ``: the noise std is ``σ·C``.
-      sampler: ``"poisson"`` (what [`epsilon`][jaxwise.privacy.epsilon] analyses): each step
-        samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask,
-        ``round(1 / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size
-        batches (not covered by the Poisson analysis).
-      buckets: Poisson sampling: how many padded widths are compiled (one ``lax.switch``
-        branch each, inside the one epoch program); a step runs at the smallest that holds
-        its examples (see [`PoissonSampler`][jaxwise.privacy.PoissonSampler]). 1 pads
-        every step to the largest (the expected size plus twelve standard deviations).
-      method: the per-example clipping: ``"auto"`` (default) uses ghost clipping wherever
-        the traced loss allows it, ``"vmap"``/``"chunked"`` materialise per-example
-        gradients (see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]).
-      chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-      mesh: a mesh with a ``"data"`` axis (data parallelism), or ``None``.
-      skip_nonfinite: skip a step whose noisy gradient or update is not finite.
-      donate: donate the state's buffers to the program.
-      model_state: the loss takes and returns the model state (``TrainState.model_state``).
-      freeze_model_state: run BatchNorm layers of adapted models in inference mode.
+        loss: ``loss(params, example) -> scalar`` for ONE example (``data``'s structure, the
+            leading axis removed); with ``model_state=True``, ``loss(params, model_state,
+            example) -> (scalar, new_model_state)``.
+        optimizer: an Optax (or jaxwise) gradient transformation.
+        batch_size: the (expected) batch size.
+        clip_norm: ``C``, the per-example clipping norm.
+        noise_multiplier: ``σ``: the noise std is ``σ·C``.
+        sampler: ``"poisson"`` (what [`epsilon`][jaxwise.privacy.epsilon] analyses): each step
+            samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask,
+            ``round(1 / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size
+            batches (not covered by the Poisson analysis).
+        buckets: Poisson sampling: how many padded widths are compiled (one ``lax.switch``
+            branch each, inside the one epoch program); a step runs at the smallest that holds
+            its examples (see [`PoissonSampler`][jaxwise.privacy.PoissonSampler]). 1 pads
+            every step to the largest (the expected size plus twelve standard deviations).
+        method: the per-example clipping: ``"auto"`` (default) uses ghost clipping wherever
+            the traced loss allows it, ``"vmap"``/``"chunked"`` materialise per-example
+            gradients (see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]).
+        chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        mesh: a mesh with a ``"data"`` axis (data parallelism), or ``None``.
+        skip_nonfinite: skip a step whose noisy gradient or update is not finite.
+        donate: donate the state's buffers to the program.
+        model_state: the loss takes and returns the model state (``TrainState.model_state``).
+        freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-      A [`TrainEpoch`][jaxwise.train.TrainEpoch] with ``.steps_per_epoch(n)`` and
-      ``.sample_rate(n)`` for the accountant, ``.config`` (a
-      [`DPConfig`][jaxwise.privacy.DPConfig]) and ``.jitted`` (compiled under
-      ``<loss's name>_train_epoch``).
+        A [`TrainEpoch`][jaxwise.train.TrainEpoch] with ``.steps_per_epoch(n)`` and
+        ``.sample_rate(n)`` for the accountant, ``.config`` (a
+        [`DPConfig`][jaxwise.privacy.DPConfig]) and ``.jitted`` (compiled under
+        ``<loss's name>_train_epoch``).
 
     Raises:
-      TypeError: ``loss`` is not callable, or a bad option type.
-      ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``sampler``, ``method``,
-        ``chunk_size`` or ``batch_size``; on the first call, model state (or a layer)
-        that mixes examples.
+        TypeError: ``loss`` is not callable, or a bad option type.
+        ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``sampler``, ``method``,
+            ``chunk_size`` or ``batch_size``; on the first call, model state (or a layer)
+            that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp

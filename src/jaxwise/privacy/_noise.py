@@ -30,6 +30,7 @@ from jaxwise.privacy._state import (
     dp_context,
     per_example,
 )
+from jaxwise.tree import path_names
 
 __all__ = ["add_dp_noise", "dp_gradient", "dp_gradient_accumulated"]
 
@@ -57,19 +58,19 @@ def add_dp_noise(
     random-bits kernel); entries are independent across and within leaves.
 
     Args:
-      summed: the sum of clipped per-example gradients (a pytree of float arrays).
-      key: a PRNG key.
-      clip_norm: ``C``, the per-example clipping norm.
-      noise_multiplier: ``σ``: the noise std is ``σ·C``.
-      batch_size: the denominator (the *expected* batch size under Poisson
-        sampling, see the module notes).
+        summed: the sum of clipped per-example gradients (a pytree of float arrays).
+        key: a PRNG key.
+        clip_norm: ``C``, the per-example clipping norm.
+        noise_multiplier: ``σ``: the noise std is ``σ·C``.
+        batch_size: the denominator (the *expected* batch size under Poisson
+            sampling, see the module notes).
 
     Returns:
-      A pytree like ``summed``: ``(summed + noise) / batch_size``.
+        A pytree like ``summed``: ``(summed + noise) / batch_size``.
 
     Raises:
-      TypeError: a bad ``key`` or a non-array leaf of ``summed``.
-      ValueError: a bad ``clip_norm``, ``noise_multiplier`` or ``batch_size``.
+        TypeError: a bad ``key``, or a non-array or non-floating leaf of ``summed`` (named).
+        ValueError: a bad ``clip_norm``, ``noise_multiplier`` or ``batch_size``.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -81,8 +82,14 @@ def add_dp_noise(
     _check_noise_scale(clip_norm, noise_multiplier)
     check_key(key)
     check_float(batch_size, "batch_size", min_value=0.0, min_inclusive=False, allow_traced=True)
-    for leaf in jax.tree.leaves(summed):
+    for path, leaf in zip(path_names(summed), jax.tree.leaves(summed)):
         check_array(leaf, "summed")
+        if not jnp.issubdtype(jnp.result_type(leaf), jnp.floating):
+            raise TypeError(
+                f"`summed` leaf `{path or '<root>'}` has dtype {jnp.result_type(leaf)}; "
+                "Gaussian noise needs floating-point gradients (integer, boolean and complex "
+                "leaves cannot hold it)"
+            )
     leaves, treedef = jax.tree.flatten(summed)
     std = (
         float(noise_multiplier) * float(clip_norm) if noise_multiplier else 0.0
@@ -130,30 +137,30 @@ def dp_gradient(
     statistics in the state instead.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
-        ``loss(params, model_state, example) -> (scalar, new_model_state)``).
-      params: the parameters, any pytree of float arrays.
-      batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
-        example axis ``B``; ``loss`` receives one example, that axis removed.
-      key: PRNG key for the noise.
-      clip_norm: ``C``, the per-example clipping norm.
-      noise_multiplier: ``σ``: the noise std is ``σ·C``.
-      method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-      chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-      mask: optional bool ``(B,)``: real examples of a padded Poisson batch.
-      expected_batch_size: the denominator; default ``B`` (fixed-size batches). Pass
-        ``q·N`` with Poisson batches.
-      model_state: the model's non-trainable state (omit it for a loss without one).
-      freeze_model_state: run BatchNorm layers of adapted models in inference mode.
+        loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
+            ``loss(params, model_state, example) -> (scalar, new_model_state)``).
+        params: the parameters, any pytree of float arrays.
+        batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
+            example axis ``B``; ``loss`` receives one example, that axis removed.
+        key: PRNG key for the noise.
+        clip_norm: ``C``, the per-example clipping norm.
+        noise_multiplier: ``σ``: the noise std is ``σ·C``.
+        method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        mask: optional bool ``(B,)``: real examples of a padded Poisson batch.
+        expected_batch_size: the denominator; default ``B`` (fixed-size batches). Pass
+            ``q·N`` with Poisson batches.
+        model_state: the model's non-trainable state (omit it for a loss without one).
+        freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-      ``(gradient, norms)``: a pytree like ``params`` and the ``(B,)`` pre-clip norms;
-      ``(gradient, norms, new_model_state)`` with ``model_state``.
+        ``(gradient, norms)``: a pytree like ``params`` and the ``(B,)`` pre-clip norms;
+        ``(gradient, norms, new_model_state)`` with ``model_state``.
 
     Raises:
-      TypeError: a bad ``loss``, ``params``, ``batch``, ``key`` or ``freeze_model_state``.
-      ValueError: a bad ``clip_norm``/``noise_multiplier``, batch leaves that do not
-        share their leading dimension, or model state (or a layer) that mixes examples.
+        TypeError: a bad ``loss``, ``params``, ``batch``, ``key`` or ``freeze_model_state``.
+        ValueError: a bad ``clip_norm``/``noise_multiplier``, batch leaves that do not
+            share their leading dimension, or model state (or a layer) that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -242,28 +249,28 @@ def dp_gradient_accumulated(
     batch, and the keys of micro-batch ``j``'s example ``i`` get ``j·m + i`` folded in.
 
     Args:
-      loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
-        ``loss(params, model_state, example) -> (scalar, new_model_state)``).
-      params: the parameters, any pytree of float arrays.
-      microbatches: any pytree whose leaves share two leading axes ``(M, m)``.
-      key: PRNG key for the noise.
-      clip_norm: ``C``, the per-example clipping norm.
-      noise_multiplier: ``σ``: the noise std is ``σ·C``.
-      method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-      chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-      mask: optional bool ``(M, m)``: real examples.
-      expected_batch_size: the denominator (``q·N`` with Poisson sampling).
-      model_state: the model's non-trainable state (omit it for a loss without one).
-      freeze_model_state: run BatchNorm layers of adapted models in inference mode.
+        loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
+            ``loss(params, model_state, example) -> (scalar, new_model_state)``).
+        params: the parameters, any pytree of float arrays.
+        microbatches: any pytree whose leaves share two leading axes ``(M, m)``.
+        key: PRNG key for the noise.
+        clip_norm: ``C``, the per-example clipping norm.
+        noise_multiplier: ``σ``: the noise std is ``σ·C``.
+        method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        mask: optional bool ``(M, m)``: real examples.
+        expected_batch_size: the denominator (``q·N`` with Poisson sampling).
+        model_state: the model's non-trainable state (omit it for a loss without one).
+        freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-      ``(noisy mean gradient, norms (M, m))``, and the new model state with ``model_state``.
+        ``(noisy mean gradient, norms (M, m))``, and the new model state with ``model_state``.
 
     Raises:
-      TypeError: a bad ``loss``, ``params``, ``microbatches``, ``key`` or
-        ``freeze_model_state``.
-      ValueError: leaves without two shared leading axes, a ``mask`` of another shape, or
-        model state (or a layer) that mixes examples.
+        TypeError: a bad ``loss``, ``params``, ``microbatches``, ``key`` or
+            ``freeze_model_state``.
+        ValueError: leaves without two shared leading axes, a ``mask`` of another shape, or
+            model state (or a layer) that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp

@@ -20,31 +20,34 @@ def poisson_batch(
     """Poisson sampling inside ``jit``: ``(indices (max,), mask (max,), overflow)``.
 
     Each of the ``n`` examples is included independently with probability
-    ``sample_rate``; the sampled indices are padded (with index 0, masked
-    out) to ``max_batch_size`` so that every step has one compiled shape.
+    ``sample_rate``; the sampled indices come first, padded to ``max_batch_size``
+    (so that every step has one compiled shape) with the out-of-range index ``n``,
+    masked out: a gather with ``mode="fill"`` (as `jaxwise.train.make_train_epoch`
+    does) reads zeros there, never a real row, so a NaN or inf in any example can
+    only affect the steps that sample it.
     ``overflow`` is True when more than ``max_batch_size`` were sampled (the
     extra ones are dropped, which the accountant does not model): choose
     ``max_batch_size`` several standard deviations above ``q·n``, e.g.
     ``q·n + 12·sqrt(q·n)``.
 
     Args:
-      key: a PRNG key.
-      n: the dataset size.
-      sample_rate: ``q`` in (0, 1].
-      max_batch_size: the padded width.
+        key: a PRNG key.
+        n: the dataset size.
+        sample_rate: ``q`` in (0, 1].
+        max_batch_size: the padded width.
 
     Returns:
-      ``(indices (max_batch_size,) int32, mask (max_batch_size,) bool, overflow () bool)``.
+        ``(indices (max_batch_size,) int32, mask (max_batch_size,) bool, overflow () bool)``.
 
     Raises:
-      TypeError: a bad ``key`` or a non-int size.
-      ValueError: ``sample_rate`` outside (0, 1], or a size < 1.
+        TypeError: a bad ``key`` or a non-int size.
+        ValueError: ``sample_rate`` outside (0, 1], or a size < 1.
 
     Examples:
         >>> import jax
         >>> idx, mask, over = poisson_batch(jax.random.key(0), 1000, 0.05, 100)
-        >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over)
-        ((100,), True, False)
+        >>> idx.shape, 20 < int(mask.sum()) < 80, bool(over), bool((idx[~mask] == 1000).all())
+        ((100,), True, False, True)
     """
     check_probability(sample_rate, "sample_rate", open_low=True)
     check_int(max_batch_size, "max_batch_size", min_value=1)
@@ -52,7 +55,7 @@ def poisson_batch(
     check_key(key)
     chosen = jax.random.bernoulli(key, sample_rate, (n,))
     count = jnp.sum(chosen.astype(jnp.int32))
-    (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=0)
+    (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=n)
     mask = jnp.arange(max_batch_size) < count
     return indices, mask, count > max_batch_size
 
@@ -63,16 +66,16 @@ def shuffled_batches(key: jax.Array, n: int, batch_size: int) -> jax.Array:
     Not covered by the Poisson-sampling analysis of `epsilon`.
 
     Args:
-      key: a PRNG key.
-      n: the dataset size.
-      batch_size: examples per batch, in ``[1, n]``.
+        key: a PRNG key.
+        n: the dataset size.
+        batch_size: examples per batch, in ``[1, n]``.
 
     Returns:
-      ``(n // batch_size, batch_size)`` int32 indices.
+        ``(n // batch_size, batch_size)`` int32 indices.
 
     Raises:
-      TypeError: a bad ``key`` or a non-int size.
-      ValueError: a size out of range.
+        TypeError: a bad ``key`` or a non-int size.
+        ValueError: a size out of range.
 
     Examples:
         >>> import jax

@@ -121,9 +121,9 @@ def advance(loss: Callable[..., Any], params: Any, model_state: Any, batch: Any)
     the first example's new state is every example's.
 
     Raises:
-      ValueError: a leaf of the new model state depends on the example.
-      TypeError: ``loss`` does not return ``(loss, new_model_state)`` or changes the state's
-        structure.
+        ValueError: a leaf of the new model state depends on the example.
+        TypeError: ``loss`` does not return ``(loss, new_model_state)`` or changes the state's
+            structure.
     """
     mixing = _mixing_leaves(loss, params, model_state, batch)
     if mixing:

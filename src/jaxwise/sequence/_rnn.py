@@ -198,7 +198,10 @@ def run_rnn[P, C](
     Raises:
         TypeError: ``cell`` is not callable, ``xs`` is not floating point, or ``mask`` is
             not boolean.
-        ValueError: ``xs`` is not ``(T, D)`` or ``mask`` is not ``(T,)``.
+        ValueError: ``xs`` is not ``(T, D)``, ``mask`` is not ``(T,)``, or ``cell`` fails
+            on one step of ``xs`` with ``carry0`` (a feature size ``D`` or a carry size that
+            does not fit ``params``, named with the shapes) or returns a carry of another
+            shape.
 
     Examples:
         >>> p = init_gru(0, 2, 3)
@@ -218,6 +221,7 @@ def run_rnn[P, C](
             raise ValueError(
                 f"`mask` must be a bool array of shape {xs.shape[:1]}, got shape {mask.shape}"
             )
+    _check_cell(cell, params, xs, carry0)
 
     def step(carry: C, x: Array) -> tuple[C, Array]:
         return cell(params, carry, x)
@@ -233,6 +237,37 @@ def run_rnn[P, C](
         body = jax.checkpoint(body)
     scanned: Any = xs if mask is None else (xs, mask)
     return jax.lax.scan(body, carry0, scanned, reverse=reverse)
+
+
+def _shapes(tree: Any) -> str:
+    shapes = [tuple(jnp.shape(leaf)) for leaf in jax.tree.leaves(tree)]
+    return str(shapes[0]) if len(shapes) == 1 else str(shapes)
+
+
+def _check_cell(cell: Callable[..., Any], params: Any, xs: Array, carry0: Any) -> None:
+    """One step traced (shapes only): a wrong feature or carry size named, not a deep error."""
+    x = jax.ShapeDtypeStruct(xs.shape[1:], xs.dtype)
+    try:
+        new_carry, _ = jax.eval_shape(cell, params, carry0, x)
+    except (TypeError, ValueError) as err:
+        sizes = (
+            {k: tuple(jnp.shape(v)) for k, v in params.items()}
+            if isinstance(params, dict)
+            else None
+        )
+        raise ValueError(
+            f"`cell` fails on one step of `xs` (shape {xs.shape[1:]}: D = {xs.shape[-1]}) with "
+            f"`carry0` of shape {_shapes(carry0)}"
+            + (f" and `params` {sizes}" if sizes else "")
+            + f": check D and the carry size against `params` ({' '.join(str(err).split())})"
+        ) from None
+    if jax.tree.structure(new_carry) != jax.tree.structure(carry0) or [
+        tuple(leaf.shape) for leaf in jax.tree.leaves(new_carry)
+    ] != [tuple(jnp.shape(leaf)) for leaf in jax.tree.leaves(carry0)]:
+        raise ValueError(
+            f"`cell` returns a carry of shape {_shapes(new_carry)}, but `carry0` has shape "
+            f"{_shapes(carry0)}: the carry must keep its shape from step to step"
+        )
 
 
 def run_bidirectional[P, C](

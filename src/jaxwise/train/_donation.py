@@ -48,14 +48,14 @@ class DonationError(ValueError):
     """A state cannot be donated safely (shared buffers, deleted arrays, or unusable donations).
 
     Args:
-      message: what cannot be donated and why.
-      argument: the path of the leaf at fault (``""`` when the error is not about one leaf).
+        message: what cannot be donated and why.
+        argument: the path of the leaf at fault (``""`` when the error is not about one leaf).
 
     Attributes:
-      result: when raised *after* a call (a donated buffer that stayed alive), the call's
-        ``(state, metrics)``, which are valid: training can continue from them.
-      argument: the path of the leaf at fault, e.g. ``"state.params['w']"`` (``""`` when the
-        error is not about one leaf).
+        result: when raised *after* a call (a donated buffer that stayed alive), the call's
+            ``(state, metrics)``, which are valid: training can continue from them.
+        argument: the path of the leaf at fault, e.g. ``"state.params['w']"`` (``""`` when the
+            error is not about one leaf).
     """
 
     __module__ = "jaxwise.train"
@@ -116,11 +116,11 @@ def check_donatable(tree: Any, what: str = "state") -> None:
     e.g. one ``zeros`` array used for both ``mu`` and ``nu``.
 
     Args:
-      tree: the pytree about to be donated (e.g. a ``TrainState``).
-      what: its name in the message.
+        tree: the pytree about to be donated (e.g. a ``TrainState``).
+        what: its name in the message.
 
     Raises:
-      DonationError: a leaf was deleted, or one buffer appears at two paths.
+        DonationError: a leaf was deleted, or one buffer appears at two paths.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -193,13 +193,13 @@ def check_optimizer_fits(
     is computed or compiled. Catches a state created with one optimizer stepped with another.
 
     Args:
-      optimizer: the step's optimizer.
-      params: the state's parameters.
-      opt_state: the state's optimizer state.
+        optimizer: the step's optimizer.
+        params: the state's parameters.
+        opt_state: the state's optimizer state.
 
     Raises:
-      ValueError: the structures differ, or a leaf's shape or dtype does; the message names
-        both outlines and the first difference.
+        ValueError: the structures differ, or a leaf's shape or dtype does; the message names
+            both outlines and the first difference.
 
     Examples:
         >>> import jax.numpy as jnp, optax

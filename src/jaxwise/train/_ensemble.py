@@ -32,12 +32,12 @@ class ModelsFit(NamedTuple):
     """What `fit_models` returns (every leaf with a leading model axis ``M``).
 
     Attributes:
-      params: each model's best parameters (its last ones without early stopping).
-      model_state: each model's model state after training.
-      best_epoch: ``(M,)`` int32, the 1-based epoch whose parameters each model kept.
-      val_loss: ``(epochs, M)`` validation loss after each epoch, NaN once a model stopped
-        (and for epochs never run).
-      epochs_run: int32 scalar, the epochs the loop ran (the slowest model's).
+        params: each model's best parameters (its last ones without early stopping).
+        model_state: each model's model state after training.
+        best_epoch: ``(M,)`` int32, the 1-based epoch whose parameters each model kept.
+        val_loss: ``(epochs, M)`` validation loss after each epoch, NaN once a model stopped
+            (and for epochs never run).
+        epochs_run: int32 scalar, the epochs the loop ran (the slowest model's).
     """
 
     params: Any
@@ -83,23 +83,23 @@ def fit_models(
     """Train ``M`` models at once; call inside ``jit`` (a pure function of its arrays).
 
     Args:
-      loss_fn: the loss of one model on one mini-batch, ``loss_fn(params, batch)`` or
-        ``loss_fn(params, model_state, batch) -> (loss, model_state)`` with ``model_state``.
-      optimizer: an Optax ``GradientTransformation`` (``states.opt_state`` is its state).
-      states: a `TrainState` whose leaves have a leading model axis ``M``.
-      data: the rows, a pytree whose leaves share the leading axis ``n`` (all models).
-      allowed: ``(M, n)`` bool, the rows each model may train on (every model at least
-        ``batch_size``).
-      validate: ``validate(params, model_state, val) -> scalar`` of one model.
-      val_data: a pytree with leading model axis ``M``: what ``validate`` gets per model.
-      batch_size: rows per step per model.
-      epochs: the most epochs.
-      patience: a model stops after this many epochs without a lower validation loss
-        (``None``: never; each model keeps its last parameters).
-      model_state: as in `jaxwise.train.make_train_step`.
+        loss_fn: the loss of one model on one mini-batch, ``loss_fn(params, batch)`` or
+            ``loss_fn(params, model_state, batch) -> (loss, model_state)`` with ``model_state``.
+        optimizer: an Optax ``GradientTransformation`` (``states.opt_state`` is its state).
+        states: a `TrainState` whose leaves have a leading model axis ``M``.
+        data: the rows, a pytree whose leaves share the leading axis ``n`` (all models).
+        allowed: ``(M, n)`` bool, the rows each model may train on (every model at least
+            ``batch_size``).
+        validate: ``validate(params, model_state, val) -> scalar`` of one model.
+        val_data: a pytree with leading model axis ``M``: what ``validate`` gets per model.
+        batch_size: rows per step per model.
+        epochs: the most epochs.
+        patience: a model stops after this many epochs without a lower validation loss
+            (``None``: never; each model keeps its last parameters).
+        model_state: as in `jaxwise.train.make_train_step`.
 
     Returns:
-      `ModelsFit`.
+        `ModelsFit`.
     """
     update = make_update(
         loss_gradient(loss_fn, model_state=model_state, has_aux=False, with_key=False),

@@ -54,7 +54,8 @@ class Sampler(Protocol):
     counter; it returns the scanned-over ``xs`` (leading axis: steps) and the state's next key
     (a sampler that draws from ``jax.random`` splits it; one that does not returns it as it is).
     ``draw(x, n)`` runs in every step and returns ``(indices (width,), mask (width,) or
-    None, metrics)``. ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
+    None, metrics)``; padding indices (masked out) are ``n``: they gather zeros.
+    ``steps(n)`` and ``width(n)`` are Python ints; ``check(n)`` raises
     ``ValueError`` for a dataset the sampler cannot use.
 
     A sampler with a mask may also offer ``widths(n)``: ascending padded widths, the last
@@ -283,6 +284,7 @@ class TrainEpoch(Program):
         donate: bool,
         mesh: Mesh | None,
         audit: bool,
+        loss_fn: Any = None,
     ) -> None:
         self.sampler = sampler
         self.batch_size = getattr(sampler, "batch_size", None)
@@ -320,6 +322,7 @@ class TrainEpoch(Program):
             mesh=mesh,
             audit=audit,
             loss_scale=config.loss_scale,
+            loss_fn=loss_fn,
         )
 
     def steps_per_epoch(self, n: int) -> int:
@@ -370,8 +373,8 @@ def sampler_widths(sampler: Sampler, n: int) -> tuple[int, ...]:
 
 
 def _gather(data: Any, idx: jax.Array) -> Any:
-    # indices are always in range: "clip" skips the out-of-bounds fill selects
-    return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="clip"), data)
+    # padding indices (>= n, masked out) read zeros, never a real row
+    return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
 
 
 def _at_width(gradient: GradientFn, sharding: Any) -> GradientFn:
@@ -549,4 +552,5 @@ def make_train_epoch(
         donate=bool(donate),
         mesh=mesh,
         audit=bool(audit),
+        loss_fn=loss_fn,
     )

@@ -12,7 +12,7 @@ import numpy as np
 import optax
 
 from jaxwise._checks import is_key
-from jaxwise._params import check_not_a_model, check_params
+from jaxwise._params import check_alive, check_not_a_model, check_params
 from jaxwise.tree import path_names
 
 
@@ -182,6 +182,7 @@ class TrainState:
             )
         check_params(params)
         check_not_a_model(model_state, "model_state")
+        check_alive(model_state, "model_state")
         for name, leaf in zip(path_names(model_state), jax.tree.leaves(model_state)):
             if not isinstance(leaf, (jax.Array, np.ndarray, np.generic, float, int)):
                 raise TypeError(

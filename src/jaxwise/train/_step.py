@@ -13,6 +13,7 @@ from jax.sharding import Mesh
 from jax.typing import DTypeLike
 
 from jaxwise._checks import check_bool, check_callable
+from jaxwise._params import check_alive, check_params, describe_leaves
 from jaxwise._prefetch import place_batch
 from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
 from jaxwise.sharding._mesh import data_size as _data_size
@@ -34,6 +35,7 @@ def leading_size(data: Any, what: str) -> int:
     names, leaves = path_names(data), jax.tree.leaves(data)
     if not leaves:
         raise ValueError(f"`{what}` has no arrays")
+    check_alive(data, what)
     sizes = {}
     for name, leaf in zip(names, leaves):
         shape = jnp.shape(leaf)
@@ -140,6 +142,7 @@ class Program:
         mesh: Mesh | None,
         audit: bool,
         loss_scale: DynamicLossScale | float | None,
+        loss_fn: Any = None,
     ) -> None:
         fn = keep_layout(fn, mesh)  # FSDP (a "model" axis): the state keeps its layout
         fn.__name__ = fn.__qualname__ = name
@@ -152,6 +155,7 @@ class Program:
         self._checks = audit
         self._first = True
         self._dynamic = loss_scale if isinstance(loss_scale, DynamicLossScale) else None
+        self._loss_code = _code_of(loss_fn)
 
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
@@ -167,18 +171,61 @@ class Program:
                 loss_scale=self._dynamic.init()
             )  # the scale lives in the state from now on
         leaves = self._audit.before(state, data)
+        check_alive(data, self.data_name)
         if self._first:
+            check_params(state.params, "state.params")  # e.g. complex params put in by replace
             check_optimizer_fits(self.optimizer, state.params, state.opt_state)
-            result = (
-                self._audit.first_call(self.jitted, state, data)
-                if self._checks
-                else self.jitted(state, data)
-            )
+            try:
+                result = (
+                    self._audit.first_call(self.jitted, state, data)
+                    if self._checks
+                    else self.jitted(state, data)
+                )
+            except (TypeError, ValueError) as err:
+                named = self._named(err, state, data)
+                if named is err:
+                    raise
+                raise named from err
             self._first = False
         else:
             result = self.jitted(state, data)
         self._audit.after(state, leaves, result)
         return result
+
+    def _named(self, err: Exception, state: TrainState, data: Any) -> Exception:
+        """An error raised inside the user's loss while tracing, with the shapes it was given."""
+        if self._loss_code is None or not _raised_in(err, self._loss_code):
+            return err
+        sizes = {jnp.shape(x)[0] for x in jax.tree.leaves(data) if jnp.ndim(x)}
+        leading = " (their leading dimensions differ)" if len(sizes) > 1 else ""
+        message = (
+            f"the loss function failed on its first call with "
+            f"{describe_leaves(state.params, 'params')} and "
+            f"{describe_leaves(data, self.data_name)}{leading}: {err}"
+        )
+        try:
+            return type(err)(message)
+        except Exception:  # an exception type that takes other arguments: keep it as it is
+            return err
+
+
+def _code_of(fn: Any) -> Any:
+    while hasattr(fn, "func"):  # functools.partial
+        fn = fn.func
+    code = getattr(fn, "__code__", None)
+    if code is None and callable(fn):  # an object with a __call__ method
+        code = getattr(type(fn).__call__, "__code__", None)
+    return code
+
+
+def _raised_in(err: BaseException, code: Any) -> bool:
+    """Whether a frame of ``code`` is in ``err``'s traceback."""
+    tb = err.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 class TrainStep(Program):
@@ -232,6 +279,7 @@ class TrainStep(Program):
             mesh=mesh,
             audit=audit,
             loss_scale=config.loss_scale,
+            loss_fn=loss_fn,
         )
 
     def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:

@@ -50,9 +50,9 @@ class CallPlan:
     """Which arguments of a watched function are donated and which are static.
 
     Attributes:
-      names: the positional parameters' names (as far as the signature tells).
-      donated_nums, donated_names: donated positions and keywords (both forms resolved).
-      static_nums, static_names: static positions and keywords.
+        names: the positional parameters' names (as far as the signature tells).
+        donated_nums, donated_names: donated positions and keywords (both forms resolved).
+        static_nums, static_names: static positions and keywords.
     """
 
     names: tuple[str, ...]

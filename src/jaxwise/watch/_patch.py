@@ -42,13 +42,13 @@ class Tracked:
     """A jitted function created during a watch: forwards every call, attribute and binding.
 
     Attributes:
-      jitted: the real jitted function.
-      fun: the Python function it traces.
-      name: the function's name.
-      where: ``"file.py:LINE"`` of the user's line that jitted it.
-      options: the keyword arguments given to ``jax.jit``.
-      stats: the watch's record for this function (shared by functions jitted at one place).
-      plan: what the watch checks per call (donated and static arguments).
+        jitted: the real jitted function.
+        fun: the Python function it traces.
+        name: the function's name.
+        where: ``"file.py:LINE"`` of the user's line that jitted it.
+        options: the keyword arguments given to ``jax.jit``.
+        stats: the watch's record for this function (shared by functions jitted at one place).
+        plan: what the watch checks per call (donated and static arguments).
     """
 
     def __init__(
@@ -114,10 +114,10 @@ def installed(factory: Callable[[Any, dict[str, Any], str | None], Any]) -> Iter
     """Replace ``jax.jit`` by ``factory(fun, options, where)`` inside the block.
 
     Args:
-      factory: builds the jitted function; it calls `ORIGINAL_JIT` itself.
+        factory: builds the jitted function; it calls `ORIGINAL_JIT` itself.
 
     Raises:
-      RuntimeError: ``jax.jit`` is already replaced (another watch is active).
+        RuntimeError: ``jax.jit`` is already replaced (another watch is active).
     """
     if jax.jit is not ORIGINAL_JIT:
         raise RuntimeError(

@@ -29,18 +29,18 @@ class MissReport:
     """One compilation of a watched function and why it happened.
 
     Attributes:
-      kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"first"``, ``"static"``,
-        ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"structure"``, ``"sharding"``,
-        ``"config"``, ``"donation"``, ``"new_function"``, ``"other"``).
-      argument: the argument that changed (``"lr"``, ``"batch[0]"``, ``"jax_enable_x64"``),
-        ``""`` when none.
-      old: its earlier value or type, as text.
-      new: its value or type at this call.
-      where: ``"file.py:LINE"`` of the user's call that compiled, if known.
-      steady_state: the compile came after the function's warm-up (its first ``warmup``
-        compiles): a recompile in the steady state of the loop.
-      seconds: time spent tracing, lowering and compiling for this call.
-      summary: the full explanation, one line.
+        kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"first"``, ``"static"``,
+            ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"structure"``, ``"sharding"``,
+            ``"config"``, ``"donation"``, ``"new_function"``, ``"other"``).
+        argument: the argument that changed (``"lr"``, ``"batch[0]"``, ``"jax_enable_x64"``),
+            ``""`` when none.
+        old: its earlier value or type, as text.
+        new: its value or type at this call.
+        where: ``"file.py:LINE"`` of the user's call that compiled, if known.
+        steady_state: the compile came after the function's warm-up (its first ``warmup``
+            compiles): a recompile in the steady state of the loop.
+        seconds: time spent tracing, lowering and compiling for this call.
+        summary: the full explanation, one line.
     """
 
     kind: str
@@ -73,16 +73,16 @@ class FunctionReport:
     """One jitted function (all the function objects jitted at one place of the user's code).
 
     Attributes:
-      name: the Python function's name.
-      where: ``"file.py:LINE"`` where it was jitted (for functions jitted before the watch
-        started: where JAX says it is defined).
-      calls: calls seen (``None`` for a function jitted before the watch started: its calls
-        are not seen, only its compiles).
-      compiles: backend compilations.
-      compile_seconds: time spent tracing, lowering and compiling it.
-      call_seconds: time spent inside its calls (dispatch, and compiling when it did; the
-        device work itself runs asynchronously and shows up where the result is read).
-      misses: one `MissReport` per compile, in order.
+        name: the Python function's name.
+        where: ``"file.py:LINE"`` where it was jitted (for functions jitted before the watch
+            started: where JAX says it is defined).
+        calls: calls seen (``None`` for a function jitted before the watch started: its calls
+            are not seen, only its compiles).
+        compiles: backend compilations.
+        compile_seconds: time spent tracing, lowering and compiling it.
+        call_seconds: time spent inside its calls (dispatch, and compiling when it did; the
+            device work itself runs asynchronously and shows up where the result is read).
+        misses: one `MissReport` per compile, in order.
     """
 
     name: str
@@ -119,13 +119,13 @@ class NanFinding:
     """The first non-finite value a watched function produced, located.
 
     Attributes:
-      function: the jitted function whose output was not finite.
-      primitive: the primitive that created it (``"log"``, ``"div"``…; ``"argument"`` when an
-        input was already non-finite; ``"unknown"`` when the replay could not reproduce it).
-      phase: ``"forward"`` or ``"backward"``.
-      where: ``"file.py:LINE"`` of the user's line that made it, if known.
-      source: that line's text.
-      call_site: ``"file.py:LINE"`` of the call of ``function`` that produced it.
+        function: the jitted function whose output was not finite.
+        primitive: the primitive that created it (``"log"``, ``"div"``…; ``"argument"`` when an
+            input was already non-finite; ``"unknown"`` when the replay could not reproduce it).
+        phase: ``"forward"`` or ``"backward"``.
+        where: ``"file.py:LINE"`` of the user's line that made it, if known.
+        source: that line's text.
+        call_site: ``"file.py:LINE"`` of the call of ``function`` that produced it.
     """
 
     function: str
@@ -169,10 +169,10 @@ class DonationFinding:
     """A donated buffer that could not be reused, or a jaxwise step's ``DonationError``.
 
     Attributes:
-      function: the jitted function (or jaxwise step) it was donated to.
-      argument: the argument and path inside it, e.g. ``"state.params['w']"``.
-      cause: why the donation failed, and the fix.
-      count: how many calls it happened on.
+        function: the jitted function (or jaxwise step) it was donated to.
+        argument: the argument and path inside it, e.g. ``"state.params['w']"``.
+        cause: why the donation failed, and the fix.
+        count: how many calls it happened on.
     """
 
     function: str
@@ -194,12 +194,12 @@ class TransferSite:
     """Implicit host-to-device transfers made by the calls at one place of the user's code.
 
     Attributes:
-      where: ``"file.py:LINE"`` of the calls.
-      function: the jitted function called there.
-      calls: calls at this place that transferred something.
-      transfers: host values transferred (NumPy arrays and Python scalars), in all.
-      bytes: their total size.
-      arguments: the arguments that were host values, e.g. ``("batch[0]", "lr")``.
+        where: ``"file.py:LINE"`` of the calls.
+        function: the jitted function called there.
+        calls: calls at this place that transferred something.
+        transfers: host values transferred (NumPy arrays and Python scalars), in all.
+        bytes: their total size.
+        arguments: the arguments that were host values, e.g. ``("batch[0]", "lr")``.
     """
 
     where: str | None
@@ -234,18 +234,18 @@ class WatchReport:
     """Everything a watch saw.
 
     Attributes:
-      functions: one `FunctionReport` per jitted function, most compile time first.
-      nans: the located non-finite values (with ``nans`` checking on).
-      donations: the failed donations.
-      transfers: implicit host-to-device transfers per call site (``None`` unless
-        ``transfers=True``).
-      seconds_total: wall time of the watched block.
-      seconds_compiling: time spent tracing, lowering and compiling, every program included.
-      exit_code: the exit code of a watched script (``None`` for a block).
-      stopped: the block was stopped at a NaN (``nans="stop"``).
-      warmup: compiles per function before a recompile counts as steady-state.
-      errors: checks the watch itself could not complete (the program ran on regardless).
-      notes: what the watch did not check, and why.
+        functions: one `FunctionReport` per jitted function, most compile time first.
+        nans: the located non-finite values (with ``nans`` checking on).
+        donations: the failed donations.
+        transfers: implicit host-to-device transfers per call site (``None`` unless
+            ``transfers=True``).
+        seconds_total: wall time of the watched block.
+        seconds_compiling: time spent tracing, lowering and compiling, every program included.
+        exit_code: the exit code of a watched script (``None`` for a block).
+        stopped: the block was stopped at a NaN (``nans="stop"``).
+        warmup: compiles per function before a recompile counts as steady-state.
+        errors: checks the watch itself could not complete (the program ran on regardless).
+        notes: what the watch did not check, and why.
     """
 
     functions: tuple[FunctionReport, ...]

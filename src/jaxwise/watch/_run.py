@@ -91,15 +91,15 @@ def run_script(
     """Run ``script`` with ``argv`` under a `Watch` and report; returns the exit code.
 
     Args:
-      script: path of the Python script.
-      argv: its arguments.
-      json_path: also write the report as strict JSON there.
-      nans, transfers, fail_on, warmup: as for `Watch`.
-      stream: where the report goes (default ``sys.stderr``).
-      rich: render a rich table (needs ``jaxwise[cli]``); else plain text.
+        script: path of the Python script.
+        argv: its arguments.
+        json_path: also write the report as strict JSON there.
+        nans, transfers, fail_on, warmup: as for `Watch`.
+        stream: where the report goes (default ``sys.stderr``).
+        rich: render a rich table (needs ``jaxwise[cli]``); else plain text.
 
     Returns:
-      The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
+        The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
     """
     out: TextIO = stream if stream is not None else sys.stderr
     _check_outputs(script, json_path)

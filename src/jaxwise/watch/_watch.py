@@ -117,21 +117,21 @@ class Watch:
     are still counted. One watch may be active at a time.
 
     Args:
-      nans: ``None`` (default: no NaN checking, no overhead), ``"stop"`` (end the block at
-        the first watched call whose output is not finite, after locating it) or
-        ``"report"`` (locate it and continue). With NaN checking on, watched functions do
-        not donate their inputs (as with ``jax_debug_nans``), so that the failing call can
-        be replayed.
-      transfers: count host values (NumPy arrays, Python scalars) passed to watched calls.
-      warmup: compiles per function that are expected (default 2: the first call and, e.g.,
-        the last, smaller batch); later ones are steady-state recompiles.
-      fail_on: conditions that make `WatchReport.triggered` (and ``jaxwise watch``'s
-        exit code) fail: any of ``"recompile"``, ``"nan"`` (turns on ``nans="report"`` when
-        ``nans`` is ``None``) and ``"donation"``.
+        nans: ``None`` (default: no NaN checking, no overhead), ``"stop"`` (end the block at
+            the first watched call whose output is not finite, after locating it) or
+            ``"report"`` (locate it and continue). With NaN checking on, watched functions do
+            not donate their inputs (as with ``jax_debug_nans``), so that the failing call can
+            be replayed.
+        transfers: count host values (NumPy arrays, Python scalars) passed to watched calls.
+        warmup: compiles per function that are expected (default 2: the first call and, e.g.,
+            the last, smaller batch); later ones are steady-state recompiles.
+        fail_on: conditions that make `WatchReport.triggered` (and ``jaxwise watch``'s
+            exit code) fail: any of ``"recompile"``, ``"nan"`` (turns on ``nans="report"`` when
+            ``nans`` is ``None``) and ``"donation"``.
 
     Raises:
-      ValueError: a bad option.
-      RuntimeError: on entry, when another watch is active.
+        ValueError: a bad option.
+        RuntimeError: on entry, when another watch is active.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -443,10 +443,10 @@ class Watch:
         """What the watch saw so far (or in all, after the block).
 
         Args:
-          exit_code: the exit code to record (``jaxwise watch`` passes the script's).
+            exit_code: the exit code to record (``jaxwise watch`` passes the script's).
 
         Returns:
-          The [`WatchReport`][jaxwise.watch.WatchReport].
+            The [`WatchReport`][jaxwise.watch.WatchReport].
         """
         end = self._end if self._end else time.perf_counter()
         functions = tuple(
