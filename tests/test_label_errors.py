@@ -226,6 +226,41 @@ def test_fold_isolation_without_early_stopping() -> None:
     assert not np.array_equal(base.probs[fold_of != fold_of[7]], other.probs[fold_of != fold_of[7]])
 
 
+def test_held_out_labels_never_influence_their_fold_model_with_early_stopping() -> None:
+    """Default early stopping: a fold's probabilities ignore every label it judges (bitwise)."""
+    x, y = make_blobs(150, n_features=2, n_classes=3, seed=1)
+    noisy, _ = flip_labels(y, 30, 3, seed=0)
+    fold_of = le.stratified_folds(noisy, 5, seed=0)
+    args: dict[str, Any] = dict(folds=5, epochs=30, batch_size=16, fold_of=fold_of, seed=0)
+    init = mlp_init((2, 16, 3))
+    base = le.out_of_fold_probabilities(mlp_apply, init, x, noisy, **args)  # patience=10
+    assert np.any(base.best_epoch < 20)  # early stopping did choose an epoch
+    held = fold_of == 2
+    changed = noisy.copy()
+    changed[held] = (changed[held] + 1) % 3  # every label fold 2 judges, and nothing else
+    other = le.out_of_fold_probabilities(mlp_apply, init, x, changed, **args)
+    np.testing.assert_array_equal(base.probs[held], other.probs[held])
+    assert base.best_epoch[2] == other.best_epoch[2]
+    np.testing.assert_array_equal(base.val_loss[:, 2], other.val_loss[:, 2])
+    # the other folds trained (or validated) on the changed labels: they do change
+    assert not np.array_equal(base.probs[~held], other.probs[~held])
+    # each fold watched one in 8 of its own training rows, never a row it judges
+    for fold in range(5):
+        train = int(np.sum(fold_of != fold))
+        assert not np.any(base.validation[fold] & (fold_of == fold))
+        assert base.validation[fold].sum() == -(-train // 8)
+        # stratified by the training labels: every class is represented
+        assert set(noisy[base.validation[fold]].tolist()) == {0, 1, 2}
+
+
+def test_inner_validation_rows_are_not_trained_on() -> None:
+    """Early stopping costs one row in 8 of the training rows: ``batch_size`` must fit in the rest."""
+    x, y = make_blobs(40, n_features=2, n_classes=2, seed=0)
+    with pytest.raises(ValueError, match=r"batch_size.*28 rows.*early stopping"):
+        le.find_label_errors(x, y, epochs=1, batch_size=30)
+    le.find_label_errors(x, y, epochs=1, batch_size=30, patience=None)  # all 32 trained on
+
+
 def test_early_stopping_keeps_the_best_epoch() -> None:
     x, y = make_blobs(150, n_features=2, n_classes=3, seed=1)
     noisy, _ = flip_labels(y, 30, 3, seed=0)

@@ -22,6 +22,7 @@ from jaxwise.label_errors._oof import (
     padded_rows,
     run_folds,
     stratified_folds,
+    trained_rows,
 )
 from jaxwise.models import mlp_apply
 
@@ -175,7 +176,7 @@ def find_label_errors(
     patience = None if patience is None else check_int(patience, "patience", min_value=1)
     seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1 - repeats)
     fold_of = np.stack([stratified_folds(y32, folds, seed + r) for r in range(repeats)])
-    check_fold_sizes(fold_of, folds, batch_size)
+    check_fold_sizes(fold_of, folds, batch_size, patience is not None)
     runs = run_folds(
         apply_fn,
         init,
@@ -218,8 +219,9 @@ def default_settings(n: int, folds: int) -> Settings:
     n_pad = padded_rows(n)
     train = n_pad * (folds - 1) // folds
     batch = int(min(128, max(16, 2 ** round(math.log2(max(train / 10, 1))))))
-    batch = min(batch, max(1, (n * (folds - 1)) // folds - 1), max(1, train // 2))
-    steps = max(1, train // batch)
+    smallest = trained_rows((n * (folds - 1)) // folds - 1, early_stopping=True)
+    batch = min(batch, max(1, smallest), max(1, train // 2))
+    steps = max(1, trained_rows(train, early_stopping=True) // batch)
     epochs = int(min(60, max(30, math.ceil(3000 / steps))))
     repeats = 4 if n_pad <= 2048 else 2 if n_pad <= 8192 else 1
     return Settings(repeats, epochs, batch)

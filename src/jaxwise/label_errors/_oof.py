@@ -1,10 +1,12 @@
 """Out-of-fold probabilities: every fold model of every repeat trained at once, in one program.
 
 The fold models train through `jaxwise.train`'s update path, vmapped over models
-(``train._ensemble.fit_models``): each model shuffles its own training rows, stops early on
-its held-out rows and keeps its best epoch. Each model standardises its inputs with the mean
-and standard deviation of its *training* rows only, so a held-out row never influences the
-model that judges it. Rows are padded up to a size ladder (the padding is never trained on,
+(``train._ensemble.fit_models``): each model shuffles its own training rows and keeps its
+best epoch. Early stopping watches an *inner validation split* of each model's training
+rows (one row in `INNER_VALIDATION`, stratified by label, drawn from the seed): the model
+never trains on those rows, and never looks at the labels of the rows it judges. Each model
+standardises its inputs with the mean and standard deviation of its training rows only, so
+neither a held-out row's features nor its label influences the model that judges it. Rows are padded up to a size ladder (the padding is never trained on,
 never predicted) and every size-dependent setting comes from the padded size, so datasets of
 nearby sizes run the same compiled program.
 """
@@ -32,6 +34,9 @@ from jaxwise.train._state import TrainState
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
 
+# Early stopping validates each fold model on one row in INNER_VALIDATION of its training rows.
+INNER_VALIDATION = 8
+
 # Padded row counts: 16 · 2^(i/4) rounded up to a multiple of 16 (at most ~19 % padding).
 _LADDER = tuple(sorted({16 * math.ceil(2 ** (i / 4)) for i in range(80)}))
 
@@ -45,9 +50,13 @@ class OutOfFold:
             ``fold_of[i]``, which never trained on row ``i``.
         fold_of: ``(n,)`` int fold of each row.
         best_epoch: ``(folds,)`` the epoch (1-based) whose parameters each fold kept.
-        val_loss: ``(epochs, folds)`` held-out cross-entropy of each fold after each epoch
-            (NaN once the fold has stopped and for epochs never run).
+        val_loss: ``(epochs, folds)`` cross-entropy of each fold after each epoch on its
+            validation rows (NaN once the fold has stopped and for epochs never run).
         params: the ``folds`` best parameter sets, stacked on a leading axis.
+        validation: ``(folds, n)`` bool, the rows whose loss each fold model watched: with
+            early stopping, its inner validation split (training rows it did not train on,
+            never its held-out rows); with ``patience=None``, its held-out rows (a report
+            only: the fold keeps its last epoch whatever they say).
     """
 
     probs: np.ndarray
@@ -55,6 +64,7 @@ class OutOfFold:
     best_epoch: np.ndarray
     val_loss: np.ndarray
     params: Any
+    validation: np.ndarray
 
 
 def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarray:
@@ -76,14 +86,42 @@ def stratified_folds(labels: np.ndarray, folds: int, seed: int = 0) -> np.ndarra
     """
     labels = np.asarray(check_array(labels, "labels", ndim=1))
     folds = check_int(folds, "folds", min_value=1)
-    rng = np.random.default_rng(check_int(seed, "seed", min_value=0))
-    fold_of = np.empty(len(labels), np.int32)
+    return _spread(labels, folds, np.random.default_rng(check_int(seed, "seed", min_value=0)))
+
+
+def _spread(labels: np.ndarray, parts: int, rng: np.random.Generator) -> np.ndarray:
+    """``(n,)`` part of each row: every class dealt in turn, so part ``j`` holds exactly
+    ``len(range(j, n, parts))`` rows whatever the labels are."""
+    part = np.empty(len(labels), np.int32)
     offset = 0
     for cls in np.unique(labels):
         rows = rng.permutation(np.flatnonzero(labels == cls))
-        fold_of[rows] = (np.arange(len(rows)) + offset) % folds
+        part[rows] = (np.arange(len(rows)) + offset) % parts
         offset += len(rows)
-    return fold_of
+    return part
+
+
+def inner_validation_rows(train: int) -> int:
+    """How many of a fold model's ``train`` rows validate it (early stopping)."""
+    return -(-train // INNER_VALIDATION)
+
+
+def _inner_validation(
+    y: np.ndarray, fold_of: np.ndarray, folds: int, seed: int
+) -> tuple[np.ndarray, ...]:
+    """``(M, n)`` bool inner validation rows of each (repeat, fold) model.
+
+    Stratified by the labels of the model's *training* rows only, from ``(seed, repeat,
+    fold)``; their count depends only on how many rows the model trains on, so no other
+    fold's labels can change it either.
+    """
+    out = np.zeros((fold_of.shape[0] * folds, fold_of.shape[1]), bool)
+    for r, assign in enumerate(fold_of):
+        for f in range(folds):
+            train = np.flatnonzero(assign != f)
+            part = _spread(y[train], INNER_VALIDATION, np.random.default_rng([seed, r, f]))
+            out[r * folds + f, train[part == 0]] = True
+    return tuple(out)
 
 
 def padded_rows(n: int) -> int:
@@ -181,13 +219,17 @@ def _oof_program(
     inv_scale: jax.Array,
     held_rows: jax.Array,
     held_mask: jax.Array,
+    val_rows: jax.Array,
+    val_mask: jax.Array,
     seed: jax.Array,
     *,
     spec: _Spec,
 ) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Train every (repeat, fold) model and predict its held-out rows: one program.
 
-    ``assign`` ``(R, n)``: each row's fold per repeat (``-1``: padding). Returns the
+    ``assign`` ``(R, n)``: each row's fold per repeat (``-1``: padding); ``val_rows`` and
+    ``val_mask`` ``(M, v)``: the rows each model validates on and does not train on (its
+    inner validation split; with ``patience=None`` its held-out rows). Returns the
     out-of-fold probabilities ``(R, n, k)``, each model's best epoch ``(M,)``, the
     validation history ``(epochs, M)`` and the best flat parameters ``(M, P)``.
     """
@@ -210,6 +252,10 @@ def _oof_program(
     )
     fold_ids = jnp.arange(spec.folds)
     allowed = (assign[:, None, :] != fold_ids[None, :, None]) & (assign[:, None, :] >= 0)
+    allowed = allowed.reshape(models, n)
+    if spec.patience is not None:  # the inner validation rows are not trained on
+        flat = jnp.where(val_mask, val_rows, n)  # n: out of bounds, dropped
+        allowed = allowed.at[jnp.arange(models)[:, None], flat].set(False, mode="drop")
 
     def held_out(flat: jax.Array, stats: Any, rows_mask: tuple[jax.Array, jax.Array]) -> Any:
         rows, _ = rows_mask
@@ -226,9 +272,9 @@ def _oof_program(
             spec.optimizer,
             states,
             (x, y),
-            allowed.reshape(models, n),
+            allowed,
             validate,
-            (held_rows, held_mask),
+            (val_rows, val_mask),
             batch_size=spec.batch_size,
             epochs=spec.epochs,
             patience=spec.patience,
@@ -244,15 +290,18 @@ def _oof_program(
     return out.reshape(repeats, n, -1), fit.best_epoch, fit.val_loss, fit.params
 
 
-def _held_out_rows(assign: np.ndarray, folds: int, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(M, width)`` rows held out by each (repeat, fold) model (padded with 0) and a mask."""
-    repeats = assign.shape[0]
-    rows = np.zeros((repeats * folds, width), np.int32)
-    mask = np.zeros((repeats * folds, width), bool)
-    for r in range(repeats):
-        for f in range(folds):
-            members = np.flatnonzero(assign[r] == f)
-            rows[r * folds + f, : len(members)], mask[r * folds + f, : len(members)] = members, True
+def _held_out(assign: np.ndarray, folds: int) -> tuple[np.ndarray, ...]:
+    """``(M, n)`` bool rows held out by each (repeat, fold) model."""
+    return tuple(assign[r] == f for r in range(assign.shape[0]) for f in range(folds))
+
+
+def _row_lists(members: tuple[np.ndarray, ...], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, width)`` indices of each model's ``True`` rows (padded with 0) and a mask."""
+    rows = np.zeros((len(members), width), np.int32)
+    mask = np.zeros((len(members), width), bool)
+    for m, chosen in enumerate(members):
+        found = np.flatnonzero(chosen)
+        rows[m, : len(found)], mask[m, : len(found)] = found, True
     return rows, mask
 
 
@@ -304,7 +353,16 @@ def run_folds(
     y_pad = np.zeros(n_pad, np.int32)
     y_pad[:n] = y
     mean, inv_scale = _train_statistics(x, fold_of, folds, standardize)
-    rows, mask = _held_out_rows(assign, folds, width)
+    held = _held_out(assign, folds)
+    rows, mask = _row_lists(held, width)
+    if patience is None:
+        validation, (val_rows, val_mask) = held, (rows, mask)
+    else:  # widths from the padded size only: nearby sizes share the program
+        validation = _inner_validation(y, fold_of, folds, seed)
+        val_rows, val_mask = _row_lists(
+            tuple(np.pad(v, (0, n_pad - n)) for v in validation),
+            inner_validation_rows(n_pad),
+        )
     if callable(init):
         layout = _Layout.of(jax.eval_shape(lambda s: init(jax.random.key(s)), np.uint32(0)))
         start, init_fn = np.zeros(0, np.float32), init
@@ -332,6 +390,8 @@ def run_folds(
             inv_scale,
             rows,
             mask,
+            val_rows,
+            val_mask,
             np.uint32(seed),
             spec=spec,
         )
@@ -347,6 +407,7 @@ def run_folds(
                 np.asarray(best_epoch[models]),
                 np.asarray(history[:, models]),
                 layout.unravel_host(params[models]),
+                np.stack(validation[models])[:, :n],
             )
         )
     return tuple(out)
@@ -378,12 +439,15 @@ def out_of_fold_probabilities(
         y: ``(n,)`` integer labels in ``[0, k)``.
         folds: number of folds (≥ 2).
         epochs: maximum epochs.
-        batch_size: rows per step of each fold model (at most the rows a fold trains on).
+        batch_size: rows per step of each fold model (at most the rows a fold trains on,
+            its inner validation rows excluded).
         optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``).
         patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
-            lower held-out loss. ``None``: no early stopping, every fold keeps its last epoch —
-            then a row's out-of-fold probabilities do not depend on its own label at all (with
-            early stopping, the held-out labels choose one epoch per fold).
+            lower loss on its inner validation split: one row in 8 of its *training* rows
+            (stratified by label, from ``seed``), which it then does not train on. Its
+            held-out rows, features and labels, never influence it, so a row's out-of-fold
+            probabilities do not depend on its own label. ``None``: no early stopping, every
+            fold trains on all its training rows and keeps its last epoch.
         standardize: each fold model standardises the features with the mean and standard
             deviation of its own training rows (never of the rows it judges); ``False`` for
             features already on one scale.
@@ -422,7 +486,7 @@ def out_of_fold_probabilities(
         fold_of = np.asarray(check_array(fold_of, "fold_of", ndim=1, dtype_kind="iu"), np.int32)
         if fold_of.shape != y_arr.shape or fold_of.min() < 0 or fold_of.max() >= folds:
             raise ValueError(f"`fold_of` must have shape {y_arr.shape} and values in [0, {folds})")
-    check_fold_sizes(fold_of[None], folds, batch_size)
+    check_fold_sizes(fold_of[None], folds, batch_size, patience is not None)
     (run,) = run_folds(
         apply_fn,
         init,
@@ -452,7 +516,14 @@ def check_rows(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return x32, y_arr
 
 
-def check_fold_sizes(fold_of: np.ndarray, folds: int, batch_size: int) -> None:
+def trained_rows(train: int, early_stopping: bool) -> int:
+    """How many of a fold model's ``train`` rows it takes steps on (the rest validate it)."""
+    return train - inner_validation_rows(train) if early_stopping else train
+
+
+def check_fold_sizes(
+    fold_of: np.ndarray, folds: int, batch_size: int, early_stopping: bool
+) -> None:
     """Every fold model must train on at least ``batch_size`` rows and judge at least one."""
     check_int(batch_size, "batch_size", min_value=1)
     for assign in fold_of:
@@ -461,10 +532,16 @@ def check_fold_sizes(fold_of: np.ndarray, folds: int, batch_size: int) -> None:
             raise ValueError(
                 f"every fold needs at least one row: {len(assign)} rows for `folds`={folds}"
             )
-        train = len(assign) - sizes.max()
+        train = trained_rows(len(assign) - sizes.max(), early_stopping)
         if batch_size > train:
             raise ValueError(
-                f"`batch_size` {batch_size} is larger than the {train} rows a fold model trains on"
+                f"`batch_size` {batch_size} is larger than the {train} rows a fold model trains "
+                "on"
+                + (
+                    " (its other training rows validate it: early stopping)"
+                    if early_stopping
+                    else ""
+                )
             )
 
 
