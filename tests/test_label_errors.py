@@ -254,7 +254,7 @@ def test_held_out_labels_never_influence_their_fold_model_with_early_stopping() 
 
 
 def test_inner_validation_rows_are_not_trained_on() -> None:
-    """Early stopping costs one row in 8 of the training rows: ``batch_size`` must fit in the rest."""
+    """Early stopping costs one training row in 8: ``batch_size`` must fit in the rest."""
     x, y = make_blobs(40, n_features=2, n_classes=2, seed=0)
     with pytest.raises(ValueError, match=r"batch_size.*28 rows.*early stopping"):
         le.find_label_errors(x, y, epochs=1, batch_size=30)

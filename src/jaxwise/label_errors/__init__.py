@@ -5,10 +5,12 @@ gradient norm) on them says little. [`find_label_errors`][jaxwise.label_errors.f
 (``method="oof"``, the default) trains every fold model at once — ``vmap`` over models in
 one compiled program, through `jaxwise.train`'s update path — so every row's probabilities
 come from models that never saw it; each fold standardises its inputs with its own training
-rows and stops early on its held-out rows. The rows are then ranked by ONE label-quality
-score ([`label_quality`][jaxwise.label_errors.label_quality]: self-confidence ``p(given)``
-by default), and confident learning (Northcutt et al., 2021) estimates how many labels are
-wrong (``LabelIssues.num_issues``: a suggested cut-off, not a reordering).
+rows and stops early on an inner validation split of them (one training row in 8, not
+trained on), so neither the features nor the labels of the rows it judges influence it.
+The rows are then ranked by ONE label-quality score
+([`label_quality`][jaxwise.label_errors.label_quality]: self-confidence ``p(given)`` by
+default), and confident learning (Northcutt et al., 2021) estimates how many labels are wrong
+(``LabelIssues.num_issues``: a suggested cut-off, not a reordering).
 ``method="gradnorm"`` ranks the rows of a model trained on all of them by per-example
 gradient norm; [`hardest_examples`][jaxwise.label_errors.hardest_examples] does the same for
 any loss.

@@ -56,7 +56,9 @@ def find_label_errors(
     ``method="oof"`` (default): out-of-fold probabilities, one ranking score, and confident
     learning's estimate of how many labels are wrong. Every fold model of every repeated
     split trains at once in ONE compiled program (through `jaxwise.train`'s update path,
-    vmapped over models), so each row is judged by models that never saw it; the rows are
+    vmapped over models), so each row is judged by models that never saw it (early stopping
+    watches an inner validation split of each fold's training rows, never the held-out
+    labels); the rows are
     ranked by ``ranked_by`` alone (self-confidence ``p(given)`` by default) and
     ``num_issues`` suggests where to cut (``issues.top(issues.num_issues)``). By default a
     ReLU MLP ``d → hidden → num_classes`` (`jaxwise.models`) is trained per fold; pass
@@ -111,8 +113,11 @@ def find_label_errors(
             epoch, 16 to 128 rows.
         optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``); a
             static argument: pass the same object again to reuse the program.
-        patience: each fold stops after ``patience`` epochs without a lower held-out loss and
-            keeps its best epoch (``None``: every fold runs ``epochs`` and keeps its last).
+        patience: each fold stops after ``patience`` epochs without a lower loss on its inner
+            validation split — one in 8 of its *training* rows, stratified by label, drawn
+            from ``seed``, not trained on — and keeps its best epoch; the labels it judges
+            never choose its epoch. ``None``: every fold trains on all its training rows for
+            ``epochs`` and keeps its last.
         seed: fold assignment, shuffling and initialisation.
 
     Returns:

@@ -6,9 +6,10 @@ best epoch. Early stopping watches an *inner validation split* of each model's t
 rows (one row in `INNER_VALIDATION`, stratified by label, drawn from the seed): the model
 never trains on those rows, and never looks at the labels of the rows it judges. Each model
 standardises its inputs with the mean and standard deviation of its training rows only, so
-neither a held-out row's features nor its label influences the model that judges it. Rows are padded up to a size ladder (the padding is never trained on,
-never predicted) and every size-dependent setting comes from the padded size, so datasets of
-nearby sizes run the same compiled program.
+neither a held-out row's features nor its label influences the model that judges it. Rows
+are padded up to a size ladder (the padding is never trained on, never predicted) and every
+size-dependent setting comes from the padded size, so datasets of nearby sizes run the same
+compiled program.
 """
 
 from __future__ import annotations
@@ -532,7 +533,7 @@ def check_fold_sizes(
             raise ValueError(
                 f"every fold needs at least one row: {len(assign)} rows for `folds`={folds}"
             )
-        train = trained_rows(len(assign) - sizes.max(), early_stopping)
+        train = trained_rows(len(assign) - int(sizes.max()), early_stopping)
         if batch_size > train:
             raise ValueError(
                 f"`batch_size` {batch_size} is larger than the {train} rows a fold model trains "
