@@ -3,7 +3,7 @@
 Ours: ``jaxwise.label_errors.find_label_errors`` with its defaults — a ReLU MLP (one hidden
 layer of 64), 5 folds (and 4/2/1 repeated splits by size) trained at once in one compiled
 program through ``jaxwise.train``'s update path, each fold standardising with its own
-training rows and stopping early on an inner validation split of them (one in 8, never the
+training rows and stopping early on an inner validation split of them (one in 6, never the
 held-out rows), rows ranked by self-confidence
 ``p(given)``. Peers: cleanlab 2.9's ``find_label_issues(labels, pred_probs,
 return_indices_ranked_by="self_confidence")`` fed by 5-fold out-of-fold probabilities

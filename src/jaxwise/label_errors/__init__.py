@@ -5,7 +5,7 @@ gradient norm) on them says little. [`find_label_errors`][jaxwise.label_errors.f
 (``method="oof"``, the default) trains every fold model at once — ``vmap`` over models in
 one compiled program, through `jaxwise.train`'s update path — so every row's probabilities
 come from models that never saw it; each fold standardises its inputs with its own training
-rows and stops early on an inner validation split of them (one training row in 8, not
+rows and stops early on an inner validation split of them (one training row in 6, not
 trained on), so neither the features nor the labels of the rows it judges influence it.
 The rows are then ranked by ONE label-quality score
 ([`label_quality`][jaxwise.label_errors.label_quality]: self-confidence ``p(given)`` by

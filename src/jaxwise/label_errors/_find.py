@@ -114,7 +114,7 @@ def find_label_errors(
         optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``); a
             static argument: pass the same object again to reuse the program.
         patience: each fold stops after ``patience`` epochs without a lower loss on its inner
-            validation split — one in 8 of its *training* rows, stratified by label, drawn
+            validation split — one in 6 of its *training* rows, stratified by label, drawn
             from ``seed``, not trained on — and keeps its best epoch; the labels it judges
             never choose its epoch. ``None``: every fold trains on all its training rows for
             ``epochs`` and keeps its last.

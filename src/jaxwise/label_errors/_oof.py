@@ -36,7 +36,7 @@ from jaxwise.train._state import TrainState
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
 
 # Early stopping validates each fold model on one row in INNER_VALIDATION of its training rows.
-INNER_VALIDATION = 8
+INNER_VALIDATION = 6
 
 # Padded row counts: 16 · 2^(i/4) rounded up to a multiple of 16 (at most ~19 % padding).
 _LADDER = tuple(sorted({16 * math.ceil(2 ** (i / 4)) for i in range(80)}))
@@ -444,7 +444,7 @@ def out_of_fold_probabilities(
             its inner validation rows excluded).
         optimizer: an Optax transformation (default ``adamw(1e-2, weight_decay=1e-4)``).
         patience: a fold stops (keeps its best epoch) after ``patience`` epochs without a
-            lower loss on its inner validation split: one row in 8 of its *training* rows
+            lower loss on its inner validation split: one row in 6 of its *training* rows
             (stratified by label, from ``seed``), which it then does not train on. Its
             held-out rows, features and labels, never influence it, so a row's out-of-fold
             probabilities do not depend on its own label. ``None``: no early stopping, every
