@@ -127,7 +127,7 @@ def test_cnn_epoch_compiles_only_canonical_convolutions(cnn):
     """The regression test of issue #29: the scan body's gradient convolutions run via Eigen."""
     tx, state, data = cnn
     epoch = make_train_epoch(cnn_loss, tx, batch_size=8, donate=False)
-    hlo = epoch.jitted.lower(state, data).compile().as_text()
+    hlo = epoch.jitted.lower(state, data).compile().as_text() or ""
     assert "while" in hlo
     labels = re.findall(r"convolution\(.*?dim_labels=(\S+?),", hlo)
     assert len(labels) >= 5  # 2 forward, 2 kernel gradients, 1 input gradient

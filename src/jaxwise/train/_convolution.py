@@ -9,7 +9,7 @@ emitted as a naive loop nest. The gradients of an NHWC convolution are such conv
 (kernel gradient ``f01b_i01o->01bf``, input gradient ``b01f_01oi->b01f``): a 2-conv CNN epoch
 ran 13x slower scanned than as a Python loop of jitted steps.
 
-[`canonical_convolutions`][jaxwise.train._convolution.canonical_convolutions] does the same
+`canonical_convolutions` does the same
 rewrite on the traced program, in every sub-program (scan, cond, jit, remat bodies), so that
 XLA sees only canonical convolutions. A transposed operand is the same array in another
 memory order, so the result is the convolution's; only the kernel that computes it changes.
@@ -83,15 +83,18 @@ def _rewrite_params(params: dict[str, Any]) -> dict[str, Any]:
     """``params`` with every sub-program (a ``ClosedJaxpr``, alone or in a tuple) rewritten."""
 
     def rewrite(value: Any) -> Any:
-        if isinstance(value, jex.ClosedJaxpr):
+        if _is_closed(value):
             return _rewrite_closed(value)
-        if isinstance(value, tuple) and value and all(
-            isinstance(v, jex.ClosedJaxpr) for v in value
-        ):
+        if isinstance(value, tuple) and value and all(_is_closed(v) for v in value):
             return tuple(_rewrite_closed(v) for v in value)
         return value
 
     return {name: rewrite(value) for name, value in params.items()}
+
+
+def _is_closed(value: Any) -> bool:
+    """A ``ClosedJaxpr`` (a program with its constants)."""
+    return hasattr(value, "jaxpr") and hasattr(value, "consts") and hasattr(value, "in_avals")
 
 
 def _rewrite_closed(closed: Any) -> Any:
@@ -102,9 +105,7 @@ def _rewrite_closed(closed: Any) -> Any:
         jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
         for a in closed.in_avals
     ]
-    rewritten = jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(
-        *specs
-    )
+    rewritten = jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*specs)
     return rewritten if rewritten.out_avals == closed.out_avals else closed
 
 
@@ -123,7 +124,7 @@ def _evaluate(jaxpr: Any, consts: Sequence[Any], *args: Any) -> list[Any]:
         invals = [read(v) for v in eqn.invars]
         with eqn.ctx.manager:
             if eqn.primitive.name == _CONV and not _is_canonical(eqn.params["dimension_numbers"]):
-                out: Any = [_canonical_convolution(*invals, eqn.params)]
+                out: Any = [_canonical_convolution(invals[0], invals[1], eqn.params)]
             else:
                 params = eqn.primitive.get_bind_params(_rewrite_params(eqn.params))
                 out = eqn.primitive.bind(*invals, **params)
