@@ -62,6 +62,9 @@ def _example_loss(params: Any, example: tuple[jax.Array, jax.Array]) -> jax.Arra
     return xent_single(mlp_apply(params, x), y)
 
 
+_canary_losses = jax.jit(jax.vmap(_example_loss, in_axes=(None, 0)))
+
+
 def per_example_loss() -> Callable[[Any, tuple[jax.Array, jax.Array]], jax.Array]:
     """``loss(params, (x, y))`` of ONE example: the MLP's cross-entropy."""
     return _example_loss
@@ -288,7 +291,7 @@ def audit_run(params: Any, canaries: Any, n_features: int) -> tuple[dict[str, An
     from jaxwise.privacy import empirical_epsilon
 
     cx, cy = (jnp.asarray(a) for a in canaries.examples)
-    losses = jax.jit(jax.vmap(_example_loss, in_axes=(None, 0)))(params, (cx, cy))
+    losses = _canary_losses(params, (cx, cy))
     scores = -np.asarray(losses, np.float64)
     bound = empirical_epsilon(
         np.nan_to_num(scores, nan=-1e30, neginf=-1e30), canaries.included, delta=DELTA

@@ -63,6 +63,10 @@ def run_predict(cfg: PredictConfig) -> dict[str, Any]:
 
     Returns:
         The JSON-ready summary (rows, accuracy when labels are present, outputs).
+
+    Raises:
+        UserError: a bad option, an unusable file or run directory, a run of another job,
+            or an existing output without ``force``.
     """
     t_start = time.perf_counter()
     run_dir = Path(cfg.run_dir)

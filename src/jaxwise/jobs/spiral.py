@@ -49,6 +49,7 @@ class SpiralConfig:
         dp: train with DP-SGD (``--dp``).
         clip_norm: the per-example clipping norm with ``dp``.
         noise_multiplier: the noise multiplier σ with ``dp``.
+        audit: ``--audit M``: audit the DP run with M canaries (``None``: no audit).
         n_per_class: points per spiral arm.
         hidden: widths of the hidden layers.
         lr: peak learning rate (after the warm-up).

@@ -68,12 +68,14 @@ class TabularConfig:
         dp: train with DP-SGD (``--dp``).
         clip_norm: the per-example clipping norm with ``dp``.
         noise_multiplier: the noise multiplier σ with ``dp``.
+        audit: ``--audit M``: audit the DP run with M canaries (``None``: no audit).
         progress: show a progress bar.
         plots: write the PNG plots.
         early_stopping: patience in epochs (keeps the best checkpoint by validation loss).
         checkpoint: write checkpoints in ``out``.
         cache: use the persistent compilation cache.
         cache_dir: its directory (``None``: `default_cache_dir`).
+        force: ``--force``: start afresh in a run directory of another configuration.
         out_option: the option that named ``out``, for messages (``--out``/``--run-dir``).
     """
 

@@ -34,6 +34,7 @@ class Finding:
         code: the rule, e.g. ``"JW003"`` (see [`RULES`][jaxwise.lint.RULES]).
         message: what is wrong.
         fix: how to fix it.
+        cell: a notebook's cell (1-based; ``line`` is then the cell's line), else ``None``.
     """
 
     path: str

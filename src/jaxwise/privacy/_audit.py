@@ -56,6 +56,12 @@ class Canaries:
 
         A model trained on ``train_data`` sees real rows through this; its extra first-layer
         weights (one row per canary) never touch a real input.
+
+        Args:
+            x: ``(n, d)`` real inputs.
+
+        Returns:
+            ``(n, d + m)`` inputs with ``"feature"`` canaries, else ``x`` unchanged.
         """
         x = np.asarray(x)
         if self.kind != "feature":
@@ -65,6 +71,12 @@ class Canaries:
     def train_data(self, data: tuple[Any, Any]) -> tuple[np.ndarray, np.ndarray]:
         """``data`` (inputs padded by [`pad`][jaxwise.privacy.Canaries.pad]) with the
         included canaries appended, last.
+
+        Args:
+            data: ``(x, y)``, the real training rows.
+
+        Returns:
+            ``(x, y)`` with the included canaries as the last rows.
 
         Examples:
             >>> x, y = np.zeros((4, 2), np.float32), np.arange(4) % 2

@@ -88,6 +88,7 @@ class PoissonSampler:
     Attributes:
         batch_size: the expected batch size, >= 1.
         multiple: the padded width is a multiple of it, >= 1.
+        buckets: how many padded widths the steps run at (1 to 16).
 
     Raises:
         TypeError: a field is not an int.

@@ -265,6 +265,7 @@ class TrainEpoch(Program):
         donate: donate the state.
         mesh: the mesh, or ``None``.
         audit: check donation on every call.
+        loss_fn: the user's loss, named in the error when its first trace fails.
 
     Attributes:
         sampler: how the epoch draws its batches.
