@@ -23,6 +23,7 @@ from typing import Any
 
 import jax
 import jax.extend.core as jex
+import jax.extend.source_info_util as source_info
 from jax.lax import ConvDimensionNumbers
 
 __all__ = ["canonical_convolutions", "canonical_specs"]
@@ -122,7 +123,9 @@ def _evaluate(jaxpr: Any, consts: Sequence[Any], *args: Any) -> list[Any]:
         env[var] = value
     for eqn in jaxpr.eqns:
         invals = [read(v) for v in eqn.invars]
-        with eqn.ctx.manager:
+        name_stack = source_info.current_name_stack() + eqn.source_info.name_stack
+        where = source_info.user_context(eqn.source_info.traceback, name_stack=name_stack)
+        with where, eqn.ctx.manager:  # errors and NaN reports keep the user's line
             if eqn.primitive.name == _CONV and not _is_canonical(eqn.params["dimension_numbers"]):
                 out: Any = [_canonical_convolution(invals[0], invals[1], eqn.params)]
             else:
@@ -139,7 +142,8 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
     """``fn`` with every convolution it traces in XLA:CPU's canonical layout.
 
     Meant for a program with a loop: on CPU the loop's convolutions then run through Eigen
-    like those outside a loop. Elsewhere (GPU, TPU) ``fn`` is returned as it is traced.
+    like those outside a loop. Elsewhere (GPU, TPU), and when ``fn`` has no convolution to
+    rewrite, ``fn`` itself runs (traced twice on CPU: once to look).
 
     Args:
         fn: a function of pytrees of arrays, traced by ``jax.jit``.
@@ -162,11 +166,9 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
         if jax.default_backend() != "cpu":
             return fn(*args)
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        leaves = jax.tree.leaves(args)
-        if _needs_rewrite(closed.jaxpr):
-            out = _evaluate(closed.jaxpr, closed.consts, *leaves)
-        else:
-            out = jex.jaxpr_as_fun(closed)(*leaves)
+        if not _needs_rewrite(closed.jaxpr):  # nothing to change: fn itself, as traced
+            return fn(*args)
+        out = _evaluate(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
         return jax.tree.unflatten(jax.tree.structure(shape), out)
 
     return wrapped
