@@ -11,11 +11,11 @@ block B = 32 T = 64, NNX CNN with GroupNorm B = 64), one jitted epoch of 8 steps
   shuffle DP epoch and ≤ 1.25× the non-private epoch;
 - the same with one width (``buckets=1``: every step padded to the largest width,
   B + 12√B + 1 rows), for context;
-- the non-private gradient steps as 8 separately jitted calls (a Python loop): on XLA:CPU a
-  convolution's kernel gradient inside a rolled loop (the epoch's ``lax.scan``) runs ~40×
-  slower than outside one, which slows the non-private CNN epochs (ghost clipping computes
-  kernel gradients as contractions, not convolutions); the faster of the two non-private
-  baselines is the reference of the target.
+- the non-private gradient steps as 8 separately jitted calls (a Python loop): XLA:CPU
+  canonicalizes convolutions for Eigen only outside loops, so a convolution's kernel
+  gradient inside the epoch's ``lax.scan`` ran ~40× slower than in a jitted step until the
+  epoch rewrote its convolutions in canonical form (``jaxwise.train._convolution``, issue
+  #29); the faster of the two non-private baselines is the reference of the target.
 
 Every epoch uses SGD and ghost clipping (``method="auto"``). Timings are medians of rounds
 that interleave the four epochs (the machine is shared); each call feeds the state back.

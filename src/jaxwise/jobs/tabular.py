@@ -406,7 +406,7 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
 
     With ``background`` (a `jobs._overlap.overlapped` pool), the initial state and the
     evaluation programs are built there while the epoch program compiles, and the final
-    checkpoint is written there while the report is drawn (``Fitted.checkpoint_written``).
+    checkpoint is written there while the model is verified (``Fitted.checkpoint_written``).
     """
     if background is None:
         with overlapped() as own:
@@ -570,6 +570,8 @@ def report(
     cfg, table = prep.cfg, prep.table
     (xtr, ytr), (xva, yva) = prep.split("train"), prep.split("val")
     pred, matrix = confusion(fitted.params, xva, yva, len(table.classes))
+    if fitted.checkpoint_written is not None:  # written meanwhile; a full disk leaves the
+        fitted.checkpoint_written.result()  # previous plots as they were: checkpoint first
     outputs = _plots(prep, fitted, matrix) if prep.out is not None and cfg.plots else {}
     if prep.out is not None:
         if cfg.checkpoint and fitted.audit is None:  # an audited run writes no checkpoint
@@ -619,6 +621,4 @@ def report(
         )
         if fitted.audit is not None:
             summary["dp"].update(fitted.audit)
-    if fitted.checkpoint_written is not None:  # written while the report was drawn
-        fitted.checkpoint_written.result()
     return C.jsonable(summary)

@@ -22,6 +22,7 @@ from jax.typing import DTypeLike
 
 from jaxwise._checks import check_int
 from jaxwise.sharding._mesh import data_size as _data_size
+from jaxwise.train._convolution import canonical_convolutions
 from jaxwise.train._precision import DynamicLossScale
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._step import (
@@ -316,7 +317,7 @@ class TrainEpoch(Program):
             return jax.lax.scan(body, state.replace(key=key), xs)
 
         super().__init__(
-            epoch,
+            canonical_convolutions(epoch),  # XLA:CPU: fast convolutions inside the scan
             name=name,
             optimizer=optimizer,
             donate=donate,
