@@ -110,7 +110,7 @@ def inner_validation_rows(train: int) -> int:
 def _inner_validation(
     y: np.ndarray, fold_of: np.ndarray, folds: int, seed: int
 ) -> tuple[np.ndarray, ...]:
-    """``(M, n)`` bool inner validation rows of each (repeat, fold) model.
+    """The ``(n,)`` bool inner validation rows of each (repeat, fold) model, ``M`` of them.
 
     Stratified by the labels of the model's *training* rows only, from ``(seed, repeat,
     fold)``; their count depends only on how many rows the model trains on, so no other
