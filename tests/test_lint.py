@@ -647,7 +647,15 @@ def test_a_1200_level_directory_tree(tmp_path):
         deep = deep / "d"
         deep.mkdir()
     (deep / "m.py").write_text("import jax\nt = jax.tree_map(abs, [1])\n")
-    findings, errors, count = lint_paths([tmp_path])
+    try:
+        findings, errors, count = lint_paths([tmp_path])
+    finally:  # pytest's recursive clean-up of old temporary directories cannot delete it
+        for root, dirs, files in os.walk(tmp_path / "d", topdown=False):
+            for name in files:
+                os.remove(os.path.join(root, name))
+            for name in dirs:
+                os.rmdir(os.path.join(root, name))
+        os.rmdir(tmp_path / "d")
     assert [f.code for f in findings] == ["JW004"] and errors == [] and count == 1
 
 
