@@ -772,7 +772,12 @@ def test_user_script_mixing_jaxwise_and_optax_type_checks_with_pyright():
     script = root / "tests" / "typing_cases" / "optax_interop.py"
     pyright = pathlib.Path(sys.executable).parent / "pyright"
     result = subprocess.run(
-        [str(pyright), str(script)], cwd=root, capture_output=True, text=True, timeout=300
+        # -p: the project's own configuration (its venv), whatever lies above the checkout
+        [str(pyright), "-p", str(root), str(script)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0 and "0 errors" in result.stdout, result.stdout + result.stderr
     run = subprocess.run(
