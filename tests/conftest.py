@@ -31,3 +31,33 @@ def key():
 def rng():
     """A seeded NumPy generator for float64 reference data."""
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``tmpfs(size)``: a tmpfs of ``size`` (e.g. ``"4m"``) mounted at ``tmp_path/disk``.
+
+    A real full disk: skips unless running as root with ``mount`` available; unmounted after
+    the test.
+    """
+    import subprocess
+
+    mounted = []
+
+    def mount(size):
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root (the fault-injecting tests run anyway)")
+        path = tmp_path / "disk"
+        path.mkdir()
+        proc = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+        )
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", str(path)], check=True)

@@ -530,23 +530,9 @@ def test_a_full_disk_is_one_oserror_and_nothing_is_left(tmp_path, monkeypatch):
         writer.save(_small(2), {"epoch": 2})
 
 
-def _mount_tmpfs(path, size):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    path.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
-
-
 @pytest.fixture
-def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "400k")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=True)
+def small_disk(tmpfs):
+    return tmpfs("400k")
 
 
 def test_a_real_full_disk_refuses_the_step_and_keeps_the_last_one(small_disk):

@@ -218,6 +218,30 @@ PRELUDE = """
     tx = optim.sgd(0.1)
     state = TrainState.create({"w": jnp.zeros(3)}, tx, 0)
     batches = [(np.ones((4, 3), np.float32), np.ones(4, np.float32))] * 10
+
+    def gated_writer(path):
+        # a Checkpointer whose save stays in flight until someone waits for it
+        release = threading.Event()
+
+        class Writer(Checkpointer):
+            def wait(self):
+                if self._queue.busy:
+                    release.set()
+                super().wait()
+
+        writer = Writer(path)
+        real = writer._writer
+
+        class Gated:
+            def save(self, target, args):
+                release.wait()
+                real.save(target, args=args)
+
+            def close(self):
+                real.close()
+
+        writer._writer = Gated()
+        return writer
 """
 
 
@@ -248,26 +272,7 @@ def test_an_uncaught_exception_first_finishes_the_save_in_flight(tmp_path):
     proc = _run(
         PRELUDE
         + """
-    release = threading.Event()
-
-    class Writer(Checkpointer):
-        def wait(self):  # the save below stays in flight until someone waits for it
-            if self._queue.busy:
-                release.set()
-            super().wait()
-
-    writer = Writer("ck")
-    real = writer._writer
-
-    class Gated:
-        def save(self, target, args):
-            release.wait()
-            real.save(target, args=args)
-
-        def close(self):
-            real.close()
-
-    writer._writer = Gated()
+    writer = gated_writer("ck")
     writer.save(state.replace(step=jnp.asarray(7, jnp.int32)))
     raise RuntimeError("the user's own error")
     """,
@@ -284,26 +289,7 @@ def test_a_save_in_flight_at_the_end_of_a_program_is_reported_in_one_line(tmp_pa
     proc = _run(
         PRELUDE
         + """
-    release = threading.Event()
-
-    class Writer(Checkpointer):
-        def wait(self):
-            if self._queue.busy:
-                release.set()
-            super().wait()
-
-    writer = Writer("ck")
-    real = writer._writer
-
-    class Gated:
-        def save(self, target, args):
-            release.wait()  # released only by the exit hook: orbax then cannot start threads
-            real.save(target, args=args)
-
-        def close(self):
-            real.close()
-
-    writer._writer = Gated()
+    writer = gated_writer("ck")  # released only by the exit hook: orbax then starts no thread
     writer.save(state.replace(step=jnp.asarray(7, jnp.int32)))
     """,
         tmp_path,

@@ -523,23 +523,9 @@ def test_a_full_disk_writing_an_output_file(run_copy, capsys, monkeypatch, job):
     assert not out.exists() and leftovers(run.parent) == []
 
 
-def _mount_tmpfs(path, size):
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root (the fault-injecting tests above run anyway)")
-    path.mkdir()
-    proc = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
-    )
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.decode().strip()}")
-
-
 @pytest.fixture
-def small_disk(tmp_path):
-    disk = tmp_path / "disk"
-    _mount_tmpfs(disk, "4m")
-    yield disk
-    subprocess.run(["umount", str(disk)], check=True)
+def small_disk(tmpfs):
+    return tmpfs("4m")
 
 
 def test_a_real_full_disk_refuses_the_checkpoint_and_keeps_the_last(small_disk, data, capsys):
