@@ -22,6 +22,7 @@ __all__ = [
     "cmd_label_errors",
     "cmd_lint",
     "cmd_predict",
+    "cmd_report",
     "cmd_spiral",
     "cmd_train",
     "cmd_watch",
@@ -218,11 +219,23 @@ def cmd_watch(args: argparse.Namespace) -> int:
         args.script,
         args.args,
         json_path=args.json,
+        html_path=args.html,
         nans=args.nans,
         transfers=args.transfers,
         fail_on=args.fail_on,
         warmup=args.warmup,
     )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from jaxwise.report import write_run_report
+
+    path = write_run_report(args.run_dir, args.out)
+    if args.json:
+        print(json.dumps({"report": str(path)}))
+    else:
+        print(f"jaxwise report: wrote {path}", file=sys.stderr)
+    return 0
 
 
 def _benchmarks_dir(explicit: str | None) -> Path:

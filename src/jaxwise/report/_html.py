@@ -58,7 +58,7 @@ def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
         ]
         chart = line_chart(series, title=f"{base} per {x_name}", x_label=x_name, y_label=base)
         if chart:
-            charts.append(f"<figure>{chart}<figcaption>{cell(base)}</figcaption></figure>")
+            charts.append(f"<figure>{chart}</figure>")
     if not charts:
         return '<p class="note">metrics.jsonl holds no numeric series</p>'
     note = f'<p class="note">{len(metrics)} records of metrics.jsonl</p>'
@@ -70,9 +70,12 @@ def _seconds(value: Any) -> str:
     return "—" if number is None else f"{number:.2f} s"
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
 def _compilation(summary: Mapping[str, Any]) -> str:
-    info = summary.get("compile") if isinstance(summary.get("compile"), Mapping) else {}
-    timings = summary.get("timings") if isinstance(summary.get("timings"), Mapping) else {}
+    info, timings = _mapping(summary.get("compile")), _mapping(summary.get("timings"))
     rows = [
         (
             "compilations of the training program",
@@ -89,7 +92,8 @@ def _compilation(summary: Mapping[str, Any]) -> str:
             rows.append(
                 (
                     label,
-                    f"{cell(phase.get('compiles'))} compilation(s), {_seconds(phase.get('seconds'))}",
+                    f"{cell(phase.get('compiles'))} compilation(s), "
+                    + _seconds(phase.get("seconds")),
                 )
             )
     if info.get("cache_dir"):
@@ -157,7 +161,7 @@ def _label_issues(summary: Mapping[str, Any]) -> str:
     notes = [f"method: {summary.get('method', '?')}"]
     if summary.get("num_issues") is not None:
         notes.append(f"confident learning estimates {summary['num_issues']} wrong label(s)")
-    where = (summary.get("outputs") or {}).get("suspects")
+    where = _mapping(summary.get("outputs")).get("suspects")
     if where:
         notes.append(f"all rows: {where}")
     return body + f'<p class="note">{cell("; ".join(map(str, notes)))}</p>'
@@ -212,10 +216,14 @@ def _configuration(data: RunData) -> str:
 
 
 def _plots(data: RunData) -> str:
-    return "".join(
-        f'<figure><img class="plot" alt="{cell(caption)}" src="data:image/png;base64,{b64}">'
-        f"<figcaption>{cell(name)}: {cell(caption)}</figcaption></figure>"
-        for name, caption, b64 in data.plots
+    return (
+        '<div class="plots">'
+        + "".join(
+            f'<figure><img class="plot" alt="{cell(caption)}" src="data:image/png;base64,{b64}">'
+            f"<figcaption>{cell(name)}: {cell(caption)}</figcaption></figure>"
+            for name, caption, b64 in data.plots
+        )
+        + "</div>"
     )
 
 
@@ -238,7 +246,7 @@ def _chips(data: RunData) -> list[tuple[str, str]]:
             chips.append(("final loss", f"{last:.4g}"))
     if s.get("compiles") is not None:
         chips.append(("compiles", cell(s["compiles"])))
-    total = finite_number((s.get("timings") or {}).get("total_s"))
+    total = finite_number(_mapping(s.get("timings")).get("total_s"))
     if total is not None:
         chips.append(("time", f"{total:.1f} s"))
     dp = s.get("dp")
@@ -288,21 +296,15 @@ def run_html(data: RunData) -> str:
     if data.metrics:
         parts.append(("curves", "training and validation curves", _curves(data.metrics), True))
     parts += _summary_sections(data)
+    parts.append(("configuration", "configuration", _configuration(data), False))
+    parts.sort(key=lambda part: part[3] and part[0] != "curves")  # the half-width ones first
     sections = [(i, h, section(i, h, body, wide=wide)) for i, h, body, wide in parts]
     if data.watch is not None:
         doc = check_watch_json(data.watch, f"{data.path / 'watch.json'}")
         sections += watch_sections(doc, heading="watch: ")
     if data.plots:
-        sections.append(
-            ("plots", "plots", section("plots", "the job's plots", _plots(data), wide=True))
-        )
-    sections.append(
-        (
-            "configuration",
-            "configuration",
-            section("configuration", "configuration", _configuration(data)),
-        )
-    )
+        plots = section("plots", "the job's plots", _plots(data), wide=True)
+        sections.append(("plots", "plots", plots))
     ok = (data.summary or {}).get("ok")
     status = "" if ok is None else (" — all checks pass" if ok else " — a check failed")
     return page(f"jaxwise {data.job} run{status}", str(data.path), _chips(data), sections)

@@ -26,7 +26,7 @@ header .sub{color:#cbd5e1;font-size:12px;word-break:break-all}
 .chips{display:flex;flex-wrap:wrap;gap:8px;margin-top:12px}
 .chip{background:#1e293b;border:1px solid #334155;border-radius:8px;padding:6px 10px;min-width:96px}
 .chip b{display:block;font-size:16px;font-weight:600}
-.chip span{color:#94a3b8;font-size:11px;text-transform:uppercase;letter-spacing:.04em}
+.chip span{color:#94a3b8;font-size:11px;letter-spacing:.02em}
 nav{padding:8px 24px;background:#e2e8f0;font-size:13px;display:flex;flex-wrap:wrap;gap:4px 14px}
 nav a{color:#1e3a8a;text-decoration:none}
 main{max-width:1280px;margin:0 auto;padding:16px 24px 40px;display:grid;
@@ -41,14 +41,16 @@ th,td{text-align:left;padding:4px 8px;border-bottom:1px solid var(--line);vertic
 th{color:var(--muted);font-weight:600;font-size:12px}
 td.num{text-align:right;font-variant-numeric:tabular-nums}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;word-break:break-all}
-.badge{display:inline-block;border-radius:4px;padding:0 6px;font-size:12px;font-weight:600;color:#fff}
+.badge{display:inline-block;border-radius:4px;padding:0 6px;font-size:12px;font-weight:600;
+color:#fff}
 .badge.ok{background:var(--ok)}.badge.bad{background:var(--bad)}.badge.warn{background:var(--warn)}
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(300px,1fr));gap:8px}
 svg.chart{width:100%;height:auto;display:block}
 svg .axis{stroke:#9ca3af;stroke-width:1}svg .grid{stroke:#f1f5f9;stroke-width:1}
 svg .line{fill:none;stroke-width:2;stroke-linejoin:round}
 svg text{font:11px system-ui,sans-serif;fill:#4b5563}svg .legend{fill:#1f2937}
-img.plot{max-width:100%;height:auto;border:1px solid var(--line);border-radius:6px}
+img.plot{width:100%;height:auto;border:1px solid var(--line);border-radius:6px}
+.plots{display:grid;grid-template-columns:repeat(auto-fit,minmax(380px,1fr));gap:12px}
 figure{margin:0 0 12px}figcaption{color:var(--muted);font-size:12px}
 ul.findings{margin:0;padding-left:18px}ul.findings li{margin:2px 0}
 footer{color:var(--muted);font-size:12px;text-align:center;padding:0 0 24px}

@@ -46,13 +46,15 @@ def _print_exception(err: BaseException, stream: TextIO) -> None:
     traceback.print_exception(type(err), err, tb, file=stream)
 
 
-def _check_outputs(script: str, json_path: str | None) -> None:
+def _check_outputs(script: str, json_path: str | None, html_path: str | None = None) -> None:
     if not os.path.isfile(script):
         raise UserError(f"watch: no such script: {script}")
-    if json_path is not None:
-        parent = os.path.dirname(os.path.abspath(json_path))
+    for option, path in (("--json", json_path), ("--html", html_path)):
+        if path is None:
+            continue
+        parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
-            raise UserError(f"watch: --json {json_path}: the directory {parent} does not exist")
+            raise UserError(f"watch: {option} {path}: the directory {parent} does not exist")
 
 
 def _run(script: str, argv: Sequence[str], watch: Watch, stream: TextIO) -> int:
@@ -81,6 +83,7 @@ def run_script(
     argv: Sequence[str] = (),
     *,
     json_path: str | None = None,
+    html_path: str | None = None,
     nans: str | None = None,
     transfers: bool = False,
     fail_on: Sequence[str] = (),
@@ -94,6 +97,7 @@ def run_script(
         script: path of the Python script.
         argv: its arguments.
         json_path: also write the report as strict JSON there.
+        html_path: also write the report as one self-contained HTML page there.
         nans, transfers, fail_on, warmup: as for `Watch`.
         stream: where the report goes (default ``sys.stderr``).
         rich: render a rich table (needs ``jaxwise[cli]``); else plain text.
@@ -102,7 +106,7 @@ def run_script(
         The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
     """
     out: TextIO = stream if stream is not None else sys.stderr
-    _check_outputs(script, json_path)
+    _check_outputs(script, json_path, html_path)
     render = _renderer(rich)
     watch = Watch(nans=nans, transfers=transfers, warmup=warmup, fail_on=tuple(fail_on))
     code = _run(script, argv, watch, out)
@@ -116,6 +120,10 @@ def run_script(
         with open(json_path, "w") as f:
             json.dump(report.to_json(), f, allow_nan=False, indent=1)
             f.write("\n")
+    if html_path is not None:
+        from jaxwise.report import write_watch_report
+
+        write_watch_report(report, html_path)
     return code
 
 
