@@ -46,7 +46,7 @@ def epochs(loss, batch_size):
     tx = optim.sgd(1e-3)
     dp = dict(clip_norm=CLIP, noise_multiplier=SIGMA)
     return tx, {
-        "non-private epoch": make_train_epoch(mean_loss, tx, batch_size),
+        "non-private epoch": make_train_epoch(mean_loss, batch_size),
         "DP epoch, shuffle": make_dp_train_epoch(
             example_loss, tx, batch_size, sampler="shuffle", **dp
         ),

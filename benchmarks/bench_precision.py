@@ -18,6 +18,7 @@ from flax import nnx
 from jaxwise import numerics, optim
 from jaxwise.models import from_nnx
 from jaxwise.train import TrainState, make_train_step
+import jaxwise.train
 
 BATCH = 32 if QUICK else 64
 
@@ -51,7 +52,7 @@ def ours(compute_dtype):
         return numerics.cross_entropy(logits.astype(jnp.float32), batch[1]), new_state
 
     tx = optim.adam(1e-3)
-    step = make_train_step(loss, tx, model_state=True, compute_dtype=compute_dtype)
+    step = jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss, model_state=True), compute_dtype=compute_dtype))
     box = [TrainState.create(model.params, tx, 0, model_state=model.model_state)]
 
     def run(batch):

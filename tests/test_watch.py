@@ -186,7 +186,7 @@ def test_equinox_filter_jit_is_attributed():
 def test_jaxwise_train_step_is_attributed_to_the_users_line():
     tx = optax.sgd(0.1)
     with Watch() as w:
-        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2), tx)  # JIT: step
+        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))  # JIT: step
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         for _ in range(3):
             state, _ = step(state, jnp.ones((4, 2)))
@@ -361,7 +361,7 @@ def test_live_numpy_view_blocks_donation():
 def test_donation_error_of_a_jaxwise_step_is_reported_once():
     tx = optax.sgd(0.1)
     with Watch() as w:
-        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2), tx)
+        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         state, _ = step(state, jnp.ones((4, 2)))
         view = np.asarray(state.params["w"])
@@ -507,7 +507,7 @@ def test_text_report_lists_flagged_findings():
 def test_nan_checking_leaves_jaxwise_steps_working_without_donation():
     tx = optax.sgd(0.1)
     with Watch(nans="report") as w:
-        step = make_train_step(lambda p, b: jnp.mean(jnp.log(b @ p["w"])), tx)
+        step = make_train_step(lambda p, b: jnp.mean(jnp.log(b @ p["w"])))
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         for sign in (1.0, 1.0, -1.0):
             state, metrics = step(state, sign * jnp.ones((4, 2)))

@@ -28,9 +28,9 @@ def setup():
 
 def test_step_inside_the_users_donating_jit_is_not_audited():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     outer = jax.jit(lambda s, b: step(s, b), donate_argnums=0)
-    reference, _ = make_train_step(loss, tx)(setup()[1], batch)
+    reference, _ = make_train_step(loss)(setup()[1], batch)
     with CompileCounter(outer) as counter:
         for _ in range(3):
             state, metrics = outer(state, batch)
@@ -40,8 +40,8 @@ def test_step_inside_the_users_donating_jit_is_not_audited():
 
 def test_step_under_disable_jit_warns_once_and_runs():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
-    jitted_state, _ = make_train_step(loss, tx)(setup()[1], batch)
+    step = make_train_step(loss)
+    jitted_state, _ = make_train_step(loss)(setup()[1], batch)
     with pytest.warns(RuntimeWarning, match="donation audit is off under jax.disable_jit") as seen:
         with jax.disable_jit():
             eager_state, _ = step(state, batch)
@@ -58,7 +58,7 @@ def test_step_under_disable_jit_warns_once_and_runs():
 
 def test_duplicate_buffers_after_the_first_call_are_named():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     state, _ = step(state, batch)
     adam = state.opt_state[0]
     shared = dataclasses.replace(state, opt_state=(adam._replace(nu=adam.mu), *state.opt_state[1:]))
@@ -74,7 +74,7 @@ def test_duplicate_buffers_after_the_first_call_are_named():
 
 def test_every_donation_error_reaches_the_listeners():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     old = state
     state, _ = step(state, batch)
     heard = []

@@ -41,7 +41,7 @@ def main():
     out = {}
     tx = optim.adam(0.05)
     state = TrainState.create(params(), tx, jax.random.key(3))
-    epoch = make_train_epoch(mse, tx, 8)
+    epoch = make_train_epoch(mse, 8)
     losses = []
     for _ in range(3):
         state, metrics = epoch(state, (x, y))
@@ -50,7 +50,7 @@ def main():
     out["plain_loss"] = jnp.concatenate(losses)
     tx = optim.sgd(0.1)
     state = TrainState.create(params(), tx, jax.random.key(4))
-    epoch = make_dp_train_epoch(squared, tx, 16, clip_norm=1.0, noise_multiplier=1.1)
+    epoch = make_dp_train_epoch(squared, 16, clip_norm=1.0, noise_multiplier=1.1)
     sizes, norms = [], []
     for _ in range(2):
         state, metrics = epoch(state, {"x": x, "y": y})
