@@ -437,10 +437,10 @@ TRAIN: list[Row] = [
     ),
     ("step-loss-str", lambda: train.make_train_step("loss"), TypeError, "loss_fn"),  # pyright: ignore[reportArgumentType]
     (
-        "step-optimizer-none",
-        lambda: train.make_train_step(loss_batch),  # pyright: ignore[reportArgumentType]
+        "step-gradient-none",
+        lambda: train.make_step(None),  # pyright: ignore[reportArgumentType]
         TypeError,
-        "optimizer",
+        "gradient",
     ),
     (
         "step-mesh-str",
@@ -462,19 +462,19 @@ TRAIN: list[Row] = [
     ),
     (
         "step-loss-scale-str",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), loss_scale="static")),  # pyright: ignore[reportArgumentType]
+        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale="static")),  # pyright: ignore[reportArgumentType]
         ValueError,
         "loss_scale",
     ),
     (
         "step-loss-scale-neg",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), loss_scale=-1.0)),
+        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=-1.0)),
         ValueError,
         "loss_scale",
     ),
     (
         "step-loss-scale-nan",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), loss_scale=NAN)),
+        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=NAN)),
         ValueError,
         "loss_scale",
     ),
@@ -540,7 +540,7 @@ TRAIN: list[Row] = [
     ),
     (
         "step-optimizer-mismatch",
-        lambda: train.make_train_step(loss_batch)(_state(), (X, Y)),
+        lambda: train.make_train_step(loss_batch)(_state().replace(tx=optim.adam(0.1)), (X, Y)),
         ValueError,
         "opt",
     ),
@@ -614,10 +614,10 @@ TRAIN: list[Row] = [
         "donate",
     ),
     (
-        "step-skip-int",
-        lambda: train.make_train_step(loss_batch, skip_nonfinite=2),  # pyright: ignore[reportArgumentType]
+        "step-audit-int",
+        lambda: train.make_step(train.value_and_grad(loss_batch), audit=2),  # pyright: ignore[reportArgumentType]
         TypeError,
-        "skip_nonfinite",
+        "audit",
     ),
     (
         "step-has-aux-str",
@@ -1233,8 +1233,10 @@ PRIVACY: list[Row] = [
     ),
     (
         "dp-epoch-sampler",
-        lambda: privacy.make_dp_train_epoch(loss_single, 2, clip_norm=1.0, noise_multiplier=1.0, sampler="x"),
-        ValueError,
+        lambda: train.make_epoch(
+            privacy.dp_gradient_fn(loss_single, clip_norm=1.0, noise_multiplier=1.0), "x"  # pyright: ignore[reportArgumentType]
+        ),
+        TypeError,
         "sampler",
     ),
     ("noise-bs-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, 0), ValueError, "batch_size"),

@@ -120,7 +120,7 @@ def test_fixed_loss_scale_gives_the_unscaled_gradient(key):
     batch = (x, x @ jnp.ones(4))
     tx = optim.sgd(0.1)
     plain, m1 = make_train_step(linear_loss)(TrainState.create(params, tx, 0), batch)
-    scaled, m2 = jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(linear_loss), loss_scale=1024.0))(
+    scaled, m2 = jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(linear_loss), compute_dtype=jnp.float32, loss_scale=1024.0))(
         TrainState.create(params, tx, 0), batch
     )
     np.testing.assert_allclose(

@@ -98,7 +98,7 @@ def test_create_copies_params_so_donation_never_deletes_the_callers_arrays(key):
 
 
 def test_create_validation(key):
-    with pytest.raises(TypeError, match="`tx` must have `init` and `update`"):
+    with pytest.raises(TypeError, match=r"`tx` \(the optimizer\) must have `init` and `update`"):
         TrainState.create(init_params(key), object(), 0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="key"):
         TrainState.create(init_params(key), optim.sgd(0.1), "seed")  # pyright: ignore[reportArgumentType]  # bad input on purpose

@@ -64,7 +64,8 @@ def check_optimizer(tx: Any, what: str) -> None:
     """``TypeError`` unless ``tx`` has ``init`` and ``update`` (a GradientTransformation)."""
     if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
         raise TypeError(
-            f"`{what}` must have `init` and `update` (an optax.GradientTransformation), "
+            f"`{what}` (the optimizer) must have `init` and `update` (an "
+            "optax.GradientTransformation), "
             f"got {tx!r}"
         )
 
