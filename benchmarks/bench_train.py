@@ -30,11 +30,11 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section  # noqa: E402
 
+import jaxwise.train  # noqa: E402
 from jaxwise import data, models, numerics, optim  # noqa: E402
 from jaxwise.sharding import data_mesh  # noqa: E402
 from jaxwise.train import TrainState, make_train_epoch, make_train_step  # noqa: E402
 from jaxwise.tree import param_table  # noqa: E402
-import jaxwise.train
 
 
 def loss_fn(params, batch):
@@ -192,7 +192,9 @@ def cnn_epoch_vs_loop():
 def audit_overhead():
     tx, device_data, _ = spiral_setup()
     audited = make_train_epoch(loss_fn, 128)
-    unaudited = jaxwise.train.make_epoch(jaxwise.train.value_and_grad(loss_fn), jaxwise.train.ShuffleSampler(128), audit=False)
+    unaudited = jaxwise.train.make_epoch(
+        jaxwise.train.value_and_grad(loss_fn), jaxwise.train.ShuffleSampler(128), audit=False
+    )
     boxes = [{"s": TrainState.create(models.init_mlp(0), tx, 1)} for _ in range(2)]
 
     def run(epoch, box):
@@ -218,7 +220,11 @@ def mixed_precision():
     y = jnp.asarray(np.random.default_rng(1).integers(0, 10, 256), jnp.int32)
     steps = {
         "float32": make_train_step(loss_fn),
-        "bfloat16 compute, float32 master weights": jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(bf16_loss_fn), compute_dtype=jnp.bfloat16)),
+        "bfloat16 compute, float32 master weights": jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(bf16_loss_fn), compute_dtype=jnp.bfloat16
+            )
+        ),
     }
     boxes = {name: {"s": TrainState.create(models.init_mlp(0, sizes), tx, 0)} for name in steps}
 

@@ -117,7 +117,9 @@ def audited_run(sigma, seed, m=200, steps=40, batch_size=32):
     canaries = audit_canaries((x, y), m, seed=seed)
     data = tuple(jnp.asarray(a) for a in canaries.train_data((x, y)))
     tx = optim.sgd(2.0)
-    epoch = make_dp_train_epoch(linear_loss, batch_size, clip_norm=1.0, noise_multiplier=sigma, method="vmap")
+    epoch = make_dp_train_epoch(
+        linear_loss, batch_size, clip_norm=1.0, noise_multiplier=sigma, method="vmap"
+    )
     n = len(data[1])
     state = TrainState.create(jnp.zeros((4 + m, 3)), tx, jax.random.key(seed))
     for _ in range(-(-steps // epoch.steps_per_epoch(n))):

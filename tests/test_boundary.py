@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxwise.train
 from jaxwise import (
     buckets,
     checkpoint,
@@ -41,7 +42,6 @@ from jaxwise import (
     tree,
 )
 from jaxwise import per_example as pe
-import jaxwise.train
 
 NAN = float("nan")
 INF = float("inf")
@@ -450,31 +450,53 @@ TRAIN: list[Row] = [
     ),
     (
         "step-compute-dtype",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype="bogus")),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype="bogus"
+            )
+        ),
         TypeError,
         "compute_dtype",
     ),
     (
         "step-compute-dtype-int",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.int32)),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.int32
+            )
+        ),
         TypeError,
         "compute_dtype",
     ),
     (
         "step-loss-scale-str",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale="static")),  # pyright: ignore[reportArgumentType]
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch),
+                compute_dtype=jnp.float32,
+                loss_scale="static",
+            )
+        ),  # pyright: ignore[reportArgumentType]
         ValueError,
         "loss_scale",
     ),
     (
         "step-loss-scale-neg",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=-1.0)),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=-1.0
+            )
+        ),
         ValueError,
         "loss_scale",
     ),
     (
         "step-loss-scale-nan",
-        lambda: jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=NAN)),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=NAN
+            )
+        ),
         ValueError,
         "loss_scale",
     ),
@@ -1234,7 +1256,8 @@ PRIVACY: list[Row] = [
     (
         "dp-epoch-sampler",
         lambda: train.make_epoch(
-            privacy.dp_gradient_fn(loss_single, clip_norm=1.0, noise_multiplier=1.0), "x"  # pyright: ignore[reportArgumentType]
+            privacy.dp_gradient_fn(loss_single, clip_norm=1.0, noise_multiplier=1.0),
+            "x",  # pyright: ignore[reportArgumentType]
         ),
         TypeError,
         "sampler",

@@ -15,19 +15,19 @@ from jaxwise import data, numerics, optim
 from jaxwise.compilation import CompileBudget
 from jaxwise.models import init_mlp, mlp_apply, mlp_loss
 from jaxwise.per_example import clip_and_sum, per_example_grad_norms
-from jaxwise.privacy import PoissonSampler, dp_gradient_fn
-from jaxwise.train import ShuffleSampler, make_epoch
 from jaxwise.privacy import (
+    PoissonSampler,
     add_dp_noise,
     dp_gradient,
     dp_gradient_accumulated,
+    dp_gradient_fn,
     epsilon,
     make_dp_train_epoch,
     noise_multiplier_for,
     poisson_batch,
     shuffled_batches,
 )
-from jaxwise.train import TrainState
+from jaxwise.train import ShuffleSampler, TrainState, make_epoch
 
 LOSS = mlp_loss(lambda logits, y: -numerics.log_softmax(logits)[y])
 
@@ -309,7 +309,9 @@ def _train(epoch, state, data, epochs):
     return state, metrics  # pyright: ignore[reportPossiblyUnboundVariable]  # the loop above runs
 
 
-@pytest.mark.parametrize("sampler", [PoissonSampler(100), ShuffleSampler(100)], ids=["poisson", "shuffle"])
+@pytest.mark.parametrize(
+    "sampler", [PoissonSampler(100), ShuffleSampler(100)], ids=["poisson", "shuffle"]
+)
 def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampler):
     x, y = data.make_blobs(2000, 20, 10, seed=0)
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.25, seed=1)

@@ -14,6 +14,7 @@ import optax
 import pytest
 from jax.sharding import PartitionSpec as P
 
+import jaxwise.train
 from jaxwise import optim
 from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata, restore, save
 from jaxwise.compilation import CompileBudget, CompileCounter
@@ -29,7 +30,6 @@ from jaxwise.train import (
 )
 from jaxwise.train._sampler import shuffle_hash
 from jaxwise.tree import host_copy
-import jaxwise.train
 
 
 def init_params(key, sizes=(4, 16, 3)):
@@ -657,7 +657,6 @@ def test_model_objects_are_rejected_as_params(key):
 
 
 def test_step_options_are_validated_before_tracing():
-    tx = optim.sgd(0.1)
     with pytest.raises(TypeError, match="`loss_fn` must be callable"):
         make_train_step("loss")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="`gradient` must be a gradient function"):
@@ -668,13 +667,29 @@ def test_step_options_are_validated_before_tracing():
         bare = TrainState(jnp.zeros((), jnp.int32), {"w": jnp.ones(2)}, (), jax.random.key(0))
         make_train_step(lambda p, b: jnp.sum(p["w"] * b))(bare, jnp.ones(2))
     with pytest.raises(TypeError, match="`compute_dtype`"):
-        jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.int32))
+        jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.int32
+            )
+        )
     with pytest.raises(ValueError, match="needs loss scaling"):
-        jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.float16))
+        jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.float16
+            )
+        )
     with pytest.raises(ValueError, match='`loss_scale` must be None, "dynamic"'):
-        jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.bfloat16, loss_scale="auto"))  # pyright: ignore[reportArgumentType]  # bad input on purpose
+        jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.bfloat16, loss_scale="auto"
+            )
+        )  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="`loss_scale` must be > 0"):
-        jaxwise.train.make_step(jaxwise.train.mixed_precision(jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.bfloat16, loss_scale=-1.0))
+        jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_fn), compute_dtype=jnp.bfloat16, loss_scale=-1.0
+            )
+        )
     with pytest.raises(TypeError, match="`batch_size` must be an int"):
         make_train_epoch(loss_fn, 8.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
     assert make_train_epoch(loss_fn, np.int64(8)).sampler == jaxwise.train.ShuffleSampler(8)

@@ -230,5 +230,7 @@ def test_clip_policy_sets_the_clip_norm_of_each_step():
             norms = np.linalg.norm(g, axis=1)
             clipped = g * np.minimum(1.0, expected / norms)[:, None]
             mean = clipped.mean(0)
-            np.testing.assert_allclose(np.asarray(state.params["w"]), w - 0.1 * mean[:3], rtol=1e-5, atol=1e-6)
+            np.testing.assert_allclose(
+                np.asarray(state.params["w"]), w - 0.1 * mean[:3], rtol=1e-5, atol=1e-6
+            )
     assert float(state.gradient_state["clip"]) == 0.5

@@ -369,7 +369,9 @@ def test_dp_epoch_of_an_nnx_cnn_with_dropout_draws_new_masks_every_step(standard
     tx = optim.sgd(1e-12)
     image = jax.random.normal(jax.random.key(1), (1, 6, 6, 1))
     data = (jnp.repeat(image, 24, axis=0), jnp.zeros(24, jnp.int32))
-    epoch = dp_epoch(cnn_loss(model), ShuffleSampler(8), clip_norm=1.0, noise_multiplier=0.0, model_state=True)
+    epoch = dp_epoch(
+        cnn_loss(model), ShuffleSampler(8), clip_norm=1.0, noise_multiplier=0.0, model_state=True
+    )
     state = TrainState.create(model.params, tx, 0, model_state=model.model_state)
     norms = []
     with CompileBudget(1, epoch, exact=True):
@@ -380,7 +382,9 @@ def test_dp_epoch_of_an_nnx_cnn_with_dropout_draws_new_masks_every_step(standard
     assert len(set(np.round(norms, 6).tolist())) == 9  # a new mask at every one of the 9 steps
     assert int(state.model_state["drop"]["rngs"]["count"][...]) == 9
     still = from_nnx(nnx.view(DropoutCNN(nnx.Rngs(0, dropout=1)), deterministic=True))
-    control = dp_epoch(cnn_loss(still), ShuffleSampler(8), clip_norm=1.0, noise_multiplier=0.0, model_state=True)
+    control = dp_epoch(
+        cnn_loss(still), ShuffleSampler(8), clip_norm=1.0, noise_multiplier=0.0, model_state=True
+    )
     _, metrics = control(
         TrainState.create(still.params, tx, 0, model_state=still.model_state), data
     )
@@ -391,13 +395,24 @@ def test_dp_epoch_refuses_batch_norm_or_runs_it_frozen(standard_promotion):
     model = from_nnx(DropoutCNN(nnx.Rngs(0, dropout=1), norm="batch"))
     tx = optim.sgd(0.1)
     data = (jax.random.normal(jax.random.key(1), (16, 6, 6, 1)), jnp.arange(16) % 3)
-    refused = make_dp_train_epoch(cnn_loss(model), 8, clip_norm=1.0, noise_multiplier=1.0, model_state=True)
+    refused = make_dp_train_epoch(
+        cnn_loss(model), 8, clip_norm=1.0, noise_multiplier=1.0, model_state=True
+    )
     state = TrainState.create(model.params, tx, 0, model_state=model.model_state)
-    with pytest.raises(ValueError, match="nnx.BatchNorm layer `norm`.*freeze_model_state=True") as err:
+    with pytest.raises(
+        ValueError, match="nnx.BatchNorm layer `norm`.*freeze_model_state=True"
+    ) as err:
         refused(state, data)
     # jaxwise's own refusal passes unwrapped: the same one-line message as under dp_gradient
     assert "failed on its first call" not in str(err.value) and "\n" not in str(err.value)
-    frozen = make_dp_train_epoch(cnn_loss(model), 8, clip_norm=1.0, noise_multiplier=1.0, model_state=True, freeze_model_state=True)
+    frozen = make_dp_train_epoch(
+        cnn_loss(model),
+        8,
+        clip_norm=1.0,
+        noise_multiplier=1.0,
+        model_state=True,
+        freeze_model_state=True,
+    )
     new, metrics = frozen(state, data)
     assert frozen.gradient.freeze_model_state and int(new.step) == 2
     np.testing.assert_array_equal(  # the statistics are used, never updated
@@ -447,7 +462,9 @@ def test_poisson_steps_run_at_the_smallest_padded_width_that_holds_them():
     x, y = make_problem(n=96)
     results = {}
     for buckets in (1, 4):
-        epoch = dp_epoch(sq_loss, PoissonSampler(16, buckets=buckets), clip_norm=1.0, noise_multiplier=0.5)
+        epoch = dp_epoch(
+            sq_loss, PoissonSampler(16, buckets=buckets), clip_norm=1.0, noise_multiplier=0.5
+        )
         state = TrainState.create(jnp.zeros(3), tx, jax.random.key(3))
         with CompileBudget(1, epoch, exact=True):
             state, metrics = epoch(state, (x, y))

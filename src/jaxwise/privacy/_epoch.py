@@ -258,7 +258,8 @@ def make_dp_train_epoch(
         >>> def sq(w, example): return (jnp.dot(w, example["x"]) - example["y"]) ** 2
         >>> x = jax.random.normal(jax.random.key(0), (64, 3)); y = x @ jnp.asarray([1.0, -1.0, 0.5])
         >>> epoch = make_dp_train_epoch(sq, 16, clip_norm=10.0, noise_multiplier=0.5)
-        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), optim.sgd(0.1), 0), {"x": x, "y": y})
+        >>> state = TrainState.create(jnp.zeros(3), optim.sgd(0.1), 0)
+        >>> state, metrics = epoch(state, {"x": x, "y": y})
         >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
         (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """

@@ -209,7 +209,9 @@ class DPGradientFn:
         else:
             clip = self.clip_norm
         summed, norms, new_model_state = self._clipped(params, model_state, batch, mask, clip)
-        denominator = norms.shape[0] if self.expected_batch_size is None else self.expected_batch_size
+        denominator = (
+            norms.shape[0] if self.expected_batch_size is None else self.expected_batch_size
+        )
         new_state = dict(state)
         std = self.noise_multiplier * clip if self.noise_multiplier else 0.0
         noise = None

@@ -76,7 +76,9 @@ class TrainEpoch(JitProgram):
 
         def epoch(state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
             n = jax.tree.leaves(data)[0].shape[0]
-            bound = gradient.for_sampler(sampler, n) if isinstance(gradient, SamplerAware) else gradient
+            bound = (
+                gradient.for_sampler(sampler, n) if isinstance(gradient, SamplerAware) else gradient
+            )
             update = make_update(bound, plan)
             update_at_width = make_update(_at_width(bound, sharding), plan_update(gradient))
             xs, key = sampler.plan(state.key, state.step, n)

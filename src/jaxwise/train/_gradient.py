@@ -21,7 +21,6 @@ from jax.typing import DTypeLike
 
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._loss_output import describe, unpack_loss_output
-from jaxwise.train._sampler import Sampler
 from jaxwise.train._precision import (
     DynamicLossScale,
     cast_floating,
@@ -29,6 +28,7 @@ from jaxwise.train._precision import (
     check_compute_dtype,
     check_loss_scale,
 )
+from jaxwise.train._sampler import Sampler
 
 __all__ = [
     "GradientFn",
@@ -205,9 +205,9 @@ class ValueAndGrad:
             `Gradients` with ``loss``, ``grads``, the new model state and ``aux``.
         """
         del mask  # the plain loss sees whole batches
-        return self.cast(params, model_state, batch, key, None, None)
+        return self._cast(params, model_state, batch, key, None, None)
 
-    def cast(
+    def _cast(
         self, params: Any, old_state: Any, batch: Any, key: Any, dtype: Any, scale: Any
     ) -> Gradients:
         """The gradient computed in ``dtype`` with the loss multiplied by ``scale``.
@@ -317,7 +317,7 @@ class MixedPrecision:
         if scale is None and not isinstance(self.loss_scale, DynamicLossScale):
             scale = self.loss_scale
         if isinstance(self.gradient, ValueAndGrad):
-            return self.gradient.cast(params, model_state, batch, key, self.compute_dtype, scale)
+            return self.gradient._cast(params, model_state, batch, key, self.compute_dtype, scale)
         g = self.gradient(
             cast_floating(params, self.compute_dtype),
             model_state,

@@ -152,7 +152,9 @@ class JitProgram:
             state = state.replace(loss_scale=self._plan.dynamic.init())
         if self._plan.stateful and state.gradient_state is None:
             assert isinstance(self.gradient, StatefulGradientFn)
-            state = state.replace(gradient_state=self.gradient.init(state.params))
+            init = self.gradient.init(state.params)
+            if jax.tree.leaves(init):  # a leafless state may stay None (traced from init)
+                state = state.replace(gradient_state=init)
         return state
 
     def _first_checks(self, state: TrainState) -> None:
@@ -164,7 +166,7 @@ class JitProgram:
         check_optimizer(state.tx, "state.tx")
         check_params(state.params, "state.params")  # e.g. complex params put in by replace
         check_optimizer_fits(state.tx, state.params, state.opt_state)
-        if self._plan.stateful:
+        if self._plan.stateful and state.gradient_state is not None:
             assert isinstance(self.gradient, StatefulGradientFn)
             want = jax.eval_shape(self.gradient.init, state.params)
             if jax.tree.structure(want) != jax.tree.structure(state.gradient_state):

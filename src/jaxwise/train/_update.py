@@ -37,12 +37,14 @@ class UpdatePlan:
     Attributes:
         needs_key: split a fresh key from the state's every step.
         stateful: pass ``state=TrainState.gradient_state`` and keep ``Gradients.state``.
+        init: the stateful gradient's ``init`` (used for a ``gradient_state`` of ``None``).
         dynamic: the dynamic loss scale of a `MixedPrecision` gradient, or ``None``.
         batch_sharding: constrain the batch to this sharding, or ``None``.
     """
 
     needs_key: bool
     stateful: bool
+    init: Callable[[Any], Any] | None
     dynamic: DynamicLossScale | None
     batch_sharding: Any = None
 
@@ -52,9 +54,11 @@ def plan_update(gradient: Any, batch_sharding: Any = None) -> UpdatePlan:
     dynamic = None
     if isinstance(gradient, MixedPrecision) and isinstance(gradient.loss_scale, DynamicLossScale):
         dynamic = gradient.loss_scale
+    stateful = isinstance(gradient, StatefulGradientFn)
     return UpdatePlan(
         needs_key=needs_key(gradient),
-        stateful=isinstance(gradient, StatefulGradientFn),
+        stateful=stateful,
+        init=gradient.init if stateful else None,
         dynamic=dynamic,
         batch_sharding=batch_sharding,
     )
@@ -94,7 +98,10 @@ def _guarded(state: TrainState, *new_parts: Any) -> tuple[TrainState, jax.Array]
 def _call(gradient: Any, plan: UpdatePlan, state: TrainState, batch: Any, key: Any, mask: Any):
     extra: dict[str, Any] = {}
     if plan.stateful:
-        extra["state"] = state.gradient_state
+        assert plan.init is not None
+        # a state without leaves may stay None in the TrainState (DP-SGD's {"noise": (), ...})
+        given = state.gradient_state
+        extra["state"] = plan.init(state.params) if given is None else given
     if plan.dynamic is not None:
         extra["loss_scale"] = state.loss_scale.scale
     g = gradient(state.params, state.model_state, batch, key=key, mask=mask, **extra)
@@ -133,7 +140,9 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Update:
         ok = jnp.isfinite(grad_norm)
         if g.loss is not None:
             ok = ok & jnp.isfinite(g.loss)
-        gradient_state = g.state if plan.stateful else state.gradient_state
+        gradient_state = state.gradient_state
+        if plan.stateful and (gradient_state is not None or jax.tree.leaves(g.state)):
+            gradient_state = g.state
         new, ok = jax.lax.cond(
             ok,
             _guarded,
