@@ -240,7 +240,7 @@ class DPGradientFn:
     ) -> tuple[Any, jax.Array, Any]:
         """The clipped sum at ``clip`` (a traced norm: clip ``loss / C`` at 1, rescale)."""
         state = model_state if self.model_state else NO_MODEL_STATE
-        options = dict(
+        options: dict[str, Any] = dict(
             method=self.method,
             chunk_size=self.chunk_size,
             mask=mask,

@@ -22,7 +22,13 @@ from jaxwise._checks import check_callable, check_int
 from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
 from jaxwise.sharding._mesh import data_size as _data_size
 from jaxwise.train._convolution import canonical_convolutions
-from jaxwise.train._gradient import GradientFn, Gradients, SamplerAware, value_and_grad
+from jaxwise.train._gradient import (
+    GradientFn,
+    Gradients,
+    SamplerAware,
+    StatefulGradientFn,
+    value_and_grad,
+)
 from jaxwise.train._sampler import Sampler, ShuffleSampler
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._step import (
@@ -63,7 +69,7 @@ class TrainEpoch(JitProgram):
 
     def __init__(
         self,
-        gradient: GradientFn,
+        gradient: GradientFn | StatefulGradientFn,
         sampler: Sampler,
         *,
         donate: bool,
@@ -152,7 +158,7 @@ def _gather(data: Any, idx: jax.Array) -> Any:
     return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
 
 
-def _at_width(gradient: GradientFn, sharding: Any) -> Callable[..., Gradients]:
+def _at_width(gradient: GradientFn | StatefulGradientFn, sharding: Any) -> Callable[..., Gradients]:
     """``gradient`` at the padded width a step needs: one ``lax.switch`` branch per width.
 
     Its batch is ``(data, indices, which, widths)``: branch ``which`` gathers the first
@@ -182,7 +188,7 @@ def _at_width(gradient: GradientFn, sharding: Any) -> Callable[..., Gradients]:
 
 
 def make_epoch(
-    gradient: GradientFn,
+    gradient: GradientFn | StatefulGradientFn,
     sampler: Sampler,
     *,
     donate: bool = True,

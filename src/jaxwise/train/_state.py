@@ -127,8 +127,9 @@ class TrainState:
     [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn]; ``None`` otherwise). ``tx``,
     the optimizer, is a *static* field as in Flax's ``TrainState`` (the programs read it
     there: it is never passed a second time), and so is ``config`` (part of the tree
-    structure, not a leaf): hashable configuration as sorted ``(name, value)`` pairs, read with ``state.config_dict``. Changing it recompiles
-    once; nothing else about the state ever does, because
+    structure, not a leaf): hashable configuration as sorted ``(name, value)`` pairs, read
+    with ``state.config_dict``. Changing either recompiles once; nothing else about the state
+    ever does, because
     [`create`][jaxwise.train.TrainState.create] builds every array independently with a
     fixed, strong dtype.
     Subclass it (with ``@jax.tree_util.register_dataclass`` and

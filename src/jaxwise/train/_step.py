@@ -116,7 +116,7 @@ class JitProgram:
     def __init__(
         self,
         fn: Callable[..., Any],
-        gradient: GradientFn,
+        gradient: GradientFn | StatefulGradientFn,
         plan: UpdatePlan,
         *,
         suffix: str,
@@ -269,7 +269,12 @@ class TrainStep(JitProgram):
     data_name = "batch"
 
     def __init__(
-        self, gradient: GradientFn, *, donate: bool, mesh: Mesh | None, audit: bool
+        self,
+        gradient: GradientFn | StatefulGradientFn,
+        *,
+        donate: bool,
+        mesh: Mesh | None,
+        audit: bool,
     ) -> None:
         plan = plan_update(gradient)
         update = make_update(gradient, plan)
@@ -296,7 +301,11 @@ class TrainStep(JitProgram):
 
 
 def make_step(
-    gradient: GradientFn, *, donate: bool = True, mesh: Mesh | None = None, audit: bool = True
+    gradient: GradientFn | StatefulGradientFn,
+    *,
+    donate: bool = True,
+    mesh: Mesh | None = None,
+    audit: bool = True,
 ) -> TrainStep:
     """A jitted training step ``step(state, batch) -> (state, metrics)`` from a gradient function.
 
