@@ -15,7 +15,6 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.extend.core import Literal
 
 __all__ = ["CallPlan", "aval_text", "host_arrays", "unusable_avals"]
 
@@ -137,6 +136,8 @@ class CallPlan:
         """``id`` of the traced leaves ``jitted`` does not use: ``jit`` drops them
         (``keep_unused=False``), so their buffers are never donated. Traces the call (cached
         by JAX); only asked when a donation failed."""
+        from jax.extend.core import Literal  # not at import: jax.extend loads Pallas
+
         try:
             jaxpr = jitted.trace(*args, **kwargs).jaxpr.jaxpr
         except Exception:
