@@ -8,6 +8,7 @@ costs one flatten of the donated arguments (and, with transfer counting, of the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Iterable
@@ -83,8 +84,8 @@ class CallPlan:
         static = resolve("static_argnums", "static_argnames")
         return cls(tuple(names), donated[0], donated[1], static[0], static[1])
 
-    @property
-    def donates(self) -> bool:
+    @functools.cached_property
+    def donates(self) -> bool:  # read on every call: computed once
         return bool(self.donated_nums or self.donated_names)
 
     def argument_name(self, index: int) -> str:

@@ -58,6 +58,7 @@ _UNUSABLE = "Some donated buffers were not usable"
 _MAX_SIGNATURES = 32  # user-level signatures kept per Equinox function
 _PRIORITY = ("structure", "static", "shape", "dtype", "weak_type")
 _ACTIVE: Watch | None = None
+_now = time.perf_counter
 _LISTENING = False
 _LOCK = threading.Lock()
 
@@ -75,12 +76,10 @@ class NanStop(BaseException):
 
 
 class _Calls(threading.local):
-    """This thread's watched calls in progress (innermost last), and the name of the last one
-    to finish (a name only: keeping the function alive would change what JAX's caches hit)."""
+    """This thread's watched calls in progress (innermost last)."""
 
     def __init__(self) -> None:
         self.stack: list[tuple[_patch.Tracked, tuple | None, dict | None]] = []
-        self.last = "?"
 
 
 _CALLS = _Calls()
@@ -199,6 +198,9 @@ class Watch:
         self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
         self._restore: list[Callable[[], None]] = []
         self._sink = _Sink(self)
+        # the last watched call to finish, by name only (keeping the function alive would
+        # change what JAX's caches hit)
+        self._last = "?"
 
     # -- entering and leaving ------------------------------------------------
     def __enter__(self) -> Watch:
@@ -301,6 +303,17 @@ class Watch:
         """
         plan: _calls.CallPlan = tracked.plan
         stats: _Stats = tracked.stats
+        if not (plan.donates or self.transfers or self.nans):  # the common case: count, time
+            stack = _CALLS.stack
+            stack.append((tracked, args, kwargs))
+            start = _now()
+            try:
+                return tracked.jitted(*args, **kwargs)
+            finally:
+                stats.call_seconds += _now() - start
+                stats.calls += 1  # type: ignore[operator]
+                stack.pop()
+                self._last = tracked.name
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
         if self.transfers:
             self._count_transfers(tracked, args, kwargs)
@@ -335,7 +348,7 @@ class Watch:
             stats.call_seconds += time.perf_counter() - start
             stats.calls = (stats.calls or 0) + 1
             calls.stack.pop()
-            calls.last = tracked.name
+            self._last = tracked.name
 
     def stage(self, tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
         """``run()`` (a ``.lower`` or ``.compile``) with its compiles counted as ``tracked``'s."""
@@ -455,7 +468,7 @@ class Watch:
             return
         name = event.function
         if not name:
-            name = _CALLS.stack[-1][0].name if _CALLS.stack else _CALLS.last
+            name = _CALLS.stack[-1][0].name if _CALLS.stack else self._last
         argument = event.argument or "?"
         for key in [k for k in self._donations if k[:2] == (name, argument)]:
             del self._donations[key]  # the step's own audit says it better
