@@ -220,7 +220,7 @@ def test_a_jaxwise_step_error_arrives_as_an_event_named_by_its_program():
     state = TrainState.create({"w": jnp.ones(2)}, tx, jax.random.key(0))
     batch = {"x": jnp.ones((4, 2))}
     with Watch() as w:
-        step = make_train_step(_loss, tx)
+        step = make_train_step(_loss)
         old = state
         state, _ = step(state, batch)
         with pytest.raises(DonationError, match="already deleted"):
