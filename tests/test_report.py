@@ -224,21 +224,16 @@ def test_watch_page_from_dict_and_bad_documents():
 
 
 def test_watch_page_from_a_watch_report():
-    from jaxwise.watch import FunctionReport, MissReport, WatchReport
+    import jax
+    import jax.numpy as jnp
 
-    miss = MissReport("first", "", "", "", None, False, 0.1, "first call")
-    report = WatchReport(
-        (FunctionReport("g", "a.py:1", 2, 1, 0.1, 0.2, (miss,)),),
-        (),
-        (),
-        None,
-        1.0,
-        0.1,
-        notes=("transfers not counted",),
-    )
-    page = watch_report_html(report)
-    assert "watch-notes" in _ids(page) and "transfers not counted" in page
-    assert "watch-transfers" not in _ids(page)
+    from jaxwise.watch import Watch
+
+    with Watch() as w:
+        jax.jit(lambda x: x + 1)(jnp.ones(2))
+    page = watch_report_html(w.report())
+    assert "watch-functions" in _ids(page) and "&lt;lambda&gt;" in page
+    assert "watch-transfers" not in _ids(page)  # transfers were not counted
 
 
 def test_svg_chart():
