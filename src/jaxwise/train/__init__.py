@@ -21,7 +21,7 @@ Examples:
 
 from jaxwise.train._donation import DonationError, check_donatable, check_optimizer_fits
 from jaxwise.train._epoch import Sampler, ShuffleSampler, TrainEpoch, make_train_epoch
-from jaxwise.train._loop import FitReport, Terminated, fit
+from jaxwise.train._loop import FitReport, StatefulIterator, Terminated, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.train._step import TrainStep, make_train_step
@@ -35,6 +35,7 @@ __all__ = [
     "LossScaleState",
     "Sampler",
     "ShuffleSampler",
+    "StatefulIterator",
     "Terminated",
     "TrainEpoch",
     "TrainState",
