@@ -17,12 +17,12 @@ from pathlib import Path
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from test_metrics import tb_scalars
 
 from jaxwise import optim
 from jaxwise.checkpoint import Checkpointer, CheckpointWarning
 from jaxwise.metrics import JsonlWriter, TensorBoardWriter
 from jaxwise.train import StatefulIterator, TrainState, fit, make_train_step
-from test_metrics import tb_scalars
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
