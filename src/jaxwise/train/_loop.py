@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any, Protocol
 
+import jax
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int
@@ -138,12 +139,9 @@ def _check_writers(writers: Any, log_every: Any) -> tuple[_Writer, ...]:
 
 
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
-    """The 0-d numeric entries of a step's metrics, as floats."""
-    out = {}
-    for name, value in metrics.items():
-        if np.ndim(value) == 0 and isinstance(name, str):
-            out[name] = float(value)
-    return out
+    """The 0-d numeric entries of a step's metrics, as floats (one transfer for all)."""
+    chosen = {k: v for k, v in metrics.items() if isinstance(k, str) and np.ndim(v) == 0}
+    return {k: float(v) for k, v in jax.device_get(chosen).items()}
 
 
 class _Log:
