@@ -103,7 +103,16 @@ class MLflowWriter:
         return run.info.run_id, -1
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Queue ``scalars`` at ``step`` (skipped when the run already holds ``step``)."""
+        """Queue ``scalars`` at ``step`` (skipped when the run already holds ``step``).
+
+        Args:
+            step: the step (an int >= 0).
+            scalars: name -> value (anything ``float()`` takes).
+
+        Raises:
+            TypeError: ``step`` or an entry of ``scalars`` is not what is expected.
+            ValueError: the writer is closed.
+        """
         values = check_scalars(step, scalars)
         if self._closed:
             raise ValueError(f"MLflowWriter(run_id={self.run_id!r}) is closed")

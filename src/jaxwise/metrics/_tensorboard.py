@@ -57,7 +57,16 @@ class TensorBoardWriter:
         return writer
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
-        """One event at ``step`` (the first write purges what was logged at steps ``>= step``)."""
+        """One event at ``step`` (the first write purges what was logged at steps ``>= step``).
+
+        Args:
+            step: the step (an int >= 0).
+            scalars: name -> value (anything ``float()`` takes).
+
+        Raises:
+            TypeError: ``step`` or an entry of ``scalars`` is not what is expected.
+            ValueError: the writer is closed.
+        """
         values = check_scalars(step, scalars)
         if self._closed:
             raise ValueError(f"TensorBoardWriter({str(self.logdir)!r}) is closed")

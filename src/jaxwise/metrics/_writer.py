@@ -25,7 +25,12 @@ class MetricWriter(Protocol):
     """
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Record ``scalars`` (name → value) at ``step`` (an int >= 0)."""
+        """Record ``scalars`` (name → value) at ``step`` (an int >= 0).
+
+        Args:
+            step: the step (an int >= 0).
+            scalars: name -> value (anything ``float()`` takes).
+        """
         ...
 
     def flush(self) -> None:
@@ -107,7 +112,16 @@ class JsonlWriter:
         self._closed = False
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Append one line for ``step`` (the first write of a resumed file truncates first)."""
+        """Append one line for ``step`` (the first write of a resumed file truncates first).
+
+        Args:
+            step: the step (an int >= 0).
+            scalars: name -> value (anything ``float()`` takes).
+
+        Raises:
+            TypeError: ``step`` or an entry of ``scalars`` is not what is expected.
+            ValueError: the writer is closed.
+        """
         values = check_scalars(step, scalars)
         if self._closed:
             raise ValueError(f"JsonlWriter({str(self.path)!r}) is closed")

@@ -25,9 +25,21 @@ class StatefulIterator(Protocol):
 
     def __next__(self) -> Any: ...
 
-    def get_state(self) -> Any: ...
+    def get_state(self) -> Any:
+        """The iterator's position.
 
-    def set_state(self, state: Any) -> None: ...
+        Returns:
+            The position after the last batch returned (JSON-able, or ``bytes``).
+        """
+        ...
+
+    def set_state(self, state: Any) -> None:
+        """Move to ``state``, a value ``get_state`` returned.
+
+        Args:
+            state: the saved position.
+        """
+        ...
 
 
 def _encode(state: Any) -> dict[str, Any]:
