@@ -22,6 +22,9 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "cli": ("rich", "matplotlib"),
     "flax": ("flax",),
     "equinox": ("equinox",),
+    "tensorboard": ("tensorboardX",),
+    "mlflow": ("mlflow-skinny",),
+    "grain": ("grain",),
 }
 
 

@@ -38,7 +38,7 @@ from jaxwise.train._gradient import (
     mixed_precision,
     value_and_grad,
 )
-from jaxwise.train._loop import FitReport, Terminated, fit
+from jaxwise.train._loop import FitReport, StatefulIterator, Terminated, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
 from jaxwise.train._sampler import Sampler, ShuffleSampler
 from jaxwise.train._state import TrainState, type_signature
@@ -56,6 +56,7 @@ __all__ = [
     "SamplerAware",
     "ShuffleSampler",
     "StatefulGradientFn",
+    "StatefulIterator",
     "Terminated",
     "TrainEpoch",
     "TrainState",

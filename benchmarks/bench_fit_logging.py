@@ -1,0 +1,51 @@
+"""`train.fit` with a TensorBoardWriter (every step logged) vs without: ratio, same process.
+
+An MLP regression (256 -> 512 -> 512 -> 1, batch 256) for 300 steps; warm-up run excluded;
+median of 5 alternating runs. Target: ratio <= 1.02.
+"""
+
+import statistics
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise import optim
+from jaxwise.metrics import TensorBoardWriter
+from jaxwise.models import init_mlp, mlp_apply
+from jaxwise.train import TrainState, fit, make_train_step
+
+STEPS, BATCH = 300, 256
+rng = np.random.default_rng(0)
+data = [(rng.normal(size=(BATCH, 256)).astype(np.float32),) for _ in range(STEPS)]
+
+
+def loss(params, batch):
+    return jnp.mean(mlp_apply(params, batch[0]) ** 2)
+
+
+tx = optim.adam(1e-3)
+step = make_train_step(loss)
+
+
+def run(with_tb: bool) -> float:
+    state = TrainState.create(init_mlp(jax.random.key(0), (256, 512, 512, 1)), tx, 0)
+    writers = [TensorBoardWriter(tempfile.mkdtemp())] if with_tb else []
+    t0 = time.perf_counter()
+    state, _ = fit(step, state, data, writers=writers)
+    jax.block_until_ready(state)
+    dt = time.perf_counter() - t0
+    for w in writers:
+        w.close()
+    return dt
+
+
+run(False), run(True)  # warm-up
+times = {False: [], True: []}
+for _ in range(5):
+    for flag in (False, True):
+        times[flag].append(run(flag))
+base, tb = statistics.median(times[False]), statistics.median(times[True])
+print(f"| {STEPS} steps | {base:.3f} s | {tb:.3f} s | {tb / base:.3f} |")

@@ -1,0 +1,135 @@
+"""The position of a stateful data iterator (a ``grain`` loader), saved beside the TrainState."""
+
+from __future__ import annotations
+
+import base64
+import collections
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from jaxwise._checks import is_int
+
+__all__ = ["DataPosition", "StatefulIterator"]
+
+
+@runtime_checkable
+class StatefulIterator(Protocol):
+    """An iterator whose position can be saved and restored (grain's ``DatasetIterator`` and
+    ``DataLoader`` iterators are ones).
+
+    ``get_state()`` returns the position after the last batch returned (a JSON-able value or
+    ``bytes``); ``set_state(state)`` moves an iterator of the same pipeline there.
+    """
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def __next__(self) -> Any: ...
+
+    def get_state(self) -> Any:
+        """The iterator's position.
+
+        Returns:
+            The position after the last batch returned (JSON-able, or ``bytes``).
+        """
+        ...
+
+    def set_state(self, state: Any) -> None:
+        """Move to ``state``, a value ``get_state`` returned.
+
+        Args:
+            state: the saved position.
+        """
+        ...
+
+
+def _encode(state: Any) -> dict[str, Any]:
+    if isinstance(state, bytes):
+        return {"bytes": base64.b64encode(state).decode("ascii")}
+    return {"json": state}
+
+
+def _decode(saved: Mapping[str, Any]) -> Any:
+    if "bytes" in saved:
+        return base64.b64decode(saved["bytes"])
+    return saved["json"]
+
+
+def _first_batch(resume_from: Mapping[str, Any] | None, default: int) -> int:
+    if resume_from is None:
+        return default
+    if not isinstance(resume_from, Mapping):
+        raise TypeError(
+            "`resume_from` must be the checkpoint's metadata (a mapping, from "
+            f"checkpoint.load_metadata), got {type(resume_from).__name__}"
+        )
+    record = resume_from.get("fit", {})
+    batches = record.get("batches") if isinstance(record, Mapping) else None
+    return int(batches) if batches is not None and is_int(batches) else default
+
+
+class DataPosition:
+    """Where ``fit`` is in its data: the iterator, the positions queued by prefetch, the count.
+
+    The prefetch thread pulls batches ahead of training, so the iterator's own state is ahead
+    of the batch being trained; its state is read right after each batch is pulled and
+    queued here, and ``consumed`` pops the one of the batch just dispatched.
+    """
+
+    def __init__(self, iterator: Iterator[Any], first: int, stateful: bool) -> None:
+        self.first = first
+        self._iterator = iterator
+        self._stateful = stateful
+        self._queued: collections.deque[Any] = collections.deque()
+        self._current: Any = None
+
+    @classmethod
+    def start(
+        cls, batches: Iterable[Any], resume_from: Mapping[str, Any] | None, default_first: int
+    ) -> DataPosition:
+        """The position of ``batches``, moved to ``resume_from``'s saved one when it has one."""
+        first = _first_batch(resume_from, default_first)
+        iterator = iter(batches)  # a grain DataLoader gives its stateful iterator
+        stateful = isinstance(iterator, StatefulIterator)
+        record = (resume_from or {}).get("fit", {})
+        saved = record.get("data") if isinstance(record, Mapping) else None
+        if resume_from is not None and saved is not None and not stateful:
+            raise ValueError(
+                "`resume_from` holds a data position, but `batches` "
+                f"({type(batches).__name__}) has no `get_state`/`set_state` to restore it: "
+                "pass the same kind of stateful iterator (e.g. a grain DataLoader) as the run "
+                "that saved the checkpoint"
+            )
+        if resume_from is not None and stateful and saved is None:
+            raise ValueError(
+                "`batches` is a stateful iterator but `resume_from` holds no data position "
+                "(metadata['fit']['data']): the checkpoint was not saved by `fit` with this "
+                "iterator; restart the iterator yourself and pass `resume_from=None`"
+            )
+        if stateful and saved is not None:
+            iterator.set_state(_decode(saved))  # pyright: ignore[reportAttributeAccessIssue]
+        return cls(iterator, first, stateful)
+
+    @property
+    def source(self) -> Iterable[Any]:
+        """The batches, each followed by the queueing of the iterator's state after it."""
+        if not self._stateful:
+            return self._iterator
+        return self._tracked()
+
+    def _tracked(self) -> Iterator[Any]:
+        iterator: Any = self._iterator
+        for batch in iterator:
+            self._queued.append(iterator.get_state())
+            yield batch
+
+    def consumed(self) -> None:
+        """A batch was dispatched: its position becomes the current one."""
+        if self._stateful:
+            self._current = self._queued.popleft()
+
+    def saved(self, batches: int) -> dict[str, Any]:
+        """What a checkpoint records (``metadata["fit"]``) after ``batches`` batches."""
+        record: dict[str, Any] = {"batches": batches}
+        if self._stateful and self._current is not None:
+            record["data"] = _encode(self._current)
+        return record

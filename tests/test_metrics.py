@@ -1,0 +1,163 @@
+"""Metric writers: each read back by its own tool's reader; resumes never duplicate a step."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from jaxwise.metrics import JsonlWriter, MetricWriter, MLflowWriter, TensorBoardWriter
+
+
+def tb_scalars(logdir):
+    """``{tag: [(step, value), ...]}`` through TensorBoard's own reader (what its UI shows)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logdir), size_guidance={"scalars": 0})
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def mlflow_history(writer, key):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=writer.tracking_uri)
+    return [(m.step, m.value) for m in client.get_metric_history(writer.run_id, key)]
+
+
+def jsonl(path, key="step"):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_writers_are_metric_writers(tmp_path):
+    writers = [
+        JsonlWriter(tmp_path / "m.jsonl"),
+        TensorBoardWriter(tmp_path / "tb"),
+        MLflowWriter(tmp_path / "mlruns", run_name="a"),
+    ]
+    assert all(isinstance(w, MetricWriter) for w in writers)
+    for w in writers:
+        w.close()
+
+
+def test_jsonl_format_and_nonfinite(tmp_path):
+    path = tmp_path / "sub" / "metrics.jsonl"
+    with JsonlWriter(path, step_key="epoch") as w:
+        w.write(1, {"loss": 0.25, "acc": np.float32(0.5)})
+        w.write(2, {"loss": float("nan")})
+    assert jsonl(path) == [{"epoch": 1, "loss": 0.25, "acc": 0.5}, {"epoch": 2, "loss": None}]
+
+
+def test_jsonl_resume_rewrites_to_the_restored_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    with JsonlWriter(path) as w:
+        for s in range(1, 8):
+            w.write(s, {"loss": float(s)})
+    with path.open("a") as f:
+        f.write('{"step": 8, "lo')  # a line cut by a kill
+    with JsonlWriter(path) as w:  # resumed from a checkpoint at step 4
+        for s in range(5, 10):
+            w.write(s, {"loss": 10.0 * s})
+    steps = [(r["step"], r["loss"]) for r in jsonl(path)]
+    assert steps == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)] + [(s, 10.0 * s) for s in range(5, 10)]
+
+
+def test_tensorboard_read_back_and_resume_purges(tmp_path):
+    w = TensorBoardWriter(tmp_path)
+    for s in range(1, 8):
+        w.write(s, {"loss": float(s), "acc": 0.5})
+    w.flush()  # on disk now: a kill after this loses nothing
+    assert tb_scalars(tmp_path)["loss"] == [(s, float(s)) for s in range(1, 8)]
+    with TensorBoardWriter(tmp_path) as w2:  # resumed at step 5 while `w` was never closed
+        for s in range(5, 10):
+            w2.write(s, {"loss": 10.0 * s})
+    got = tb_scalars(tmp_path)
+    assert got["loss"] == [(s, float(s)) for s in range(1, 5)] + [
+        (s, 10.0 * s) for s in range(5, 10)
+    ]
+    assert got["acc"] == [(s, 0.5) for s in range(1, 5)]  # the killed run's later ones purged
+    w.close()
+
+
+def test_mlflow_read_back_and_resume_keeps_the_run(tmp_path):
+    w = MLflowWriter(tmp_path / "mlruns", run_name="run-1", params={"lr": 0.1})
+    for s in range(1, 6):
+        w.write(s, {"loss": float(s)})
+    w.flush()
+    w2 = MLflowWriter(tmp_path / "mlruns", run_name="run-1")
+    assert w2.run_id == w.run_id
+    for s in range(3, 9):  # 3..5 already in the run: skipped
+        w2.write(s, {"loss": 10.0 * s})
+    w2.close()
+    assert mlflow_history(w2, "loss") == [(s, float(s)) for s in range(1, 6)] + [
+        (s, 10.0 * s) for s in range(6, 9)
+    ]
+    other = MLflowWriter(tmp_path / "mlruns", run_name="run-2")
+    assert other.run_id != w.run_id
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(tracking_uri=w.tracking_uri).get_run(w.run_id)
+    assert run.data.params == {"lr": "0.1"}
+    other.close()
+
+
+@pytest.mark.parametrize(
+    "step, scalars, error, match",
+    [
+        (-1, {"loss": 1.0}, TypeError, "`step` must be an int >= 0"),
+        (1.5, {"loss": 1.0}, TypeError, "`step` must be an int >= 0"),
+        (True, {"loss": 1.0}, TypeError, "`step`"),
+        (1, [("loss", 1.0)], TypeError, "`scalars` must be a mapping"),
+        (1, {"loss": "high"}, TypeError, r"`scalars\['loss'\]` must be a real number"),
+        (1, {3: 1.0}, TypeError, "keys must be non-empty strings"),
+    ],
+)
+@pytest.mark.parametrize("kind", ["jsonl", "tensorboard", "mlflow"])
+def test_bad_scalars(tmp_path, kind, step, scalars, error, match):
+    w = {
+        "jsonl": lambda: JsonlWriter(tmp_path / "m.jsonl"),
+        "tensorboard": lambda: TensorBoardWriter(tmp_path / "tb"),
+        "mlflow": lambda: MLflowWriter(tmp_path / "ml", run_name="x"),
+    }[kind]()
+    with pytest.raises(error, match=match):
+        w.write(step, scalars)
+    w.close()
+    with pytest.raises(ValueError, match="is closed"):
+        w.write(1, {"loss": 1.0})
+
+
+def test_bad_constructor_arguments(tmp_path):
+    with pytest.raises(TypeError, match="`path` must be a path"):
+        JsonlWriter(3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`step_key`"):
+        JsonlWriter(tmp_path / "m", step_key="")
+    with pytest.raises(TypeError, match="`logdir` must be a path"):
+        TensorBoardWriter(None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`run_name` must be a non-empty string"):
+        MLflowWriter(tmp_path, run_name="")
+    with pytest.raises(TypeError, match="`params` must be a mapping"):
+        MLflowWriter(tmp_path, run_name="a", params=[1])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "hidden, make, extra",
+    [
+        ("tensorboardX", lambda p: TensorBoardWriter(p), "tensorboard"),
+        ("mlflow", lambda p: MLflowWriter(p, run_name="a"), "mlflow"),
+    ],
+)
+def test_missing_extra_names_it(tmp_path, monkeypatch, hidden, make, extra):
+    import sys
+
+    for name in list(sys.modules):
+        if name == hidden or name.startswith(hidden + "."):
+            monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, hidden, None)
+    with pytest.raises(ImportError, match=rf"pip install 'jaxwise\[{extra}\]'"):
+        make(tmp_path)
+
+
+def test_mlflow_file_store_flag_is_only_a_default(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    MLflowWriter(tmp_path, run_name="a").close()
+    assert os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"
