@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxwise import optim
+from jaxwise import _events, optim
 from jaxwise.compilation import CompileCounter
-from jaxwise.train import DonationError, TrainState, _donation, make_train_step
+from jaxwise.train import DonationError, TrainState, make_train_step
 
 
 def loss(params, batch):
@@ -72,17 +72,18 @@ def test_duplicate_buffers_after_the_first_call_are_named():
     assert not adam.mu["w"].is_deleted()  # refused before the call: nothing donated
 
 
-def test_every_donation_error_reaches_the_listeners():
+def test_every_donation_error_is_published_with_its_program():
     tx, state, batch = setup()
     step = make_train_step(loss)
     old = state
     state, _ = step(state, batch)
     heard = []
-    _donation.LISTENERS.append(heard.append)
+    stop = _events.subscribe(heard.append)
     try:
-        with pytest.raises(DonationError, match="already deleted"):
+        with pytest.raises(DonationError, match="already deleted") as info:
             step(old, batch)
     finally:
-        _donation.LISTENERS.remove(heard.append)
-    assert [e.argument for e in heard] == ["state.step"]
-    assert type(heard[0]).__module__ == "jaxwise.train"
+        stop()
+    assert [(e.function, e.argument) for e in heard] == [(step.jitted.__name__, "state.step")]
+    assert heard[0].error is info.value
+    assert type(heard[0]).__module__ == "jaxwise._events"

@@ -22,6 +22,7 @@ __all__ = [
     "cmd_label_errors",
     "cmd_lint",
     "cmd_predict",
+    "cmd_report",
     "cmd_spiral",
     "cmd_train",
     "cmd_watch",
@@ -212,17 +213,33 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    state = None if "jax" in sys.modules else np.random.get_state()  # before jax draws from it
     from jaxwise.watch._run import run_script
 
     return run_script(
         args.script,
         args.args,
         json_path=args.json,
+        html_path=args.html,
         nans=args.nans,
         transfers=args.transfers,
         fail_on=args.fail_on,
         warmup=args.warmup,
+        numpy_state=state,
     )
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from jaxwise.report import write_run_report
+
+    path = write_run_report(args.run_dir, args.out)
+    if args.json:
+        print(json.dumps({"report": str(path)}))
+    else:
+        print(f"jaxwise report: wrote {path}", file=sys.stderr)
+    return 0
 
 
 def _benchmarks_dir(explicit: str | None) -> Path:

@@ -3,7 +3,7 @@
 Subcommands: ``spiral`` (the main job), ``train CSV --label COL``,
 ``predict RUN_DIR DATA.csv --out PREDICTIONS.csv``,
 ``label-errors CSV --label COL --top K --out FILE``, ``lint PATH...``,
-``watch [options] SCRIPT [ARGS...]``, ``doctor``, ``bench``.
+``watch [options] SCRIPT [ARGS...]``, ``report RUN_DIR [--out FILE]``, ``doctor``, ``bench``.
 ``--json`` prints one strict JSON object on stdout (progress bars go to stderr).
 
 Exit codes: 0 success; 1 a run whose built-in checks fail or that trained nothing (one line),
@@ -334,6 +334,12 @@ def _add_watch(sub: Any) -> None:
     )
     watch.add_argument("--json", metavar="FILE", default=None, help="also write the report as JSON")
     watch.add_argument(
+        "--html",
+        metavar="FILE",
+        default=None,
+        help="also write the report as one self-contained HTML page",
+    )
+    watch.add_argument(
         "--nans",
         nargs="?",
         const="stop",
@@ -366,6 +372,27 @@ def _add_watch(sub: Any) -> None:
         "args", nargs=argparse.REMAINDER, metavar="ARGS", help="the script's arguments"
     )
     watch.set_defaults(run=commands.cmd_watch)
+
+
+def _add_report(sub: Any) -> None:
+    report = sub.add_parser(
+        "report",
+        help="write a run directory's report as one self-contained HTML page",
+        description="Write RUN_DIR's report (curves, compile counts and times, guarantees, "
+        "configuration, DP ε and audit, label issues, watch findings) as one HTML file: no "
+        "script, nothing loaded from the network.",
+    )
+    report.add_argument(
+        "run_dir", metavar="RUN_DIR", help="the --out (or --run-dir) directory of a jaxwise run"
+    )
+    report.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="the HTML file (default RUN_DIR/report.html; an earlier report there is replaced)",
+    )
+    _add_common(report, json_help='print {"report": PATH} as JSON on stdout')
+    report.set_defaults(run=commands.cmd_report)
 
 
 class _Version(argparse.Action):
@@ -407,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_label_errors(sub)
     _add_tools(sub)
     _add_watch(sub)
+    _add_report(sub)
     return parser
 
 
@@ -499,7 +527,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = bool(getattr(args, "debug", False))
-    if args.command not in ("lint", "bench", "watch"):
+    if args.command not in ("lint", "bench", "watch", "report"):
         _quiet()
     from jaxwise._lock import set_command
 

@@ -37,12 +37,14 @@ from jaxwise._checks import UserError
 from jaxwise._lock import FileLock, LockHeld, describe_holder
 
 MARKER = ".jaxwise-run.json"
+SUMMARY = "summary.json"  # a job's summary (what --json prints), read by `jaxwise report`
 LOCK = ".jaxwise-run.lock"
 HOLD_ENV = "JAXWISE_TEST_HOLD_LOCKS"
 
 __all__ = [
     "LOCK",
     "MARKER",
+    "SUMMARY",
     "OutputFile",
     "RunDir",
     "append_line",
@@ -51,6 +53,7 @@ __all__ = [
     "locked_reader",
     "read_marker",
     "warn",
+    "write_summary",
 ]
 
 
@@ -122,6 +125,13 @@ def append_line(path: Path, line: str) -> None:
         with contextlib.suppress(OSError):
             os.truncate(path, size)
         raise _disk_full(err, path) from None
+
+
+def write_summary(run: RunDir | None, summary: dict[str, Any]) -> None:
+    """Write a job's summary (strict JSON) as ``summary.json`` of its run directory, if any."""
+    if run is not None and SUMMARY in run.names:
+        text = json.dumps(summary, allow_nan=False, indent=1) + "\n"
+        atomic_write(run / SUMMARY, lambda f: f.write(text))
 
 
 def read_marker(directory: Path) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import OutputFile, hold_for_tests
+from jaxwise.jobs._outputs import SUMMARY, OutputFile, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import overlapped
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
@@ -39,7 +39,7 @@ COLUMNS = (
     "loss",
     "suggested_label",
 )
-RUN_OUTPUTS = ("metrics.jsonl", "loss.png", "curves.png", "confusion.png")
+RUN_OUTPUTS = ("metrics.jsonl", "loss.png", "curves.png", "confusion.png", SUMMARY)
 DEFAULT_TOP = 20  # --top of --method gradnorm (no estimate of the number of wrong labels)
 
 
@@ -107,6 +107,20 @@ def run_label_errors(
         ranking = rank(prep, fitted, method, top, folds, cache_dir)
         target.write_csv(ranking.rows, COLUMNS)
         summary = tabular.report(prep, fitted, time.perf_counter() - t_start, cache_dir)
+        summary = _with_ranking(summary, method, ranking, fitted, final_seconds, target.path)
+        write_summary(out, summary)
+    return summary
+
+
+def _with_ranking(
+    summary: dict[str, Any],
+    method: str,
+    ranking: Ranking,
+    fitted: Any,
+    final_seconds: float,
+    suspects: Path,
+) -> dict[str, Any]:
+    """``run_train``'s summary with the suspects, the method and the final model's phase."""
     extra: dict[str, Any] = {
         "job": "label-errors",
         "method": method,
@@ -118,7 +132,7 @@ def run_label_errors(
             "seconds": final_seconds,
             "compile_seconds": fitted.tally.seconds,
         },
-        "outputs": dict(summary["outputs"], suspects=str(target.path)),
+        "outputs": dict(summary["outputs"], suspects=str(suspects)),
     }
     if ranking.oof is not None:
         extra["oof"] = ranking.oof

@@ -25,7 +25,7 @@ from jaxwise import data, numerics
 from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import RunDir, hold_for_tests
+from jaxwise.jobs._outputs import SUMMARY, RunDir, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
 from jaxwise.models import mlp_apply
@@ -33,7 +33,7 @@ from jaxwise.tree import param_table
 
 __all__ = ["SpiralConfig", "run_spiral"]
 
-OUTPUT_NAMES = ("loss.png", "decision_boundary.png")
+OUTPUT_NAMES = ("loss.png", "decision_boundary.png", SUMMARY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +153,9 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
         run = prepare(cfg, background, out)
         fit(run)
         checks, f64, hard = verify(run)
-        return report(run, checks, f64, hard, time.perf_counter() - t_start, cache_dir)
+        summary = report(run, checks, f64, hard, time.perf_counter() - t_start, cache_dir)
+        write_summary(out, summary)
+        return summary
 
 
 def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor, out: RunDir | None = None) -> _Run:

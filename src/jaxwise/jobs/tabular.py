@@ -37,13 +37,14 @@ from jaxwise.checkpoint import (
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
-from jaxwise.jobs._outputs import RunDir, atomic_write, hold_for_tests
+from jaxwise.jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.train import TrainState
 
 __all__ = ["TabularConfig", "fit", "prepare", "run_train"]
 
 TRAIN_OUTPUTS = ("checkpoint", "best", "metrics.jsonl", "loss.png", "curves.png", "confusion.png")
+TRAIN_OUTPUTS += (SUMMARY,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,7 +284,9 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
         prep = prepare(cfg, out)
         fitted = fit(prep, background)
         verify(prep, fitted)
-        return report(prep, fitted, time.perf_counter() - t_start, cache_dir)
+        summary = report(prep, fitted, time.perf_counter() - t_start, cache_dir)
+        write_summary(out, summary)
+        return summary
 
 
 # --------------------------------------------------------------------------

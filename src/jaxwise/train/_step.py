@@ -132,7 +132,7 @@ class JitProgram:
         self.replicated = replicated(mesh) if mesh is not None else None
         self.batch_sharding = _batch_sharding(mesh) if mesh is not None else None
         self.jitted = jax.jit(fn, donate_argnames=("state",)) if donate else jax.jit(fn)
-        self._audit = Audit(donate=donate and audit, data_name=self.data_name)
+        self._audit = Audit(donate=donate and audit, data_name=self.data_name, function=fn.__name__)
         self._checks = audit
         self._first = True
         self._plan = plan
