@@ -209,8 +209,7 @@ def make_dp_train_epoch(
     ([`PoissonSampler`][jaxwise.privacy.PoissonSampler]) composed by
     [`make_epoch`][jaxwise.train.make_epoch] (the one training loop), so DP epochs get the NaN
     guard (a non-finite noisy gradient or update is skipped), the per-call donation audit and
-    the state's optimizer (``state.tx``). For a mesh, another sampler, a noise mechanism or
-    other padding buckets, compose them yourself.
+    the state's optimizer; compose them yourself for a mesh, a sampler or a noise mechanism.
 
     ``state`` is a [`TrainState`][jaxwise.train.TrainState]; ``data`` any pytree (tuple,
     dict, dataclass) whose leaves share a leading example axis. Metrics per step:
@@ -231,8 +230,7 @@ def make_dp_train_epoch(
             leading axis removed); with ``model_state=True``, ``loss(params, model_state,
             example) -> (scalar, new_model_state)``.
         batch_size: the expected batch size ``q·N`` of Poisson sampling.
-        clip_norm: ``C``, the per-example clipping norm (or a
-            [`ClipPolicy`][jaxwise.privacy.ClipPolicy]).
+        clip_norm: ``C`` (or a [`ClipPolicy`][jaxwise.privacy.ClipPolicy]).
         noise_multiplier: ``σ``: the noise std is ``σ·C``.
         method: the per-example clipping: ``"auto"`` (default) uses ghost clipping wherever
             the traced loss allows it, ``"vmap"``/``"chunked"`` materialise per-example

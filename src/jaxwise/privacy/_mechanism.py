@@ -318,13 +318,11 @@ def dp_gradient_fn(
         (4, 1.1)
     """
     check_callable(loss, "loss")
+    check_noise(noise_multiplier)
     if not isinstance(clip_norm, ClipPolicy):
         check_clip_norm(clip_norm)
-        check_noise(noise_multiplier)
         check_noise_scale(clip_norm, noise_multiplier)
         clip_norm = float(clip_norm)
-    else:
-        check_noise(noise_multiplier)
     check_method(method)
     check_chunk(chunk_size)
     check_bool(model_state, "model_state")
@@ -335,12 +333,6 @@ def dp_gradient_fn(
             f"{type(noise).__name__}"
         )
     return DPGradientFn(
-        loss,
-        clip_norm,
-        float(noise_multiplier),
-        method,
-        chunk_size,
-        model_state,
-        freeze_model_state,
-        noise,
-    )
+        loss, clip_norm, float(noise_multiplier), method, chunk_size, model_state,
+        freeze_model_state, noise,
+    )  # fmt: skip

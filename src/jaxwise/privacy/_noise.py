@@ -223,16 +223,9 @@ def dp_gradient(
         1
     """
     summed, norms, new_state = clipped_sum(
-        loss,
-        params,
-        batch,
-        clip_norm=clip_norm,
-        method=method,
-        chunk_size=chunk_size,
-        mask=mask,
-        model_state=model_state,
-        freeze_model_state=freeze_model_state,
-    )
+        loss, params, batch, clip_norm=clip_norm, method=method, chunk_size=chunk_size,
+        mask=mask, model_state=model_state, freeze_model_state=freeze_model_state,
+    )  # fmt: skip
     denominator = batch_size_of(batch) if expected_batch_size is None else expected_batch_size
     noisy = add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator)
     return DPGradient(noisy, norms, new_state)
@@ -274,6 +267,30 @@ def clipped_sum(
             weights=weights,
         )
     return summed, norms, new_state
+
+
+def _scan_clipped(
+    loss: Callable[..., Any],
+    params: Any,
+    microbatches: Any,
+    weights: jax.Array,
+    model_state: Any,
+    options: dict[str, Any],
+) -> tuple[Any, jax.Array]:
+    """The clipped sums of every micro-batch, accumulated in a ``lax.scan``, and the norms."""
+    m, inner = weights.shape
+
+    def accumulate(total: Any, xs: tuple[Any, jax.Array, jax.Array]) -> tuple[Any, jax.Array]:
+        micro, w, j = xs
+        step_loss = loss
+        if model_state is not NO_MODEL_STATE:
+            step_loss, micro = per_example(loss, model_state, micro, inner, salt=j)
+        summed, norms = clip_and_sum(step_loss, params, micro, weights=w, **options)
+        return jax.tree.map(jnp.add, total, summed), norms
+
+    zero = jax.tree.map(jnp.zeros_like, params)
+    xs = (microbatches, weights, jnp.arange(m, dtype=jnp.uint32))
+    return jax.lax.scan(accumulate, zero, xs)
 
 
 def _inner_size(microbatches: Any) -> int:
@@ -364,32 +381,12 @@ def dp_gradient_accumulated(
     )
     if weights.shape != (m, inner):
         raise ValueError(f"`mask` must have shape ({m}, {inner}), got {weights.shape}")
-    zero = jax.tree.map(jnp.zeros_like, params)
-    stateful = model_state is not NO_MODEL_STATE
-
-    def accumulate(total: Any, xs: tuple[Any, jax.Array, jax.Array]) -> tuple[Any, jax.Array]:
-        micro, w, j = xs
-        step_loss = loss
-        if stateful:
-            step_loss, micro = per_example(loss, model_state, micro, inner, salt=j)
-        summed, norms = clip_and_sum(
-            step_loss,
-            params,
-            micro,
-            clip_norm=clip_norm,
-            method=method,
-            chunk_size=chunk_size,
-            weights=w,
-        )
-        return jax.tree.map(jnp.add, total, summed), norms
-
     with dp_context(freeze_model_state):
         new_state = None
-        if stateful:
+        if model_state is not NO_MODEL_STATE:
             first = jax.tree.map(lambda x: x[0], microbatches)
             new_state = advance(loss, params, model_state, first)
-        total, norms = jax.lax.scan(
-            accumulate, zero, (microbatches, weights, jnp.arange(m, dtype=jnp.uint32))
-        )
+        options = dict(clip_norm=clip_norm, method=method, chunk_size=chunk_size)
+        total, norms = _scan_clipped(loss, params, microbatches, weights, model_state, options)
     noisy = add_dp_noise(total, key, clip_norm, noise_multiplier, expected_batch_size)
     return DPGradient(noisy, norms, new_state)
