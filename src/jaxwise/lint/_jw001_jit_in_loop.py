@@ -75,7 +75,8 @@ def _returns_instance(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     }
     values = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
     return bool(values) and all(
-        (isinstance(v, ast.Call) and _is_class(v.func)) or (isinstance(v, ast.Name) and v.id in made)
+        (isinstance(v, ast.Call) and _is_class(v.func))
+        or (isinstance(v, ast.Name) and v.id in made)
         for v in values
     )
 
@@ -89,7 +90,8 @@ def _is_instance_value(ix: Index, value: ast.AST | None, known: set[str]) -> boo
     if _is_class(value.func):
         return True
     factory = value.func.id if isinstance(value.func, ast.Name) else None
-    return factory is not None and any(_returns_instance(f) for f in ix.defs_by_name().get(factory, ()))
+    defs = ix.defs_by_name().get(factory, ()) if factory else ()
+    return any(_returns_instance(f) for f in defs)
 
 
 def _passed_instance(ix: Index, fn: ast.AST, index: int, name: str, known: set[str]) -> bool:
@@ -110,7 +112,7 @@ def _instances(ix: Index, scope: Scope) -> set[str]:
     """Names bound to a class instance in ``scope``, around it, or in the module: ``model =
     MLP()``, ``model = create_model()`` (a local factory returning one), a parameter annotated
     with a class (``net: nn.Module``) or passed one by a caller (``train(MLP(), …)``)."""
-    chain = [s for s in ix.scope_chain(scope)]
+    chain = list(ix.scope_chain(scope))
     ids = {id(s) for s in chain} | {id(None)}
     found: set[str] = set()
     for name, bindings in ix.bindings.items():
