@@ -12,6 +12,7 @@ import ast
 from jaxwise.lint._core import const_int, params
 from jaxwise.lint._index import Index
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 CODE = "JW006"
 SUMMARY = "large array captured by a jitted function (module level or a closure)"
 THRESHOLD = 1000
@@ -122,16 +123,18 @@ def module_arrays(ix: Index) -> dict[str, int]:
     return arrays
 
 
-def _closure_reads(ix: Index) -> list[tuple[ast.Name, ast.AST, int]]:
+def _closure_reads(ix: Index) -> list[tuple[ast.Name, FunctionNode, int]]:
     """Reads, inside a jitted function, of a large array bound in a function enclosing it:
     ``(Name, jitted def, size)``, the first read of each name per jitted function."""
-    consts, out = ix.consts(), []
+    consts: dict[str, int] = ix.consts()
+    out: list[tuple[ast.Name, FunctionNode, int]] = []
     local: dict[int, dict[str, int]] = {}  # enclosing function → its large arrays
     for a, scope in ix.assigns:
-        if scope is not None:
+        target = a.targets[0]
+        if scope is not None and isinstance(target, ast.Name):
             size = array_size(ix, a.value, consts)
             if size is not None and size >= THRESHOLD:
-                local.setdefault(id(scope), {})[a.targets[0].id] = size
+                local.setdefault(id(scope), {})[target.id] = size
     if not local:
         return out
     for j in {id(j.fn): j for j in ix.jitted()}.values():
@@ -159,7 +162,7 @@ def check(ix: Index) -> None:
     """Flag the first read of each large captured array in each jitted function."""
     arrays = module_arrays(ix)
     seen: set[tuple[int, str]] = set()
-    found = [
+    found: list[tuple[ast.Name, FunctionNode, str, int]] = [
         (node, fn, "module-level array", arrays[node.id])
         for node, fn in (ix.free_reads(set(arrays)) if arrays else ())
     ]
