@@ -140,3 +140,14 @@ def test_accumulated_ignores_non_finite_masked_rows_and_compiles_once():
     )[0]
     for k in params:
         np.testing.assert_allclose(np.asarray(got[k]), np.asarray(want[k]), rtol=2e-6, atol=1e-7)
+
+
+def test_audit_canaries_refuses_a_memory_blow_up_by_name():
+    from jaxwise.privacy import audit_canaries
+
+    data = (np.zeros((4, 2), np.float32), np.array([0, 1, 0, 1]))
+    with pytest.raises(ValueError, match=r"`m`=1,000,000,000 canaries of 1,000,000,002 features"):
+        audit_canaries(data, 10**9)
+    with pytest.raises(ValueError, match=r"`m`=1,000,000,000 canaries of 2 features"):
+        audit_canaries(data, 10**9, kind="far")
+    assert audit_canaries(data, 6, seed=0).m == 6
