@@ -37,9 +37,13 @@ from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier
 from jaxwise.privacy._audit import Canaries as Canaries
 from jaxwise.privacy._audit import audit_canaries as audit_canaries
 from jaxwise.privacy._audit import empirical_epsilon as empirical_epsilon
-from jaxwise.privacy._epoch import DPConfig as DPConfig
 from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
 from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
+from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
+from jaxwise.privacy._mechanism import DPGradientFn as DPGradientFn
+from jaxwise.privacy._mechanism import NoiseMechanism as NoiseMechanism
+from jaxwise.privacy._mechanism import dp_gradient_fn as dp_gradient_fn
+from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
 from jaxwise.privacy._noise import dp_gradient as dp_gradient
 from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
@@ -48,12 +52,16 @@ from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
 
 __all__ = [
     "Canaries",
-    "DPConfig",
+    "ClipPolicy",
+    "DPGradient",
+    "DPGradientFn",
+    "NoiseMechanism",
     "PoissonSampler",
     "add_dp_noise",
     "audit_canaries",
     "dp_gradient",
     "dp_gradient_accumulated",
+    "dp_gradient_fn",
     "empirical_epsilon",
     "epsilon",
     "make_dp_train_epoch",

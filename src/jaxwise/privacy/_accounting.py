@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxwise._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._extras import require
-from jaxwise.privacy._noise import _check_noise
+from jaxwise.privacy._noise import check_noise
 
 __all__ = ["epsilon", "noise_multiplier_for"]
 
@@ -115,7 +115,7 @@ def epsilon(
         >>> a < b
         True
     """
-    _check_noise(noise_multiplier)
+    check_noise(noise_multiplier)
     _check_accounting(sample_rate, steps, delta, accountant)
     dp_accounting = _dp_accounting("jaxwise.privacy.epsilon")
     return _epsilon(dp_accounting, noise_multiplier, sample_rate, steps, delta, accountant)
