@@ -73,6 +73,9 @@ class LabelIssues:
         return self.indices[: check_int(k, "k", min_value=0)]
 
 
+SUM_TOLERANCE = 1e-3  # |sum of a row - 1|: float32 and bfloat16 softmaxes are well within it
+
+
 def _check_probs(pred_probs: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     probs = np.asarray(
         check_array(pred_probs, "pred_probs", ndim=2, dtype_kind="f", non_empty=True), np.float64
@@ -91,6 +94,14 @@ def _check_probs(pred_probs: npt.ArrayLike, labels: npt.ArrayLike) -> tuple[np.n
         raise ValueError(
             f"`pred_probs` must be probabilities in [0, 1], got values in "
             f"[{probs.min():.3g}, {probs.max():.3g}]"
+        )
+    sums = probs.sum(axis=1)
+    bad = np.flatnonzero(np.abs(sums - 1.0) > SUM_TOLERANCE)
+    if bad.size:
+        raise ValueError(
+            f"`pred_probs` rows must sum to 1 (within {SUM_TOLERANCE:g}): {bad.size} of {n} do "
+            f"not, e.g. row {bad[0]} sums to {sums[bad[0]]:.6g}; pass probabilities (a softmax "
+            "of the logits), not scores or logits"
         )
     return probs, given
 
@@ -183,8 +194,9 @@ def confident_learning(
 
     Raises:
         TypeError: an array of the wrong type.
-        ValueError: mismatched rows, labels out of range, values that are not probabilities,
-            or an unknown ``ranked_by``.
+        ValueError: mismatched rows, labels out of range, values that are not probabilities
+            (outside ``[0, 1]``, or rows that do not sum to 1 within 1e-3), or an unknown
+            ``ranked_by``.
 
     Examples:
         >>> p = np.array([[0.9, 0.1], [0.8, 0.2], [0.1, 0.9], [0.85, 0.15]])

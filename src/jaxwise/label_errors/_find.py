@@ -15,6 +15,12 @@ from jaxwise._checks import check_array, check_bool, check_callable, check_choic
 from jaxwise._params import check_params
 from jaxwise.label_errors._confident import RANKINGS, LabelIssues, Ranking, confident_learning
 from jaxwise.label_errors._gradnorm import gradnorm_issues
+from jaxwise.label_errors._limits import (
+    check_folds_per_class,
+    check_memory,
+    max_classes,
+    warn_skipped_classes,
+)
 from jaxwise.label_errors._oof import (
     check_fold_sizes,
     check_rows,
@@ -87,7 +93,8 @@ def find_label_errors(
         x: ``(n, d)`` features, finite in float32.
         y: ``(n,)`` given integer labels.
         method: ``"oof"`` or ``"gradnorm"``.
-        num_classes: number of classes (default ``max(y) + 1``).
+        num_classes: number of classes (default ``max(y) + 1``, with one ``UserWarning``
+            when some class below it has no row: ``{0, 2, 5}`` is 6 classes).
         ranked_by: the one score of the whole ranking (``"oof"``): ``"self_confidence"``
             (default, measured best on the benchmark), ``"normalized_margin"`` or
             ``"confidence_weighted_entropy"``; see
@@ -127,8 +134,11 @@ def find_label_errors(
     Raises:
         TypeError: an argument of the wrong type; ``params`` with ``"oof"``, or ``init`` (or
             no ``params``) with ``"gradnorm"``; ``apply_fn`` without ``init`` with ``"oof"``.
-        ValueError: labels outside ``[0, num_classes)``, non-finite features, a fold too small
-            for ``batch_size``, or a bad option value.
+        ValueError: labels outside ``[0, num_classes)``; a ``num_classes`` far beyond the
+            labels (more than ``max(2 * (max(y) + 1), max(y) + 1 + 64)``) or needing more
+            than 4 GiB (the probabilities, and the default MLP's last layer); ``folds`` above
+            the rows of the smallest class; non-finite features, a fold too small for
+            ``batch_size``, or a bad option value.
 
     Examples:
         >>> import numpy as np
@@ -140,48 +150,19 @@ def find_label_errors(
         True
     """
     check_choice(method, "method", METHODS)
-    y_arr = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu", non_empty=True))
-    x_arr = check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True)
-    if y_arr.shape[0] != x_arr.shape[0]:
-        raise ValueError(f"`y` has {y_arr.shape[0]} rows but `x` has {x_arr.shape[0]}")
-    k = (
-        int(y_arr.max()) + 1
-        if num_classes is None
-        else check_int(num_classes, "num_classes", min_value=2)
-    )
-    if y_arr.min() < 0 or y_arr.max() >= k:
-        raise ValueError(f"`y` must be in [0, {k}), got values in [{y_arr.min()}, {y_arr.max()}]")
+    x_arr, y_arr, k = _labels_and_classes(x, y, num_classes)
     check_choice(ranked_by, "ranked_by", RANKINGS)
     standardize = check_bool(standardize, "standardize")
     if method == "gradnorm":
         return _gradnorm(x_arr, y_arr, k, apply_fn, init, params)
-    if params is not None:
-        raise TypeError(
-            "`params` is for method='gradnorm' (a trained model); method='oof' trains its own "
-            "fold models from `init`"
-        )
-    if (apply_fn is None) != (init is None):
-        raise TypeError("pass both `apply_fn` and `init` for a custom model, or neither")
-    if apply_fn is None:
-        if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Iterable):
-            raise TypeError(f"`hidden` must be a sequence of layer widths, got {hidden!r}")
-        sizes = (int(x_arr.shape[1]), *(check_int(h, "hidden", min_value=1) for h in hidden), k)
-        apply_fn, init = mlp_apply, mlp_init(sizes)
-    else:
-        check_callable(apply_fn, "apply_fn")
+    apply_fn, init, width = _oof_model(x_arr, k, hidden, apply_fn, init, params)
     folds = check_int(folds, "folds", min_value=2)
     x32, y32 = check_rows(x_arr, y_arr)
-    n = int(x32.shape[0])
-    auto = default_settings(n, folds)
-    repeats = auto.repeats if repeats is None else check_int(repeats, "repeats", min_value=1)
-    epochs = auto.epochs if epochs is None else check_int(epochs, "epochs", min_value=1)
-    batch_size = (
-        auto.batch_size if batch_size is None else check_int(batch_size, "batch_size", min_value=1)
-    )
-    patience = None if patience is None else check_int(patience, "patience", min_value=1)
-    seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1 - repeats)
-    fold_of = np.stack([stratified_folds(y32, folds, seed + r) for r in range(repeats)])
-    check_fold_sizes(fold_of, folds, batch_size, patience is not None)
+    plan = _plan(int(x32.shape[0]), folds, repeats, epochs, batch_size, patience, seed)
+    check_memory(int(x32.shape[0]), k, width, plan.repeats, plan.repeats * folds)
+    check_folds_per_class(y32, folds)
+    fold_of = np.stack([stratified_folds(y32, folds, seed + r) for r in range(plan.repeats)])
+    check_fold_sizes(fold_of, folds, plan.batch_size, plan.patience is not None)
     runs = run_folds(
         apply_fn,
         init,
@@ -189,11 +170,11 @@ def find_label_errors(
         y32,
         fold_of,
         folds=folds,
-        epochs=epochs,
-        batch_size=batch_size,
+        epochs=plan.epochs,
+        batch_size=plan.batch_size,
         optimizer=optimizer,
-        patience=patience,
-        seed=seed,
+        patience=plan.patience,
+        seed=plan.seed,
         standardize=standardize,
     )
     probs = np.mean([run.probs for run in runs], axis=0)
@@ -201,6 +182,91 @@ def find_label_errors(
         raise ValueError(f"the model predicts {probs.shape[1]} classes but `num_classes` is {k}")
     issues = confident_learning(probs, y_arr, ranked_by=ranked_by)
     return dataclasses.replace(issues, oof=runs)
+
+
+def _labels_and_classes(
+    x: Any, y: Any, num_classes: int | None
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``x``, ``y`` checked and the class count: ``max(y) + 1`` (a warning when the labels skip
+    classes) or ``num_classes``, refused when far beyond the labels."""
+    y_arr = np.asarray(check_array(y, "y", ndim=1, dtype_kind="iu", non_empty=True))
+    x_arr = np.asarray(check_array(x, "x", ndim=2, dtype_kind="fiu", non_empty=True))
+    if y_arr.shape[0] != x_arr.shape[0]:
+        raise ValueError(f"`y` has {y_arr.shape[0]} rows but `x` has {x_arr.shape[0]}")
+    if y_arr.min() < 0:
+        raise ValueError(f"`y` must be in [0, num_classes), got values in [{y_arr.min()}, …]")
+    seen = int(y_arr.max()) + 1
+    if num_classes is None:
+        warn_skipped_classes(y_arr, seen)
+        return x_arr, y_arr, seen
+    k = check_int(num_classes, "num_classes", min_value=2)
+    if seen > k:
+        raise ValueError(f"`y` must be in [0, {k}), got values in [{y_arr.min()}, {seen - 1}]")
+    if k > max_classes(seen):
+        raise ValueError(
+            f"`num_classes`={k:,} is far beyond the labels (largest {seen - 1}): at most "
+            f"{max_classes(seen):,} for these labels; classes no row has cannot be judged"
+        )
+    return x_arr, y_arr, k
+
+
+def _oof_model(
+    x: np.ndarray,
+    k: int,
+    hidden: tuple[int, ...],
+    apply_fn: Callable[[Any, jax.Array], jax.Array] | None,
+    init: Any,
+    params: Any,
+) -> tuple[Callable[[Any, jax.Array], jax.Array], Any, int | None]:
+    """The fold model ``(apply_fn, init, width of its last hidden layer or None)``."""
+    if params is not None:
+        raise TypeError(
+            "`params` is for method='gradnorm' (a trained model); method='oof' trains its own "
+            "fold models from `init`"
+        )
+    if (apply_fn is None) != (init is None):
+        raise TypeError("pass both `apply_fn` and `init` for a custom model, or neither")
+    if apply_fn is not None:
+        return check_callable(apply_fn, "apply_fn"), init, None
+    if isinstance(hidden, (str, bytes)) or not isinstance(hidden, Iterable):
+        raise TypeError(f"`hidden` must be a sequence of layer widths, got {hidden!r}")
+    sizes = (int(x.shape[1]), *(check_int(h, "hidden", min_value=1) for h in hidden), k)
+    return mlp_apply, mlp_init(sizes), sizes[-2]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """The checked training options of one call (defaults filled from ``default_settings``)."""
+
+    repeats: int
+    epochs: int
+    batch_size: int
+    patience: int | None
+    seed: int
+
+
+def _plan(
+    n: int,
+    folds: int,
+    repeats: int | None,
+    epochs: int | None,
+    batch_size: int | None,
+    patience: int | None,
+    seed: int,
+) -> _Plan:
+    auto = default_settings(n, folds)
+    repeats = auto.repeats if repeats is None else check_int(repeats, "repeats", min_value=1)
+    return _Plan(
+        repeats=repeats,
+        epochs=auto.epochs if epochs is None else check_int(epochs, "epochs", min_value=1),
+        batch_size=(
+            auto.batch_size
+            if batch_size is None
+            else check_int(batch_size, "batch_size", min_value=1)
+        ),
+        patience=None if patience is None else check_int(patience, "patience", min_value=1),
+        seed=check_int(seed, "seed", min_value=0, max_value=2**32 - 1 - repeats),
+    )
 
 
 @dataclasses.dataclass(frozen=True)

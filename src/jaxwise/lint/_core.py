@@ -18,7 +18,9 @@ __all__ = [
 ]
 
 FUNCS = (ast.FunctionDef, ast.AsyncFunctionDef)
-JIT_NAMES = frozenset({"jax.jit", "jax.pmap", "equinox.filter_jit", "equinox.filter_pmap"})
+JIT_NAMES = frozenset(
+    {"jax.jit", "jax.pmap", "equinox.filter_jit", "equinox.filter_pmap", "flax.nnx.jit"}
+)
 PARTIAL_NAMES = frozenset({"functools.partial", "partial"})
 SEVERITY = {"JW004": "warning"}
 

@@ -14,6 +14,7 @@ _ALWAYS_HOT = (
     "jit",
     "pmap",
     "random",
+    "key=",
     "make_train_",
     "jax.tree_map",
     "jax.tree_leaves",

@@ -52,21 +52,85 @@ def _is_class(func: ast.AST) -> bool:
     return bool(name) and name[0].isupper()
 
 
-def _instances(ix: Index, scope: Scope) -> set[str]:
-    """Names bound to a class instance (``model = MLP()``) in ``scope``, around it, or in the
-    module."""
-    chain = {id(s) for s in ix.scope_chain(scope)} | {id(None)}
-    found = {
-        target.id
-        for a, s in ix.assigns
-        if isinstance(target := a.targets[0], ast.Name)
-        and id(s) in chain
+# Annotations of values whose `.apply`/`.update` is a NamedTuple field (the same object).
+_FIELD_HOLDERS = frozenset({"Transformed", "TransformedWithState", "GradientTransformation"})
+
+
+def _class_like(node: ast.AST | None) -> bool:
+    """An annotation naming a class (``MLP``, ``nn.Module``), not a NamedTuple of functions."""
+    name = node.attr if isinstance(node, ast.Attribute) else getattr(node, "id", "")
+    return bool(name) and name[0].isupper() and name not in _FIELD_HOLDERS | {"Any", "Callable"}
+
+
+def _returns_instance(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A factory (``def create_model(): return CNN(…)``) whose returns are all class calls
+    (directly or through a local name bound to one)."""
+    made = {
+        a.targets[0].id
+        for a in ast.walk(fn)
+        if isinstance(a, ast.Assign)
+        and isinstance(a.targets[0], ast.Name)
         and isinstance(a.value, ast.Call)
         and _is_class(a.value.func)
     }
+    values = [r.value for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None]
+    return bool(values) and all(
+        (isinstance(v, ast.Call) and _is_class(v.func))
+        or (isinstance(v, ast.Name) and v.id in made)
+        for v in values
+    )
+
+
+def _is_instance_value(ix: Index, value: ast.AST | None, known: set[str]) -> bool:
+    """``MLP(…)``, a name already known as an instance, or a call of a local factory."""
+    if isinstance(value, ast.Name):
+        return value.id in known
+    if not isinstance(value, ast.Call):
+        return False
+    if _is_class(value.func):
+        return True
+    factory = value.func.id if isinstance(value.func, ast.Name) else None
+    defs = ix.defs_by_name().get(factory, ()) if factory else ()
+    return any(_returns_instance(f) for f in defs)
+
+
+def _passed_instance(ix: Index, fn: ast.AST, index: int, name: str, known: set[str]) -> bool:
+    """Whether a caller of ``fn`` passes an instance as its parameter ``name`` (at ``index``)."""
+    if not isinstance(fn, FUNCS):
+        return False
+    for call, _ in ix.calls.get(fn.name, ()):
+        if not isinstance(call.func, ast.Name):
+            continue
+        value = call.args[index] if index < len(call.args) else None
+        value = next((k.value for k in call.keywords if k.arg == name), value)
+        if _is_instance_value(ix, value, known):
+            return True
+    return False
+
+
+def _instances(ix: Index, scope: Scope) -> set[str]:
+    """Names bound to a class instance in ``scope``, around it, or in the module: ``model =
+    MLP()``, ``model = create_model()`` (a local factory returning one), a parameter annotated
+    with a class (``net: nn.Module``) or passed one by a caller (``train(MLP(), …)``)."""
+    chain = list(ix.scope_chain(scope))
+    ids = {id(s) for s in chain} | {id(None)}
+    found: set[str] = set()
     for name, bindings in ix.bindings.items():
-        if any(isinstance(b.value, ast.Call) and _is_class(b.value.func) for b in bindings):
+        if any(_is_instance_value(ix, b.value, found) for b in bindings):
             found.add(name)
+    for a, s in ix.assigns:
+        if isinstance(a.targets[0], ast.Name) and id(s) in ids:
+            if _is_instance_value(ix, a.value, found):
+                found.add(a.targets[0].id)
+    for s in chain:
+        if not isinstance(s, FUNCS):
+            continue
+        args = [*s.args.posonlyargs, *s.args.args, *s.args.kwonlyargs]
+        for i, arg in enumerate(args):
+            if _class_like(arg.annotation) or (
+                arg.annotation is None and _passed_instance(ix, s, i, arg.arg, found)
+            ):
+                found.add(arg.arg)
     return found
 
 

@@ -2,8 +2,10 @@
 
 Keys are followed by name (``key``) or attribute path (``self.key``); a draw inside a list
 comprehension or generator reuses its key on every iteration unless the key is bound by the
-comprehension; a module-level helper that draws from one of its parameters (``def
-sample(key, n): return jax.random.normal(key, (n,))``) consumes the key passed there.
+comprehension; a helper that draws from one of its parameters (``def sample(key, n): return
+jax.random.normal(key, (n,))``; module-level, nested or a method, the key positional or
+keyword-only, directly or through another such helper) consumes the key passed there, as does
+an Equinox layer built with ``key=``.
 """
 
 from __future__ import annotations
@@ -78,21 +80,80 @@ def _key_text(node: ast.AST | None) -> str | None:
     return None
 
 
-def _consumers(ix: Index) -> dict[str, tuple[int, str]]:
-    """Module-level helpers that draw from a parameter: name → (position, parameter)."""
-    out: dict[str, tuple[int, str]] = {}
-    for name in DRAWS:
-        for call, scope in ix.calls_named(name):
-            key = _draw_key(ix, call)
-            fn = scope
-            while fn is not None and not isinstance(fn, FUNCS):
-                fn = ix.outer.get(id(fn))
-            if not isinstance(key, ast.Name) or fn is None or ix.outer.get(id(fn)) is not None:
-                continue
-            names = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
-            if key.id in names:
-                out.setdefault(fn.name, (names.index(key.id), key.id))
+Consumer = tuple[int | None, str]  # (position among the call's arguments, parameter name)
+
+
+def _own_calls(fn: ast.AST) -> list[ast.Call]:
+    """Calls in ``fn``'s body, not in the functions defined inside it."""
+    out, todo = [], list(ast.iter_child_nodes(fn))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (*FUNCS, ast.Lambda, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.Call):
+            out.append(node)
+        todo.extend(ast.iter_child_nodes(node))
     return out
+
+
+def _signature(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[str], list[str]]:
+    """Positional parameters as callers pass them (``self``/``cls`` dropped) and keyword-only."""
+    positional = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args]]
+    if positional and positional[0] in ("self", "cls"):
+        positional = positional[1:]
+    return positional, [a.arg for a in fn.args.kwonlyargs]
+
+
+def _consumers(ix: Index) -> dict[str, Consumer]:
+    """Helpers (module-level, nested, methods) that consume a parameter: they draw from it, pass
+    it to an Equinox layer's ``key=``, or pass it on to another such helper (``def init(key):
+    return sample(key, 3)``) → name → (position, parameter)."""
+    out: dict[str, Consumer] = {}
+    if not any(_draw_name(ix, c) for n in DRAWS for c, _ in ix.calls_named(n)) and not any(
+        (ix.aliases.qualify(c.func) or "").startswith("equinox.nn.")
+        for n in ix.calls
+        if n[:1].isupper()
+        for c, _ in ix.calls[n]
+    ):
+        return out  # nothing draws: no helper can consume a key
+    bodies = [(fn, _own_calls(fn)) for fn, _ in ix.defs]
+    changed = True
+    while changed:  # a fixed point: helpers of helpers
+        changed = False
+        for fn, calls in bodies:
+            if fn.name in out:
+                continue
+            positional, keyword = _signature(fn)
+            for call in calls:
+                _, key = _consumed_key(ix, out, call)
+                if isinstance(key, ast.Name) and key.id in positional + keyword:
+                    where = positional.index(key.id) if key.id in positional else None
+                    out[fn.name] = (where, key.id)
+                    changed = True
+                    break
+    return out
+
+
+def _consumed_key(
+    ix: Index, consumers: dict[str, Consumer], call: ast.Call
+) -> tuple[str, ast.AST | None]:
+    """``(what consumes it, the key expression)`` for a draw, an Equinox layer built with
+    ``key=``, or a call of a consuming helper (by name or as a method)."""
+    fn = _draw_name(ix, call)
+    if fn is not None:
+        return f"jax.random.{fn}", _draw_key(ix, call)
+    qualified = ix.aliases.qualify(call.func) or ""
+    if qualified.startswith("equinox.nn."):
+        key = next((k.value for k in call.keywords if k.arg == "key"), None)
+        return (f"`{qualified}` (which initialises from its `key`)", key) if key else ("", None)
+    func = call.func
+    name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+    if name in consumers:
+        position, param = consumers[name]
+        key = call.args[position] if position is not None and len(call.args) > position else None
+        key = next((k.value for k in call.keywords if k.arg == param), key)
+        return f"`{name}` (which draws from its `{param}`)", key
+    return "", None
 
 
 def _draw_key(ix: Index, call: ast.Call) -> ast.AST | None:
@@ -115,8 +176,11 @@ def check(ix: Index) -> None:
                 fn = ix.outer.get(id(fn))
             scopes.setdefault(id(fn), fn)
     consumers = _consumers(ix)
-    for name in consumers:  # bodies calling a helper that draws consume keys too
-        for _, scope in ix.calls.get(name, ()):
+    layers = [n for n in ix.calls if n[:1].isupper()]  # eqx.nn.Linear(…, key=key)
+    for name in [*consumers, *layers]:  # bodies calling a helper that draws consume keys too
+        for call, scope in ix.calls.get(name, ()):
+            if name not in consumers and not _consumed_key(ix, consumers, call)[0]:
+                continue
             fn = scope
             while fn is not None and not isinstance(fn, FUNCS):
                 fn = ix.outer.get(id(fn))
@@ -126,7 +190,7 @@ def check(ix: Index) -> None:
 
 
 class _Flow:
-    def __init__(self, ix: Index, consumers: dict[str, tuple[int, str]]) -> None:
+    def __init__(self, ix: Index, consumers: dict[str, Consumer]) -> None:
         self.ix = ix
         self.consumers = consumers
 
@@ -168,16 +232,7 @@ class _Flow:
 
     def _consumed(self, call: ast.Call) -> tuple[str, ast.AST | None]:
         """``(what consumes it, the key expression)`` for a draw or a drawing helper."""
-        fn = _draw_name(self.ix, call)
-        if fn is not None:
-            return f"jax.random.{fn}", _draw_key(self.ix, call)
-        name = call.func.id if isinstance(call.func, ast.Name) else None
-        if name in self.consumers:
-            position, param = self.consumers[name]
-            key = call.args[position] if len(call.args) > position else None
-            key = next((k.value for k in call.keywords if k.arg == param), key)
-            return f"`{name}` (which draws from its `{param}`)", key
-        return "", None
+        return _consumed_key(self.ix, self.consumers, call)
 
     def uses(self, node: ast.AST, used: set[str]) -> None:
         inner = list(ast.walk(node))  # one statement's expression: small

@@ -1,14 +1,20 @@
-"""JW006: a large module-level array read inside a jitted function (embedded as a constant)."""
+"""JW006: a large array read inside a jitted function from outside it (embedded as a constant).
+
+The array is bound at module level or in a function enclosing the jitted one (a closure), by
+an array maker (``jnp.arange(4096)``) or an expression of one (``jnp.arange(4096.0) / 4096``,
+``np.arange(4096).reshape(64, 64)``, ``jnp.arange(N)[:, None]``).
+"""
 
 from __future__ import annotations
 
 import ast
 
-from jaxwise.lint._core import const_int
+from jaxwise.lint._core import const_int, params
 from jaxwise.lint._index import Index
 
+FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 CODE = "JW006"
-SUMMARY = "large module-level array captured by a jitted function"
+SUMMARY = "large array captured by a jitted function (module level or a closure)"
 THRESHOLD = 1000
 _MAKERS = ("numpy.", "jax.numpy.", "jax.random.")
 _NOT_ARRAYS = frozenset(
@@ -22,6 +28,13 @@ _NOT_ARRAYS = frozenset(
         "numpy.random.RandomState",
     }
 )
+
+
+def _integral(node: ast.AST | None, consts: dict[str, int]) -> int | None:
+    """``const_int``, also for an integral float literal (``jnp.arange(4096.0)``)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, float) and node.value.is_integer():
+        return int(node.value)
+    return const_int(node, consts)
 
 
 def _shape_size(node: ast.AST, consts: dict[str, int]) -> int | None:
@@ -43,9 +56,14 @@ def literal_size(call: ast.Call, name: str, consts: dict[str, int]) -> int | Non
         num = call.args[2] if len(call.args) > 2 else None
         num = next((k.value for k in call.keywords if k.arg == "num"), num)
         return 50 if num is None else const_int(num, consts)  # NumPy's default num
-    if name.endswith(".arange") and len(call.args) >= 2:
-        start, stop = (const_int(a, consts) for a in call.args[:2])
-        step = const_int(call.args[2], consts) if len(call.args) > 2 else 1
+    if name.endswith(".arange"):
+        given = dict(zip(("start", "stop", "step"), call.args, strict=False))
+        given |= {k.arg: k.value for k in call.keywords if k.arg in ("start", "stop", "step")}
+        if "stop" not in given:  # arange(stop)
+            given = {"stop": given["start"]} if "start" in given else {}
+        start = _integral(given.get("start"), consts) if "start" in given else 0
+        stop = _integral(given.get("stop"), consts)
+        step = _integral(given["step"], consts) if "step" in given else 1
         if start is None or stop is None or not step:
             return None
         return max(0, -((start - stop) // step))
@@ -65,37 +83,99 @@ def literal_size(call: ast.Call, name: str, consts: dict[str, int]) -> int | Non
     return None
 
 
+def array_size(ix: Index, value: ast.AST | None, consts: dict[str, int]) -> int | None:
+    """Elements of the array an expression makes: a maker call, or arithmetic, indexing, a
+    method (``.reshape``, ``.astype``) or ``.T`` of one."""
+    for _ in range(16):  # peel `(…).reshape(…)`, `(…)[:, None]`, `(…).T`
+        if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+            maker = ix.aliases.qualify(value.func) or ""
+            if maker.startswith(_MAKERS):
+                break
+            value = value.func.value
+        elif isinstance(value, ast.Subscript | ast.Attribute):
+            value = value.value
+        elif isinstance(value, ast.UnaryOp):
+            value = value.operand
+        else:
+            break
+    if isinstance(value, ast.BinOp):
+        sizes = [array_size(ix, side, consts) for side in (value.left, value.right)]
+        return max((s for s in sizes if s is not None), default=None)
+    if not isinstance(value, ast.Call):
+        return None
+    maker = ix.aliases.qualify(value.func) or ""
+    if maker.startswith(_MAKERS) and maker not in _NOT_ARRAYS:
+        return literal_size(value, maker, consts)
+    return None
+
+
 def module_arrays(ix: Index) -> dict[str, int]:
     """Module-level names bound to a literal-shaped array of ≥ THRESHOLD elements → size."""
     arrays: dict[str, int] = {}
     consts = ix.consts()
     for name, bindings in ix.bindings.items():
         for b in bindings:
-            if not isinstance(b.value, ast.Call) or isinstance(b.stmt, ast.For):
+            if isinstance(b.stmt, ast.For):
                 continue
-            maker = ix.aliases.qualify(b.value.func) or ""
-            if maker.startswith(_MAKERS) and maker not in _NOT_ARRAYS:
-                size = literal_size(b.value, maker, consts)
-                if size is not None and size >= THRESHOLD:
-                    arrays[name] = max(size, arrays.get(name, 0))
+            size = array_size(ix, b.value, consts)
+            if size is not None and size >= THRESHOLD:
+                arrays[name] = max(size, arrays.get(name, 0))
     return arrays
 
 
+def _closure_reads(ix: Index) -> list[tuple[ast.Name, FunctionNode, int]]:
+    """Reads, inside a jitted function, of a large array bound in a function enclosing it:
+    ``(Name, jitted def, size)``, the first read of each name per jitted function."""
+    consts: dict[str, int] = ix.consts()
+    out: list[tuple[ast.Name, FunctionNode, int]] = []
+    local: dict[int, dict[str, int]] = {}  # enclosing function → its large arrays
+    for a, scope in ix.assigns:
+        target = a.targets[0]
+        if scope is not None and isinstance(target, ast.Name):
+            size = array_size(ix, a.value, consts)
+            if size is not None and size >= THRESHOLD:
+                local.setdefault(id(scope), {})[target.id] = size
+    if not local:
+        return out
+    for j in {id(j.fn): j for j in ix.jitted()}.values():
+        captured: dict[str, int] = {}
+        for s in list(ix.scope_chain(j.fn))[1:]:
+            captured = local.get(id(s), {}) | captured  # the innermost binding wins
+        bound = set(params(j.fn)) | {
+            n.id
+            for n in ast.walk(j.fn)
+            if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)
+        }
+        reads = sorted(
+            (n for n in ast.walk(j.fn) if isinstance(n, ast.Name) and n.id in captured),
+            key=lambda n: (n.lineno, n.col_offset),
+        )
+        seen: set[str] = set()
+        for node in reads:
+            if node.id not in bound | seen:
+                seen.add(node.id)
+                out.append((node, j.fn, captured[node.id]))
+    return out
+
+
 def check(ix: Index) -> None:
-    """Flag the first read of each large module array in each jitted function."""
+    """Flag the first read of each large captured array in each jitted function."""
     arrays = module_arrays(ix)
-    if not arrays:
-        return
     seen: set[tuple[int, str]] = set()
-    for node, fn in ix.free_reads(set(arrays)):
+    found: list[tuple[ast.Name, FunctionNode, str, int]] = [
+        (node, fn, "module-level array", arrays[node.id])
+        for node, fn in (ix.free_reads(set(arrays)) if arrays else ())
+    ]
+    found += [(node, fn, "array", size) for node, fn, size in _closure_reads(ix)]
+    for node, fn, kind, size in found:
         if (id(fn), node.id) in seen:
             continue
         seen.add((id(fn), node.id))
         ix.add(
             node,
             CODE,
-            f"module-level array `{node.id}` (~{arrays[node.id]:,} elements) is read inside "
-            f"jitted `{fn.name}`: it is embedded in the program as a constant (bigger "
-            "program, stale if reassigned, no gradient)",
+            f"{kind} `{node.id}` (~{size:,} elements) is read inside jitted `{fn.name}` "
+            "from outside it: it is embedded in the program as a constant (bigger program, "
+            "stale if reassigned, no gradient)",
             f"pass `{node.id}` as an argument of `{fn.name}`",
         )

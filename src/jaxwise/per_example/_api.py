@@ -169,8 +169,9 @@ def clip_and_sum[P](
     keep = _ghost.keep_plan(program, n, memory_budget)
     sq, pe, kept = _ghost.sq_norms(program, leaves, acts, grads, keep)
     norms = jax.numpy.sqrt(sq)
-    factor = jax.lax.stop_gradient(clip_factor(norms, clip_norm) * w)
-    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor)
+    live = w != 0  # weight-0 rows are selected out, never multiplied by 0 (NaN padding)
+    factor = jax.lax.stop_gradient(jax.numpy.where(live, clip_factor(norms, clip_norm) * w, 0.0))
+    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor, live)
     return jax.tree.unflatten(treedef, summed), norms
 
 

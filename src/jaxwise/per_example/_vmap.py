@@ -67,15 +67,28 @@ def _norm_single(loss: LossFn) -> Callable[[Any, Any], jax.Array]:
 def _clipped_sum_chunk(
     loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
 ) -> tuple[Any, jax.Array]:
-    """Clipped sum of one chunk: ``vmap`` norms, then ONE weighted backward pass."""
+    """Clipped sum of one chunk: ``vmap`` norms, then ONE weighted backward pass.
+
+    Rows of weight 0 are selected out (``jnp.where``), never multiplied by 0: the backward
+    pass runs on the first live row in their place, so NaN or inf in padding changes nothing.
+    """
     norms = jax.vmap(_norm_single(loss), in_axes=_MAPPED)(params, batch)
-    factor = jax.lax.stop_gradient(clip_factor(norms, clip_norm) * weights)
+    live = weights != 0
+    factor = jax.lax.stop_gradient(jnp.where(live, clip_factor(norms, clip_norm) * weights, 0.0))
+    first = jnp.argmax(live)
+
+    def pick(x: jax.Array) -> jax.Array:
+        return jnp.where(live.reshape(-1, *([1] * (x.ndim - 1))), x, x[first])
+
+    clean = jax.tree.map(pick, batch)
 
     def weighted(p: Any) -> jax.Array:
-        losses = jax.vmap(loss, in_axes=_MAPPED)(p, batch)
-        return jnp.sum(losses * factor.astype(losses.dtype))
+        losses = jax.vmap(loss, in_axes=_MAPPED)(p, clean)
+        return jnp.sum(jnp.where(live, losses * factor.astype(losses.dtype), 0.0))
 
-    return jax.grad(weighted)(params), norms
+    any_live = jnp.any(live)
+    summed = jax.tree.map(lambda g: jnp.where(any_live, g, 0), jax.grad(weighted)(params))
+    return summed, norms
 
 
 def _chunked(batch: Any, chunk: int) -> tuple[Any, jax.Array, int]:

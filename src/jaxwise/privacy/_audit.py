@@ -94,6 +94,9 @@ class Canaries:
         )
 
 
+MAX_CANARY_BYTES = 4 * 2**30  # the float64 canary inputs audit_canaries may build
+
+
 def audit_canaries(
     data: tuple[Any, Any],
     m: int,
@@ -155,6 +158,13 @@ def audit_canaries(
     if kind == "feature" and x.ndim != 2:
         raise ValueError(
             f"kind='feature' needs inputs of shape (n, d), got {x.shape}; use kind='far'"
+        )
+    width = int(np.prod(x.shape[1:])) + (m if kind == "feature" else 0)
+    if 8 * m * width > MAX_CANARY_BYTES:
+        raise ValueError(
+            f"`m`={m:,} canaries of {width:,} features need {8 * m * width / 2**30:,.1f} GiB "
+            f"(limit {MAX_CANARY_BYTES / 2**30:.0f} GiB): pass fewer canaries (a few hundred "
+            "to a few thousand suffice for an audit)"
         )
     rng = np.random.default_rng(seed)
     flat = x.reshape(len(x), -1).astype(np.float64)
