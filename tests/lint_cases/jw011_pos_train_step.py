@@ -1,4 +1,4 @@
-# expect: JW011@8
+# expect: JW011@7
 import numpy as np
 from jaxwise.train import make_train_step
 

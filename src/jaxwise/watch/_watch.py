@@ -351,7 +351,15 @@ class Watch:
             self._last = tracked.name
 
     def stage(self, tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
-        """``run()`` (a ``.lower`` or ``.compile``) with its compiles counted as ``tracked``'s."""
+        """``run()`` (a ``.lower`` or ``.compile``) with its compiles counted as ``tracked``'s.
+
+        Args:
+            tracked: the watched jitted function being staged.
+            run: the staging call (``.lower(...)`` or ``.compile()``), called once.
+
+        Returns:
+            What ``run()`` returns.
+        """
         if self.passthrough:
             return run()
         _CALLS.stack.append((tracked, None, None))
@@ -363,7 +371,17 @@ class Watch:
     def call_compiled(
         self, tracked: _patch.Tracked, compiled: Any, args: tuple, kwargs: dict
     ) -> Any:
-        """One call of ``tracked`` compiled ahead of time (``.lower(...).compile()``)."""
+        """One call of ``tracked`` compiled ahead of time (``.lower(...).compile()``).
+
+        Args:
+            tracked: the watched jitted function the compiled program came from.
+            compiled: the ``jax.stages.Compiled`` program.
+            args: its positional arguments.
+            kwargs: its keyword arguments.
+
+        Returns:
+            The compiled program's outputs.
+        """
         return self._run(tracked, compiled, args, kwargs, False)
 
     # -- compiles --------------------------------------------------------------
