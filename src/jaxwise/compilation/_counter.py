@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_bool, check_choice, check_int
+from jaxwise._errors import JaxwiseError
 from jaxwise.compilation._hub import HUB, CompileEvent
 
 __all__ = ["CompileBudget", "CompileBudgetExceeded", "CompileCounter", "compile_budget"]
@@ -27,7 +28,7 @@ __all__ = ["CompileBudget", "CompileBudgetExceeded", "CompileCounter", "compile_
 OnExceed = Literal["raise", "warn"]
 
 
-class CompileBudgetExceeded(RuntimeError):
+class CompileBudgetExceeded(JaxwiseError, RuntimeError):
     """Raised when a block or function compiled more often than budgeted (or, with ``exact``, less).
 
     Args:
