@@ -37,7 +37,7 @@ def _emit(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     if args.json:
         print(json.dumps(summary, allow_nan=False))
         return
-    from jaxwise.jobs._render import render
+    from jaxwise._cli_render import render
 
     render(summary)
 
@@ -212,7 +212,7 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
-    from jaxwise.watch._run import run_script
+    from jaxwise.watch import run_script
 
     return run_script(
         args.script,

@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
@@ -22,7 +23,7 @@ import jax
 from jaxwise.compilation import _jaxkeys
 from jaxwise.compilation._explain import CacheMiss, from_context, parse_cache_miss, placement_miss
 
-__all__ = ["HUB", "CompileEvent", "explain_recompiles"]
+__all__ = ["HUB", "CompileEvent", "explain_recompiles", "subscribe"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # JAX logs its tracing-cache-miss explanations from this module's logger
@@ -298,6 +299,54 @@ class _CaptureFilter(logging.Filter):
 
 
 HUB = _Hub()
+
+
+class _Listener:
+    """A function as a sink of the hub (sinks have a ``record`` method)."""
+
+    def __init__(self, listener: Callable[[CompileEvent], None]) -> None:
+        self.record = listener
+
+
+def subscribe(
+    listener: Callable[[CompileEvent], None], *, explain: bool = True
+) -> Callable[[], None]:
+    """Call ``listener`` with every backend compilation of the process, until unsubscribed.
+
+    What `CompileCounter` and ``jaxwise.watch`` are built on: each compilation arrives as a
+    [`CompileEvent`][jaxwise.compilation.CompileEvent] while it happens (on the thread that
+    compiles). With ``explain`` the event carries its
+    [`CacheMiss`][jaxwise.compilation.CacheMiss] (``jax_explain_cache_misses`` is on while
+    subscribed, its output hidden unless the user turned it on).
+
+    Args:
+        listener: called with each `CompileEvent`; a ``RuntimeError`` it raises propagates to
+            the compiling call (how budgets stop a run).
+        explain: also explain each compile (a little tracing overhead).
+
+    Returns:
+        ``unsubscribe()``: stops the calls (calling it twice does nothing).
+
+    Raises:
+        TypeError: ``listener`` is not callable or ``explain`` not a bool.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> seen, x = [], jnp.ones(2)
+        >>> unsubscribe = subscribe(lambda event: seen.append(event.function))
+        >>> def add_one(x): return x + 1
+        >>> _ = jax.jit(add_one)(x)
+        >>> unsubscribe()
+        >>> [name for name in seen if not name.startswith("broadcast")]
+        ['add_one']
+    """
+    if not callable(listener):
+        raise TypeError(f"`listener` must be callable, got {type(listener).__name__}")
+    if not isinstance(explain, bool):
+        raise TypeError(f"`explain` must be a bool, got {explain!r}")
+    sink = _Listener(listener)
+    HUB.add_sink(sink, explain)
+    return lambda: HUB.remove_sink(sink, explain)
 
 
 class explain_recompiles:

@@ -30,8 +30,8 @@ from jaxwise._params import check_params
 from jaxwise.buckets import bucket_for
 from jaxwise.models import init_mlp
 from jaxwise.numerics import cross_entropy
+from jaxwise.train import TrainState
 from jaxwise.train._ensemble import fit_models
-from jaxwise.train._state import TrainState
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
 

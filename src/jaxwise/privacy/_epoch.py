@@ -19,8 +19,7 @@ from jaxwise._checks import (
     check_choice,
     check_int,
 )
-from jaxwise.buckets import plan_buckets
-from jaxwise.per_example._common import (
+from jaxwise._losses import (
     ChunkSize,
     LossFn,
     Method,
@@ -28,6 +27,7 @@ from jaxwise.per_example._common import (
     check_clip_norm,
     check_method,
 )
+from jaxwise.buckets import plan_buckets
 from jaxwise.privacy._noise import (
     _check_noise,
     _check_noise_scale,

@@ -21,7 +21,7 @@ from jax.sharding import Mesh
 from jax.typing import DTypeLike
 
 from jaxwise._checks import check_int
-from jaxwise.sharding._mesh import data_size as _data_size
+from jaxwise._placement import data_size as _data_size
 from jaxwise.train._convolution import canonical_convolutions
 from jaxwise.train._precision import DynamicLossScale
 from jaxwise.train._state import TrainState, check_train_state

@@ -14,10 +14,11 @@ from jax.typing import DTypeLike
 
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._params import check_alive, check_params, describe_leaves
+from jaxwise._placement import data_size as _data_size
+from jaxwise._placement import feeding_processes, keep_layout, place_for_mesh
 from jaxwise._prefetch import place_batch
-from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
-from jaxwise.sharding._mesh import data_size as _data_size
-from jaxwise.sharding._mesh import feeding_processes, keep_layout, place_for_mesh, replicated
+from jaxwise.sharding import batch_sharding as _batch_sharding
+from jaxwise.sharding import replicated
 from jaxwise.train._donation import Audit, check_optimizer_fits
 from jaxwise.train._precision import DynamicLossScale, check_compute_dtype, check_loss_scale
 from jaxwise.train._state import TrainState, check_train_state

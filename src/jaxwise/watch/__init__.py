@@ -14,7 +14,8 @@ device per call site. In a notebook::
 
 Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit``,
 for the duration of a watch), ``_calls`` (per-call argument checks), ``_nans`` (NaN checking),
-``_report`` (the report and its JSON), ``_run`` (running a script: the command line).
+``_report`` (the report and its JSON), ``_run`` (`run_script`: running a script, what
+``jaxwise watch`` does).
 """
 
 from jaxwise.watch._report import DonationFinding as DonationFinding
@@ -23,6 +24,7 @@ from jaxwise.watch._report import MissReport as MissReport
 from jaxwise.watch._report import NanFinding as NanFinding
 from jaxwise.watch._report import TransferSite as TransferSite
 from jaxwise.watch._report import WatchReport as WatchReport
+from jaxwise.watch._run import run_script as run_script
 from jaxwise.watch._watch import Watch as Watch
 
 __all__ = [
@@ -33,4 +35,5 @@ __all__ = [
     "TransferSite",
     "Watch",
     "WatchReport",
+    "run_script",
 ]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from jaxwise._checks import UserError
-from jaxwise.debug._frames import is_library_file
+from jaxwise._frames import is_library_file
 from jaxwise.watch._report import WatchReport
 from jaxwise.watch._watch import Watch
 
@@ -100,6 +100,14 @@ def run_script(
 
     Returns:
         The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
+
+    Examples:
+        >>> import io, pathlib, tempfile
+        >>> script = pathlib.Path(tempfile.mkdtemp()) / "hello.py"
+        >>> _ = script.write_text("print('hello')")
+        >>> run_script(str(script), stream=io.StringIO(), rich=False)
+        hello
+        0
     """
     out: TextIO = stream if stream is not None else sys.stderr
     _check_outputs(script, json_path)

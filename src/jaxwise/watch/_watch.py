@@ -30,8 +30,8 @@ from typing import Any
 import jax
 
 from jaxwise._checks import check_bool, check_int
-from jaxwise.compilation._hub import HUB, CompileEvent
-from jaxwise.debug._frames import short_path, user_frame, user_site
+from jaxwise._frames import short_path, user_frame, user_site
+from jaxwise.compilation import CompileEvent, subscribe
 from jaxwise.train import _donation
 from jaxwise.watch import _calls, _patch
 from jaxwise.watch._names import name_in_frame
@@ -197,8 +197,7 @@ class Watch:
                 jax.monitoring.register_event_duration_secs_listener(_duration_listener)
                 _LISTENING = True
         self._restore.append(lambda: _ignore(patch.__exit__(None, None, None)))
-        HUB.add_sink(self._sink, True)
-        self._restore.append(lambda: HUB.remove_sink(self._sink, True))
+        self._restore.append(subscribe(self._sink.record))
         _donation.LISTENERS.append(self._on_donation_error)
         self._restore.append(lambda: _donation.LISTENERS.remove(self._on_donation_error))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
