@@ -134,7 +134,11 @@ class _Hub:
 
     def _event(self, fun_name: str, seconds: float) -> CompileEvent:
         ctx = _jaxkeys.compile_context()
-        miss, fun_id = self._pop_pending(fun_name, ctx.defined_at if ctx is not None else None)
+        miss, fun_id = self._pop_pending(
+            fun_name,
+            ctx.defined_at if ctx is not None else None,
+            ctx.name if ctx is not None else None,
+        )
         if ctx is not None:
             previous = self._placements.get(ctx.jaxpr)
             try:
@@ -215,17 +219,19 @@ class _Hub:
         return miss
 
     def _pop_pending(
-        self, fun_name: str, defined_at: str | None
+        self, fun_name: str, defined_at: str | None, source_name: str | None = None
     ) -> tuple[CacheMiss | None, int | None]:
         """The newest queued miss of this function (same name and, when known, the same place
         of definition: a miss left by another function of that name, traced inside an outer
-        jit and never compiled on its own, is not this compile's)."""
+        jit and never compiled on its own, is not this compile's). A function renamed after
+        its definition (``fn.__name__ = ...``) compiles under its new name but is traced
+        under its ``def`` name (``source_name``): either matches."""
         pending = self._pending()
-        inner = _inner_name(fun_name)
+        names = {_inner_name(fun_name), source_name} - {None}
         for i in range(len(pending) - 1, -1, -1):
             miss = pending[i][0]
             same_place = defined_at is None or miss.defined_at in (None, defined_at)
-            if miss.function == inner and same_place:
+            if miss.function in names and same_place:
                 return pending.pop(i)
         return None, None
 
