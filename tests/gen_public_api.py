@@ -5,9 +5,10 @@ Run from the repository root after adding or removing a public name on purpose::
     python -m tests.gen_public_api
 
 One line per public name, ``namespace.name``, sorted. A namespace is ``jaxwise``, each
-sub-package in ``jaxwise.__all__``, and the command-line modules ``jaxwise.cli``,
-``jaxwise.jobs`` and ``jaxwise.pytest_plugin``; its public names are the attributes not
-starting with ``_`` (``dir`` and ``vars``), the namespaces themselves excepted.
+sub-package in ``jaxwise.__all__`` (the exception bases there are names of ``jaxwise``), and
+the command-line modules ``jaxwise.cli``, ``jaxwise.jobs`` and ``jaxwise.pytest_plugin``;
+its public names are the attributes not starting with ``_`` (``dir`` and ``vars``), the
+namespaces themselves excepted.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def namespaces() -> list[str]:
     """Every public namespace, by dotted name."""
     import jaxwise
 
-    packages = [name for name in jaxwise.__all__ if not name.startswith("_")]
+    packages = [name for name in jaxwise.__all__ if name in jaxwise._SUBMODULES]
     return ["jaxwise", *(f"jaxwise.{name}" for name in [*packages, *ENTRY_POINTS])]
 
 

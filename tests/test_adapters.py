@@ -549,7 +549,7 @@ def _refused_or_frozen(library):
 
 @pytest.mark.parametrize("library", ["nnx", "linen", "equinox"])
 def test_batch_norm_in_training_mode_is_refused_or_frozen_under_dp(library):
-    from jaxwise.models._private import private_training
+    from jaxwise._model_modes import private_training
 
     call, expected, path = _refused_or_frozen(library)
     with private_training(freeze=False), pytest.raises(ValueError) as err:

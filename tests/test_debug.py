@@ -7,9 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxwise._frames import source_frames
 from jaxwise.compilation import CompileBudget, CompileCounter
 from jaxwise.debug import assert_finite, checked, locate_nan
-from jaxwise.debug._frames import source_frames
 
 
 def forward_log(x):

@@ -26,7 +26,7 @@ SCRIPT = textwrap.dedent(
 
     import jaxwise
 
-    namespaces = [n for n in jaxwise.__all__ if n != "__version__"]
+    namespaces = sorted(jaxwise._SUBMODULES)
     for name in namespaces:
         getattr(jaxwise, name)  # every public namespace imports without the extras
 

@@ -118,6 +118,25 @@ def test_double_where_generic():
         jn.double_where(jnp.log, 1.0, 1, 1.0, 0.0)
 
 
+@pytest.mark.parametrize(
+    ("ok_shape", "x_shape"), [((3,), (4,)), ((2, 3), (3, 2)), ((5, 1), (4, 2))]
+)
+def test_double_where_names_ok_when_it_does_not_broadcast(ok_shape, x_shape):
+    x, ok = jnp.ones(x_shape), jnp.ones(ok_shape, bool)
+    with pytest.raises(ValueError, match=r"`ok` must broadcast against `x`: got `ok` of shape"):
+        jn.double_where(jnp.log, x, ok, 1.0, 0.0)
+    with pytest.raises(ValueError, match="`ok` must broadcast"):  # also under jit
+        jax.jit(lambda x, ok: jn.double_where(jnp.log, x, ok, 1.0, 0.0))(x, ok)
+
+
+def test_double_where_broadcasts_ok_as_numpy_does():
+    x = jnp.arange(1.0, 7.0).reshape(2, 3)
+    ok = jnp.asarray([[True], [False]])
+    out = jn.double_where(jnp.log, x, ok, 1.0, -1.0)
+    expected = np.where(np.asarray(ok), np.log(np.asarray(x, np.float64)), -1.0)
+    np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6)
+
+
 # ---------------------------------------------------------------------------
 # entropy
 # ---------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
+from jaxwise._placement import constrain_state
 from jaxwise.compilation import CompileCounter
 from jaxwise.sharding import (
     data_mesh,
@@ -17,7 +18,6 @@ from jaxwise.sharding import (
     replicated,
     state_shardings,
 )
-from jaxwise.sharding._mesh import constrain_state
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
 
 

@@ -38,7 +38,7 @@ def _emit(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     if args.json:
         print(json.dumps(summary, allow_nan=False))
         return
-    from jaxwise.jobs._render import render
+    from jaxwise._cli_render import render
 
     render(summary)
 
@@ -216,7 +216,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     import numpy as np
 
     state = None if "jax" in sys.modules else np.random.get_state()  # before jax draws from it
-    from jaxwise.watch._run import run_script
+    from jaxwise.watch import run_script
 
     return run_script(
         args.script,

@@ -1,4 +1,4 @@
-"""Optional dependencies: one clear ``ImportError`` naming the extra that installs them.
+"""Optional dependencies: one clear `MissingExtraError` naming the extra that installs them.
 
 The core of jaxwise needs only jax, numpy and optax. Everything else is an extra of the
 package (``pip install 'jaxwise[NAME]'``); modules that need one call `require` at the
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 from types import ModuleType
+
+from jaxwise._errors import MissingExtraError
 
 __all__ = ["EXTRAS", "require"]
 
@@ -29,7 +31,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 
 
 def require(module: str, *, extra: str, feature: str | None = None) -> ModuleType:
-    """Import ``module`` or raise one ``ImportError`` naming the extra that provides it.
+    """Import ``module`` or raise one `MissingExtraError` naming the extra that provides it.
 
     Args:
         module: the dotted module name to import, e.g. ``"orbax.checkpoint"``.
@@ -40,7 +42,8 @@ def require(module: str, *, extra: str, feature: str | None = None) -> ModuleTyp
         The imported module.
 
     Raises:
-        ImportError: ``module`` is not installed; the message is one line:
+        MissingExtraError: ``module`` is not installed (an ``ImportError``); the message is
+            one line:
             ``"<feature> needs <module>: pip install 'jaxwise[<extra>]'"``.
     """
     if extra not in EXTRAS:
@@ -49,7 +52,7 @@ def require(module: str, *, extra: str, feature: str | None = None) -> ModuleTyp
         return importlib.import_module(module)
     except ImportError as err:
         what = feature or f"jaxwise's {extra} support"
-        raise ImportError(
+        raise MissingExtraError(
             f"{what} needs {module.split('.')[0]}, which is not installed: "
             f"pip install 'jaxwise[{extra}]'",
             name=err.name,

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from jaxwise._errors import JaxwiseError
+
 __all__ = ["FileLock", "LockHeld", "describe_holder", "set_command"]
 
 _COMMAND: list[str] = []
@@ -69,7 +71,7 @@ def describe_holder(holder: dict[str, Any] | None) -> str:
     return text
 
 
-class LockHeld(Exception):
+class LockHeld(JaxwiseError):
     """The lock is held by another process; ``holder`` says who (or None when it is unknown)."""
 
     def __init__(self, path: Path, holder: dict[str, Any] | None) -> None:

@@ -29,11 +29,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
-from jaxwise._errors import UserError
+from jaxwise._errors import JaxwiseError
 
 __all__ = ["build_parser", "main"]
-
-_ANTICIPATED = ("DataError", "CheckpointError", "DonationError", "CompileBudgetExceeded")
 
 
 def _hidden(text: str) -> tuple[int, ...]:
@@ -478,14 +476,6 @@ def _one_line(err: BaseException) -> str:
     return text or type(err).__name__
 
 
-def _is_anticipated(err: BaseException) -> bool:
-    if isinstance(err, ImportError) and "pip install 'jaxwise[" in str(err):
-        return True  # a missing extra (jaxwise._extras.require): one line, exit 2
-    return isinstance(err, UserError) or (
-        type(err).__name__ in _ANTICIPATED and type(err).__module__.startswith("jaxwise")
-    )
-
-
 def _disk_full(err: BaseException) -> str | None:
     import errno
 
@@ -548,13 +538,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if full is not None:
             print(f"jaxwise: error: {full}", file=sys.stderr)
             return 2
-        if _is_anticipated(err):
+        if isinstance(err, JaxwiseError):  # one line; exit 2 unless the class says otherwise
             print(f"jaxwise: error: {_one_line(err)}", file=sys.stderr)
-            return 2
-        code = getattr(err, "exit_code", None)
-        if isinstance(code, int):
-            print(f"jaxwise: error: {_one_line(err)}", file=sys.stderr)
-            return code
+            code = getattr(err, "exit_code", 2)
+            return code if isinstance(code, int) else 2
         if isinstance(err, MemoryError):
             print(
                 "jaxwise: error: out of memory; try a smaller --hidden or --batch-size",

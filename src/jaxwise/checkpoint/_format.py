@@ -25,6 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from jaxwise._errors import JaxwiseError
 from jaxwise._extras import require
 from jaxwise._lock import FileLock, LockHeld, describe_holder
 from jaxwise.checkpoint._safety import drop_closed_loop_reports
@@ -34,7 +35,7 @@ STATE, META = "state", "meta"
 LOCK_NAME = ".jaxwise-writer.lock"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(JaxwiseError, ValueError):
     """A checkpoint is missing, incomplete, corrupted, locked, or does not fit the target state."""
 
     __module__ = "jaxwise.checkpoint"

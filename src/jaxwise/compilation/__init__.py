@@ -38,6 +38,7 @@ from jaxwise.compilation._explain import Difference as Difference
 from jaxwise.compilation._explain import parse_cache_miss as parse_cache_miss
 from jaxwise.compilation._hub import CompileEvent as CompileEvent
 from jaxwise.compilation._hub import explain_recompiles as explain_recompiles
+from jaxwise.compilation._hub import subscribe as subscribe
 from jaxwise.compilation._stage import StageReport as StageReport
 from jaxwise.compilation._stage import count_eqns as count_eqns
 from jaxwise.compilation._stage import stage_report as stage_report
@@ -56,4 +57,5 @@ __all__ = [
     "explain_recompiles",
     "parse_cache_miss",
     "stage_report",
+    "subscribe",
 ]

@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_bool, check_choice, check_int
+from jaxwise._errors import JaxwiseError
 from jaxwise.compilation._hub import HUB, CompileEvent
 
 __all__ = ["CompileBudget", "CompileBudgetExceeded", "CompileCounter", "compile_budget"]
@@ -27,7 +28,7 @@ __all__ = ["CompileBudget", "CompileBudgetExceeded", "CompileCounter", "compile_
 OnExceed = Literal["raise", "warn"]
 
 
-class CompileBudgetExceeded(RuntimeError):
+class CompileBudgetExceeded(JaxwiseError, RuntimeError):
     """Raised when a block or function compiled more often than budgeted (or, with ``exact``, less).
 
     Args:
@@ -51,15 +52,16 @@ class CompileBudgetExceeded(RuntimeError):
 @dataclasses.dataclass(frozen=True)
 class _Target:
     """What a counter counts: a name, one function's ``"name at file:line"``, or, for a
-    jitted target, the exact function object it traces (``fun_id``)."""
+    jitted target, the exact function objects it traces (``fun_ids``: the wrapped function
+    and those it wraps in turn, ``functools.wraps``' ``__wrapped__`` chain)."""
 
     name: str
     source: str | None
-    fun_id: int | None = None
+    fun_ids: frozenset[int] = frozenset()
 
     def matches(self, event: CompileEvent) -> bool:
-        if self.fun_id is not None and event.function_id is not None:
-            return event.function_id == self.fun_id
+        if self.fun_ids and event.function_id is not None:
+            return event.function_id in self.fun_ids
         if self.source is not None and event.source is not None:
             return event.source == self.source
         return event.fun_name in (f"jit({self.name})", self.name) or event.function == self.name
@@ -82,6 +84,15 @@ def _source_of(fn: Any) -> tuple[str, str | None]:
     return name, source
 
 
+def _wrapped_chain(fn: Any) -> list[Any]:
+    """``fn`` and every function it wraps (``__wrapped__``), outermost first."""
+    chain: list[Any] = []
+    while fn is not None and all(fn is not seen for seen in chain):
+        chain.append(fn)
+        fn = getattr(fn, "__wrapped__", None)
+    return chain
+
+
 def resolve_target(target: Any) -> _Target | None:
     """Turn a counter's ``target`` argument into a `_Target` (``None``: everything)."""
     if target is None:
@@ -98,7 +109,7 @@ def resolve_target(target: Any) -> _Target | None:
         # A jitted function traces exactly the object it wraps: identify its programs by it
         # (the target keeps that object alive, so its id cannot be reused meanwhile).
         wrapped = getattr(target, "__wrapped__", None) if hasattr(target, "lower") else None
-        return _Target(name, source, id(wrapped) if wrapped is not None else None)
+        return _Target(name, source, frozenset(map(id, _wrapped_chain(wrapped))))
     raise TypeError(
         f"`target` must be None, a function name (str), a jitted function or an object "
         f"with a `.jitted` attribute, got {type(target).__name__}"

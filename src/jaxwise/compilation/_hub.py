@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import threading
 import weakref
+from collections.abc import Callable
 from typing import Any, Literal
 
 import jax
@@ -22,7 +23,7 @@ import jax
 from jaxwise.compilation import _jaxkeys
 from jaxwise.compilation._explain import CacheMiss, from_context, parse_cache_miss, placement_miss
 
-__all__ = ["HUB", "CompileEvent", "explain_recompiles"]
+__all__ = ["HUB", "CompileEvent", "explain_recompiles", "subscribe"]
 
 _COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 # JAX logs its tracing-cache-miss explanations from this module's logger
@@ -133,7 +134,11 @@ class _Hub:
 
     def _event(self, fun_name: str, seconds: float) -> CompileEvent:
         ctx = _jaxkeys.compile_context()
-        miss, fun_id = self._pop_pending(fun_name, ctx.defined_at if ctx is not None else None)
+        miss, fun_id = self._pop_pending(
+            fun_name,
+            ctx.defined_at if ctx is not None else None,
+            ctx.name if ctx is not None else None,
+        )
         if ctx is not None:
             previous = self._placements.get(ctx.jaxpr)
             try:
@@ -214,17 +219,19 @@ class _Hub:
         return miss
 
     def _pop_pending(
-        self, fun_name: str, defined_at: str | None
+        self, fun_name: str, defined_at: str | None, source_name: str | None = None
     ) -> tuple[CacheMiss | None, int | None]:
         """The newest queued miss of this function (same name and, when known, the same place
         of definition: a miss left by another function of that name, traced inside an outer
-        jit and never compiled on its own, is not this compile's)."""
+        jit and never compiled on its own, is not this compile's). A function renamed after
+        its definition (``fn.__name__ = ...``) compiles under its new name but is traced
+        under its ``def`` name (``source_name``): either matches."""
         pending = self._pending()
-        inner = _inner_name(fun_name)
+        names = {_inner_name(fun_name), source_name} - {None}
         for i in range(len(pending) - 1, -1, -1):
             miss = pending[i][0]
             same_place = defined_at is None or miss.defined_at in (None, defined_at)
-            if miss.function == inner and same_place:
+            if miss.function in names and same_place:
                 return pending.pop(i)
         return None, None
 
@@ -298,6 +305,54 @@ class _CaptureFilter(logging.Filter):
 
 
 HUB = _Hub()
+
+
+class _Listener:
+    """A function as a sink of the hub (sinks have a ``record`` method)."""
+
+    def __init__(self, listener: Callable[[CompileEvent], None]) -> None:
+        self.record = listener
+
+
+def subscribe(
+    listener: Callable[[CompileEvent], None], *, explain: bool = True
+) -> Callable[[], None]:
+    """Call ``listener`` with every backend compilation of the process, until unsubscribed.
+
+    What `CompileCounter` and ``jaxwise.watch`` are built on: each compilation arrives as a
+    [`CompileEvent`][jaxwise.compilation.CompileEvent] while it happens (on the thread that
+    compiles). With ``explain`` the event carries its
+    [`CacheMiss`][jaxwise.compilation.CacheMiss] (``jax_explain_cache_misses`` is on while
+    subscribed, its output hidden unless the user turned it on).
+
+    Args:
+        listener: called with each `CompileEvent`; a ``RuntimeError`` it raises propagates to
+            the compiling call (how budgets stop a run).
+        explain: also explain each compile (a little tracing overhead).
+
+    Returns:
+        ``unsubscribe()``: stops the calls (calling it twice does nothing).
+
+    Raises:
+        TypeError: ``listener`` is not callable or ``explain`` not a bool.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> seen, x = [], jnp.ones(2)
+        >>> unsubscribe = subscribe(lambda event: seen.append(event.function))
+        >>> def add_one(x): return x + 1
+        >>> _ = jax.jit(add_one)(x)
+        >>> unsubscribe()
+        >>> [name for name in seen if not name.startswith("broadcast")]
+        ['add_one']
+    """
+    if not callable(listener):
+        raise TypeError(f"`listener` must be callable, got {type(listener).__name__}")
+    if not isinstance(explain, bool):
+        raise TypeError(f"`explain` must be a bool, got {explain!r}")
+    sink = _Listener(listener)
+    HUB.add_sink(sink, explain)
+    return lambda: HUB.remove_sink(sink, explain)
 
 
 class explain_recompiles:

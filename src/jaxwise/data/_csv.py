@@ -10,11 +10,12 @@ from pathlib import Path
 import numpy as np
 
 from jaxwise._checks import check_path, missing_path
+from jaxwise._errors import JaxwiseError
 
 __all__ = ["DataError", "Features", "Table", "load_csv", "load_features"]
 
 
-class DataError(ValueError):
+class DataError(JaxwiseError, ValueError):
     """A problem with a user's data file, described in one line."""
 
     __module__ = "jaxwise.data"

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import jax
 
 from jaxwise._checks import check_callable
-from jaxwise.debug._frames import Frame, is_library_file, live_rule_frames, source_frames
+from jaxwise._frames import Frame, is_library_file, live_rule_frames, source_frames
 from jaxwise.debug._replay import Origin, Replay, bad_kind
 
 __all__ = ["NanReport", "locate_nan"]

@@ -32,6 +32,7 @@ from jaxwise._cli_options import (
     option_int,
     parameter_count,
 )
+from jaxwise._errors import JaxwiseError
 from jaxwise._progress import progress_bar
 from jaxwise.models import mlp_apply
 from jaxwise.tree import mask_by_path
@@ -39,7 +40,7 @@ from jaxwise.tree import mask_by_path
 DELTA = 1e-5
 
 
-class RunFailed(Exception):
+class RunFailed(JaxwiseError):
     """A run finished without a usable model (non-finite loss, every step skipped): exit code 1."""
 
     __module__ = "jaxwise.jobs"

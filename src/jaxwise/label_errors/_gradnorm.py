@@ -11,9 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_int
+from jaxwise._losses import ChunkSize, LossFn, Method, batch_size_of
 from jaxwise.label_errors._confident import LabelIssues
 from jaxwise.per_example import per_example_grad_norms
-from jaxwise.per_example._common import ChunkSize, LossFn, Method, batch_size_of
 
 __all__ = ["hardest_examples"]
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from jaxwise._errors import JaxwiseError
 from jaxwise.lint import (
     _jw001_jit_in_loop,
     _jw002_static_class,
@@ -224,7 +225,7 @@ def _read_regular(path: Path, limit: int) -> bytes:
         return handle.read(limit)
 
 
-class LintSkip(Exception):
+class LintSkip(JaxwiseError):
     """A file that cannot be linted (the message says why)."""
 
 

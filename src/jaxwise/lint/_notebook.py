@@ -17,6 +17,8 @@ import dataclasses
 import json
 import re
 
+from jaxwise._errors import JaxwiseError
+
 __all__ = ["Cell", "NotebookError", "code_cells", "join_cells"]
 
 _MAGIC = re.compile(r"^(\s*)(?:[A-Za-z_][\w.]*\s*=\s*)?[%!]")
@@ -24,7 +26,7 @@ _HELP = re.compile(r"^(\s*)(?:\?.*|[\w.]+\?\??\s*)$")
 _PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun"})
 
 
-class NotebookError(ValueError):
+class NotebookError(JaxwiseError, ValueError):
     """The file is not a notebook this linter can read (the message says why)."""
 
 

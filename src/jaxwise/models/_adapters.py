@@ -16,7 +16,7 @@ import jax
 
 from jaxwise._checks import is_key
 from jaxwise._extras import require
-from jaxwise.models._private import equinox_mode, linen_mode, nnx_mode
+from jaxwise._model_modes import equinox_mode, linen_mode, nnx_mode
 
 if TYPE_CHECKING:  # optional extras: imported only for type checkers
     import equinox as eqx

@@ -76,6 +76,15 @@ def _normalize_axis(axis: Axis, ndim: int) -> tuple[int, ...]:
     return tuple(a % max(ndim, 1) for a in axes)
 
 
+def _check_broadcasts(ok: tuple[int, ...], x: tuple[int, ...]) -> None:
+    """Numpy's broadcasting rule, checked before tracing so the error names ``ok``."""
+    for a, b in zip(reversed(ok), reversed(x)):
+        if a != b and 1 not in (a, b):
+            raise ValueError(
+                f"`ok` must broadcast against `x`: got `ok` of shape {ok} and `x` of shape {x}"
+            )
+
+
 def double_where(
     fn: Callable[[Array], Array],
     x: ArrayLike,
@@ -103,6 +112,7 @@ def double_where(
 
     Raises:
         TypeError: ``fn`` is not callable, ``x`` is not an array, or ``ok`` is not boolean.
+        ValueError: ``ok``'s shape does not broadcast against ``x``'s.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -117,6 +127,7 @@ def double_where(
     ok = jnp.asarray(ok) if not isinstance(ok, Tracer) else ok
     if ok.dtype != jnp.bool_:
         raise TypeError(f"`ok` must be a boolean array, got dtype {ok.dtype}")
+    _check_broadcasts(ok.shape, x.shape)
     safe_x = jnp.where(ok, x, jnp.asarray(safe_value, x.dtype))
     out = fn(safe_x)
     return jnp.where(ok, out, jnp.asarray(fill, out.dtype))

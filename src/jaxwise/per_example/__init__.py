@@ -36,10 +36,10 @@ Examples:
     [2.0, 2.0]
 """
 
+from jaxwise._losses import LossFn as LossFn
 from jaxwise.per_example._api import clip_and_sum as clip_and_sum
 from jaxwise.per_example._api import ghost_coverage as ghost_coverage
 from jaxwise.per_example._api import per_example_grad_norms as per_example_grad_norms
-from jaxwise.per_example._common import LossFn as LossFn
 from jaxwise.per_example._graph import CoverageRow as CoverageRow
 from jaxwise.per_example._vmap import auto_chunk_size as auto_chunk_size
 from jaxwise.per_example._vmap import per_example_grads as per_example_grads

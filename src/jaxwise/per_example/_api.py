@@ -7,8 +7,7 @@ from typing import Any
 import jax
 
 from jaxwise._checks import check_array, check_int
-from jaxwise.per_example import _ghost
-from jaxwise.per_example._common import (
+from jaxwise._losses import (
     DEFAULT_MEMORY_BUDGET,
     ChunkSize,
     LossFn,
@@ -23,6 +22,7 @@ from jaxwise.per_example._common import (
     leaf_label,
     weights_of,
 )
+from jaxwise.per_example import _ghost
 from jaxwise.per_example._graph import CoverageRow, Program, Unsupported, coverage, trace
 from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
 

@@ -24,6 +24,7 @@ import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwise._errors import JaxwiseError
 from jaxwise.tree import path_names
 
 CONST, PARAM, EXAMPLE = 0, 1, 2
@@ -61,7 +62,7 @@ _ELEMENTWISE = frozenset(
 )
 
 
-class Unsupported(Exception):
+class Unsupported(JaxwiseError):
     """The program cannot be analysed (the caller falls back to ``vmap``)."""
 
 

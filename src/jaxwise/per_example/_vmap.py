@@ -10,8 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_int
-from jaxwise.optim import global_norm
-from jaxwise.per_example._common import (
+from jaxwise._losses import (
     DEFAULT_MEMORY_BUDGET,
     LossFn,
     batch_size_of,
@@ -19,6 +18,7 @@ from jaxwise.per_example._common import (
     check_params,
     clip_factor,
 )
+from jaxwise.optim import global_norm
 
 _MAPPED = (None, 0)  # params shared, the batch mapped over its leading axis
 

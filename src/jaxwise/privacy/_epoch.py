@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxwise._checks import check_int
 from jaxwise.buckets import plan_buckets
-from jaxwise.per_example._common import ChunkSize, Method
+from jaxwise._losses import ChunkSize, Method
 from jaxwise.privacy._mechanism import ClipPolicy, dp_gradient_fn
 from jaxwise.privacy._sampling import poisson_batch
 from jaxwise.train import TrainEpoch, make_epoch

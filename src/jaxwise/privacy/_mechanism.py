@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_bool, check_callable
-from jaxwise.per_example._common import (
+from jaxwise._losses import (
     ChunkSize,
     Method,
     check_chunk,

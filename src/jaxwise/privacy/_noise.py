@@ -14,8 +14,7 @@ from jaxwise._checks import (
     check_float,
     check_key,
 )
-from jaxwise.per_example import clip_and_sum
-from jaxwise.per_example._common import (
+from jaxwise._losses import (
     ChunkSize,
     Method,
     batch_size_of,
@@ -23,6 +22,7 @@ from jaxwise.per_example._common import (
     check_loss,
     leaf_label,
 )
+from jaxwise.per_example import clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
     advance,

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from jaxwise._checks import is_key
 from jaxwise._loss_output import unpack_loss_output
-from jaxwise.models._private import example_mixing_error, private_training
+from jaxwise._model_modes import example_mixing_error, private_training
 from jaxwise.tree import path_names
 
 __all__ = ["NO_MODEL_STATE", "advance", "check_state_flags", "dp_context", "per_example"]

@@ -31,6 +31,7 @@ import jax
 import optax
 from jax.core import Tracer
 
+from jaxwise._errors import JaxwiseError
 from jaxwise._events import DonationFailed, donation_suspended, publish
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
@@ -43,7 +44,7 @@ __all__ = [
 ]
 
 
-class DonationError(ValueError):
+class DonationError(JaxwiseError, ValueError):
     """A state cannot be donated safely (shared buffers, deleted arrays, or unusable donations).
 
     Args:

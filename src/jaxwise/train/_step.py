@@ -13,10 +13,11 @@ from jax.sharding import Mesh
 
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._params import check_alive, check_params, describe_leaves
+from jaxwise._placement import data_size as _data_size
+from jaxwise._placement import feeding_processes, keep_layout, place_for_mesh
 from jaxwise._prefetch import place_batch
-from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
-from jaxwise.sharding._mesh import data_size as _data_size
-from jaxwise.sharding._mesh import feeding_processes, keep_layout, place_for_mesh, replicated
+from jaxwise.sharding import batch_sharding as _batch_sharding
+from jaxwise.sharding import replicated
 from jaxwise.train._donation import Audit, check_optimizer_fits
 from jaxwise.train._gradient import GradientFn, StatefulGradientFn, gradient_loss, value_and_grad
 from jaxwise.train._state import TrainState, check_optimizer, check_train_state

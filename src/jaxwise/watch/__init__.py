@@ -19,8 +19,8 @@ through the typed event channel ``jaxwise._events``.
 Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit`` and
 ``jax.pmap``, for the duration of a watch), ``_calls`` (per-call argument checks),
 ``_arguments`` (Equinox's arguments by the user's names), ``_donations`` (why a donation
-failed), ``_nans`` (NaN checking), ``_report`` (the report and its JSON), ``_run`` (running a
-script: the command line).
+failed), ``_nans`` (NaN checking), ``_report`` (the report and its JSON), ``_run`` (`run_script`: running a
+script, what ``jaxwise watch`` does).
 """
 
 from jaxwise.watch._report import DonationFinding as DonationFinding
@@ -28,6 +28,7 @@ from jaxwise.watch._report import FunctionReport as FunctionReport
 from jaxwise.watch._report import NanFinding as NanFinding
 from jaxwise.watch._report import TransferSite as TransferSite
 from jaxwise.watch._report import WatchReport as WatchReport
+from jaxwise.watch._run import run_script as run_script
 from jaxwise.watch._watch import Watch as Watch
 
 __all__ = [
@@ -37,4 +38,5 @@ __all__ = [
     "TransferSite",
     "Watch",
     "WatchReport",
+    "run_script",
 ]

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 import jax
 from jax._src import core as _core
 
-from jaxwise.debug._frames import user_site
+from jaxwise._frames import user_site
 
 __all__ = ["ORIGINAL_JIT", "ORIGINAL_PMAP", "Tracked", "installed", "under_transformation"]
 

@@ -31,7 +31,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from jaxwise._checks import UserError
-from jaxwise.debug._frames import is_library_file
+from jaxwise._frames import is_library_file
 from jaxwise.watch._report import WatchReport
 from jaxwise.watch._watch import Watch
 
@@ -192,6 +192,14 @@ def run_script(
         The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
         After a ``KeyboardInterrupt`` it does not return: the report is written, then the
         process dies by SIGINT.
+
+    Examples:
+        >>> import io, pathlib, tempfile
+        >>> script = pathlib.Path(tempfile.mkdtemp()) / "hello.py"
+        >>> _ = script.write_text("print('hello')")
+        >>> run_script(str(script), stream=io.StringIO(), rich=False)
+        hello
+        0
     """
     out: TextIO = stream if stream is not None else sys.stderr
     _check_outputs(script, json_path, html_path)

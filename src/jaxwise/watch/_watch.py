@@ -34,9 +34,8 @@ import jax
 
 from jaxwise import _events
 from jaxwise._checks import check_bool, check_int
-from jaxwise.compilation import CacheMiss, Difference
-from jaxwise.compilation._hub import HUB, CompileEvent
-from jaxwise.debug._frames import short_path, user_frame, user_site
+from jaxwise._frames import short_path, user_frame, user_site
+from jaxwise.compilation import CacheMiss, CompileEvent, Difference, subscribe
 from jaxwise.watch import _arguments, _calls, _donations, _patch
 from jaxwise.watch._names import name_in_frame
 from jaxwise.watch._report import (
@@ -217,8 +216,7 @@ class Watch:
                 jax.monitoring.register_event_duration_secs_listener(_duration_listener)
                 _LISTENING = True
         self._restore.append(lambda: _ignore(patch.__exit__(None, None, None)))
-        HUB.add_sink(self._sink, True)
-        self._restore.append(lambda: HUB.remove_sink(self._sink, True))
+        self._restore.append(subscribe(self._sink.record))
         self._restore.append(_events.subscribe(self._on_event))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
             suspended = _events.suspend_donation("jaxwise watch: NaN checking")

@@ -1,4 +1,4 @@
-"""Shared types, validation and small helpers of `jaxwise.per_example`."""
+"""The loss-function contract shared by per_example, privacy and label_errors: types, checks."""
 
 from __future__ import annotations
 

@@ -1,0 +1,87 @@
+"""Packages talk through public names: no ``from jaxwise.<other package>._private import``.
+
+A helper two packages share lives in a top-level private module (``jaxwise/_frames.py``), and
+a package reaches another only through that package's public names.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jaxwise
+
+SRC = Path(jaxwise.__file__).parent
+# TODO(lead): both go when their owners' branches land (empty this set then):
+# watch's `_events` channel replaces `train._donation.LISTENERS` (branch watch), and
+# train/_ensemble.py, rewritten on the public gradient API by branch compose, moves to
+# label_errors/ (it is label_errors' out-of-fold trainer).
+PENDING = {
+    "label_errors/_oof.py: jaxwise.train._ensemble",
+}
+
+
+def _own_package(path: Path, root: Path) -> str | None:
+    """``train`` for ``jaxwise/train/_step.py``; None for a top-level module."""
+    parts = path.relative_to(root).parts
+    return parts[0] if len(parts) > 1 else None
+
+
+def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The dotted names an import statement reaches (``jaxwise.train._step`` ...)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if node.module and node.level == 0:
+        return [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+    return []  # a relative import stays inside its package
+
+
+def _private_cross_package(name: str, own: str | None) -> bool:
+    parts = name.split(".")
+    if len(parts) < 3 or parts[0] != "jaxwise" or parts[1].startswith("_"):
+        return False  # not a sub-package's module (a top-level private module is shared)
+    return parts[1] != own and any(part.startswith("_") for part in parts[2:])
+
+
+def private_cross_package_imports(root: Path = SRC) -> list[str]:
+    """``file:line: name`` for every import of another package's private module."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        own = _own_package(path, root)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            bad = [name for name in _imported(node) if _private_cross_package(name, own)]
+            if bad:  # one line per import statement
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {bad[0]}")
+    return found
+
+
+def test_no_private_cross_package_import() -> None:
+    found = [
+        line
+        for line in private_cross_package_imports()
+        if f"{line.split(':')[0]}: {line.split(': ')[1]}" not in PENDING
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_scan_finds_each_form(tmp_path: Path) -> None:
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "_x.py").write_text(
+        "from jaxwise.sharding._mesh import data_size\n"
+        "import jaxwise.debug._frames\n"
+        "from jaxwise.watch import _run\n"
+        "def f():\n    from jaxwise.jobs._render import render\n"
+        "from jaxwise.train._state import TrainState\n"  # its own package: fine
+        "from jaxwise._events import publish\n"  # a top-level private module: fine
+        "from jaxwise.sharding import data_size\n"  # a public name: fine
+        "import jaxwise._frames\n"  # a top-level private module: fine
+    )
+    found = private_cross_package_imports(tmp_path)
+    assert [line.split(": ")[1] for line in found] == [
+        "jaxwise.sharding._mesh",
+        "jaxwise.debug._frames",
+        "jaxwise.watch._run",
+        "jaxwise.jobs._render",
+    ]
