@@ -29,7 +29,7 @@ def _state(tx):
 
 def test_a_budget_on_one_epoch_ignores_another_epoch_of_the_same_loss():
     tx = optim.sgd(0.1)
-    first, second = make_train_epoch(_loss, tx, 4), make_train_epoch(_loss, tx, 4)
+    first, second = make_train_epoch(_loss, 4), make_train_epoch(_loss, 4)
     data = _data()
     with CompileCounter(first) as counter:
         second(_state(tx), data)
@@ -42,7 +42,7 @@ def test_a_budget_on_one_epoch_ignores_another_epoch_of_the_same_loss():
 
 def test_a_budget_on_one_step_ignores_another_step_of_the_same_loss():
     tx = optim.sgd(0.1)
-    first, second = make_train_step(_loss, tx), make_train_step(_loss, tx)
+    first, second = make_train_step(_loss), make_train_step(_loss)
     x, y = _data()
     with CompileCounter(first) as counter:
         second(_state(tx), (x[:4], y[:4]))

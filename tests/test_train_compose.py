@@ -55,7 +55,11 @@ def test_plain_epoch_is_bit_identical_to_the_old_make_train_epoch():
     assert np.concatenate(losses).tobytes() == GOLDEN["plain_loss"].tobytes()
 
 
-def test_composed_dp_epoch_is_bit_identical_to_the_old_make_dp_train_epoch():
+def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():
+    # Bit-identical when composition landed; the padding fix that keeps NaN in masked-out rows
+    # out of the gradient (a masked row is replaced by a real one before the backward pass)
+    # changed XLA's summation order, so parameters and norms now agree to float32 rounding.
+    # Batch sizes and the key (the sampling) stay exact.
     x, y = golden.data()
     gradient = dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.1)
     state = TrainState.create(golden.params(), optim.sgd(0.1), jax.random.key(4), gradient=gradient)
@@ -66,10 +70,10 @@ def test_composed_dp_epoch_is_bit_identical_to_the_old_make_dp_train_epoch():
             state, metrics = epoch(state, {"x": x, "y": y})
             sizes.append(metrics["batch_size"])
             norms.append(metrics["grad_norm"])
-    assert np.asarray(state.params["w"]).tobytes() == GOLDEN["dp_w"].tobytes()
-    assert np.asarray(state.params["b"]).tobytes() == GOLDEN["dp_b"].tobytes()
+    np.testing.assert_allclose(state.params["w"], GOLDEN["dp_w"], rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(state.params["b"], GOLDEN["dp_b"], rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(np.concatenate(sizes), GOLDEN["dp_batch_size"])
-    assert np.concatenate(norms).tobytes() == GOLDEN["dp_grad_norm"].tobytes()
+    np.testing.assert_allclose(np.concatenate(norms), GOLDEN["dp_grad_norm"], rtol=1e-6)
     np.testing.assert_array_equal(jax.random.key_data(state.key), GOLDEN["dp_key"])
     assert epoch.gradient.noise_multiplier == 1.1 and epoch.sampler.sample_rate(50) == 16 / 50
 

@@ -182,7 +182,10 @@ def run_script(
         argv: its arguments.
         json_path: also write the report as strict JSON there.
         html_path: also write the report as one self-contained HTML page there.
-        nans, transfers, fail_on, warmup: as for `Watch`.
+        nans: as for `Watch`.
+        transfers: as for `Watch`.
+        fail_on: as for `Watch`.
+        warmup: as for `Watch`.
         stream: where the report goes (default ``sys.stderr``).
         rich: render a rich table (needs ``jaxwise[cli]``); else plain text.
         numpy_state: NumPy's global random state from before jax was imported
