@@ -73,9 +73,8 @@ def test_roundtrip_keeps_nesting_keys_model_state_and_metadata(tmp_path, key):
     state = make_state(key, step=5, width=8)
     out = save(tmp_path / "ck", state, {"epoch": 2, "note": "dotted"})
     assert out == (tmp_path / "ck" / "5").absolute()
-    restored, meta = restore(
-        tmp_path / "ck", like=make_state(jax.random.key(9), width=8), with_metadata=True
-    )
+    restored = restore(tmp_path / "ck", like=make_state(jax.random.key(9), width=8))
+    meta = load_metadata(tmp_path / "ck", step=int(restored.step))
     assert_same(restored, state)
     assert jnp.issubdtype(restored.key.dtype, jax.dtypes.prng_key)
     assert restored.params["enc.w"].tolist() != restored.params["enc"]["w"].tolist()
@@ -172,8 +171,8 @@ def test_damaged_newest_step_falls_back_to_the_last_intact_one(tmp_path, key, da
     with pytest.warns(
         CheckpointWarning, match=r"skipped damaged checkpoint step 2 \(.*\) in .*; restored step 1"
     ):
-        restored, meta = restore(ck, like=like, with_metadata=True)
-    assert int(restored.step) == 1 and meta == {"epoch": 1}
+        restored = restore(ck, like=like)
+    assert int(restored.step) == 1 and load_metadata(ck, step=1) == {"epoch": 1}
     assert_same(restored, make_state(key, step=1))
     with pytest.raises(CheckpointError, match="checkpoint step 2 in .* is damaged") as info:
         restore(ck, like=like, step=2)
@@ -282,9 +281,18 @@ def test_async_save_keeps_the_newest_and_restores(tmp_path, key):
     assert load_metadata(ck, step=3) == {"i": 3}
 
 
-def test_plain_orbax_reads_a_jaxwise_checkpoint(tmp_path, key):
+@pytest.fixture
+def orbax_writes(monkeypatch):
+    """Steps written as in a multi-process job: an orbax pytree item beside the metadata."""
+    from jaxwise.checkpoint import _checkpointer
+
+    monkeypatch.setattr(_checkpointer, "writes_natively", lambda: False)
+
+
+def test_plain_orbax_reads_a_multi_process_jaxwise_checkpoint(tmp_path, key, orbax_writes):
     state = make_state(key, step=3)
     save(tmp_path / "ck", state)
+    assert_same(restore(tmp_path / "ck", like=make_state(jax.random.key(2))), state)
     manager = ocp.CheckpointManager(tmp_path / "ck")
     tree = manager.restore(3, args=ocp.args.Composite(state=ocp.args.StandardRestore()))["state"]
     manager.close()
@@ -363,7 +371,7 @@ def test_jaxwise_restores_a_flax_train_state(tmp_path, key):
     assert_same(restored.key, like.key)  # Flax states carry no key: `like`'s is kept
 
 
-def test_checksum_compiles_once_for_saves_and_restore(tmp_path, key):
+def test_checksum_compiles_once_for_multi_process_saves_and_restore(tmp_path, key, orbax_writes):
     def unique_state(step):  # shapes no other test uses, so the first compile happens here
         params = {"w": jax.random.normal(key, (13, 7)), "b": jnp.zeros(7)}
         return TrainState.create(params, optim.adam(1e-3), step).replace(
@@ -398,15 +406,21 @@ def test_data_fingerprint_tells_data_apart(rng):
 
 def test_bad_arguments_are_named(tmp_path, key):
     state = make_state(key)
-    with pytest.raises(TypeError, match="`state` must be a TrainState"):
-        save(tmp_path / "a", {"w": jnp.ones(2)})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`step` is required to save a dict"):
+        save(tmp_path / "a", {"w": jnp.ones(2)})
+    with pytest.raises(TypeError, match="`tree` must be a pytree of arrays, got a str at `w`"):
+        save(tmp_path / "a", {"w": "x"}, step=1)
+    with pytest.raises(TypeError, match="`step` must be an int"):
+        save(tmp_path / "a", {"w": jnp.ones(2)}, step=1.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`step` must be >= 0"):
+        save(tmp_path / "a", {"w": jnp.ones(2)}, step=-1)
     with pytest.raises(TypeError, match="`metadata` must be JSON-serialisable"):
         save(tmp_path / "b", state, {"x": object()})
     with pytest.raises(ValueError, match="`keep` must be >= 1"):
         save(tmp_path / "c", state, keep=0)
     save(tmp_path / "d", state)
-    with pytest.raises(TypeError, match="`like` must be a TrainState"):
-        restore(tmp_path / "d", like={"w": 1})  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`like` must be a pytree of arrays, got a str at `w`"):
+        restore(tmp_path / "d", like={"w": "x"})
     with pytest.raises(TypeError, match="`step` must be an int"):
         restore(tmp_path / "d", like=state, step="0")  # type: ignore[arg-type]
     with pytest.raises(CheckpointError, match="no checkpoint directory"):
@@ -450,7 +464,8 @@ def test_steps_of_another_run_are_never_taken(tmp_path):
         CheckpointWarning,
         match=r"^skipped checkpoint step 5 \(written by another run\) in .*; restored step 2$",
     ):
-        state, meta = restore(ck, like=_small(0), run_id="run-a", with_metadata=True)
+        state = restore(ck, like=_small(0), run_id="run-a")
+    meta = load_metadata(ck, step=int(state.step), run_id="run-a")
     assert meta == {"epoch": 2} and state.params["w"].tolist() == [2.0] * 3
     with pytest.raises(CheckpointError, match="checkpoint step 5 in .*: written by another run"):
         load_metadata(ck, step=5, run_id="run-a")
@@ -499,21 +514,18 @@ def test_checkpointer_on_a_file_is_named(tmp_path):
 
 
 def _failing_write(monkeypatch, half_written):
-    """The orbax writer fails as a full disk makes it fail, after writing part of the step."""
-    from jaxwise.checkpoint import _safety
+    """The data file's write fails as a full disk makes it fail, after writing part of it."""
+    import errno
+
+    from jaxwise.checkpoint import _native, _safety
 
     monkeypatch.setattr(_safety, "check_space", lambda target, needed: None)
 
-    def save(self, directory, args):
-        tmp = Path(f"{directory}.orbax-checkpoint-tmp") / "state.orbax-checkpoint-tmp"
-        tmp.mkdir(parents=True)
-        (tmp / "d").write_bytes(half_written)
-        raise ValueError(
-            f'RESOURCE_EXHAUSTED: Error writing "params.w/0" in OCDBT database at local file '
-            f"\"{tmp}\": Failed to write 4096 bytes: No space left on device [os_error_code='28']"
-        )
+    def write_all(fd, buffers):
+        os.write(fd, half_written)
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ocp.Checkpointer, "save", save)
+    monkeypatch.setattr(_native, "_write_all", write_all)
 
 
 def test_a_full_disk_is_one_oserror_and_nothing_is_left(tmp_path, monkeypatch):
@@ -601,15 +613,14 @@ def test_signals_during_a_write_are_delivered_after_it():
 INTERRUPTED_SAVE = textwrap.dedent(
     """
     import os, signal, sys, jax.numpy as jnp
-    import orbax.checkpoint as ocp
     from jaxwise import optim
-    from jaxwise.checkpoint import latest_step, save
+    from jaxwise.checkpoint import _native, latest_step, save
     from jaxwise.train import TrainState
-    original = ocp.Checkpointer.save
-    def interrupted(self, *args, **kwargs):
+    original = _native.write_step
+    def interrupted(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C in the middle of the write
-        return original(self, *args, **kwargs)
-    ocp.Checkpointer.save = interrupted
+        return original(*args, **kwargs)
+    _native.write_step = interrupted
     try:
         save(sys.argv[1], TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), 0))
     except KeyboardInterrupt:

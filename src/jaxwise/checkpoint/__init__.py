@@ -1,33 +1,30 @@
-"""Checkpoints of a `jaxwise.train.TrainState` as orbax pytrees: integrity-checked, locked.
+"""Checkpoints of any pytree of arrays: atomic, integrity-checked, locked, asynchronous.
 
-Each step is an orbax pytree that keeps the state's nesting (readable with plain orbax),
-with a sealed table of leaves and checksums; a damaged step is skipped on restore, a
+A [`TrainState`][jaxwise.train.TrainState], a Flax NNX ``nnx.State``, an Equinox model's
+arrays or a plain dict is saved as one step directory: the leaves' bytes in one file and a
+sealed table of leaves with a checksum each; a damaged step is skipped on restore, a
 directory has one writer at a time, and arrays are restored onto the target's shardings
-(also across the processes of a ``jax.distributed`` job). Needs the ``checkpoint`` extra
+(also across the processes of a ``jax.distributed`` job, whose steps go through orbax).
+Plain orbax/Flax checkpoints are read too. Needs the ``checkpoint`` extra
 (``pip install 'jaxwise[checkpoint]'``, orbax-checkpoint).
 
 Examples:
     >>> import tempfile, jax.numpy as jnp
     >>> from jaxwise import optim
-    >>> from jaxwise.checkpoint import restore, save
+    >>> from jaxwise.checkpoint import load_metadata, restore, save
     >>> from jaxwise.train import TrainState
     >>> state = TrainState.create({"w": jnp.ones(2)}, optim.sgd(0.1), 0)
     >>> directory = tempfile.mkdtemp()
     >>> _ = save(directory, state, {"epoch": 0})
-    >>> restore(directory, like=state).params["w"].tolist()
-    [1.0, 1.0]
+    >>> restore(directory, like=state).params["w"].tolist(), load_metadata(directory)
+    ([1.0, 1.0], {'epoch': 0})
 """
 
-from jaxwise.checkpoint._checkpoint import (
-    Checkpointer,
-    CheckpointWarning,
-    data_fingerprint,
-    latest_step,
-    load_metadata,
-    restore,
-    save,
-)
-from jaxwise.checkpoint._format import CheckpointError
+from jaxwise.checkpoint._checkpointer import Checkpointer, save
+from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning
+from jaxwise.checkpoint._leaves import data_fingerprint
+from jaxwise.checkpoint._restore import restore
+from jaxwise.checkpoint._steps import latest_step, load_metadata
 
 __all__ = [
     "CheckpointError",

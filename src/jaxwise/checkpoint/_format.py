@@ -41,6 +41,12 @@ class CheckpointError(JaxwiseError, ValueError):
     __module__ = "jaxwise.checkpoint"
 
 
+class CheckpointWarning(UserWarning):
+    """A step was skipped (damaged, incomplete, another run's), or a dead writer's lock taken."""
+
+    __module__ = "jaxwise.checkpoint"
+
+
 class Damaged(CheckpointError):
     """One step of a checkpoint directory is unreadable or fails its integrity check."""
 
@@ -232,7 +238,10 @@ def is_pytree_dir(path: Path) -> bool:
 
 def layout(step_dir: Path) -> tuple[str, Path] | None:
     """``("jaxwise", dir)``, ``("orbax", item_dir)`` (plain orbax), or None if incomplete."""
-    if (step_dir / META / "metadata").is_file() and is_pytree_dir(step_dir / STATE):
+    state = step_dir / STATE
+    if (step_dir / META / "metadata").is_file() and (
+        (state / "data").is_file() or is_pytree_dir(state)
+    ):
         return "jaxwise", step_dir
     if (step_dir / META).exists() or (step_dir / STATE).exists():
         return None  # a jaxwise step with an item missing: incomplete

@@ -1,7 +1,13 @@
-"""Reading checkpoint trees onto ``like``'s shardings (jaxwise steps, plain orbax pytrees)."""
+"""Restoring a checkpoint onto ``like``'s structure and shardings (any pytree).
+
+Three kinds of step are read: jaxwise's single-process format (one data file), its
+multi-process format (an orbax pytree item beside the sealed metadata) and plain
+orbax/Flax pytree checkpoints (no integrity data).
+"""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -9,18 +15,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import is_key
+from jaxwise._checks import check_int, check_path, is_key
 from jaxwise.checkpoint import _format as fmt
-from jaxwise.checkpoint._format import CheckpointError, Damaged
-from jaxwise.train import TrainState, type_signature
+from jaxwise.checkpoint import _native as native
+from jaxwise.checkpoint import _safety as safety
+from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning, Damaged
+from jaxwise.checkpoint._leaves import check_static, check_structure, signature
+from jaxwise.checkpoint._native import sharding_of
+from jaxwise.checkpoint._steps import Foreign, candidates, check_identity, check_run_id, read_meta
 from jaxwise.tree import path_names
-
-
-def _sharding_of(leaf: Any) -> jax.sharding.Sharding:
-    sharding = getattr(leaf, "sharding", None)
-    if isinstance(sharding, jax.sharding.Sharding):
-        return sharding
-    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
 
 
 def _pytree_restore(item_dir: Path, target: Any) -> Any:
@@ -33,36 +36,9 @@ def _pytree_restore(item_dir: Path, target: Any) -> Any:
         raise Damaged(f"its files are unreadable ({type(err).__name__}: {first})") from None
 
 
-def _check_structure(doc: dict[str, Any], like: TrainState) -> None:
-    rows = doc["leaves"]
-    flat, _ = jax.tree_util.tree_flatten_with_path(like)
-    target = [
-        (n, tuple(s), d, list(fmt.stored_parts(p)))
-        for (n, s, d, _), (p, _) in zip(type_signature(like), flat)
-    ]
-    for row, (name, shape, dtype, parts) in zip(rows, target):
-        if row["name"] != name or row["path"] != parts:
-            raise CheckpointError(
-                f"first differing path: checkpoint has `{row['name']}`, `like` has `{name}`"
-            )
-        if tuple(row["shape"]) != shape or row["dtype"] != dtype:
-            raise CheckpointError(
-                f"at `{name}`: checkpoint {row['dtype']}{list(row['shape'])}, "
-                f"`like` {dtype}{list(shape)}"
-            )
-    if len(rows) != len(target):
-        which, extra = (
-            ("checkpoint", rows[len(target)]["name"])
-            if len(rows) > len(target)
-            else ("`like`", target[len(rows)][0])
-        )
-        raise CheckpointError(f"{which} has extra path `{extra}`")
-
-
-def restore_jaxwise(item_dir: Path, doc: dict[str, Any], like: TrainState) -> TrainState:
-    """Restore a jaxwise ``state`` item described by its sealed ``doc`` into ``like``."""
-    _check_structure(doc, like)
-    rows, like_leaves = doc["leaves"], jax.tree.leaves(like)
+def _restore_orbax_item(item_dir: Path, doc: dict[str, Any], like: Any) -> Any:
+    """Restore a format-2 ``state`` item (an orbax pytree) described by its sealed ``doc``."""
+    rows, like_leaves = doc["leaves"], check_structure(doc["leaves"], like)
     target = fmt.nest(
         [
             (
@@ -70,7 +46,7 @@ def restore_jaxwise(item_dir: Path, doc: dict[str, Any], like: TrainState) -> Tr
                 jax.ShapeDtypeStruct(
                     tuple(row["stored_shape"]),
                     np.dtype(row["stored_dtype"]),
-                    sharding=_sharding_of(leaf),
+                    sharding=sharding_of(leaf),
                 ),
             )
             for row, leaf in zip(rows, like_leaves)
@@ -102,7 +78,7 @@ def _is_meta_leaf(x: Any) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
-def _match(stored: Any, like: TrainState) -> dict[tuple[str, ...], Any]:
+def _match(stored: Any, like: Any) -> dict[tuple[str, ...], Any]:
     """Map the checkpoint's leaf paths to ``like``'s leaves (by their plain key strings)."""
     flat, _ = jax.tree_util.tree_flatten_with_path(stored, is_leaf=_is_meta_leaf)
     stored_paths = {fmt.raw_parts(p) for p, _ in flat}
@@ -137,10 +113,10 @@ def _target_leaf(meta: Any, leaf: Any, name: str) -> Any:
         if not (both_int and shape == ()):
             raise CheckpointError(f"at `{name}`: checkpoint {dtype}, `like` {leaf.dtype}")
         dtype = leaf.dtype  # e.g. Flax's Python-int step, stored as int64
-    return jax.ShapeDtypeStruct(shape, dtype, sharding=_sharding_of(leaf))
+    return jax.ShapeDtypeStruct(shape, dtype, sharding=sharding_of(leaf))
 
 
-def restore_orbax(item_dir: Path, like: TrainState) -> TrainState:
+def restore_orbax(item_dir: Path, like: Any) -> Any:
     """Restore a plain orbax/Flax pytree checkpoint with ``like``'s tree (no integrity data)."""
     stored = _orbax_tree(item_dir)
     wanted = _match(stored, like)
@@ -165,3 +141,103 @@ def restore_orbax(item_dir: Path, like: TrainState) -> TrainState:
             raise CheckpointError(f"at `{name}`: checkpoint {value.dtype}, `like` {leaf.dtype}")
         leaves.append(value)
     return jax.tree.unflatten(treedef, leaves)
+
+
+def _restore_one(step_dir: Path, number: int | None, like: Any, run_id: str | None) -> Any:
+    found = fmt.layout(step_dir)
+    if found is None:
+        raise Damaged("it is incomplete (an interrupted write or a stray directory)")
+    kind, item_dir = found
+    if kind == "orbax":
+        if run_id is not None:
+            raise Foreign("written by plain orbax, not by this run")
+        return restore_orbax(item_dir, like)
+    doc = read_meta(step_dir)
+    check_identity(doc, number, run_id)
+    check_static(doc, like)
+    if doc["format"] == native.FORMAT:
+        leaves = native.read_leaves(step_dir, doc["leaves"], check_structure(doc["leaves"], like))
+        return jax.tree.unflatten(jax.tree.structure(like), leaves)
+    return _restore_orbax_item(item_dir / fmt.STATE, doc, like)
+
+
+def restore(
+    path: str | Path, like: Any, step: int | None = None, *, run_id: str | None = None
+) -> Any:
+    """Restore a checkpoint into ``like``'s structure, placing every array on ``like``'s sharding.
+
+    ``like`` is any pytree of arrays (or ``jax.ShapeDtypeStruct`` leaves): a
+    [`TrainState`][jaxwise.train.TrainState], a Flax NNX ``nnx.State``, an Equinox
+    model's arrays. By default the newest step is restored; a step that is incomplete
+    (a stray or half-written directory), damaged (unreadable files, a leaf failing its
+    checksum, metadata failing its digest) or not the run's (a renamed or copied step
+    directory; with ``run_id``, another run's step) is skipped with one
+    `CheckpointWarning` naming it and the reason, and the newest intact step is
+    restored. With an explicit ``step`` such a step is an error. The checkpoint must have
+    ``like``'s paths, shapes, dtypes and static fields (else `CheckpointError` naming the
+    first difference). Works in every process of a ``jax.distributed`` job (``like``
+    sharded over a global mesh), and reads plain orbax/Flax checkpoints with the same tree
+    (``path`` a pytree directory or a directory of steps; a missing ``key`` is taken from
+    ``like``). The metadata of a step is read with
+    [`load_metadata`][jaxwise.checkpoint.load_metadata].
+
+    Resuming is bit-identical: training N epochs straight equals k epochs, save, restore
+    (in a fresh process) and N − k more.
+
+    Args:
+        path: the checkpoint directory.
+        like: a pytree of arrays or ``jax.ShapeDtypeStruct`` leaves giving the structure,
+            dtypes and target shardings.
+        step: the step to restore (default: the newest intact one).
+        run_id: take only the steps this run wrote (see
+            [`Checkpointer`][jaxwise.checkpoint.Checkpointer]).
+
+    Returns:
+        The restored tree, of ``like``'s structure.
+
+    Raises:
+        CheckpointError: no checkpoint, no usable step (each one named with its reason), a
+            damaged explicit ``step``, or a checkpoint that does not fit ``like``.
+        TypeError: ``like`` is not a pytree of arrays or ``step`` not an int.
+
+    Examples:
+        >>> import tempfile, jax.numpy as jnp
+        >>> from jaxwise.checkpoint import save
+        >>> directory = tempfile.mkdtemp()
+        >>> _ = save(directory, {"w": jnp.ones(2)}, step=1)
+        >>> restore(directory, like={"w": jnp.zeros(2)})["w"].tolist()
+        [1.0, 1.0]
+    """
+    check_path(path, "path")
+    signature(like, "like")
+    if step is not None:
+        step = check_int(step, "step", min_value=0)
+    run_id = check_run_id(run_id)
+    fmt.orbax()
+    fmt.quiet_orbax()
+    root = Path(path).absolute()
+    problems: list[str] = []
+    damaged_only = True
+    for number, step_dir in candidates(root, step):
+        label = "the checkpoint" if number is None else f"checkpoint step {number}"
+        try:
+            with safety.signals_held():
+                tree = _restore_one(step_dir, number, like, run_id)
+        except (Damaged, Foreign) as err:
+            if step is not None or number is None:
+                what = "is damaged" if isinstance(err, Damaged) else "is not this run's"
+                raise CheckpointError(f"{label} in {root} {what}: {err}") from None
+            damaged_only = damaged_only and isinstance(err, Damaged)
+            problems.append(f"step {number} ({err})")
+            continue
+        except CheckpointError as err:
+            raise CheckpointError(f"{label} in {root} does not fit `like`: {err}") from None
+        if problems:
+            warnings.warn(
+                f"skipped {'damaged ' if damaged_only else ''}checkpoint {'; '.join(problems)} "
+                f"in {root}; restored step {number}",
+                CheckpointWarning,
+                stacklevel=2,
+            )
+        return tree
+    raise CheckpointError(f"no intact checkpoint in {root}: {'; '.join(problems)}")

@@ -33,6 +33,7 @@ import jax
 import numpy as np
 
 TMP_MARK = ".orbax-checkpoint-tmp"
+TMP_MARKS = (TMP_MARK, ".jaxwise-tmp")  # orbax's temporary directories, and jaxwise's
 _FILE_OVERHEAD = 8192  # per file: blocks of the file system, orbax's small metadata files
 
 
@@ -94,13 +95,14 @@ def is_disk_full(err: BaseException) -> bool:
 
 
 def remove_leftovers(root: Path, step: int | None = None) -> list[str]:
-    """Delete orbax's temporary directories under ``root`` (of one ``step``, or all); names."""
+    """Delete the temporary directories of writes under ``root`` (one ``step``'s, or all)."""
     if not root.is_dir():
         return []
-    prefix = "" if step is None else f"{step}{TMP_MARK}"
+    prefixes = ("",) if step is None else tuple(f"{step}{mark}" for mark in TMP_MARKS)
     removed = []
     for path in sorted(root.iterdir()):
-        if TMP_MARK in path.name and path.name.startswith(prefix):
+        temporary = any(mark in path.name for mark in TMP_MARKS)
+        if temporary and path.name.startswith(prefixes):
             if path.is_dir() and not path.is_symlink():
                 shutil.rmtree(path, ignore_errors=True)
             else:

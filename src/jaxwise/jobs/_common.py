@@ -322,10 +322,11 @@ def checkpoint_warnings_as_lines() -> Iterator[None]:
 
 def restore_reporting(path: Path, like: Any, run_id: str | None) -> tuple[Any, dict[str, Any]]:
     """``(state, metadata)`` of the run's newest usable step; skipped steps said in one line."""
-    from jaxwise.checkpoint import restore
+    from jaxwise.checkpoint import load_metadata, restore
 
     with checkpoint_warnings_as_lines():
-        return restore(path, like=like, with_metadata=True, run_id=run_id)
+        state = restore(path, like=like, run_id=run_id)
+    return state, load_metadata(path, step=int(state.step), run_id=run_id)
 
 
 def save_reporting(path: Path, state: Any, metadata: dict[str, Any], run_id: str | None) -> None:
