@@ -51,6 +51,14 @@ def assert_bit_equal(a, b):
         assert np.asarray(x).tobytes() == np.asarray(y).tobytes()
 
 
+@pytest.fixture(autouse=True)
+def orbax_writer(monkeypatch):
+    """These tests gate orbax's writer (the multi-process format) to order the saves."""
+    from jaxwise.checkpoint import _checkpointer
+
+    monkeypatch.setattr(_checkpointer, "writes_natively", lambda: False)
+
+
 class GatedWriter:
     """A stand-in for orbax's writer: records what happens; ``save`` waits for ``release``."""
 
@@ -209,8 +217,10 @@ PRELUDE = """
     import os, signal, threading
     import jax.numpy as jnp, numpy as np
     from jaxwise import optim
-    from jaxwise.checkpoint import Checkpointer
+    from jaxwise.checkpoint import Checkpointer, _checkpointer
     from jaxwise.train import TrainState, fit, make_train_step
+
+    _checkpointer.writes_natively = lambda: False  # gate orbax's writer (multi-process format)
 
     def loss(p, b):
         return jnp.mean((b[0] @ p["w"] - b[1]) ** 2)

@@ -466,8 +466,11 @@ def fill_disk_for(monkeypatch, fragment):
 def fill_disk_for_checkpoints(monkeypatch):
     import orbax.checkpoint as ocp
 
-    from jaxwise.checkpoint import _safety
+    from jaxwise.checkpoint import _checkpointer, _safety
 
+    # orbax's writer (the multi-process format) hits the full disk; the single-process format
+    # meets a real one in test_a_real_full_disk_refuses_the_checkpoint_and_keeps_the_last
+    monkeypatch.setattr(_checkpointer, "writes_natively", lambda: False)
     monkeypatch.setattr(_safety, "check_space", lambda target, needed: None)
 
     def save(self, directory, args):
@@ -535,7 +538,7 @@ def test_a_real_full_disk_refuses_the_checkpoint_and_keeps_the_last(small_disk, 
     before = snapshot(run)
     stat = os.statvfs(small_disk)
     filler = small_disk / "filler"
-    filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 64 * 1024))
+    filler.write_bytes(b"\0" * (stat.f_bavail * stat.f_frsize - 16 * 1024))
     code, _, err = cli([*args, "--resume"], capsys)
     full_disk_line(code, err, run / "checkpoint")
     assert "(the checkpoint needs about" in err and leftovers(run) == []
