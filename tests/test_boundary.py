@@ -567,7 +567,7 @@ TRAIN: list[Row] = [
         "opt",
     ),
     ("donatable-deleted", lambda: train.check_donatable(_deleted_tree()), ValueError, "w"),
-    ("save-state-str", lambda: checkpoint.save(_tmp() / "ck", "state"), TypeError, "state"),  # pyright: ignore[reportArgumentType]
+    ("save-tree-str", lambda: checkpoint.save(_tmp() / "ck", "state"), TypeError, "tree"),  # pyright: ignore[reportArgumentType]
     (
         "save-keep-zero",
         lambda: checkpoint.save(_tmp() / "ck", _state(), keep=0),

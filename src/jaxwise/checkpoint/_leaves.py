@@ -84,6 +84,8 @@ def leaf_rows(tree: Any) -> tuple[list[dict[str, Any]], list[Any]]:
 
 def step_of(tree: Any, step: Any) -> int:
     """The step to save ``tree`` as: ``step``, else ``tree.step`` (a `TrainState`'s)."""
+    if isinstance(tree, (str, bytes)):
+        raise TypeError(f"`tree` must be a pytree of arrays, got a {type(tree).__name__}")
     if step is None:
         step = getattr(tree, "step", None)
         if step is None:
