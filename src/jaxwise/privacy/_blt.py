@@ -141,7 +141,7 @@ def blt_strategy(
         ValueError: ``buffers`` outside 1..4, ``steps``/``min_sep`` < 1, a bad ``momentum``.
 
     Examples:
-        >>> s = blt_strategy(2, 50)
+        >>> s = blt_strategy(2, 50, min_sep=10)
         >>> s.decays.shape, bool(s.rmse < s.dpsgd_rmse)
         ((2,), True)
     """
