@@ -457,3 +457,23 @@ def test_adaptive_clip_tracks_the_quantile():
 def test_adaptive_clip_bad_input(kwargs, name):
     with pytest.raises(ValueError, match=name):
         AdaptiveClip(**kwargs)
+
+
+@pytest.mark.parametrize("mech", [BandMF(bands=4, steps=12), BLT(buffers=2, steps=12, min_sep=3)])
+def test_mechanism_scans_with_one_compile(mech):
+    from jaxwise.compilation import CompileBudget
+
+    params = {"w": jnp.zeros((2, 3))}
+
+    def stream(state, zs):
+        return jax.lax.scan(lambda s, z: mech.correlate(s, {"w": z})[::-1], state, zs)
+
+    run = jax.jit(stream)
+    zs = jax.random.normal(jax.random.key(0), (12, 2, 3))
+    init = jax.block_until_ready(mech.init(params))
+    with CompileBudget(1) as budget:
+        s1, out1 = run(init, zs)
+        s2, out2 = run(s1, zs)  # a second call with the carried buffers: no recompile
+    assert budget.count == 1
+    dense = run_mechanism(mech, np.asarray(zs).reshape(12, 6)).reshape(12, 2, 3)
+    np.testing.assert_allclose(np.asarray(out1["w"]), dense, rtol=1e-5, atol=1e-5)
