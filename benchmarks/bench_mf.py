@@ -68,7 +68,7 @@ def agreement_rows():
                 cycle_length=b,
             )
             # on dp-accounting's default RDP orders (ours) and on jax-privacy's own grid
-            orders = dp_accounting.rdp.RdpAccountant()._orders
+            orders = list(dp_accounting.rdp.RdpAccountant()._orders)
             same = accountants.RdpAccountantConfig(orders=orders)
             eps_t = analysis.DpsgdTrainingAccountant(same).compute_epsilon(n, params)
             eps_grid = analysis.DpsgdTrainingAccountant(
@@ -164,9 +164,9 @@ def datasets():
     try:
         from sklearn.datasets import load_digits
 
-        d = load_digits()
-        xd = (d.data / 16.0).astype(np.float32)
-        yd = d.target.astype(np.int32)
+        features, target = load_digits(return_X_y=True)
+        xd = (np.asarray(features) / 16.0).astype(np.float32)
+        yd = np.asarray(target).astype(np.int32)
         perm = np.random.default_rng(0).permutation(len(xd))
         xd, yd = xd[perm], yd[perm]
         out["digits MLP"] = (xd[:1400], yd[:1400], xd[1400:], yd[1400:], [64, 64, 10])

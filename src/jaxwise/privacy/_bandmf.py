@@ -184,7 +184,7 @@ class BandMF:
         return bandmf_strategy(self.steps, self.bands, momentum=self.momentum)
 
     def init(self, params: Any) -> Any:
-        """Zero buffers: ``{"buffers": tree like params with a leading (bands − 1,) axis}``.
+        """Zero buffers: ``{"buffers": like params, a leading (bands − 1,) axis; "index"}``.
 
         Args:
             params: the parameters (a pytree of arrays).
@@ -196,11 +196,15 @@ class BandMF:
             return ()
         lead = self.bands - 1
         return {
-            "buffers": jax.tree.map(lambda p: jnp.zeros((lead, *jnp.shape(p)), p.dtype), params)
+            "buffers": jax.tree.map(lambda p: jnp.zeros((lead, *jnp.shape(p)), p.dtype), params),
+            "index": jnp.zeros((), jnp.int32),
         }
 
     def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
         """This step's noise ``(C⁻¹z)_t`` from the standard-normal ``z`` and the new state.
+
+        The buffers are a ring: step ``t`` writes its output at slot ``t mod (bands − 1)``
+        (``state["index"]``), so a step reads the buffers once and writes one slot.
 
         Args:
             state: the state of `init` (or of the previous step).
@@ -212,14 +216,18 @@ class BandMF:
         if self.bands == 1:
             return z, state
         coefs = self.strategy.coefs
+        lead = self.bands - 1
+        index = state["index"]
+        # slot j holds x_{t-k} with k = ((index - j - 1) mod lead) + 1
+        lag = (index - jnp.arange(lead, dtype=jnp.int32) - 1) % lead
+        tail = jnp.asarray(coefs[1:], jnp.float32)[lag]
 
         def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
-            tail = jnp.asarray(coefs[1:], buf.dtype)
-            inner = jnp.tensordot(tail, buf, axes=1)
-            x = (zi - inner) / jnp.asarray(coefs[0], zi.dtype)
-            return x, jnp.concatenate([x[None].astype(buf.dtype), buf[:-1]], axis=0)
+            inner = jnp.tensordot(tail.astype(buf.dtype), buf, axes=1)
+            x = (zi - inner.astype(zi.dtype)) / jnp.asarray(coefs[0], zi.dtype)
+            return x, jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), index, 0)
 
         pairs = jax.tree.map(one, z, state["buffers"])
         outer = jax.tree.structure(z)
         noise, buffers = jax.tree.transpose(outer, jax.tree.structure((0, 0)), pairs)
-        return noise, {"buffers": buffers}
+        return noise, {"buffers": buffers, "index": (index + 1) % lead}
