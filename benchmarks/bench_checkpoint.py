@@ -64,9 +64,9 @@ def as_tree(state):
 
 def fit_table(root: Path) -> str:
     tx = optim.adam(1e-3)
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     # the peer's loop cannot donate: orbax's asynchronous save keeps views of the arrays
-    plain_step = make_train_step(loss, tx, donate=False)
+    plain_step = make_train_step(loss, donate=False)
     data = batches(STEPS)
     fit(step, fresh_state(tx), data[:3], progress=False)  # compile outside the timings
     fit(plain_step, fresh_state(tx), data[:3], progress=False)

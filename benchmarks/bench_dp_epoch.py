@@ -29,8 +29,8 @@ from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_
 
 from jaxwise import optim
 from jaxwise.compilation import CompileCounter
-from jaxwise.privacy import make_dp_train_epoch
-from jaxwise.train import TrainState, make_train_epoch
+from jaxwise.privacy import PoissonSampler, dp_gradient_fn, make_dp_train_epoch
+from jaxwise.train import ShuffleSampler, TrainState, make_epoch, make_train_epoch
 
 STEPS = 8
 LOOP = "non-private, 8 jitted steps (Python loop)"
@@ -46,13 +46,13 @@ def epochs(loss, batch_size):
     tx = optim.sgd(1e-3)
     dp = dict(clip_norm=CLIP, noise_multiplier=SIGMA)
     return tx, {
-        "non-private epoch": make_train_epoch(mean_loss, tx, batch_size),
-        "DP epoch, shuffle": make_dp_train_epoch(
-            example_loss, tx, batch_size, sampler="shuffle", **dp
+        "non-private epoch": make_train_epoch(mean_loss, batch_size),
+        "DP epoch, shuffle": make_epoch(
+            dp_gradient_fn(example_loss, **dp), ShuffleSampler(batch_size)
         ),
-        "DP epoch, Poisson": make_dp_train_epoch(example_loss, tx, batch_size, **dp),
-        "DP epoch, Poisson, one width": make_dp_train_epoch(
-            example_loss, tx, batch_size, buckets=1, **dp
+        "DP epoch, Poisson": make_dp_train_epoch(example_loss, batch_size, **dp),
+        "DP epoch, Poisson, one width": make_epoch(
+            dp_gradient_fn(example_loss, **dp), PoissonSampler(batch_size, buckets=1)
         ),
     }
 

@@ -1,6 +1,6 @@
 """Mixed precision on a Flax NNX CNN with BatchNorm: bf16 vs f32 steps, ours and plain Flax.
 
-Ours: ``make_train_step(..., model_state=True, compute_dtype=jnp.bfloat16)`` on the model from
+Ours: ``make_step(mixed_precision(value_and_grad(loss, model_state=True), compute_dtype=...))``
 ``jaxwise.models.from_nnx`` (parameters and inputs cast; BatchNorm statistics kept float32,
 checked after the run). Peer: the same CNN in plain Flax NNX + Optax, mixed precision the Flax
 way (``dtype=jnp.bfloat16, param_dtype=jnp.float32`` on every layer), one ``jax.jit`` step.
@@ -15,9 +15,10 @@ import optax
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section
 from flax import nnx
 
+import jaxwise.train
 from jaxwise import numerics, optim
 from jaxwise.models import from_nnx
-from jaxwise.train import TrainState, make_train_step
+from jaxwise.train import TrainState
 
 BATCH = 32 if QUICK else 64
 
@@ -51,7 +52,10 @@ def ours(compute_dtype):
         return numerics.cross_entropy(logits.astype(jnp.float32), batch[1]), new_state
 
     tx = optim.adam(1e-3)
-    step = make_train_step(loss, tx, model_state=True, compute_dtype=compute_dtype)
+    gradient = jaxwise.train.value_and_grad(loss, model_state=True)
+    if compute_dtype is not None:
+        gradient = jaxwise.train.mixed_precision(gradient, compute_dtype=compute_dtype)
+    step = jaxwise.train.make_step(gradient)
     box = [TrainState.create(model.params, tx, 0, model_state=model.model_state)]
 
     def run(batch):

@@ -80,7 +80,7 @@ def data_parallel():
     for n in (1, 2, 4):
         mesh = data_mesh(jax.devices()[:n])
         tx = optim.adam(1e-3)
-        step = make_train_step(loss_fn, tx, mesh=mesh)
+        step = make_train_step(loss_fn, mesh=mesh)
         box = {"state": TrainState.create(init_params(), tx, 0)}
         peer, rep, shard = plain_step(tx, mesh)
         params = jax.device_put(init_params(), rep)
@@ -128,7 +128,7 @@ def memory_per_device():
         ("FSDP data 4 × model 2", fsdp_mesh(2, jax.devices()[:8])),
         ("FSDP data 2 × model 4", fsdp_mesh(4, jax.devices()[:8])),
     ]:
-        step = make_train_step(loss_fn, tx, mesh=mesh)
+        step = make_train_step(loss_fn, mesh=mesh)
         placed, _ = step(TrainState.create(init_params(), tx, 0), batch)
         stats = step.jitted.lower(placed, batch).compile().memory_analysis()
         assert stats is not None
@@ -153,7 +153,7 @@ def memory_per_device():
 
 def prefetch_overlap():
     tx = optim.adam(1e-3)
-    step = make_train_step(loss_fn, tx)
+    step = make_train_step(loss_fn)
     n, delay = (10, 0.01) if QUICK else (30, 0.01)
     batch = make_batch()
 

@@ -68,7 +68,7 @@ def child_ours() -> dict:
     t0 = time.perf_counter()
     with CompileCounter() as counter:
         state = TrainState.create(init_mlp(jax.random.key(0), (2, 64, 64, 3)), tx, 1)
-        epoch = make_train_epoch(cross_entropy_loss, tx, BATCH)
+        epoch = make_train_epoch(cross_entropy_loss, BATCH)
         train = (jnp.asarray(xtr), jnp.asarray(ytr))
         state, _ = epoch(state, train)
         jax.block_until_ready(state)

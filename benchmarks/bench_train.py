@@ -30,6 +30,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_section  # noqa: E402
 
+import jaxwise.train  # noqa: E402
 from jaxwise import data, models, numerics, optim  # noqa: E402
 from jaxwise.sharding import data_mesh  # noqa: E402
 from jaxwise.train import TrainState, make_train_epoch, make_train_step  # noqa: E402
@@ -52,7 +53,7 @@ def donation_memory():
     batch = (jnp.ones((128, sizes[0])), jnp.zeros(128, jnp.int32))
     peaks = {}
     for donate in (True, False):
-        compiled = make_train_step(loss_fn, tx, donate=donate).jitted.lower(state, batch).compile()
+        compiled = make_train_step(loss_fn, donate=donate).jitted.lower(state, batch).compile()
         peaks[donate] = compiled.memory_analysis().peak_memory_in_bytes
     state_bytes = param_table(state).total_bytes
     saving = peaks[False] - peaks[True]
@@ -78,8 +79,8 @@ def spiral_setup():
 
 def epoch_vs_loop():
     tx, device_data, (xtr, ytr) = spiral_setup()
-    epoch = make_train_epoch(loss_fn, tx, 128)
-    step = make_train_step(loss_fn, tx)
+    epoch = make_train_epoch(loss_fn, 128)
+    step = make_train_step(loss_fn)
     box_scan = {"s": TrainState.create(models.init_mlp(0), tx, 1)}
     box_loop = {"s": TrainState.create(models.init_mlp(0), tx, 1)}
     rng = np.random.default_rng(0)
@@ -138,8 +139,8 @@ def cnn_epoch_vs_loop():
     x = jnp.asarray(rng.normal(size=(n, 28, 28, 1)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 10, n), jnp.int32)
     tx = optim.sgd(0.01)
-    epoch = make_train_epoch(cnn_loss, tx, batch)
-    step = make_train_step(cnn_loss, tx)
+    epoch = make_train_epoch(cnn_loss, batch)
+    step = make_train_step(cnn_loss)
     boxes = [{"s": TrainState.create(params, tx, 0)} for _ in range(2)]
     batches = [
         (x[i * batch : (i + 1) * batch], y[i * batch : (i + 1) * batch]) for i in range(steps)
@@ -190,8 +191,10 @@ def cnn_epoch_vs_loop():
 
 def audit_overhead():
     tx, device_data, _ = spiral_setup()
-    audited = make_train_epoch(loss_fn, tx, 128)
-    unaudited = make_train_epoch(loss_fn, tx, 128, audit=False)
+    audited = make_train_epoch(loss_fn, 128)
+    unaudited = jaxwise.train.make_epoch(
+        jaxwise.train.value_and_grad(loss_fn), jaxwise.train.ShuffleSampler(128), audit=False
+    )
     boxes = [{"s": TrainState.create(models.init_mlp(0), tx, 1)} for _ in range(2)]
 
     def run(epoch, box):
@@ -216,9 +219,11 @@ def mixed_precision():
     x = jnp.asarray(np.random.default_rng(0).normal(size=(256, 64)), jnp.float32)
     y = jnp.asarray(np.random.default_rng(1).integers(0, 10, 256), jnp.int32)
     steps = {
-        "float32": make_train_step(loss_fn, tx),
-        "bfloat16 compute, float32 master weights": make_train_step(
-            bf16_loss_fn, tx, compute_dtype=jnp.bfloat16
+        "float32": make_train_step(loss_fn),
+        "bfloat16 compute, float32 master weights": jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(bf16_loss_fn), compute_dtype=jnp.bfloat16
+            )
         ),
     }
     boxes = {name: {"s": TrainState.create(models.init_mlp(0, sizes), tx, 0)} for name in steps}
@@ -237,8 +242,8 @@ def data_parallel():
     x = jnp.asarray(np.random.default_rng(0).normal(size=(1024, 64)), jnp.float32)
     y = jnp.asarray(np.random.default_rng(1).integers(0, 10, 1024), jnp.int32)
     sizes = (64, 512, 512, 10)
-    single = make_train_step(loss_fn, tx)
-    parallel = make_train_step(loss_fn, tx, mesh=data_mesh(jax.devices()[:4]))
+    single = make_train_step(loss_fn)
+    parallel = make_train_step(loss_fn, mesh=data_mesh(jax.devices()[:4]))
     boxes = [{"s": TrainState.create(models.init_mlp(0, sizes), tx, 0)} for _ in range(2)]
     sharded = jax.device_put((x, y), parallel.batch_sharding)
 

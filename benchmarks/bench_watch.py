@@ -48,7 +48,7 @@ def spiral_epoch_loop():
     """``loop()`` running STEPS // 10 scanned epochs."""
     data = _data()
     tx = optax.adam(1e-2)
-    epoch = make_train_epoch(_loss, tx, BATCH)
+    epoch = make_train_epoch(_loss, BATCH)
     box = [TrainState.create(init_mlp(jax.random.key(0), (2, 64, 64, 3)), tx, 1)]
 
     def loop():
@@ -66,7 +66,7 @@ def spiral_step_loop(host_batches: bool = False):
     if host_batches:
         batches = [(np.asarray(a), np.asarray(b)) for a, b in batches]
     tx = optax.adam(1e-2)
-    step = make_train_step(_loss, tx)
+    step = make_train_step(_loss)
     box = [TrainState.create(init_mlp(jax.random.key(0), (2, 64, 64, 3)), tx, 1)]
 
     def loop():

@@ -71,7 +71,7 @@ for a, b in zip(jax.tree.leaves(ghost_sum), jax.tree.leaves(vmap_sum)):
 print("ghost clipping equals per-example clipping (64 examples, rtol 1e-4)")
 
 tx = optim.adam(3e-3)
-epoch = make_dp_train_epoch(loss, tx, 64, clip_norm=1.0, noise_multiplier=1.0, method="ghost")
+epoch = make_dp_train_epoch(loss, 64, clip_norm=1.0, noise_multiplier=1.0, method="ghost")
 state = TrainState.create(params, tx, jax.random.key(1))
 epochs = 6
 for _ in range(epochs):

@@ -32,7 +32,7 @@ tx = optim.chain(
 )
 state = TrainState.create(pretrained, tx, jax.random.key(1))
 encoder_before = host_copy(state.params["dense_0"])  # a real copy, safe across donation
-step = make_train_step(loss_fn, tx)
+step = make_train_step(loss_fn)
 batch = (jnp.asarray(x), jnp.asarray(y))
 
 with CompileCounter(step) as compiles:

@@ -44,7 +44,7 @@ x, y = make_spiral(320, n_classes=3, seed=0)
 data = (jnp.asarray(x), jnp.asarray(y))
 tx = optim.adam(1e-2)
 state = TrainState.create(model.params, tx, jax.random.key(0), model_state=model.model_state)
-epoch = make_train_epoch(loss_fn, tx, batch_size=64, model_state=True)
+epoch = make_train_epoch(loss_fn, 64, model_state=True)
 stats_before = host_copy(state.model_state)
 
 with CompileCounter(epoch) as compiles:
@@ -57,7 +57,7 @@ evaluate = from_nnx(nnx.view(net, use_running_average=True)).apply
 logits, _ = evaluate(state.params, state.model_state, data[0])
 print(f"eval-mode accuracy {float(jnp.mean(jnp.argmax(logits, -1) == data[1])):.2f}")
 
-step = make_train_step(loss_fn, tx, model_state=True)
+step = make_train_step(loss_fn, model_state=True)
 before = host_copy((state.params, state.opt_state, state.model_state))
 bad = (jnp.full((64, 2), jnp.nan), data[1][:64])
 state, metrics = step(state, bad)

@@ -432,7 +432,7 @@ def test_flax_train_states_are_recognised():
     flax_state = train_state.TrainState.create(
         apply_fn=net.apply, params=variables["params"], tx=optax.sgd(0.1)
     )
-    step = make_train_step(lambda p, b: jnp.sum(p["kernel"]), optax.sgd(0.1))
+    step = make_train_step(lambda p, b: jnp.sum(p["kernel"]))
     with pytest.raises(
         TypeError,
         match=r"`state` must be a jaxwise.train.TrainState .*"

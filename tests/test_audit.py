@@ -118,7 +118,7 @@ def audited_run(sigma, seed, m=200, steps=40, batch_size=32):
     data = tuple(jnp.asarray(a) for a in canaries.train_data((x, y)))
     tx = optim.sgd(2.0)
     epoch = make_dp_train_epoch(
-        linear_loss, tx, batch_size, clip_norm=1.0, noise_multiplier=sigma, method="vmap"
+        linear_loss, batch_size, clip_norm=1.0, noise_multiplier=sigma, method="vmap"
     )
     n = len(data[1])
     state = TrainState.create(jnp.zeros((4 + m, 3)), tx, jax.random.key(seed))
@@ -241,7 +241,7 @@ def test_the_audited_epoch_compiles_once():
     canaries = audit_canaries((np.ones((64, 2), np.float32), np.arange(64) % 2), 8, seed=0)
     data = tuple(jnp.asarray(a) for a in canaries.train_data((np.ones((64, 2)), np.arange(64) % 2)))
     tx = optim.sgd(0.1)
-    epoch = make_dp_train_epoch(linear_loss, tx, 16, clip_norm=1.0, noise_multiplier=1.0)
+    epoch = make_dp_train_epoch(linear_loss, 16, clip_norm=1.0, noise_multiplier=1.0)
     state = TrainState.create(jnp.zeros((10, 2)), tx, 0)
     with CompileBudget(1, epoch, exact=True):
         for _ in range(3):

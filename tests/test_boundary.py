@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxwise.train
 from jaxwise import (
     buckets,
     checkpoint,
@@ -434,112 +435,134 @@ TRAIN: list[Row] = [
         TypeError,
         "tag",
     ),
-    ("step-loss-str", lambda: train.make_train_step("loss", optim.sgd(0.1)), TypeError, "loss_fn"),  # pyright: ignore[reportArgumentType]
+    ("step-loss-str", lambda: train.make_train_step("loss"), TypeError, "loss_fn"),  # pyright: ignore[reportArgumentType]
     (
-        "step-optimizer-none",
-        lambda: train.make_train_step(loss_batch, None),  # pyright: ignore[reportArgumentType]
+        "step-gradient-none",
+        lambda: train.make_step(None),  # pyright: ignore[reportArgumentType]
         TypeError,
-        "optimizer",
+        "gradient",
     ),
     (
         "step-mesh-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), mesh="m"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_step(loss_batch, mesh="m"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "mesh",
     ),
     (
         "step-compute-dtype",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), compute_dtype="bogus"),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype="bogus"
+            )
+        ),
         TypeError,
         "compute_dtype",
     ),
     (
         "step-compute-dtype-int",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), compute_dtype=jnp.int32),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.int32
+            )
+        ),
         TypeError,
         "compute_dtype",
     ),
     (
         "step-loss-scale-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale="static"),  # pyright: ignore[reportArgumentType]
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch),
+                compute_dtype=jnp.float32,
+                loss_scale="static",
+            )
+        ),  # pyright: ignore[reportArgumentType]
         ValueError,
         "loss_scale",
     ),
     (
         "step-loss-scale-neg",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale=-1.0),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=-1.0
+            )
+        ),
         ValueError,
         "loss_scale",
     ),
     (
         "step-loss-scale-nan",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), loss_scale=NAN),
+        lambda: jaxwise.train.make_step(
+            jaxwise.train.mixed_precision(
+                jaxwise.train.value_and_grad(loss_batch), compute_dtype=jnp.float32, loss_scale=NAN
+            )
+        ),
         ValueError,
         "loss_scale",
     ),
     (
         "epoch-bs-zero",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 0),
+        lambda: train.make_train_epoch(loss_batch, 0),
         ValueError,
         "batch_size",
     ),
     (
         "epoch-bs-neg",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), -4),
+        lambda: train.make_train_epoch(loss_batch, -4),
         ValueError,
         "batch_size",
     ),
     (
         "epoch-bs-float",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2.5),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_epoch(loss_batch, 2.5),  # pyright: ignore[reportArgumentType]
         TypeError,
         "batch_size",
     ),
     (
         "epoch-bs-str",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), "8"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_epoch(loss_batch, "8"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "batch_size",
     ),
     (
         "epoch-bs-bool",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), True),
+        lambda: train.make_train_epoch(loss_batch, True),
         TypeError,
         "batch_size",
     ),
     (
         "epoch-mesh-int",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, mesh=3),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_epoch(loss_batch, 2, mesh=3),  # pyright: ignore[reportArgumentType]
         TypeError,
         "mesh",
     ),
     (
         "epoch-loss-none",
-        lambda: train.make_train_epoch(None, optim.sgd(0.1), 2),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_epoch(None, 2),  # pyright: ignore[reportArgumentType]
         TypeError,
         "loss_fn",
     ),
     (
         "epoch-data-mismatch",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2)(_state(), (X, Y[:3])),
+        lambda: train.make_train_epoch(loss_batch, 2)(_state(), (X, Y[:3])),
         ValueError,
         "data",
     ),
     (
         "epoch-data-small",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 8)(_state(), (X, Y)),
+        lambda: train.make_train_epoch(loss_batch, 8)(_state(), (X, Y)),
         ValueError,
         "batch_size",
     ),
     (
         "step-state-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1))("s", (X, Y)),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_step(loss_batch)("s", (X, Y)),  # pyright: ignore[reportArgumentType]
         TypeError,
         "state",
     ),
     (
         "step-optimizer-mismatch",
-        lambda: train.make_train_step(loss_batch, optim.adam(0.1))(_state(), (X, Y)),
+        lambda: train.make_train_step(loss_batch)(_state().replace(tx=optim.adam(0.1)), (X, Y)),
         ValueError,
         "opt",
     ),
@@ -608,25 +631,25 @@ TRAIN: list[Row] = [
     ("loss-scale-factor", lambda: train.DynamicLossScale(factor=1.0), ValueError, "factor"),
     (
         "step-donate-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), donate="y"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_step(loss_batch, donate="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "donate",
     ),
     (
-        "step-skip-int",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), skip_nonfinite=2),  # pyright: ignore[reportArgumentType]
+        "step-audit-int",
+        lambda: train.make_step(train.value_and_grad(loss_batch), audit=2),  # pyright: ignore[reportArgumentType]
         TypeError,
-        "skip_nonfinite",
+        "audit",
     ),
     (
         "step-has-aux-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), has_aux="no"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_step(loss_batch, has_aux="no"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "has_aux",
     ),
     (
         "step-model-state-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), model_state="no"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_step(loss_batch, model_state="no"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "model_state",
     ),
@@ -651,19 +674,19 @@ TRAIN: list[Row] = [
     ("shuffle-sampler-bs", lambda: train.ShuffleSampler(0), ValueError, "batch_size"),
     (
         "step-with-key-str",
-        lambda: train.make_train_step(loss_batch, optim.sgd(0.1), with_key="y"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_step(loss_batch, with_key="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "with_key",
     ),
     (
         "epoch-donate-str",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, donate="y"),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_epoch(loss_batch, 2, donate="y"),  # pyright: ignore[reportArgumentType]
         TypeError,
         "donate",
     ),
     (
         "epoch-has-aux-int",
-        lambda: train.make_train_epoch(loss_batch, optim.sgd(0.1), 2, has_aux=1),  # pyright: ignore[reportArgumentType]
+        lambda: train.make_train_epoch(loss_batch, 2, has_aux=1),  # pyright: ignore[reportArgumentType]
         TypeError,
         "has_aux",
     ),
@@ -1214,39 +1237,29 @@ PRIVACY: list[Row] = [
     ),
     (
         "dp-epoch-bs-zero",
-        lambda: privacy.make_dp_train_epoch(
-            loss_single, optim.sgd(0.1), 0, clip_norm=1.0, noise_multiplier=1.0
-        ),
+        lambda: privacy.make_dp_train_epoch(loss_single, 0, clip_norm=1.0, noise_multiplier=1.0),
         ValueError,
         "batch_size",
     ),
     (
         "dp-epoch-clip-zero",
-        lambda: privacy.make_dp_train_epoch(
-            loss_single, optim.sgd(0.1), 2, clip_norm=0.0, noise_multiplier=1.0
-        ),
+        lambda: privacy.make_dp_train_epoch(loss_single, 2, clip_norm=0.0, noise_multiplier=1.0),
         ValueError,
         "clip_norm",
     ),
     (
         "dp-epoch-nm-nan",
-        lambda: privacy.make_dp_train_epoch(
-            loss_single, optim.sgd(0.1), 2, clip_norm=1.0, noise_multiplier=NAN
-        ),
+        lambda: privacy.make_dp_train_epoch(loss_single, 2, clip_norm=1.0, noise_multiplier=NAN),
         ValueError,
         "noise_multiplier",
     ),
     (
         "dp-epoch-sampler",
-        lambda: privacy.make_dp_train_epoch(
-            loss_single,
-            optim.sgd(0.1),
-            2,
-            clip_norm=1.0,
-            noise_multiplier=1.0,
-            sampler="x",  # pyright: ignore[reportArgumentType]
+        lambda: train.make_epoch(
+            privacy.dp_gradient_fn(loss_single, clip_norm=1.0, noise_multiplier=1.0),
+            "x",  # pyright: ignore[reportArgumentType]
         ),
-        ValueError,
+        TypeError,
         "sampler",
     ),
     ("noise-bs-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, 0), ValueError, "batch_size"),
@@ -1264,13 +1277,7 @@ PRIVACY: list[Row] = [
     ),
     (
         "dp-epoch-loss-str",
-        lambda: privacy.make_dp_train_epoch(
-            "loss",  # pyright: ignore[reportArgumentType]
-            optim.sgd(0.1),
-            2,
-            clip_norm=1.0,
-            noise_multiplier=1.0,
-        ),
+        lambda: privacy.make_dp_train_epoch("loss", 2, clip_norm=1.0, noise_multiplier=1.0),
         TypeError,
         "loss",
     ),
@@ -1764,7 +1771,7 @@ def test_finite_in_finite_out(call: Callable[[], Any]) -> None:
 
 def test_adam_zero_eps_zero_gradient_is_not_applied() -> None:
     """adam(eps=0) turns a zero gradient into 0/0: the NaN guard must skip that update."""
-    step = train.make_train_step(lambda p, b: jnp.sum(p["w"] * 0.0), optim.adam(0.1, eps=0.0))
+    step = train.make_train_step(lambda p, b: jnp.sum(p["w"] * 0.0))
     state = train.TrainState.create({"w": jnp.ones(3)}, optim.adam(0.1, eps=0.0), KEY)
     state, metrics = step(state, X)
     assert _finite(state.params)
@@ -1786,7 +1793,7 @@ def _deleted(shape: tuple[int, ...] = (3,)) -> jax.Array:
 def _donated_state() -> train.TrainState:
     tx = optim.sgd(0.1)
     state = train.TrainState.create({"w": jnp.ones(3)}, tx, KEY)
-    train.make_train_step(lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2), tx)(
+    train.make_train_step(lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2))(
         state, (X, jnp.ones(4))
     )
     return state  # its arrays now belong to the step's result
@@ -1798,7 +1805,7 @@ def _linear(p: Any, b: Any) -> jax.Array:
 
 def _step(params: Any, batch: Any) -> Any:
     tx = optim.sgd(0.1)
-    return train.make_train_step(_linear, tx)(train.TrainState.create(params, tx, KEY), batch)
+    return train.make_train_step(_linear)(train.TrainState.create(params, tx, KEY), batch)
 
 
 EDGES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
@@ -1822,7 +1829,7 @@ EDGES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "epoch-deleted-data",
-        lambda: train.make_train_epoch(_linear, optim.sgd(0.1), 2)(
+        lambda: train.make_train_epoch(_linear, 2)(
             train.TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), KEY),
             (_deleted((4, 3)), jnp.ones(4)),
         ),
@@ -1875,7 +1882,7 @@ EDGES: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
     ),
     (
         "step-complex-params-put-in-by-replace",
-        lambda: train.make_train_step(_linear, optim.sgd(0.1))(
+        lambda: train.make_train_step(_linear)(
             train.TrainState.create({"w": jnp.ones(3)}, optim.sgd(0.1), KEY).replace(
                 params={"w": jnp.ones(3, jnp.complex64)}
             ),

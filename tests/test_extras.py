@@ -42,9 +42,9 @@ SCRIPT = textwrap.dedent(
     y = x @ np.asarray([1.0, -2.0, 0.5], np.float32)
     tx = optim.adam(0.1)
     state = TrainState.create({{"w": jnp.zeros(3)}}, tx, jax.random.key(0))
-    state, metrics = make_train_step(loss, tx)(state, (x, y))
-    state, metrics = make_train_epoch(loss, tx, batch_size=8)(state, (x, y))
-    state, report = fit(make_train_step(loss, tx), state, [(x, y)] * 3)
+    state, metrics = make_train_step(loss)(state, (x, y))
+    state, metrics = make_train_epoch(loss, batch_size=8)(state, (x, y))
+    state, report = fit(make_train_step(loss), state, [(x, y)] * 3)
     out = {{"trained": [int(state.step), report.steps, bool(np.isfinite(report.losses).all())]}}
     out["loaded"] = sorted(
         name for name in {hidden!r} if sys.modules.get(name) is not None
@@ -74,7 +74,7 @@ SCRIPT = textwrap.dedent(
     out["checkpoint.Checkpointer"] = error(lambda: checkpoint.Checkpointer(directory))
     out["checkpoint.restore"] = error(lambda: checkpoint.restore(directory, like=state))
     out["fit(progress=True)"] = error(
-        lambda: fit(make_train_step(loss, tx), state, [(x, y)], progress=True)
+        lambda: fit(make_train_step(loss), state, [(x, y)], progress=True)
     )
     out["privacy.epsilon"] = error(
         lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=10, delta=1e-5)

@@ -85,7 +85,7 @@ class GatedWriter:
 
 def test_async_fit_checkpoints_restore_exactly_the_states_at_those_steps(tmp_path):
     tx = optim.adam(0.05)
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     seen = {}
     with Checkpointer(tmp_path / "ck", keep=10) as writer:
         assert writer.async_save  # the default
@@ -158,7 +158,7 @@ def test_fit_raises_a_failed_async_save(tmp_path):
     writer._writer = gated
     with pytest.raises(CheckpointError, match="step 4 failed"):
         fit(
-            make_train_step(loss, tx),
+            make_train_step(loss),
             new_state(tx),
             host_batches(6),
             checkpointer=writer,
@@ -171,7 +171,7 @@ def test_fit_raises_a_failed_async_save(tmp_path):
 
 def test_an_exception_in_the_loop_first_finishes_the_save_in_flight(tmp_path):
     tx = optim.sgd(0.1)
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     writer = Checkpointer(tmp_path / "ck")
     gated = GatedWriter(writer._writer)
     writer._writer = gated
@@ -250,7 +250,7 @@ def test_sigterm_during_fit_finishes_the_save_and_exits_143(tmp_path):
     proc = _run(
         PRELUDE
         + """
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
 
     def terminated(state, batch):
         if int(state.step) == 5:

@@ -684,7 +684,7 @@ def test_a_nan_in_data_row_0_only_skips_the_dp_steps_that_sample_it():
         return (example[0] @ params - example[1]) ** 2
 
     tx = optim.sgd(0.05)
-    epoch = make_dp_train_epoch(loss, tx, 8, clip_norm=5.0, noise_multiplier=0.5)
+    epoch = make_dp_train_epoch(loss, 8, clip_norm=5.0, noise_multiplier=0.5)
     state = TrainState.create(jnp.zeros(3), tx, jax.random.key(1))
     sampler = PoissonSampler(8)
     keys, _ = sampler.plan(state.key, state.step, 64)

@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jaxwise.train
 from jaxwise import data, numerics, optim
 from jaxwise.compilation import CompileBudget
 from jaxwise.models import init_mlp, mlp_apply
@@ -14,7 +15,6 @@ from jaxwise.train import (
     DynamicLossScale,
     LossScaleState,
     TrainState,
-    make_train_epoch,
     make_train_step,
 )
 from jaxwise.train._precision import cast_floating
@@ -37,7 +37,12 @@ def test_bf16_spiral_reaches_90_percent_with_float32_master_weights():
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.2, seed=0)
     tx = optim.adam(1e-2)
     state = TrainState.create(init_mlp(jax.random.key(0), (2, 64, 64, 3)), tx, 1)
-    epoch = make_train_epoch(spiral_loss, tx, 64, compute_dtype=jnp.bfloat16)
+    epoch = jaxwise.train.make_epoch(
+        jaxwise.train.mixed_precision(
+            jaxwise.train.value_and_grad(spiral_loss), compute_dtype=jnp.bfloat16
+        ),
+        jaxwise.train.ShuffleSampler(64),
+    )
     train = (jnp.asarray(xtr), jnp.asarray(ytr))
     with CompileBudget(1, epoch, exact=True):
         for _ in range(60):
@@ -62,9 +67,11 @@ def test_bf16_step_computes_in_bf16_and_updates_float32_weights(key):
     x = jax.random.normal(jax.random.key(1), (16, 4))
     y = x @ jnp.asarray([1.0, 2.0, 3.0, 4.0])
     tx = optim.sgd(0.1)
-    new, metrics = make_train_step(loss, tx, compute_dtype=jnp.bfloat16)(
-        TrainState.create(params, tx, 0), (x, y)
-    )
+    new, metrics = jaxwise.train.make_step(
+        jaxwise.train.mixed_precision(
+            jaxwise.train.value_and_grad(loss), compute_dtype=jnp.bfloat16
+        )
+    )(TrainState.create(params, tx, 0), (x, y))
     assert seen[-1] == (jnp.bfloat16, jnp.bfloat16, jnp.bfloat16)
     assert new.params["w"].dtype == jnp.float32 and metrics["loss"].dtype == jnp.float32
     # float64 referee: the same SGD step with the bf16-rounded inputs
@@ -86,7 +93,11 @@ def test_f16_dynamic_loss_scale_skips_overflow_steps_and_recovers(key):
     y = x @ jnp.asarray([1.0, 2.0, 3.0, 4.0])
     tx = optim.sgd(0.05)
     scaler = DynamicLossScale(initial_scale=2.0**24, growth_interval=4)
-    step = make_train_step(linear_loss, tx, compute_dtype=jnp.float16, loss_scale=scaler)
+    step = jaxwise.train.make_step(
+        jaxwise.train.mixed_precision(
+            jaxwise.train.value_and_grad(linear_loss), compute_dtype=jnp.float16, loss_scale=scaler
+        )
+    )
     state = TrainState.create(params, tx, 0)
     assert state.loss_scale is None  # the step adds the scale on its first call
     skipped, scales, losses = [], [], []
@@ -118,10 +129,12 @@ def test_fixed_loss_scale_gives_the_unscaled_gradient(key):
     x = jax.random.normal(jax.random.key(1), (8, 4))
     batch = (x, x @ jnp.ones(4))
     tx = optim.sgd(0.1)
-    plain, m1 = make_train_step(linear_loss, tx)(TrainState.create(params, tx, 0), batch)
-    scaled, m2 = make_train_step(linear_loss, tx, loss_scale=1024.0)(
-        TrainState.create(params, tx, 0), batch
-    )
+    plain, m1 = make_train_step(linear_loss)(TrainState.create(params, tx, 0), batch)
+    scaled, m2 = jaxwise.train.make_step(
+        jaxwise.train.mixed_precision(
+            jaxwise.train.value_and_grad(linear_loss), compute_dtype=jnp.float32, loss_scale=1024.0
+        )
+    )(TrainState.create(params, tx, 0), batch)
     np.testing.assert_allclose(
         np.asarray(scaled.params["w"]), np.asarray(plain.params["w"]), rtol=1e-6
     )
@@ -187,12 +200,21 @@ def test_bf16_keeps_batchnorm_statistics_float32_like_plain_flax(program):
     with warnings.catch_warnings(), jax.numpy_dtype_promotion("standard"):
         warnings.simplefilter("error")  # e.g. "scatter inputs have incompatible types"
         if program == "step":
-            step = make_train_step(loss, tx, model_state=True, compute_dtype=jnp.bfloat16)
+            step = jaxwise.train.make_step(
+                jaxwise.train.mixed_precision(
+                    jaxwise.train.value_and_grad(loss, model_state=True), compute_dtype=jnp.bfloat16
+                )
+            )
             with CompileBudget(1, step, exact=True):
                 for _ in range(steps):
                     state, _ = step(state, (x, y))
         else:
-            epoch = make_train_epoch(loss, tx, 16, model_state=True, compute_dtype=jnp.bfloat16)
+            epoch = jaxwise.train.make_epoch(
+                jaxwise.train.mixed_precision(
+                    jaxwise.train.value_and_grad(loss, model_state=True), compute_dtype=jnp.bfloat16
+                ),
+                jaxwise.train.ShuffleSampler(16),
+            )
             with CompileBudget(1, epoch, exact=True):
                 for _ in range(steps):
                     state, _ = epoch(state, (x, y))

@@ -132,7 +132,7 @@ class Handshake:
 
 def test_prefetch_prepares_the_next_batch_while_a_step_runs():
     tx = optim.sgd(0.05)
-    step = make_train_step(loss_fn, tx)
+    step = make_train_step(loss_fn)
     n = 6
     for prefetch in (0, 2):
         handshake = Handshake(n)
@@ -149,7 +149,7 @@ def test_prefetch_prepares_the_next_batch_while_a_step_runs():
 
 def test_fit_compiles_once_counts_skipped_steps_and_matches_a_manual_loop():
     tx = optim.adam(0.05)
-    step = make_train_step(loss_fn, tx)
+    step = make_train_step(loss_fn)
     with CompileCounter(step) as counter:
         state, report = fit(step, new_state(tx), host_batches(30, nan_at=4), progress=False)
     assert counter.count == 1
@@ -165,11 +165,11 @@ def test_fit_compiles_once_counts_skipped_steps_and_matches_a_manual_loop():
 def test_fit_on_a_mesh_uses_the_prefetched_sharded_batches():
     tx = optim.adam(0.05)
     mesh = data_mesh(jax.devices()[:4])
-    step = make_train_step(loss_fn, tx, mesh=mesh)
+    step = make_train_step(loss_fn, mesh=mesh)
     with CompileCounter(step) as counter:
         state, report = fit(step, new_state(tx), host_batches(12), progress=False)
     assert counter.count == 1 and report.steps == 12
-    single, _ = fit(make_train_step(loss_fn, tx), new_state(tx), host_batches(12), progress=False)
+    single, _ = fit(make_train_step(loss_fn), new_state(tx), host_batches(12), progress=False)
     np.testing.assert_allclose(
         np.asarray(state.params["w"]), np.asarray(single.params["w"]), rtol=1e-5
     )
@@ -177,7 +177,7 @@ def test_fit_on_a_mesh_uses_the_prefetched_sharded_batches():
 
 def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
     tx = optim.adam(0.05)
-    step = make_train_step(loss_fn, tx)
+    step = make_train_step(loss_fn)
     ck = tmp_path / "ck"
     with Checkpointer(ck, keep=5) as checkpointer:
         state, report = fit(
@@ -207,7 +207,7 @@ def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
 def test_fit_progress_bar_shows_loss_and_skipped(capsys):
     tx = optim.sgd(0.01)
     fit(
-        make_train_step(loss_fn, tx),
+        make_train_step(loss_fn),
         new_state(tx),
         host_batches(5, nan_at=1),
         steps=3,
@@ -219,7 +219,7 @@ def test_fit_progress_bar_shows_loss_and_skipped(capsys):
 
 def test_fit_bad_arguments(tmp_path):
     tx = optim.sgd(0.01)
-    step = make_train_step(loss_fn, tx)
+    step = make_train_step(loss_fn)
     with pytest.raises(TypeError, match="`state` must be a TrainState"):
         fit(step, {"w": 1}, [])  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="`step` must be callable"):

@@ -96,7 +96,7 @@ def test_fsdp_mesh_and_state_shardings_rule():
 
 
 def _train(mesh, optimizer, data):
-    step = make_train_step(loss_fn, optimizer, mesh=mesh)
+    step = make_train_step(loss_fn, mesh=mesh)
     state = TrainState.create(init_params(jax.random.key(0)), optimizer, 0)
     with CompileCounter(step) as counter:
         for batch in data:
@@ -127,7 +127,7 @@ def test_fsdp_step_compiles_once_and_matches_replicated_training():
 
 
 def _argument_bytes(mesh, optimizer):
-    step = make_train_step(loss_fn, optimizer, mesh=mesh)
+    step = make_train_step(loss_fn, mesh=mesh)
     state = TrainState.create(init_params(jax.random.key(0), d_in=128, hidden=512), optimizer, 0)
     batch = batches(1, d_in=128)[0]
     state, _ = step(state, batch)
@@ -148,7 +148,7 @@ def test_fsdp_holds_a_quarter_of_params_and_adam_moments_per_device():
 def test_fsdp_epoch_keeps_the_layout():
     tx = optim.sgd(0.1)
     mesh = fsdp_mesh(2, jax.devices()[:4])
-    epoch = make_train_epoch(loss_fn, tx, batch_size=16, mesh=mesh)
+    epoch = make_train_epoch(loss_fn, 16, mesh=mesh)
     state = TrainState.create(init_params(jax.random.key(0)), tx, 0)
     x, y = (np.concatenate(parts) for parts in zip(*batches(2)))
     with CompileCounter(epoch) as counter:

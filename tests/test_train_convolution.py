@@ -17,7 +17,7 @@ from jaxwise import optim
 from jaxwise.compilation import CompileBudget
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
 from jaxwise.train._convolution import canonical_convolutions, canonical_specs
-from jaxwise.train._epoch import shuffle_hash
+from jaxwise.train._sampler import shuffle_hash
 
 CASES = [
     # (input shape, kernel shape, dimension numbers, keyword arguments)
@@ -126,7 +126,7 @@ def cnn():
 def test_cnn_epoch_compiles_only_canonical_convolutions(cnn):
     """The regression test of issue #29: the scan body's gradient convolutions run via Eigen."""
     tx, state, data = cnn
-    epoch = make_train_epoch(cnn_loss, tx, batch_size=8, donate=False)
+    epoch = make_train_epoch(cnn_loss, 8, donate=False)
     hlo = epoch.jitted.lower(state, data).compile().as_text() or ""
     assert "while" in hlo
     labels = re.findall(r"convolution\(.*?dim_labels=(\S+?),", hlo)
@@ -137,11 +137,11 @@ def test_cnn_epoch_compiles_only_canonical_convolutions(cnn):
 def test_cnn_epoch_equals_the_steps_and_compiles_once(cnn):
     tx, state, data = cnn
     twin = jax.tree.map(lambda a: jnp.array(a, copy=True), state)
-    epoch = make_train_epoch(cnn_loss, tx, batch_size=8)
+    epoch = make_train_epoch(cnn_loss, 8)
     with CompileBudget(1, epoch, exact=True):
         new, metrics = epoch(state, data)
     order = np.asarray(jnp.argsort(shuffle_hash(twin.key, twin.step, 24))).reshape(3, 8)
-    step = make_train_step(cnn_loss, tx)
+    step = make_train_step(cnn_loss)
     losses = []
     for idx in order:
         twin, m = step(twin, (data[0][idx], data[1][idx]))

@@ -31,7 +31,6 @@ def _validate(w: jax.Array, model_state: None, val: tuple[jax.Array, jax.Array])
 def _fit(states, data, allowed, val, *, epochs, patience):
     return fit_models(
         _loss,
-        optax.sgd(LR),
         states,
         data,
         allowed,
@@ -59,6 +58,7 @@ def _problem(nan_row: int | None = None):
         params=jnp.asarray(w0),
         opt_state=jax.vmap(tx.init)(jnp.asarray(w0)),
         key=jax.random.split(jax.random.key(3), 2),
+        tx=tx,
     )
     return x, y, allowed, val, states
 

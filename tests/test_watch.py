@@ -162,7 +162,7 @@ def test_flax_nnx_jit_is_attributed_with_its_static_argument():
     assert (f.where, f.calls, f.compiles) == (_line("JIT: nnx"), 3, 3)
     third = f.misses[2]
     assert (third.kind, third.argument, third.old, third.new) == ("static", "scale", "2.0", "3.0")
-    assert third.steady_state and third.where == _line("CALL: nnx")
+    assert third in f.steady_state_recompiles and third.call_site == _line("CALL: nnx")
 
 
 def test_equinox_filter_jit_is_attributed():
@@ -179,14 +179,14 @@ def test_equinox_filter_jit_is_attributed():
         apply(linear, jnp.ones(5))  # CALL: equinox shape
     f = only(w.report(), "apply")
     assert (f.where, f.calls, f.compiles) == (_line("JIT: equinox"), 4, 2)
-    assert (f.misses[1].kind, f.misses[1].where) == ("shape", _line("CALL: equinox shape"))
+    assert (f.misses[1].kind, f.misses[1].call_site) == ("shape", _line("CALL: equinox shape"))
     assert "f32[2]" in f.misses[1].old and "f32[5]" in f.misses[1].new
 
 
 def test_jaxwise_train_step_is_attributed_to_the_users_line():
     tx = optax.sgd(0.1)
     with Watch() as w:
-        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2), tx)  # JIT: step
+        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))  # JIT: step
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         for _ in range(3):
             state, _ = step(state, jnp.ones((4, 2)))
@@ -227,9 +227,11 @@ def test_steady_state_after_warmup_and_warmup_configurable():
             f = jax.jit(lambda v, n: v * n, static_argnums=1)
             for n in (1, 2, 3, 4):
                 f(x, n)  # CALL: steady
-        misses = w.report().functions[0].misses
-        assert [m.steady_state for m in misses] == flagged
-        assert {m.where for m in misses} == {_line("CALL: steady")}
+        function = w.report().functions[0]
+        misses = function.misses
+        assert [m in function.steady_state_recompiles for m in misses] == flagged
+        assert [m["steady_state"] for m in function.to_json()["misses"]] == flagged
+        assert {m.call_site for m in misses} == {_line("CALL: steady")}
 
 
 @pytest.mark.parametrize(
@@ -284,7 +286,7 @@ def test_jit_rebuilt_in_a_loop_is_one_function_recompiling_as_new_function():
     f = only(w.report(), "apply")
     assert (f.where, f.calls, f.compiles) == (_line("JIT: rebuilt"), 4, 4)
     assert [m.kind for m in f.misses] == ["first", "new_function", "new_function", "new_function"]
-    assert [m.steady_state for m in f.misses] == [False, False, True, True]
+    assert f.steady_state_recompiles == f.misses[2:]
 
 
 def test_x64_flip_and_donation_change_are_named():
@@ -361,7 +363,7 @@ def test_live_numpy_view_blocks_donation():
 def test_donation_error_of_a_jaxwise_step_is_reported_once():
     tx = optax.sgd(0.1)
     with Watch() as w:
-        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2), tx)
+        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         state, _ = step(state, jnp.ones((4, 2)))
         view = np.asarray(state.params["w"])
@@ -507,7 +509,7 @@ def test_text_report_lists_flagged_findings():
 def test_nan_checking_leaves_jaxwise_steps_working_without_donation():
     tx = optax.sgd(0.1)
     with Watch(nans="report") as w:
-        step = make_train_step(lambda p, b: jnp.mean(jnp.log(b @ p["w"])), tx)
+        step = make_train_step(lambda p, b: jnp.mean(jnp.log(b @ p["w"])))
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         for sign in (1.0, 1.0, -1.0):
             state, metrics = step(state, sign * jnp.ones((4, 2)))

@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxwise import optim
+from jaxwise import _events, optim
 from jaxwise.compilation import CompileCounter
-from jaxwise.train import DonationError, TrainState, _donation, make_train_step
+from jaxwise.train import DonationError, TrainState, make_train_step
 
 
 def loss(params, batch):
@@ -28,9 +28,9 @@ def setup():
 
 def test_step_inside_the_users_donating_jit_is_not_audited():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     outer = jax.jit(lambda s, b: step(s, b), donate_argnums=0)
-    reference, _ = make_train_step(loss, tx)(setup()[1], batch)
+    reference, _ = make_train_step(loss)(setup()[1], batch)
     with CompileCounter(outer) as counter:
         for _ in range(3):
             state, metrics = outer(state, batch)
@@ -40,8 +40,8 @@ def test_step_inside_the_users_donating_jit_is_not_audited():
 
 def test_step_under_disable_jit_warns_once_and_runs():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
-    jitted_state, _ = make_train_step(loss, tx)(setup()[1], batch)
+    step = make_train_step(loss)
+    jitted_state, _ = make_train_step(loss)(setup()[1], batch)
     with pytest.warns(RuntimeWarning, match="donation audit is off under jax.disable_jit") as seen:
         with jax.disable_jit():
             eager_state, _ = step(state, batch)
@@ -58,7 +58,7 @@ def test_step_under_disable_jit_warns_once_and_runs():
 
 def test_duplicate_buffers_after_the_first_call_are_named():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     state, _ = step(state, batch)
     adam = state.opt_state[0]
     shared = dataclasses.replace(state, opt_state=(adam._replace(nu=adam.mu), *state.opt_state[1:]))
@@ -72,17 +72,18 @@ def test_duplicate_buffers_after_the_first_call_are_named():
     assert not adam.mu["w"].is_deleted()  # refused before the call: nothing donated
 
 
-def test_every_donation_error_reaches_the_listeners():
+def test_every_donation_error_is_published_with_its_program():
     tx, state, batch = setup()
-    step = make_train_step(loss, tx)
+    step = make_train_step(loss)
     old = state
     state, _ = step(state, batch)
     heard = []
-    _donation.LISTENERS.append(heard.append)
+    stop = _events.subscribe(heard.append)
     try:
-        with pytest.raises(DonationError, match="already deleted"):
+        with pytest.raises(DonationError, match="already deleted") as info:
             step(old, batch)
     finally:
-        _donation.LISTENERS.remove(heard.append)
-    assert [e.argument for e in heard] == ["state.step"]
-    assert type(heard[0]).__module__ == "jaxwise.train"
+        stop()
+    assert [(e.function, e.argument) for e in heard] == [(step.jitted.__name__, "state.step")]
+    assert heard[0].error is info.value
+    assert type(heard[0]).__module__ == "jaxwise._events"

@@ -264,7 +264,7 @@ def _rec_train_step_batch():
     from jaxwise.train import TrainState, make_train_step
 
     tx = optim.sgd(0.1)
-    step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2), tx)
+    step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))
     box = [TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)]
 
     def run() -> None:
@@ -753,7 +753,7 @@ def _jaxwise_step():
     from jaxwise.train import TrainState, make_train_step
 
     tx = optim.sgd(0.1)
-    step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2), tx)
+    step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))
     return tx, step, TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
 
 

@@ -212,6 +212,9 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    state = None if "jax" in sys.modules else np.random.get_state()  # before jax draws from it
     from jaxwise.watch._run import run_script
 
     return run_script(
@@ -222,6 +225,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
         transfers=args.transfers,
         fail_on=args.fail_on,
         warmup=args.warmup,
+        numpy_state=state,
     )
 
 

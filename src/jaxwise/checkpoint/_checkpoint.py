@@ -75,7 +75,7 @@ def _static_fields(state: TrainState) -> dict[str, Any]:
     return {
         f.name: getattr(state, f.name)
         for f in dataclasses.fields(state)
-        if f.metadata.get("static")
+        if f.metadata.get("static") and f.metadata.get("saved", True)
     }
 
 

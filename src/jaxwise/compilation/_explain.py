@@ -11,6 +11,7 @@ instead; it is only a fallback for JAX versions whose internals we cannot read.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -222,7 +223,7 @@ def _diff_arg(old: ArgSig, new: ArgSig) -> list[Difference]:
         changed = [p for p in new_paths if p not in old_paths] + [
             p for p in old_paths if p not in new_paths
         ]
-        where = name + (changed[0] if changed else "")
+        where = name + _common_path(changed)  # the argument itself when its top changed
         return [Difference("structure", where, old.tree, new.tree)]
     out = []
     for (path, a), (_, b) in zip(old.leaves, new.leaves):
@@ -230,6 +231,16 @@ def _diff_arg(old: ArgSig, new: ArgSig) -> list[Difference]:
         if diff is not None:
             out.append(diff)
     return out
+
+
+def _common_path(paths: list[str]) -> str:
+    """The longest path (whole keys only) that every one of ``paths`` starts with."""
+    if not paths:
+        return ""
+    prefix = os.path.commonprefix(paths)
+    while prefix and not all(p[len(prefix) : len(prefix) + 1] in ("", "[", ".") for p in paths):
+        prefix = prefix[:-1]
+    return prefix
 
 
 def diff_calls(old: CallSig, new: CallSig) -> list[Difference]:

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
-import jax.extend.core
 
 from jaxwise._checks import check_callable
 
@@ -104,6 +103,12 @@ def _fmt(value: Any, unit: str) -> str:
     return f"{value:,}"
 
 
+def _jaxprs_in_params(params: Any) -> Any:
+    import jax.extend.core  # not at import: jax.extend loads Pallas (~20 ms of start-up)
+
+    return jax.extend.core.jaxprs_in_params(params)
+
+
 def count_eqns(jaxpr: Any) -> int:
     """Number of equations in a jaxpr, counting nested bodies recursively.
 
@@ -121,7 +126,7 @@ def count_eqns(jaxpr: Any) -> int:
     """
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     return sum(
-        1 + sum(count_eqns(sub) for sub in jax.extend.core.jaxprs_in_params(eqn.params))
+        1 + sum(count_eqns(sub) for sub in _jaxprs_in_params(eqn.params))
         for eqn in jaxpr.eqns
     )
 

@@ -199,7 +199,7 @@ def schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> j
     return jax.vmap(schedule)(jnp.arange(steps))
 
 
-def make_epoch(tx: Any, cfg: Any, *, accuracy: bool = False) -> Any:
+def make_epoch(cfg: Any, *, accuracy: bool = False) -> Any:
     """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping).
 
     With ``accuracy``, the plain epoch's metrics include ``"aux"``: each step's mini-batch
@@ -212,16 +212,14 @@ def make_epoch(tx: Any, cfg: Any, *, accuracy: bool = False) -> Any:
 
         return make_dp_train_epoch(
             per_example_loss(),
-            tx,
-            batch_size=cfg.batch_size,
+            cfg.batch_size,
             clip_norm=cfg.clip_norm,
             noise_multiplier=cfg.noise_multiplier,
-            sampler="poisson",
             method="ghost",
         )
     if accuracy:
-        return make_train_epoch(batch_loss_and_accuracy, tx, cfg.batch_size, has_aux=True)
-    return make_train_epoch(batch_loss, tx, cfg.batch_size)
+        return make_train_epoch(batch_loss_and_accuracy, cfg.batch_size, has_aux=True)
+    return make_train_epoch(batch_loss, cfg.batch_size)
 
 
 def epoch_progress(metrics: dict[str, Any], step_losses: np.ndarray) -> dict[str, float]:

@@ -206,7 +206,7 @@ def fit(run: _Run) -> None:
     report no loss, so the training set is evaluated after each of them.
     """
     cfg = run.cfg
-    epoch = C.make_epoch(run.tx, cfg, accuracy=True)
+    epoch = C.make_epoch(cfg, accuracy=True)
     losses = []
     t_train = time.perf_counter()
     with run.tally.measure():  # the epoch program, compiled while the state is built

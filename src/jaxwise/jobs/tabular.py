@@ -464,7 +464,7 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     last_epoch = max(cfg.stop_after if cfg.stop_after is not None else cfg.epochs, start_epoch)
     if progress_meta["stopped_early"]:
         last_epoch = start_epoch
-    loop = EpochLoop(prep, C.make_epoch(tx, run_cfg), spe, lrs, progress_meta)
+    loop = EpochLoop(prep, C.make_epoch(run_cfg), spe, lrs, progress_meta)
     loop.train_data, loop.val_data = train, val
     if last_epoch > start_epoch:
         with loop.tally.measure():  # the epoch program, compiled while the state is built

@@ -30,8 +30,8 @@ from jaxwise._params import check_params
 from jaxwise.buckets import bucket_for
 from jaxwise.models import init_mlp
 from jaxwise.numerics import cross_entropy
+from jaxwise.train import TrainState
 from jaxwise.train._ensemble import fit_models
-from jaxwise.train._state import TrainState
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
 
@@ -250,6 +250,7 @@ def _oof_program(
         opt_state=opt_state,
         key=keys,
         model_state=(mean, inv_scale),
+        tx=spec.optimizer,
     )
     fold_ids = jnp.arange(spec.folds)
     allowed = (assign[:, None, :] != fold_ids[None, :, None]) & (assign[:, None, :] >= 0)
@@ -270,7 +271,6 @@ def _oof_program(
     with jax.numpy_dtype_promotion("standard"):
         fit = fit_models(
             spec.loss,
-            spec.optimizer,
             states,
             (x, y),
             allowed,

@@ -48,9 +48,13 @@ from jaxwise.privacy._choose import MechanismCandidate as MechanismCandidate
 from jaxwise.privacy._choose import MechanismChoice as MechanismChoice
 from jaxwise.privacy._choose import choose_mechanism as choose_mechanism
 from jaxwise.privacy._cyclic import CyclicPoissonSampler as CyclicPoissonSampler
-from jaxwise.privacy._epoch import DPConfig as DPConfig
 from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
 from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
+from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
+from jaxwise.privacy._mechanism import DPGradientFn as DPGradientFn
+from jaxwise.privacy._mechanism import NoiseMechanism as NoiseMechanism
+from jaxwise.privacy._mechanism import dp_gradient_fn as dp_gradient_fn
+from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
 from jaxwise.privacy._noise import dp_gradient as dp_gradient
 from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
@@ -65,9 +69,12 @@ __all__ = [
     "BandMFStrategy",
     "Canaries",
     "CyclicPoissonSampler",
-    "DPConfig",
     "MechanismCandidate",
     "MechanismChoice",
+    "ClipPolicy",
+    "DPGradient",
+    "DPGradientFn",
+    "NoiseMechanism",
     "PoissonSampler",
     "add_dp_noise",
     "audit_canaries",
@@ -76,6 +83,7 @@ __all__ = [
     "choose_mechanism",
     "dp_gradient",
     "dp_gradient_accumulated",
+    "dp_gradient_fn",
     "empirical_epsilon",
     "epsilon",
     "make_dp_train_epoch",

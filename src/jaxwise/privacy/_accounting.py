@@ -18,7 +18,7 @@ from jaxwise._extras import require
 from jaxwise.privacy._adaptive import AdaptiveClip
 from jaxwise.privacy._bandmf import BandMF
 from jaxwise.privacy._blt import BLT
-from jaxwise.privacy._noise import _check_noise
+from jaxwise.privacy._noise import check_noise
 
 __all__ = ["epsilon", "noise_multiplier_for"]
 
@@ -171,7 +171,7 @@ def epsilon(
         >>> a < b
         True
     """
-    _check_noise(noise_multiplier)
+    check_noise(noise_multiplier)
     _check_accounting(sample_rate, steps, delta, accountant)
     _check_mechanism(mechanism, clip, int(steps))
     dp_accounting = _dp_accounting("jaxwise.privacy.epsilon")

@@ -1,74 +1,28 @@
-"""A jitted DP-SGD epoch: a configuration of `jaxwise.train.make_train_epoch`."""
+"""Poisson sampling and the DP-SGD epoch: `make_epoch(dp_gradient_fn(...), PoissonSampler(b))`."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
-from jax.sharding import Mesh
 
-from jaxwise._checks import (
-    check_bool,
-    check_callable,
-    check_choice,
-    check_int,
-)
+from jaxwise._checks import check_int
 from jaxwise.buckets import plan_buckets
-from jaxwise.per_example._common import (
-    ChunkSize,
-    LossFn,
-    Method,
-    check_chunk,
-    check_clip_norm,
-    check_method,
-)
-from jaxwise.privacy._noise import (
-    _check_noise,
-    _check_noise_scale,
-    dp_gradient,
-)
+from jaxwise.per_example._common import ChunkSize, Method
+from jaxwise.privacy._mechanism import ClipPolicy, dp_gradient_fn
 from jaxwise.privacy._sampling import poisson_batch
-from jaxwise.train import Gradients, ShuffleSampler, TrainEpoch, make_train_epoch
+from jaxwise.train import TrainEpoch, make_epoch
 
-__all__ = ["DPConfig", "PoissonSampler", "make_dp_train_epoch"]
-
-SAMPLERS = ("poisson", "shuffle")
-
-
-@dataclasses.dataclass(frozen=True)
-class DPConfig:
-    """DP-SGD settings of `make_dp_train_epoch`.
-
-    Attributes:
-        clip_norm: ``C``, the per-example clipping norm.
-        noise_multiplier: ``σ``: the noise std is ``σ·C``.
-        sampler: ``"poisson"`` or ``"shuffle"``.
-        batch_size: the (expected) batch size.
-        method: the per-example clipping method.
-        chunk_size: the chunk size of the ``"vmap"``/``"chunked"`` methods.
-        model_state: the loss takes and returns the model state.
-        freeze_model_state: BatchNorm layers of adapted models run in inference mode.
-    """
-
-    clip_norm: float
-    noise_multiplier: float
-    sampler: Literal["poisson", "shuffle"]
-    batch_size: int
-    method: Method
-    chunk_size: ChunkSize
-    model_state: bool = False
-    freeze_model_state: bool = False
+__all__ = ["PoissonSampler", "make_dp_train_epoch"]
 
 
 @dataclasses.dataclass(frozen=True)
 class PoissonSampler:
-    """Poisson sampling for `jaxwise.train.make_train_epoch`: rate ``q = batch_size / n``.
+    """Poisson sampling, a `jaxwise.train.Sampler`: rate ``q = batch_size / n``.
 
     Each step draws its own batch with `poisson_batch`: ``X ~ Binomial(n, q)`` real
     examples, padded with a mask to at most ``width(n)`` rows (the expected size plus twelve
@@ -125,6 +79,17 @@ class PoissonSampler:
             raise ValueError(
                 f"`batch_size` {self.batch_size} is larger than the dataset ({n} examples)"
             )
+
+    def sample_rate(self, n: int) -> float:
+        """``q = batch_size / n``: each example's probability of joining a batch.
+
+        Args:
+            n: the dataset size.
+
+        Returns:
+            The sampling rate.
+        """
+        return self.batch_size / n
 
     def steps(self, n: int) -> int:
         """Steps per epoch, ``round(n / batch_size)``.
@@ -227,86 +192,31 @@ def _binomial_pmf(n: int, q: float, upper: int) -> np.ndarray:
     return np.exp(log_choose + k * np.log(q) + (n - k) * np.log1p(-q))
 
 
-@dataclasses.dataclass(frozen=True)
-class _DPShuffleSampler(ShuffleSampler):
-    """Fixed-size batches from a ``jax.random.permutation``; ``overflow = False`` always."""
-
-    def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
-        del step
-        key, plan_key = jax.random.split(key)
-        order = jax.random.permutation(plan_key, n)[: self.steps(n) * self.batch_size]
-        return order.reshape(self.steps(n), self.batch_size), key
-
-    def draw(self, x: jax.Array, n: int) -> tuple[jax.Array, None, dict[str, Any]]:
-        del n
-        return x, None, {"overflow": jnp.zeros((), bool)}
-
-
-def _dp_gradient_fn(loss: LossFn, config: DPConfig) -> Callable[..., Gradients]:
-    """The plug-in gradient of a DP-SGD epoch: clipped, summed, noised once per batch."""
-
-    def gradient(params: Any, model_state: Any, batch: Any, key: jax.Array, mask: Any) -> Gradients:
-        state = {"model_state": model_state} if config.model_state else {}
-        out = dp_gradient(
-            loss,
-            params,
-            batch,
-            key,
-            clip_norm=config.clip_norm,
-            noise_multiplier=config.noise_multiplier,
-            method=config.method,
-            chunk_size=config.chunk_size,
-            mask=mask,
-            expected_batch_size=float(config.batch_size),
-            freeze_model_state=config.freeze_model_state,
-            **state,
-        )
-        grads, norms = out[0], out[1]
-        if config.model_state:
-            model_state = out[2]
-        real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
-        count = jnp.maximum(real.sum(), 1.0)
-        metrics = {
-            "grad_norm_mean": jnp.sum(norms * real) / count,
-            "clipped_fraction": jnp.sum((norms > config.clip_norm).astype(jnp.float32) * real)
-            / count,
-            "batch_size": jnp.sum(real).astype(jnp.int32),
-        }
-        return Gradients(grads, None, model_state, None, metrics)
-
-    return gradient
-
-
 def make_dp_train_epoch(
     loss: Callable[..., Any],
-    optimizer: optax.GradientTransformation,
     batch_size: int,
     *,
-    clip_norm: float,
+    clip_norm: float | ClipPolicy,
     noise_multiplier: float,
-    sampler: Literal["poisson", "shuffle"] = "poisson",
-    buckets: int = 5,
     method: Method = "auto",
     chunk_size: ChunkSize = None,
-    mesh: Mesh | None = None,
-    skip_nonfinite: bool = True,
-    donate: bool = True,
     model_state: bool = False,
     freeze_model_state: bool = False,
 ) -> TrainEpoch:
-    """A jitted DP-SGD epoch ``epoch(state, data) -> (state, metrics)`` over one ``lax.scan``.
+    """A jitted DP-SGD epoch: ``make_epoch(dp_gradient_fn(loss, ...), PoissonSampler(batch_size))``.
 
-    A configuration of [`make_train_epoch`][jaxwise.train.make_train_epoch] (the one
-    training loop): the DP gradient ([`dp_gradient`][jaxwise.privacy.dp_gradient]) and the
-    sampler plug into it, so DP epochs get the NaN guard (a non-finite noisy gradient or
-    update is skipped), the per-call donation audit and ``mesh`` (data parallelism; the
-    padded batch width is rounded up to the devices).
+    The DP gradient ([`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn]) and Poisson sampling
+    ([`PoissonSampler`][jaxwise.privacy.PoissonSampler]) composed by
+    [`make_epoch`][jaxwise.train.make_epoch] (the one training loop), so DP epochs get the NaN
+    guard (a non-finite noisy gradient or update is skipped), the per-call donation audit and
+    the state's optimizer (``state.tx``). For a mesh, another sampler, a noise mechanism or
+    other padding buckets, compose them yourself.
 
     ``state`` is a [`TrainState`][jaxwise.train.TrainState]; ``data`` any pytree (tuple,
-    dict, dataclass) whose leaves share a leading example axis. The noisy gradient goes
-    through any jaxwise/Optax optimizer. Metrics per step: ``"grad_norm"`` (of the noisy
-    gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip, real examples),
-    ``"clipped_fraction"``, ``"batch_size"`` (actual) and ``"overflow"``.
+    dict, dataclass) whose leaves share a leading example axis. Metrics per step:
+    ``"grad_norm"`` (of the noisy gradient), ``"skipped"``, ``"grad_norm_mean"`` (pre-clip,
+    real examples), ``"clipped_fraction"``, ``"batch_size"`` (actual), ``"overflow"`` and
+    ``"width"``.
 
     With ``model_state=True`` the loss is ``loss(params, model_state, example) -> (loss,
     new_model_state)`` and the state's ``model_state`` is carried from step to step: RNG
@@ -320,39 +230,26 @@ def make_dp_train_epoch(
         loss: ``loss(params, example) -> scalar`` for ONE example (``data``'s structure, the
             leading axis removed); with ``model_state=True``, ``loss(params, model_state,
             example) -> (scalar, new_model_state)``.
-        optimizer: an Optax (or jaxwise) gradient transformation.
-        batch_size: the (expected) batch size.
-        clip_norm: ``C``, the per-example clipping norm.
+        batch_size: the expected batch size ``q·N`` of Poisson sampling.
+        clip_norm: ``C``, the per-example clipping norm (or a
+            [`ClipPolicy`][jaxwise.privacy.ClipPolicy]).
         noise_multiplier: ``σ``: the noise std is ``σ·C``.
-        sampler: ``"poisson"`` (what [`epsilon`][jaxwise.privacy.epsilon] analyses): each step
-            samples with rate ``q = batch_size / N``, padded to a fixed maximum with a mask,
-            ``round(1 / q)`` steps per epoch; ``"shuffle"``: ``N // batch_size`` fixed-size
-            batches (not covered by the Poisson analysis).
-        buckets: Poisson sampling: how many padded widths are compiled (one ``lax.switch``
-            branch each, inside the one epoch program); a step runs at the smallest that holds
-            its examples (see [`PoissonSampler`][jaxwise.privacy.PoissonSampler]). 1 pads
-            every step to the largest (the expected size plus twelve standard deviations).
         method: the per-example clipping: ``"auto"`` (default) uses ghost clipping wherever
             the traced loss allows it, ``"vmap"``/``"chunked"`` materialise per-example
             gradients (see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]).
         chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-        mesh: a mesh with a ``"data"`` axis (data parallelism), or ``None``.
-        skip_nonfinite: skip a step whose noisy gradient or update is not finite.
-        donate: donate the state's buffers to the program.
         model_state: the loss takes and returns the model state (``TrainState.model_state``).
         freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-        A [`TrainEpoch`][jaxwise.train.TrainEpoch] with ``.steps_per_epoch(n)`` and
-        ``.sample_rate(n)`` for the accountant, ``.config`` (a
-        [`DPConfig`][jaxwise.privacy.DPConfig]) and ``.jitted`` (compiled under
-        ``<loss's name>_train_epoch``).
+        A [`TrainEpoch`][jaxwise.train.TrainEpoch]; the accountant reads
+            ``epoch.sampler.sample_rate(n)``, ``epoch.steps_per_epoch(n)`` and
+            ``epoch.gradient.noise_multiplier``.
 
     Raises:
         TypeError: ``loss`` is not callable, or a bad option type.
-        ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``sampler``, ``method``,
-            ``chunk_size`` or ``batch_size``; on the first call, model state (or a layer)
-            that mixes examples.
+        ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``method``, ``chunk_size`` or
+            ``batch_size``; on the first call, model state (or a layer) that mixes examples.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -360,47 +257,19 @@ def make_dp_train_epoch(
         >>> from jaxwise.train import TrainState
         >>> def sq(w, example): return (jnp.dot(w, example["x"]) - example["y"]) ** 2
         >>> x = jax.random.normal(jax.random.key(0), (64, 3)); y = x @ jnp.asarray([1.0, -1.0, 0.5])
-        >>> tx = optim.sgd(0.1)
-        >>> epoch = make_dp_train_epoch(sq, tx, 16, clip_norm=10.0, noise_multiplier=0.5)
-        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), tx, 0), {"x": x, "y": y})
+        >>> epoch = make_dp_train_epoch(sq, 16, clip_norm=10.0, noise_multiplier=0.5)
+        >>> state = TrainState.create(jnp.zeros(3), optim.sgd(0.1), 0)
+        >>> state, metrics = epoch(state, {"x": x, "y": y})
         >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
         (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """
-    check_callable(loss, "loss")
-    check_clip_norm(clip_norm)
-    _check_noise(noise_multiplier)
-    _check_noise_scale(clip_norm, noise_multiplier)
-    check_choice(sampler, "sampler", SAMPLERS)
-    check_method(method)
-    check_chunk(chunk_size)
-    batch_size = check_int(batch_size, "batch_size", min_value=1)
-    check_int(buckets, "buckets", min_value=1, max_value=16)
-    check_bool(model_state, "model_state")
-    check_bool(freeze_model_state, "freeze_model_state")
-    config = DPConfig(
-        float(clip_norm),
-        float(noise_multiplier),
-        sampler,
-        batch_size,
-        method,
-        chunk_size,
-        model_state,
-        freeze_model_state,
-    )
-    multiple = 1 if mesh is None else int(mesh.shape.get("data", 1))
-    draw: PoissonSampler | ShuffleSampler = _DPShuffleSampler(batch_size)
-    if sampler == "poisson":
-        draw = PoissonSampler(batch_size, multiple, buckets)
-    epoch = make_train_epoch(
+    gradient = dp_gradient_fn(
         loss,
-        optimizer,
-        batch_size,
-        gradient=_dp_gradient_fn(loss, config),
-        sampler=draw,
+        clip_norm=clip_norm,
+        noise_multiplier=noise_multiplier,
+        method=method,
+        chunk_size=chunk_size,
         model_state=model_state,
-        mesh=mesh,
-        skip_nonfinite=skip_nonfinite,
-        donate=donate,
+        freeze_model_state=freeze_model_state,
     )
-    epoch.config = config
-    return epoch
+    return make_epoch(gradient, PoissonSampler(check_int(batch_size, "batch_size", min_value=1)))

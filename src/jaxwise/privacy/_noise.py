@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -32,14 +32,23 @@ from jaxwise.privacy._state import (
 )
 from jaxwise.tree import path_names
 
-__all__ = ["add_dp_noise", "dp_gradient", "dp_gradient_accumulated"]
+__all__ = [
+    "DPGradient",
+    "add_dp_noise",
+    "check_noise",
+    "check_noise_scale",
+    "dp_gradient",
+    "dp_gradient_accumulated",
+    "noisy_mean",
+    "standard_normal",
+]
 
 
-def _check_noise(noise_multiplier: Any) -> None:
+def check_noise(noise_multiplier: Any) -> None:
     check_float(noise_multiplier, "noise_multiplier", min_value=0.0)
 
 
-def _check_noise_scale(clip_norm: Any, noise_multiplier: Any) -> None:
+def check_noise_scale(clip_norm: Any, noise_multiplier: Any) -> None:
     """Noise std ``σ·C`` must be finite: ``C = inf`` (no clipping) only without noise."""
     if float(noise_multiplier) > 0 and float(clip_norm) == float("inf"):
         raise ValueError(
@@ -78,8 +87,8 @@ def add_dp_noise(
         [0.5, 0.5, 0.5]
     """
     check_clip_norm(clip_norm)
-    _check_noise(noise_multiplier)
-    _check_noise_scale(clip_norm, noise_multiplier)
+    check_noise(noise_multiplier)
+    check_noise_scale(clip_norm, noise_multiplier)
     check_key(key)
     check_float(batch_size, "batch_size", min_value=0.0, min_inclusive=False, allow_traced=True)
     for path, leaf in zip(path_names(summed), jax.tree.leaves(summed)):
@@ -90,22 +99,56 @@ def add_dp_noise(
                 "Gaussian noise needs floating-point gradients (integer, boolean and complex "
                 "leaves cannot hold it)"
             )
-    leaves, treedef = jax.tree.flatten(summed)
     std = (
         float(noise_multiplier) * float(clip_norm) if noise_multiplier else 0.0
     )  # σ = 0: none, even with C = inf
-    if not std or not leaves:
-        return jax.tree.unflatten(treedef, [x / jnp.asarray(batch_size, x.dtype) for x in leaves])
+    noise = standard_normal(key, summed) if std else None
+    return noisy_mean(summed, noise, std, batch_size)
+
+
+def standard_normal(key: jax.Array, like: Any) -> Any:
+    """``z``: a standard-normal tree like ``like``, ONE ``jax.random.normal`` sliced per leaf.
+
+    The draw has the leaves' common dtype (float32 when they differ); each slice is cast
+    to its leaf's dtype.
+    """
+    leaves, treedef = jax.tree.flatten(like)
+    if not leaves:
+        return like
     sizes = [int(np.size(x)) for x in leaves]
     dtypes = {jnp.dtype(x.dtype) for x in leaves}
     dtype = dtypes.pop() if len(dtypes) == 1 else jnp.dtype(jnp.float32)
-    noise = jax.random.normal(key, (sum(sizes),), dtype)
+    flat = jax.random.normal(key, (sum(sizes),), dtype)
     offsets = np.cumsum([0, *sizes])
-    noisy = [
-        (x + std * noise[a:b].reshape(x.shape).astype(x.dtype)) / jnp.asarray(batch_size, x.dtype)
+    z = [
+        flat[a:b].reshape(x.shape).astype(x.dtype)
         for x, a, b in zip(leaves, offsets[:-1], offsets[1:])
     ]
-    return jax.tree.unflatten(treedef, noisy)
+    return jax.tree.unflatten(treedef, z)
+
+
+def noisy_mean(summed: Any, noise: Any, std: Any, batch_size: Any) -> Any:
+    """``(summed + std · noise) / batch_size`` leaf by leaf (``noise=None``: no noise)."""
+    if noise is None:
+        return jax.tree.map(lambda x: x / jnp.asarray(batch_size, x.dtype), summed)
+    return jax.tree.map(
+        lambda x, z: (x + std * z) / jnp.asarray(batch_size, x.dtype), summed, noise
+    )
+
+
+class DPGradient(NamedTuple):
+    """What [`dp_gradient`][jaxwise.privacy.dp_gradient] and
+    [`dp_gradient_accumulated`][jaxwise.privacy.dp_gradient_accumulated] return.
+
+    Attributes:
+        grads: the noisy mean gradient, a pytree like ``params``.
+        norms: the pre-clip per-example norms, float32 ``(B,)`` (``(M, m)`` accumulated).
+        model_state: the new model state, or ``None`` when none was given.
+    """
+
+    grads: Any
+    norms: jax.Array
+    model_state: Any = None
 
 
 def dp_gradient(
@@ -122,11 +165,11 @@ def dp_gradient(
     expected_batch_size: float | None = None,
     model_state: Any = NO_MODEL_STATE,
     freeze_model_state: bool = False,
-) -> Any:
-    """The DP-SGD gradient of one batch: ``(noisy mean gradient, per-example norms)``.
+) -> DPGradient:
+    """The DP-SGD gradient of one batch: ``DPGradient(noisy mean gradient, norms, model_state)``.
 
     With ``model_state`` the loss is ``loss(params, model_state, example) -> (loss,
-    new_model_state)`` and the result has a third element, the new model state. State
+    new_model_state)`` and the result's ``model_state`` is the new model state. State
     computed from the examples (BatchNorm's running statistics, or any leaf of the new state
     that depends on the example) is refused with a ``ValueError`` naming it: per-example
     clipping does not bound one example's influence through it. Per-example-safe state
@@ -154,8 +197,8 @@ def dp_gradient(
         freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-        ``(gradient, norms)``: a pytree like ``params`` and the ``(B,)`` pre-clip norms;
-        ``(gradient, norms, new_model_state)`` with ``model_state``.
+        A [`DPGradient`][jaxwise.privacy.DPGradient]: ``grads`` like ``params``, the
+            ``(B,)`` pre-clip ``norms`` and the new ``model_state`` (``None`` without one).
 
     Raises:
         TypeError: a bad ``loss``, ``params``, ``batch``, ``key`` or ``freeze_model_state``.
@@ -165,8 +208,8 @@ def dp_gradient(
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
-        >>> g, norms = dp_gradient(loss, jnp.ones(2), jnp.asarray([[3.0, 4.0], [0.0, 1.0]]),
-        ...                        jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0)
+        >>> g, norms, _ = dp_gradient(loss, jnp.ones(2), jnp.asarray([[3.0, 4.0], [0.0, 1.0]]),
+        ...                           jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0)
         >>> [round(v, 4) for v in g.tolist()], norms.tolist()
         ([0.3, 0.9], [5.0, 1.0])
 
@@ -179,14 +222,46 @@ def dp_gradient(
         >>> int(count)
         1
     """
+    summed, norms, new_state = clipped_sum(
+        loss,
+        params,
+        batch,
+        clip_norm=clip_norm,
+        method=method,
+        chunk_size=chunk_size,
+        mask=mask,
+        model_state=model_state,
+        freeze_model_state=freeze_model_state,
+    )
+    denominator = batch_size_of(batch) if expected_batch_size is None else expected_batch_size
+    noisy = add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator)
+    return DPGradient(noisy, norms, new_state)
+
+
+def clipped_sum(
+    loss: Callable[..., Any],
+    params: Any,
+    batch: Any,
+    *,
+    clip_norm: Any,
+    method: Method,
+    chunk_size: ChunkSize,
+    mask: jax.Array | None,
+    model_state: Any,
+    freeze_model_state: bool,
+) -> tuple[Any, jax.Array, Any]:
+    """``(sum of clipped per-example gradients, norms (B,), new model state or None)``.
+
+    The clipping of `dp_gradient` before its noise; ``model_state`` is `NO_MODEL_STATE`
+    for a loss without one.
+    """
     check_loss(loss)
     check_state_flags(freeze_model_state)
     n = batch_size_of(batch)
     weights = None if mask is None else jnp.asarray(mask).astype(jnp.float32)
-    stateful = model_state is not NO_MODEL_STATE
     new_state = None
     with dp_context(freeze_model_state):
-        if stateful:
+        if model_state is not NO_MODEL_STATE:
             new_state = advance(loss, params, model_state, batch)
             loss, batch = per_example(loss, model_state, batch, n)
         summed, norms = clip_and_sum(
@@ -198,9 +273,7 @@ def dp_gradient(
             chunk_size=chunk_size,
             weights=weights,
         )
-    denominator = n if expected_batch_size is None else expected_batch_size
-    noisy = add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator)
-    return (noisy, norms, new_state) if stateful else (noisy, norms)
+    return summed, norms, new_state
 
 
 def _inner_size(microbatches: Any) -> int:
@@ -236,7 +309,7 @@ def dp_gradient_accumulated(
     expected_batch_size: float,
     model_state: Any = NO_MODEL_STATE,
     freeze_model_state: bool = False,
-) -> Any:
+) -> DPGradient:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.
 
     Every leaf of ``microbatches`` has shape ``(M, m, …)`` (M micro-batches of m
@@ -264,7 +337,8 @@ def dp_gradient_accumulated(
         freeze_model_state: run BatchNorm layers of adapted models in inference mode.
 
     Returns:
-        ``(noisy mean gradient, norms (M, m))``, and the new model state with ``model_state``.
+        A [`DPGradient`][jaxwise.privacy.DPGradient]: the noisy mean gradient, the norms
+            ``(M, m)`` and the new model state (``None`` without one).
 
     Raises:
         TypeError: a bad ``loss``, ``params``, ``microbatches``, ``key`` or
@@ -276,7 +350,7 @@ def dp_gradient_accumulated(
         >>> import jax, jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
         >>> micro = jnp.asarray([[[3.0, 4.0]], [[0.0, 1.0]]])  # M = 2 micro-batches of 1
-        >>> g, norms = dp_gradient_accumulated(loss, jnp.ones(2), micro, jax.random.key(0),
+        >>> g, norms, _ = dp_gradient_accumulated(loss, jnp.ones(2), micro, jax.random.key(0),
         ...     clip_norm=1.0, noise_multiplier=0.0, expected_batch_size=2.0)
         >>> [round(v, 4) for v in g.tolist()], norms.tolist()
         ([0.3, 0.9], [[5.0], [1.0]])
@@ -318,4 +392,4 @@ def dp_gradient_accumulated(
             accumulate, zero, (microbatches, weights, jnp.arange(m, dtype=jnp.uint32))
         )
     noisy = add_dp_noise(total, key, clip_norm, noise_multiplier, expected_batch_size)
-    return (noisy, norms, new_state) if stateful else (noisy, norms)
+    return DPGradient(noisy, norms, new_state)

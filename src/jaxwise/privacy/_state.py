@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import is_key
+from jaxwise._loss_output import unpack_loss_output
 from jaxwise.models._private import example_mixing_error, private_training
 from jaxwise.tree import path_names
 
@@ -72,12 +73,10 @@ def dp_context(freeze: bool) -> Iterator[None]:
 
 
 def _unpack(out: Any) -> tuple[Any, Any]:
-    if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError(
-            "with `model_state`, `loss(params, model_state, example)` must return "
-            f"(loss, new_model_state), got {type(out).__name__}"
-        )
-    return out
+    loss, new_state, _ = unpack_loss_output(
+        out, model_state=True, has_aux=False, name="`loss(params, model_state, example)`"
+    )
+    return loss, new_state
 
 
 def _new_state(loss: Callable[..., Any], params: Any, model_state: Any) -> Callable[[Any], Any]:

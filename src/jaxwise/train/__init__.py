@@ -1,18 +1,25 @@
-"""Training: a frozen-dataclass state, donation-safe jitted steps and epochs, a streaming loop.
+"""Training as composition: a gradient function × a sampler → a jitted, donating program.
 
-Checkpoints live in `jaxwise.checkpoint`, meshes and placement in `jaxwise.sharding`.
+A [`GradientFn`][jaxwise.train.GradientFn] says how a batch becomes a gradient
+([`value_and_grad`][jaxwise.train.value_and_grad] of a loss,
+[`mixed_precision`][jaxwise.train.mixed_precision], DP-SGD's
+[`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], or one written by hand); a
+[`Sampler`][jaxwise.train.Sampler] how an epoch draws its batches;
+[`make_step`][jaxwise.train.make_step] and [`make_epoch`][jaxwise.train.make_epoch] make the
+program (NaN guard, donation audit, meshes). The optimizer lives in the
+[`TrainState`][jaxwise.train.TrainState] (``state.tx``). Checkpoints live in
+`jaxwise.checkpoint`, meshes and placement in `jaxwise.sharding`.
 
 Examples:
     >>> import jax, jax.numpy as jnp
     >>> from jaxwise import optim
-    >>> from jaxwise.train import TrainState, make_train_epoch
+    >>> from jaxwise.train import ShuffleSampler, TrainState, make_epoch, value_and_grad
     >>> def loss(params, batch):
     ...     x, y = batch
     ...     return jnp.mean((x @ params["w"] - y) ** 2)
     >>> x = jax.random.normal(jax.random.key(1), (64, 3)); y = x @ jnp.asarray([1.0, -2.0, 0.5])
-    >>> tx = optim.adam(0.1)
-    >>> state = TrainState.create({"w": jnp.zeros(3)}, tx, jax.random.key(0))
-    >>> epoch = make_train_epoch(loss, tx, batch_size=16)
+    >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.adam(0.1), jax.random.key(0))
+    >>> epoch = make_epoch(value_and_grad(loss), ShuffleSampler(16))
     >>> for _ in range(30):
     ...     state, metrics = epoch(state, (x, y))
     >>> bool(metrics["loss"][-1] < 1e-2)
@@ -20,29 +27,48 @@ Examples:
 """
 
 from jaxwise.train._donation import DonationError, check_donatable, check_optimizer_fits
-from jaxwise.train._epoch import Sampler, ShuffleSampler, TrainEpoch, make_train_epoch
+from jaxwise.train._epoch import TrainEpoch, make_epoch, make_train_epoch
+from jaxwise.train._gradient import (
+    GradientFn,
+    Gradients,
+    MixedPrecision,
+    SamplerAware,
+    StatefulGradientFn,
+    ValueAndGrad,
+    mixed_precision,
+    value_and_grad,
+)
 from jaxwise.train._loop import FitReport, Terminated, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
+from jaxwise.train._sampler import Sampler, ShuffleSampler
 from jaxwise.train._state import TrainState, type_signature
-from jaxwise.train._step import TrainStep, make_train_step
-from jaxwise.train._update import Gradients
+from jaxwise.train._step import TrainStep, make_step, make_train_step
 
 __all__ = [
     "DonationError",
     "DynamicLossScale",
     "FitReport",
+    "GradientFn",
     "Gradients",
     "LossScaleState",
+    "MixedPrecision",
     "Sampler",
+    "SamplerAware",
     "ShuffleSampler",
+    "StatefulGradientFn",
     "Terminated",
     "TrainEpoch",
     "TrainState",
     "TrainStep",
+    "ValueAndGrad",
     "check_donatable",
     "check_optimizer_fits",
     "fit",
+    "make_epoch",
+    "make_step",
     "make_train_epoch",
     "make_train_step",
+    "mixed_precision",
     "type_signature",
+    "value_and_grad",
 ]

@@ -15,9 +15,9 @@ every other call. The audit steps aside when there is nothing to audit: inside t
 ``jax.jit`` (the state is made of tracers; the outer function donates, or not) and under
 ``jax.disable_jit()``
 (nothing is compiled, so nothing is donated: it says so once, as a ``RuntimeWarning``).
-Every ``DonationError`` it raises is first handed to `LISTENERS` (``jaxwise.watch``
-records them there); while `SUSPENDED` is non-empty (``jaxwise watch --nans``, under
-which nothing donates) the audit is off.
+Every ``DonationError`` it raises is first published on ``jaxwise._events`` as a
+``DonationFailed`` (``jaxwise.watch`` subscribes); while ``jaxwise._events.suspend_donation``
+is open (``jaxwise watch --nans``, under which nothing donates) the audit is off.
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import jax
 import optax
 from jax.core import Tracer
 
+from jaxwise._events import DonationFailed, donation_suspended, publish
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
 
 __all__ = [
-    "LISTENERS",
-    "SUSPENDED",
     "Audit",
     "DonationError",
     "check_donatable",
@@ -69,12 +68,6 @@ class DonationError(ValueError):
 
 DonationError.__module__ = "jaxwise.train"
 
-# Callables receiving every DonationError an audit raises, just before it is raised.
-LISTENERS: list[Callable[[DonationError], None]] = []
-# Reasons, while non-empty, for which jitted functions do not donate (jaxwise watch's NaN
-# checking strips donation so that a failing call can be replayed): audits step aside.
-SUSPENDED: list[str] = []
-
 
 def _path(tree: Any, index: int) -> str:
     """The ``jax.tree_util.keystr`` path of leaf number ``index`` of ``tree``."""
@@ -89,10 +82,9 @@ def _leaf_path(tree: Any, leaf: Any) -> str:
     return ""
 
 
-def _fail(err: DonationError) -> DonationError:
-    """Hand ``err`` to the listeners; returns it, to be raised by the caller."""
-    for listener in list(LISTENERS):
-        listener(err)
+def _fail(err: DonationError, function: str = "") -> DonationError:
+    """Publish ``err`` as a `DonationFailed` event; returns it, to be raised by the caller."""
+    publish(DonationFailed(function=function, argument=err.argument, error=err))
     return err
 
 
@@ -107,7 +99,7 @@ def _buffer_ids(x: jax.Array) -> list[int]:
         return [id(x)]
 
 
-def check_donatable(tree: Any, what: str = "state") -> None:
+def check_donatable(tree: Any, what: str = "state", *, function: str = "") -> None:
     """Raise `DonationError` if ``tree`` cannot be donated to a jitted call.
 
     Catches, before XLA does (with a less helpful message), arrays that were
@@ -118,6 +110,7 @@ def check_donatable(tree: Any, what: str = "state") -> None:
     Args:
         tree: the pytree about to be donated (e.g. a ``TrainState``).
         what: its name in the message.
+        function: the program it is donated to, for the published `DonationFailed` event.
 
     Raises:
         DonationError: a leaf was deleted, or one buffer appears at two paths.
@@ -137,7 +130,10 @@ def check_donatable(tree: Any, what: str = "state") -> None:
             continue
         if leaf.is_deleted():
             name = path_names(tree)[i]
-            raise _fail(DonationError(_deleted_message(what, name), argument=what + _path(tree, i)))
+            raise _fail(
+                DonationError(_deleted_message(what, name), argument=what + _path(tree, i)),
+                function,
+            )
         # A replicated array's shards may share one host buffer (CPU devices can alias one
         # NumPy source): only a buffer shared by two different leaves is a double donation.
         for buffer in set(_buffer_ids(leaf)):
@@ -150,7 +146,8 @@ def check_donatable(tree: Any, what: str = "state") -> None:
                         'it would fail ("Attempt to donate the same buffer twice"); copy one of '
                         "them (jnp.array(x, copy=True))",
                         argument=what + _path(tree, i),
-                    )
+                    ),
+                    function,
                 )
             seen[buffer] = i
 
@@ -234,7 +231,7 @@ def _typ(entry: tuple[str, tuple[int, ...], str, bool]) -> str:
     return f"{entry[2]}{list(entry[1])}{'~weak' if entry[3] else ''}"
 
 
-def _check_signature_stable(before: Any, after: Any) -> None:
+def _check_signature_stable(before: Any, after: Any, function: str = "") -> None:
     """Raise if a step changes the state's types (recompiles every step; donation unusable)."""
     old, new = type_signature(before), type_signature(after)
     changed = [f"`{a[0]}`: {_typ(a)} → {_typ(b)}" for a, b in zip(old, new) if a != b]
@@ -245,7 +242,8 @@ def _check_signature_stable(before: Any, after: Any) -> None:
             DonationError(
                 "the training step changes the state's type signature, so every step would "
                 "recompile and the donated buffers could not be reused: " + "; ".join(changed)
-            )
+            ),
+            function,
         )
 
 
@@ -269,11 +267,13 @@ class Audit:
 
     Each call runs `before`, the call (the first one through `first_call`), then
     `after`; a call made while tracing (the state holds tracers) or under
-    ``jax.disable_jit()`` is not audited.
+    ``jax.disable_jit()`` is not audited. ``function`` names the jitted program in the
+    `DonationFailed` events it publishes.
     """
 
-    def __init__(self, *, donate: bool, data_name: str) -> None:
+    def __init__(self, *, donate: bool, data_name: str, function: str = "") -> None:
         self.donate = donate
+        self.function = function
         self.data_name = data_name
         self.first_done = False
         self._skip = False
@@ -281,7 +281,7 @@ class Audit:
         self._returned: list[Any] | None = None  # weak references to the last result's leaves
 
     def _skipped(self, leaves: list[Any]) -> bool:
-        if SUSPENDED:
+        if donation_suspended() is not None:
             return True
         if any(isinstance(leaf, Tracer) for leaf in leaves):
             return True  # inside the user's jit: that function donates, or not
@@ -299,7 +299,7 @@ class Audit:
         if self._skip:
             return leaves
         if not self._is_last_result(leaves):
-            check_donatable(state)  # deleted leaves, one buffer at two paths
+            check_donatable(state, function=self.function)  # deleted leaves, one buffer twice
         ids = {id(leaf): leaf for leaf in leaves if isinstance(leaf, jax.Array)}
         for leaf in jax.tree.leaves(data):
             if id(leaf) in ids:
@@ -311,7 +311,8 @@ class Audit:
                         "reused for the result), so it cannot also be read as "
                         f"`{self.data_name}`; pass a copy (jnp.array(x, copy=True))",
                         argument=self.data_name + _leaf_path(data, leaf),
-                    )
+                    ),
+                    self.function,
                 )
         return leaves
 
@@ -344,12 +345,12 @@ class Audit:
                     argument="state" + _leaf_path(state, leaf),
                 )
                 err.result = result
-                raise _fail(err)
+                raise _fail(err, self.function)
 
     def first_call(self, call: Callable[[Any, Any], Any], state: Any, data: Any) -> Any:
         """Type-signature check; JAX's donation warnings become errors."""
         out_state, _ = jax.eval_shape(call, state, data)
-        _check_signature_stable(state, out_state)
+        _check_signature_stable(state, out_state, self.function)
         if self._skip:
             self.first_done = True
             return call(state, data)
@@ -358,7 +359,7 @@ class Audit:
             result = call(state, data)
         for w in caught:
             if "donated buffers were not usable" in str(w.message):
-                raise _fail(DonationError(f"donation audit: {w.message}"))
+                raise _fail(DonationError(f"donation audit: {w.message}"), self.function)
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
         self.first_done = True
         return result

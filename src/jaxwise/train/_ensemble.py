@@ -18,9 +18,10 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxwise.train._epoch import shuffle_hash
+from jaxwise.train._gradient import value_and_grad
+from jaxwise.train._sampler import shuffle_hash
 from jaxwise.train._state import TrainState
-from jaxwise.train._update import UpdateConfig, loss_gradient, make_update
+from jaxwise.train._update import make_update, plan_update
 
 __all__ = ["ModelsFit", "fit_models"]
 
@@ -68,7 +69,6 @@ def _orders(states: TrainState, allowed: jax.Array) -> jax.Array:
 
 def fit_models(
     loss_fn: Callable[..., Any],
-    optimizer: Any,
     states: TrainState,
     data: Any,
     allowed: jax.Array,
@@ -85,8 +85,8 @@ def fit_models(
     Args:
         loss_fn: the loss of one model on one mini-batch, ``loss_fn(params, batch)`` or
             ``loss_fn(params, model_state, batch) -> (loss, model_state)`` with ``model_state``.
-        optimizer: an Optax ``GradientTransformation`` (``states.opt_state`` is its state).
-        states: a `TrainState` whose leaves have a leading model axis ``M``.
+        states: a `TrainState` whose leaves have a leading model axis ``M``; its optimizer
+            (``states.tx``) updates every model.
         data: the rows, a pytree whose leaves share the leading axis ``n`` (all models).
         allowed: ``(M, n)`` bool, the rows each model may train on (every model at least
             ``batch_size``).
@@ -96,16 +96,13 @@ def fit_models(
         epochs: the most epochs.
         patience: a model stops after this many epochs without a lower validation loss
             (``None``: never; each model keeps its last parameters).
-        model_state: as in `jaxwise.train.make_train_step`.
+        model_state: as in `jaxwise.train.value_and_grad`.
 
     Returns:
         `ModelsFit`.
     """
-    update = make_update(
-        loss_gradient(loss_fn, model_state=model_state, has_aux=False, with_key=False),
-        optimizer,
-        UpdateConfig(),
-    )
+    gradient = value_and_grad(loss_fn, model_state=model_state)
+    update = make_update(gradient, plan_update(gradient))
     models = allowed.shape[0]
     steps = jnp.min(jnp.sum(allowed, axis=1)) // batch_size
     wait = epochs + 1 if patience is None else patience

@@ -180,7 +180,7 @@ def fit(
         ...         x = rng.normal(size=(16, 3)).astype(np.float32)
         ...         yield x, x @ np.asarray([1.0, -2.0, 0.5], np.float32)
         >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.adam(0.1), 0)
-        >>> state, report = fit(make_train_step(loss, optim.adam(0.1)), state, batches(),
+        >>> state, report = fit(make_train_step(loss), state, batches(),
         ...                     steps=200, progress=False)
         >>> report.steps, report.skipped, bool(report.losses[-1] < 1e-3)
         (200, 0, True)

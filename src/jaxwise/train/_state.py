@@ -13,6 +13,7 @@ import optax
 
 from jaxwise._checks import is_key
 from jaxwise._params import check_alive, check_not_a_model, check_params
+from jaxwise.train._gradient import StatefulGradientFn
 from jaxwise.tree import path_names
 
 
@@ -59,6 +60,25 @@ def _strong(x: Any) -> Any:
     return x
 
 
+def check_optimizer(tx: Any, what: str) -> None:
+    """``TypeError`` unless ``tx`` has ``init`` and ``update`` (a GradientTransformation)."""
+    if not (callable(getattr(tx, "init", None)) and callable(getattr(tx, "update", None))):
+        raise TypeError(
+            f"`{what}` (the optimizer) must have `init` and `update` (an "
+            "optax.GradientTransformation), "
+            f"got {tx!r}"
+        )
+
+
+def init_gradient_state(gradient: Any, params: Any) -> Any:
+    """``gradient.init(params)`` (fresh strong buffers) for a stateful gradient, else ``None``."""
+    if gradient is None or not isinstance(gradient, StatefulGradientFn):
+        if gradient is not None and not callable(gradient):
+            raise TypeError(f"`gradient` must be a gradient function, got {gradient!r}")
+        return None
+    return jax.tree.map(_fresh, gradient.init(params))
+
+
 def check_train_state(state: Any, what: str = "state") -> None:
     """``TypeError`` unless ``state`` is a jaxwise `TrainState` (a Flax one is not)."""
     if isinstance(state, TrainState):
@@ -72,7 +92,7 @@ def check_train_state(state: Any, what: str = "state") -> None:
         )
     raise TypeError(
         f"`{what}` must be a jaxwise.train.TrainState (from "
-        "`TrainState.create(params, optimizer, key)`), "
+        "`TrainState.create(params, tx, key)`), "
         f"got {kind}{hint}"
     )
 
@@ -102,10 +122,14 @@ class TrainState:
     typed PRNG key), ``model_state`` (non-trainable state such as BatchNorm
     running statistics; ``None`` — an empty pytree — when unused) and
     ``loss_scale`` (the dynamic loss scale of float16 training, see
-    [`LossScaleState`][jaxwise.train.LossScaleState]; ``None`` otherwise). ``config`` is a
-    *static* field (part of the tree structure, not a leaf): hashable configuration as
-    sorted ``(name, value)`` pairs, read with ``state.config_dict``. Changing it recompiles
-    once; nothing else about the state ever does, because
+    [`LossScaleState`][jaxwise.train.LossScaleState]; ``None`` otherwise) and
+    ``gradient_state`` (the state of a
+    [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn]; ``None`` otherwise). ``tx``,
+    the optimizer, is a *static* field as in Flax's ``TrainState`` (the programs read it
+    there: it is never passed a second time), and so is ``config`` (part of the tree
+    structure, not a leaf): hashable configuration as sorted ``(name, value)`` pairs, read
+    with ``state.config_dict``. Changing either recompiles once; nothing else about the state
+    ever does, because
     [`create`][jaxwise.train.TrainState.create] builds every array independently with a
     fixed, strong dtype.
     Subclass it (with ``@jax.tree_util.register_dataclass`` and
@@ -120,6 +144,8 @@ class TrainState:
         model_state: non-trainable state (a pytree), or ``None``.
         loss_scale: a [`LossScaleState`][jaxwise.train.LossScaleState] with dynamic loss
             scaling, else ``None``.
+        gradient_state: a stateful gradient function's state, else ``None``.
+        tx: the optimizer (static).
         config: static ``(name, value)`` pairs (see ``config_dict``).
 
     Examples:
@@ -137,29 +163,38 @@ class TrainState:
     key: jax.Array
     model_state: Any = None
     loss_scale: Any = None
+    gradient_state: Any = None
+    tx: optax.GradientTransformation | None = dataclasses.field(
+        default=None, metadata=dict(static=True, saved=False)
+    )
     config: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
     @classmethod
     def create(
         cls,
         params: optax.Params,
-        optimizer: optax.GradientTransformation,
+        tx: optax.GradientTransformation,
         key: jax.Array | int,
         *,
         model_state: Any = None,
+        gradient: Any = None,
         **static: Any,
     ) -> TrainState:
-        """A fresh state: copies of ``params``, ``optimizer.init`` state, step 0, a typed key.
+        """A fresh state: copies of ``params``, ``tx.init`` state, step 0, a typed key.
 
         Args:
             params: the parameter pytree (copied: donating the state never
                 deletes the caller's arrays): floating-point leaves only. Not a model
                 object: split a Flax or Equinox model first (``jaxwise.models.from_nnx``
                 / ``from_linen`` / ``from_equinox``) and pass its ``params``.
-            optimizer: a ``GradientTransformation`` (jaxwise or Optax).
+            tx: the optimizer, a ``GradientTransformation`` (jaxwise or Optax), kept in the
+                state (static).
             key: typed key, raw ``PRNGKey`` or int seed.
             model_state: non-trainable state (BatchNorm statistics…), any
                 pytree of arrays (copied too); ``None`` when unused.
+            gradient: a [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn] whose
+                ``init(params)`` becomes ``gradient_state`` (a stateless one, or ``None``:
+                ``gradient_state`` stays ``None``).
             **static: hashable configuration; names of static fields of a
                 subclass go to those fields, the rest to ``config``.
 
@@ -167,19 +202,12 @@ class TrainState:
             The state at step 0, every array a fresh buffer with a strong dtype.
 
         Raises:
-            TypeError: ``optimizer`` has no ``init``/``update``, ``params`` or
+            TypeError: ``tx`` has no ``init``/``update``, ``params`` or
                 ``model_state`` has a leaf that is not a (floating-point) array or is a model
                 object, ``key`` is not a key or seed, or a static value is not hashable.
             ValueError: ``key`` is a batch of keys.
         """
-        if not (
-            callable(getattr(optimizer, "init", None))
-            and callable(getattr(optimizer, "update", None))
-        ):
-            raise TypeError(
-                "`optimizer` must have `init` and `update` (a GradientTransformation), "
-                f"got {optimizer!r}"
-            )
+        check_optimizer(tx, "tx")
         check_params(params)
         check_not_a_model(model_state, "model_state")
         check_alive(model_state, "model_state")
@@ -188,8 +216,10 @@ class TrainState:
                 raise TypeError(
                     f"`model_state` leaf `{name}` must be an array, got {type(leaf).__name__}"
                 )
-        params, model_state, opt_state = _build(params, model_state, optimizer)
-        own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"config"}
+        params, model_state, opt_state = _build(params, model_state, tx)
+        gradient_state = init_gradient_state(gradient, params)
+        own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")}
+        own -= {"config", "tx"}
         fields = {k: v for k, v in static.items() if k in own}
         config = tuple(sorted((k, v) for k, v in static.items() if k not in own))
         for name, value in [*fields.items(), *config]:
@@ -206,6 +236,8 @@ class TrainState:
             opt_state=opt_state,
             key=_fresh(as_key(key)),
             model_state=model_state,
+            gradient_state=gradient_state,
+            tx=tx,
             config=config,
             **fields,
         )

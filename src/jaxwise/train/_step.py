@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
-import optax
 from jax.sharding import Mesh
-from jax.typing import DTypeLike
 
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._params import check_alive, check_params, describe_leaves
@@ -19,15 +18,17 @@ from jaxwise.sharding._mesh import batch_sharding as _batch_sharding
 from jaxwise.sharding._mesh import data_size as _data_size
 from jaxwise.sharding._mesh import feeding_processes, keep_layout, place_for_mesh, replicated
 from jaxwise.train._donation import Audit, check_optimizer_fits
-from jaxwise.train._precision import DynamicLossScale, check_compute_dtype, check_loss_scale
-from jaxwise.train._state import TrainState, check_train_state
-from jaxwise.train._update import UpdateConfig, loss_gradient, make_update
+from jaxwise.train._gradient import GradientFn, StatefulGradientFn, gradient_loss, value_and_grad
+from jaxwise.train._state import TrainState, check_optimizer, check_train_state
+from jaxwise.train._update import UpdatePlan, make_update, plan_update
 from jaxwise.tree import path_names
 
 if TYPE_CHECKING:  # types only: train does not import per_example at run time
-    import numpy as np
-
     from jaxwise.per_example import LossFn
+
+__all__ = ["JitProgram", "TrainStep", "make_step", "make_train_step"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def leading_size(data: Any, what: str) -> int:
@@ -53,16 +54,8 @@ def leading_size(data: Any, what: str) -> int:
     return next(iter(sizes.values()))
 
 
-def validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
-    """Checks shared by every program factory (before any tracing)."""
-    check_callable(loss_fn, "loss_fn")
-    if not (
-        callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))
-    ):
-        raise TypeError(
-            f"`optimizer` must have `init` and `update` (an optax.GradientTransformation), got "
-            f"{optimizer!r}"
-        )
+def check_mesh(mesh: Any) -> None:
+    """``None`` or a mesh with a ``"data"`` axis (checked before any tracing)."""
     if mesh is not None:
         if not isinstance(mesh, Mesh):
             raise TypeError(f"`mesh` must be a jax.sharding.Mesh, got {type(mesh).__name__}")
@@ -72,32 +65,20 @@ def validate(loss_fn: Any, optimizer: Any, mesh: Any) -> None:
             )
 
 
+def check_gradient(gradient: Any) -> None:
+    """``TypeError`` unless ``gradient`` is callable (a `GradientFn`)."""
+    if not callable(gradient):
+        raise TypeError(
+            f"`gradient` must be a gradient function (jaxwise.train.GradientFn), got "
+            f"{type(gradient).__name__}; build one from a loss with "
+            "`jaxwise.train.value_and_grad(loss)`"
+        )
+
+
 def check_flags(**flags: Any) -> None:
     """Every flag a bool (``TypeError`` naming it: ``donate="no"`` would be truthy)."""
     for name, value in flags.items():
         check_bool(value, name)
-
-
-def update_config(
-    *,
-    skip_nonfinite: bool,
-    has_aux: bool,
-    with_key: bool,
-    mesh: Mesh | None,
-    compute_dtype: Any,
-    loss_scale: Any,
-) -> tuple[UpdateConfig, np.dtype | None]:
-    """The validated static configuration of an update, and the compute dtype."""
-    dtype = check_compute_dtype(compute_dtype)
-    scale = check_loss_scale(loss_scale, dtype)
-    config = UpdateConfig(
-        skip_nonfinite=bool(skip_nonfinite),
-        needs_key=bool(with_key),
-        has_aux=bool(has_aux),
-        loss_scale=scale,
-        batch_sharding=_batch_sharding(mesh) if mesh is not None else None,
-    )
-    return config, dtype
 
 
 def program_name(loss_fn: Any, suffix: str) -> str:
@@ -110,20 +91,20 @@ def program_name(loss_fn: Any, suffix: str) -> str:
     return f"{name}_{suffix}"
 
 
-class Program:
+class JitProgram:
     """A jitted ``fn(state, data) -> (state, metrics)`` with per-call audits and mesh placement.
 
     Args:
         fn: the program, ``fn(state, data) -> (state, metrics)``.
-        name: the program's name (``jit(<name>)``).
-        optimizer: the optimizer the state must fit (checked on the first call).
+        gradient: the gradient function the program runs.
+        plan: how the update calls it.
+        suffix: the program's name is ``<loss name>_<suffix>``.
         donate: donate the state to the program.
         mesh: place state and data on this mesh, or ``None``.
         audit: check donation on every call.
-        loss_scale: the update's loss scaling (a ``DynamicLossScale`` keeps its state in
-            ``state.loss_scale``).
 
     Attributes:
+        gradient: the gradient function.
         jitted: the underlying ``jax.jit`` function (for ``.lower``, ``stage_report``,
             ``CompileCounter(step)``…); it compiles under the name ``<loss name>_<kind>``.
         mesh: the mesh, or ``None``.
@@ -135,27 +116,27 @@ class Program:
     def __init__(
         self,
         fn: Callable[..., Any],
+        gradient: GradientFn | StatefulGradientFn,
+        plan: UpdatePlan,
         *,
-        name: str,
-        optimizer: optax.GradientTransformation,
+        suffix: str,
         donate: bool,
         mesh: Mesh | None,
         audit: bool,
-        loss_scale: DynamicLossScale | float | None,
-        loss_fn: Any = None,
     ) -> None:
         fn = keep_layout(fn, mesh)  # FSDP (a "model" axis): the state keeps its layout
-        fn.__name__ = fn.__qualname__ = name
+        loss = gradient_loss(gradient)
+        fn.__name__ = fn.__qualname__ = program_name(loss, suffix)
+        self.gradient = gradient
         self.mesh = mesh
-        self.optimizer = optimizer
         self.replicated = replicated(mesh) if mesh is not None else None
         self.batch_sharding = _batch_sharding(mesh) if mesh is not None else None
         self.jitted = jax.jit(fn, donate_argnames=("state",)) if donate else jax.jit(fn)
-        self._audit = Audit(donate=donate and audit, data_name=self.data_name)
+        self._audit = Audit(donate=donate and audit, data_name=self.data_name, function=fn.__name__)
         self._checks = audit
         self._first = True
-        self._dynamic = loss_scale if isinstance(loss_scale, DynamicLossScale) else None
-        self._loss_code = _code_of(loss_fn)
+        self._plan = plan
+        self._loss_code = _code_of(loss)
 
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
@@ -165,16 +146,43 @@ class Program:
             state = place_for_mesh(state, self.mesh)  # replicated, or the FSDP layout
         return state, place_batch(data, data_sharding)
 
+    def _prepare(self, state: TrainState) -> TrainState:
+        """The state's parts that live in it from the first call on (loss scale, gradient)."""
+        if self._plan.dynamic is not None and state.loss_scale is None:
+            state = state.replace(loss_scale=self._plan.dynamic.init())
+        if self._plan.stateful and state.gradient_state is None:
+            assert isinstance(self.gradient, StatefulGradientFn)
+            init = self.gradient.init(state.params)
+            if jax.tree.leaves(init):  # a leafless state may stay None (traced from init)
+                state = state.replace(gradient_state=init)
+        return state
+
+    def _first_checks(self, state: TrainState) -> None:
+        if state.tx is None:
+            raise TypeError(
+                "`state` has no optimizer (`state.tx` is None): create it with "
+                "`TrainState.create(params, tx, key)`"
+            )
+        check_optimizer(state.tx, "state.tx")
+        check_params(state.params, "state.params")  # e.g. complex params put in by replace
+        check_optimizer_fits(state.tx, state.params, state.opt_state)
+        if self._plan.stateful and state.gradient_state is not None:
+            assert isinstance(self.gradient, StatefulGradientFn)
+            want = jax.eval_shape(self.gradient.init, state.params)
+            if jax.tree.structure(want) != jax.tree.structure(state.gradient_state):
+                raise ValueError(
+                    "`state.gradient_state` does not have the structure of "
+                    f"`{type(self.gradient).__name__}.init(params)`: "
+                    f"{jax.tree.structure(state.gradient_state)} vs {jax.tree.structure(want)}; "
+                    "create the state with `TrainState.create(params, tx, key, gradient=...)`"
+                )
+
     def _run(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
-        if self._dynamic is not None and state.loss_scale is None:
-            state = state.replace(
-                loss_scale=self._dynamic.init()
-            )  # the scale lives in the state from now on
+        state = self._prepare(state)
         leaves = self._audit.before(state, data)
         check_alive(data, self.data_name)
         if self._first:
-            check_params(state.params, "state.params")  # e.g. complex params put in by replace
-            check_optimizer_fits(self.optimizer, state.params, state.opt_state)
+            self._first_checks(state)
             try:
                 result = (
                     self._audit.first_call(self.jitted, state, data)
@@ -193,8 +201,14 @@ class Program:
         return result
 
     def _named(self, err: Exception, state: TrainState, data: Any) -> Exception:
-        """An error raised inside the user's loss while tracing, with the shapes it was given."""
+        """An error raised inside the user's loss while tracing, with the shapes it was given.
+
+        jaxwise's own validation errors (raised by a jaxwise frame, e.g. DP's refusal of
+        BatchNorm statistics) are already precise and pass unchanged.
+        """
         if self._loss_code is None or not _raised_in(err, self._loss_code):
+            return err
+        if _raised_by_jaxwise(err):
             return err
         sizes = {jnp.shape(x)[0] for x in jax.tree.leaves(data) if jnp.ndim(x)}
         leading = " (their leading dimensions differ)" if len(sizes) > 1 else ""
@@ -228,18 +242,25 @@ def _raised_in(err: BaseException, code: Any) -> bool:
     return False
 
 
-class TrainStep(Program):
+def _raised_by_jaxwise(err: BaseException) -> bool:
+    """Whether the innermost frame of ``err``'s traceback is jaxwise's own code."""
+    tb = err.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
+
+
+class TrainStep(JitProgram):
     """``step(state, batch) -> (state, metrics)``: one jitted, donating, NaN-guarded update.
 
-    Made by [`make_train_step`][jaxwise.train.make_train_step], which validates the arguments
-    and documents the behaviour; call it like a function.
+    Made by [`make_step`][jaxwise.train.make_step] (or
+    [`make_train_step`][jaxwise.train.make_train_step]), which validate the arguments and
+    document the behaviour; call it like a function.
 
     Args:
-        loss_fn: the loss, as for ``make_train_step``.
-        optimizer: the optimizer.
-        config: the validated static configuration of the update.
-        model_state: thread ``state.model_state`` through the loss.
-        compute_dtype: the forward/backward dtype, or ``None``.
+        gradient: the gradient function.
         donate: donate the state.
         mesh: the mesh, or ``None``.
         audit: check donation on every call.
@@ -249,37 +270,20 @@ class TrainStep(Program):
 
     def __init__(
         self,
-        loss_fn: LossFn | Callable[..., Any],
-        optimizer: optax.GradientTransformation,
-        config: UpdateConfig,
+        gradient: GradientFn | StatefulGradientFn,
         *,
-        model_state: bool,
-        compute_dtype: DTypeLike | None,
         donate: bool,
         mesh: Mesh | None,
         audit: bool,
     ) -> None:
-        gradient = loss_gradient(
-            loss_fn,
-            model_state=model_state,
-            has_aux=config.has_aux,
-            with_key=config.needs_key,
-            compute_dtype=compute_dtype,
-        )
-        update = make_update(gradient, optimizer, config)
+        plan = plan_update(gradient)
+        update = make_update(gradient, plan)
 
         def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
             return update(state, batch, None)
 
         super().__init__(
-            step,
-            name=program_name(loss_fn, "train_step"),
-            optimizer=optimizer,
-            donate=donate,
-            mesh=mesh,
-            audit=audit,
-            loss_scale=config.loss_scale,
-            loss_fn=loss_fn,
+            step, gradient, plan, suffix="train_step", donate=donate, mesh=mesh, audit=audit
         )
 
     def __call__(self, state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
@@ -296,28 +300,73 @@ class TrainStep(Program):
         return self._run(state, batch)
 
 
+def make_step(
+    gradient: GradientFn | StatefulGradientFn,
+    *,
+    donate: bool = True,
+    mesh: Mesh | None = None,
+    audit: bool = True,
+) -> TrainStep:
+    """A jitted training step ``step(state, batch) -> (state, metrics)`` from a gradient function.
+
+    The step computes ``gradient(params, model_state, batch, key=..., mask=None)`` and applies
+    the state's own optimizer (``state.tx``). A step whose loss, gradient or update is not
+    finite returns the input state unchanged (bit-identical) with ``metrics["skipped"] = 1``:
+    the NaN guard is always on (it costs one scalar test).
+
+    Every call audits donation: a deleted state leaf (a state used after it was donated), a
+    batch leaf that is a state leaf, or a donated leaf still alive after the call (a live NumPy
+    view) raises [`DonationError`][jaxwise.train.DonationError] naming the path. The first
+    call also checks shared buffers, that the step keeps the state's type signature, that
+    ``state.tx`` fits ``state.opt_state`` and, for a
+    [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn], that ``state.gradient_state``
+    has the structure of ``gradient.init(params)`` (``None`` is initialised).
+
+    Args:
+        gradient: a [`GradientFn`][jaxwise.train.GradientFn], e.g.
+            [`value_and_grad`][jaxwise.train.value_and_grad]``(loss)``.
+        donate: donate the state (its buffers are reused for the new one).
+        mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis: the batch is sharded over it,
+            the state replicated (data parallelism).
+        audit: check donation on every call (see above).
+
+    Returns:
+        A [`TrainStep`][jaxwise.train.TrainStep]; ``metrics`` has ``"grad_norm"`` and
+        ``"skipped"``, ``"loss"`` when the gradient computes one (and ``"aux"``,
+        ``"loss_scale"`` and the gradient's own metrics when present).
+
+    Raises:
+        TypeError: ``gradient`` is not callable, ``mesh`` is not a mesh, or a flag is not a
+            bool.
+        ValueError: ``mesh`` has no ``"data"`` axis.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> from jaxwise.train import value_and_grad
+        >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
+        >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), jax.random.key(0))
+        >>> step = make_step(value_and_grad(loss))
+        >>> state, metrics = step(state, (jnp.ones((4, 3)), jnp.ones(4)))
+        >>> int(state.step), int(metrics["skipped"]), step.jitted.__name__
+        (1, 0, 'lambda_train_step')
+    """
+    check_gradient(gradient)
+    check_flags(donate=donate, audit=audit)
+    check_mesh(mesh)
+    return TrainStep(gradient, donate=bool(donate), mesh=mesh, audit=bool(audit))
+
+
 def make_train_step(
     loss_fn: LossFn | Callable[..., Any],
-    optimizer: optax.GradientTransformation,
     *,
     model_state: bool = False,
     has_aux: bool = False,
-    donate: bool = True,
-    skip_nonfinite: bool = True,
-    mesh: Mesh | None = None,
-    compute_dtype: DTypeLike | None = None,
-    loss_scale: float | Literal["dynamic"] | DynamicLossScale | None = None,
     with_key: bool = False,
-    audit: bool = True,
+    donate: bool = True,
+    mesh: Mesh | None = None,
 ) -> TrainStep:
-    """A jitted training step ``step(state, batch) -> (state, metrics)``.
-
-    Every call audits donation: a deleted state leaf (a state used after it
-    was donated), a batch leaf that is a state leaf, or a donated leaf still
-    alive after the call (a live NumPy view) raises
-    [`DonationError`][jaxwise.train.DonationError] naming the path. The first call also
-    checks shared buffers, that the step keeps the state's type signature, and that
-    ``optimizer`` fits ``state.opt_state`` (``ValueError`` before anything is donated).
+    """A jitted training step of a loss: ``make_step(value_and_grad(loss_fn, ...), ...)``.
 
     Args:
         loss_fn: ``loss_fn(params, batch) -> loss`` (a float scalar; the
@@ -327,73 +376,33 @@ def make_train_step(
             (``(loss, (new_model_state, aux))`` with model state) and ``aux`` is
             returned in ``metrics["aux"]``. With ``with_key=True`` a trailing
             ``key`` argument gets a fresh key split from ``state.key`` every step.
-        optimizer: the optimizer the state was created with (Optax or
-            jaxwise); checked against ``state.opt_state`` on the first call.
-        model_state: thread ``state.model_state`` (BatchNorm statistics…)
-            through the loss.
+        model_state: thread ``state.model_state`` (BatchNorm statistics…) through the loss.
         has_aux: see ``loss_fn``.
-        donate: donate the state (its buffers are reused for the new one).
-        skip_nonfinite: a step whose loss, gradient or update is not finite
-            returns the input state unchanged (bit-identical) with ``skipped = 1``.
-        mesh: a ``jax.sharding.Mesh`` with a ``"data"`` axis: the batch is
-            sharded over it, the state replicated (data parallelism).
-        compute_dtype: ``jnp.bfloat16`` or ``jnp.float16``: params and floating
-            batch leaves are cast for the forward/backward pass; the master weights,
-            the optimizer state and the model state (BatchNorm statistics) keep their
-            dtype (float32).
-        loss_scale: ``"dynamic"`` (required with float16), a
-            [`DynamicLossScale`][jaxwise.train.DynamicLossScale], or a fixed positive
-            scale. Dynamic scaling keeps its scale in ``state.loss_scale`` and reports it in
-            ``metrics["loss_scale"]``; an overflow skips the step.
         with_key: see ``loss_fn``.
-        audit: check donation on every call (see above).
+        donate: donate the state (its buffers are reused for the new one).
+        mesh: a mesh with a ``"data"`` axis (data parallelism), see
+            [`make_step`][jaxwise.train.make_step].
 
     Returns:
-        A [`TrainStep`][jaxwise.train.TrainStep]; ``metrics`` has ``"loss"``,
-        ``"grad_norm"`` and ``"skipped"`` (and ``"aux"``, ``"loss_scale"`` when used).
+        A [`TrainStep`][jaxwise.train.TrainStep] (see
+        [`make_step`][jaxwise.train.make_step]); ``metrics`` has ``"loss"``,
+        ``"grad_norm"`` and ``"skipped"`` (and ``"aux"`` with ``has_aux``).
 
     Raises:
-        TypeError: ``loss_fn`` is not callable, ``optimizer`` is not a transformation,
-            ``mesh`` is not a mesh, a flag is not a bool, or ``compute_dtype`` is not
-            bfloat16/float16/float32.
-        ValueError: ``mesh`` has no ``"data"`` axis, an unknown ``loss_scale``, or float16
-            without loss scaling.
+        TypeError: ``loss_fn`` is not callable, ``mesh`` is not a mesh or a flag is not a
+            bool.
+        ValueError: ``mesh`` has no ``"data"`` axis.
 
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise import optim
         >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
-        >>> tx = optim.sgd(0.1)
-        >>> state = TrainState.create({"w": jnp.zeros(3)}, tx, jax.random.key(0))
-        >>> step = make_train_step(loss, tx)
+        >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), jax.random.key(0))
+        >>> step = make_train_step(loss)
         >>> state, metrics = step(state, (jnp.ones((4, 3)), jnp.ones(4)))
-        >>> int(state.step), int(metrics["skipped"]), step.jitted.__name__
-        (1, 0, 'lambda_train_step')
+        >>> int(state.step), int(metrics["skipped"])
+        (1, 0)
     """
-    validate(loss_fn, optimizer, mesh)
-    check_flags(
-        model_state=model_state,
-        has_aux=has_aux,
-        donate=donate,
-        skip_nonfinite=skip_nonfinite,
-        with_key=with_key,
-        audit=audit,
-    )
-    config, dtype = update_config(
-        skip_nonfinite=skip_nonfinite,
-        has_aux=has_aux,
-        with_key=with_key,
-        mesh=mesh,
-        compute_dtype=compute_dtype,
-        loss_scale=loss_scale,
-    )
-    return TrainStep(
-        loss_fn,
-        optimizer,
-        config,
-        model_state=bool(model_state),
-        compute_dtype=dtype,
-        donate=bool(donate),
-        mesh=mesh,
-        audit=bool(audit),
-    )
+    check_callable(loss_fn, "loss_fn")
+    gradient = value_and_grad(loss_fn, has_aux=has_aux, model_state=model_state, with_key=with_key)
+    return make_step(gradient, donate=donate, mesh=mesh)

@@ -12,14 +12,19 @@ device per call site. In a notebook::
         train()
     print(w.report())
 
-Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit``,
-for the duration of a watch), ``_calls`` (per-call argument checks), ``_nans`` (NaN checking),
-``_report`` (the report and its JSON), ``_run`` (running a script: the command line).
+Each compile's cause is a [`compilation.CacheMiss`][jaxwise.compilation.CacheMiss] (the one
+record of why something compiled); ``jaxwise.train`` reports its donation errors to the watch
+through the typed event channel ``jaxwise._events``.
+
+Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit`` and
+``jax.pmap``, for the duration of a watch), ``_calls`` (per-call argument checks),
+``_arguments`` (Equinox's arguments by the user's names), ``_donations`` (why a donation
+failed), ``_nans`` (NaN checking), ``_report`` (the report and its JSON), ``_run`` (running a
+script: the command line).
 """
 
 from jaxwise.watch._report import DonationFinding as DonationFinding
 from jaxwise.watch._report import FunctionReport as FunctionReport
-from jaxwise.watch._report import MissReport as MissReport
 from jaxwise.watch._report import NanFinding as NanFinding
 from jaxwise.watch._report import TransferSite as TransferSite
 from jaxwise.watch._report import WatchReport as WatchReport
@@ -28,7 +33,6 @@ from jaxwise.watch._watch import Watch as Watch
 __all__ = [
     "DonationFinding",
     "FunctionReport",
-    "MissReport",
     "NanFinding",
     "TransferSite",
     "Watch",

@@ -8,6 +8,7 @@ costs one flatten of the donated arguments (and, with transfer counting, of the 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import re
 from collections.abc import Iterable
@@ -15,9 +16,8 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.extend.core import Literal
 
-__all__ = ["CallPlan", "aval_text", "unusable_avals"]
+__all__ = ["CallPlan", "aval_text", "host_arrays", "unusable_avals"]
 
 _HOST = (np.ndarray, bool, int, float, complex, np.generic)  # copied to the device per call
 _AVAL = re.compile(r"[a-z]+[0-9]*\[[^\]]*\]")
@@ -84,8 +84,8 @@ class CallPlan:
         static = resolve("static_argnums", "static_argnames")
         return cls(tuple(names), donated[0], donated[1], static[0], static[1])
 
-    @property
-    def donates(self) -> bool:
+    @functools.cached_property
+    def donates(self) -> bool:  # read on every call: computed once
         return bool(self.donated_nums or self.donated_names)
 
     def argument_name(self, index: int) -> str:
@@ -123,10 +123,22 @@ class CallPlan:
                     wanted.discard(id(leaf))
         return found
 
+    def arrays(self, args: tuple, kwargs: dict, *, donated: bool) -> list[tuple[str, Any]]:
+        """``(argument path, array)`` of the donated (or of the other) arguments' arrays."""
+        selected = self._selected(args, kwargs, self.donated_nums, self.donated_names, donated)
+        return [
+            (name + jax.tree_util.keystr(path), leaf)
+            for name, value in selected
+            for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+            if hasattr(leaf, "is_deleted")
+        ]
+
     def unused_leaves(self, jitted: Any, args: tuple, kwargs: dict) -> set[int]:
         """``id`` of the traced leaves ``jitted`` does not use: ``jit`` drops them
         (``keep_unused=False``), so their buffers are never donated. Traces the call (cached
         by JAX); only asked when a donation failed."""
+        from jax.extend.core import Literal  # not at import: jax.extend loads Pallas
+
         try:
             jaxpr = jitted.trace(*args, **kwargs).jaxpr.jaxpr
         except Exception:
@@ -154,6 +166,16 @@ class CallPlan:
                 if isinstance(leaf, _HOST):
                     found.append((name + jax.tree_util.keystr(path), int(np.asarray(leaf).nbytes)))
         return found
+
+
+def host_arrays(arguments: Iterable[tuple[str, Any]]) -> list[tuple[str, int]]:
+    """``(argument path, bytes)`` of every NumPy array or scalar among named ``arguments``."""
+    return [
+        (name + jax.tree_util.keystr(path), int(np.asarray(leaf).nbytes))
+        for name, value in arguments
+        for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+        if isinstance(leaf, (np.ndarray, np.generic))
+    ]
 
 
 def aval_text(leaf: Any) -> str:

@@ -1,7 +1,9 @@
-"""The one place that patches JAX: ``jax.jit``, for the duration of a watch only.
+"""The one place that patches JAX: ``jax.jit`` and ``jax.pmap``, for the duration of a watch.
 
-Every function jitted while a watch is active is wrapped in a `Tracked` that forwards
-each call to the real jitted function and lets the watch count it. That covers ``jax.jit`` as a
+Every function jitted (or ``pmap``-ed) while a watch is active is wrapped in a `Tracked` that
+forwards each call to the real jitted function and lets the watch count it; its ahead-of-time
+forms (``.lower(...)``, then ``.compile()``) are wrapped too, so that their compiles and the
+compiled function's calls are counted as the function's. That covers ``jax.jit`` as a
 decorator, ``jax.jit(f, static_argnums=...)``, ``functools.partial(jax.jit, ...)`` and the
 libraries that call ``jax.jit`` when a function is decorated (Flax's ``nnx.jit``, Equinox's
 ``filter_jit``, jaxwise's train steps). `installed` restores the original ``jax.jit`` on
@@ -25,9 +27,10 @@ from jax._src import core as _core
 
 from jaxwise.debug._frames import user_site
 
-__all__ = ["ORIGINAL_JIT", "Tracked", "installed", "under_transformation"]
+__all__ = ["ORIGINAL_JIT", "ORIGINAL_PMAP", "Tracked", "installed", "under_transformation"]
 
 ORIGINAL_JIT = jax.jit
+ORIGINAL_PMAP = jax.pmap
 
 
 class Session(Protocol):
@@ -36,6 +39,12 @@ class Session(Protocol):
     passthrough: bool
 
     def call(self, tracked: Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
+
+    def stage(self, tracked: Tracked, run: Callable[[], Any]) -> Any: ...
+
+    def call_compiled(
+        self, tracked: Tracked, compiled: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any: ...
 
 
 class Tracked:
@@ -46,13 +55,20 @@ class Tracked:
         fun: the Python function it traces.
         name: the function's name.
         where: ``"file.py:LINE"`` of the user's line that jitted it.
-        options: the keyword arguments given to ``jax.jit``.
+        options: the keyword arguments given to ``jax.jit`` (or ``jax.pmap``).
+        kind: ``"jit"`` or ``"pmap"``.
         stats: the watch's record for this function (shared by functions jitted at one place).
         plan: what the watch checks per call (donated and static arguments).
     """
 
     def __init__(
-        self, jitted: Any, fun: Any, where: str | None, options: dict[str, Any], session: Session
+        self,
+        jitted: Any,
+        fun: Any,
+        where: str | None,
+        options: dict[str, Any],
+        session: Session,
+        kind: str = "jit",
     ) -> None:
         functools.update_wrapper(self, jitted, updated=())
         self.__wrapped__ = fun  # what JAX traces: counters identify the program by it
@@ -62,8 +78,10 @@ class Tracked:
         self.where = where
         self.options = options
         self.session = session
+        self.kind = kind
         self.stats: Any = None
         self.plan: Any = None
+        self.equinox = False  # Equinox's filter_jit wrapper: arguments in Equinox's form
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.session.passthrough or not _core.trace_state_clean():
@@ -73,6 +91,11 @@ class Tracked:
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)
 
+    def lower(self, *args: Any, **kwargs: Any) -> Any:
+        """``jitted.lower(...)``, its compiles counted as this function's."""
+        lowered = self.session.stage(self, lambda: self.jitted.lower(*args, **kwargs))
+        return _Lowered(lowered, self)
+
     def __getattr__(self, name: str) -> Any:
         if name in ("jitted", "session"):  # not yet set (during unpickling, copy)
             raise AttributeError(name)
@@ -80,6 +103,43 @@ class Tracked:
 
     def __repr__(self) -> str:
         return f"<watched {self.jitted!r}>"
+
+
+class _Lowered:
+    """A watched function's ``Lowered``: ``compile()`` gives a watched compiled function."""
+
+    def __init__(self, lowered: Any, tracked: Tracked) -> None:
+        self._lowered = lowered
+        self._tracked = tracked
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        tracked = self._tracked
+        compiled = tracked.session.stage(tracked, lambda: self._lowered.compile(*args, **kwargs))
+        return _Compiled(compiled, tracked)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_lowered", "_tracked"):
+            raise AttributeError(name)
+        return getattr(self._lowered, name)
+
+
+class _Compiled:
+    """A watched function compiled ahead of time: each call is counted as the function's."""
+
+    def __init__(self, compiled: Any, tracked: Tracked) -> None:
+        self._compiled = compiled
+        self._tracked = tracked
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        tracked = self._tracked
+        if tracked.session.passthrough or not _core.trace_state_clean():
+            return self._compiled(*args, **kwargs)
+        return tracked.session.call_compiled(tracked, self._compiled, args, kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("_compiled", "_tracked"):
+            raise AttributeError(name)
+        return getattr(self._compiled, name)
 
 
 def function_name(fun: Any) -> str:
@@ -99,22 +159,26 @@ def under_transformation() -> bool:
     return not _core.trace_state_clean()
 
 
-def _patched_jit(factory: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(ORIGINAL_JIT)
-    def jit(*args: Any, **kwargs: Any) -> Any:
-        if not args:  # jax.jit(static_argnums=...) used as a decorator factory
-            return functools.partial(jit, **kwargs)
-        return factory(args[0], kwargs, user_site(sys._getframe(1)))
+Factory = Callable[[Any, dict[str, Any], "str | None", str], Any]
 
-    return jit
+
+def _patched(factory: Factory, original: Any, kind: str) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def transform(*args: Any, **kwargs: Any) -> Any:
+        if not args:  # jax.jit(static_argnums=...) used as a decorator factory
+            return functools.partial(transform, **kwargs)
+        return factory(args[0], kwargs, user_site(sys._getframe(1)), kind)
+
+    return transform
 
 
 @contextlib.contextmanager
-def installed(factory: Callable[[Any, dict[str, Any], str | None], Any]) -> Iterator[None]:
-    """Replace ``jax.jit`` by ``factory(fun, options, where)`` inside the block.
+def installed(factory: Factory) -> Iterator[None]:
+    """Replace ``jax.jit`` and ``jax.pmap`` by ``factory(fun, options, where, kind)`` inside
+    the block (``kind``: ``"jit"`` or ``"pmap"``).
 
     Args:
-        factory: builds the jitted function; it calls `ORIGINAL_JIT` itself.
+        factory: builds the transformed function; it calls `ORIGINAL_JIT` or `ORIGINAL_PMAP`.
 
     Raises:
         RuntimeError: ``jax.jit`` is already replaced (another watch is active).
@@ -123,8 +187,10 @@ def installed(factory: Callable[[Any, dict[str, Any], str | None], Any]) -> Iter
         raise RuntimeError(
             "jax.jit is already replaced (is another jaxwise watch active?); one watch at a time"
         )
-    jax.jit = _patched_jit(factory)
+    jax.jit = _patched(factory, ORIGINAL_JIT, "jit")
+    jax.pmap = _patched(factory, ORIGINAL_PMAP, "pmap")
     try:
         yield
     finally:
         jax.jit = ORIGINAL_JIT
+        jax.pmap = ORIGINAL_PMAP

@@ -1,20 +1,24 @@
 """What a watch found: per-function compiles and recompiles, NaNs, donations, transfers, time.
 
 `WatchReport` is plain data: ``to_json()`` gives the strict JSON document (``"schema":
-1``) and ``str()`` a text table. Nothing here imports JAX.
+1``) and ``str()`` a text table. Why a function compiled is
+[`compilation.CacheMiss`][jaxwise.compilation.CacheMiss], the one record of it everywhere.
+Nothing here imports JAX.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jaxwise.compilation import CacheMiss
 
 __all__ = [
     "FAIL_ON",
     "DonationFinding",
     "FunctionReport",
-    "MissReport",
     "NanFinding",
     "TransferSite",
     "WatchReport",
@@ -24,48 +28,25 @@ SCHEMA = 1
 FAIL_ON = ("recompile", "nan", "donation")
 
 
-@dataclasses.dataclass(frozen=True)
-class MissReport:
-    """One compilation of a watched function and why it happened.
+def miss_json(miss: CacheMiss, steady_state: bool) -> dict[str, Any]:
+    """One compile's JSON fields in the watch report's schema (1).
 
-    Attributes:
-        kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"first"``, ``"static"``,
-            ``"shape"``, ``"dtype"``, ``"weak_type"``, ``"structure"``, ``"sharding"``,
-            ``"config"``, ``"donation"``, ``"new_function"``, ``"other"``).
-        argument: the argument that changed (``"lr"``, ``"batch[0]"``, ``"jax_enable_x64"``),
-            ``""`` when none.
-        old: its earlier value or type, as text.
-        new: its value or type at this call.
-        where: ``"file.py:LINE"`` of the user's call that compiled, if known.
-        steady_state: the compile came after the function's warm-up (its first ``warmup``
-            compiles): a recompile in the steady state of the loop.
-        seconds: time spent tracing, lowering and compiling for this call.
-        summary: the full explanation, one line.
+    Args:
+        miss: the compile's [`CacheMiss`][jaxwise.compilation.CacheMiss]; its ``call_site`` is
+            the user's line that compiled.
+        steady_state: the compile came after the function's warm-up.
+
+    Returns:
+        ``kind``, ``argument``, ``old``, ``new``, ``where`` and ``steady_state``.
     """
-
-    kind: str
-    argument: str
-    old: str
-    new: str
-    where: str | None
-    steady_state: bool
-    seconds: float
-    summary: str
-
-    def to_json(self) -> dict[str, Any]:
-        """The JSON fields of the watch report's schema.
-
-        Returns:
-            A dict of JSON-ready values (no NaN or infinity).
-        """
-        return {
-            "kind": self.kind,
-            "argument": self.argument,
-            "old": self.old,
-            "new": self.new,
-            "where": self.where,
-            "steady_state": self.steady_state,
-        }
+    return {
+        "kind": miss.kind,
+        "argument": miss.argument,
+        "old": miss.old,
+        "new": miss.new,
+        "where": miss.call_site,
+        "steady_state": steady_state,
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +63,9 @@ class FunctionReport:
         compile_seconds: time spent tracing, lowering and compiling it.
         call_seconds: time spent inside its calls (dispatch, and compiling when it did; the
             device work itself runs asynchronously and shows up where the result is read).
-        misses: one `MissReport` per compile, in order.
+        misses: one [`CacheMiss`][jaxwise.compilation.CacheMiss] per compile, in order; its
+            ``call_site`` is the user's line that compiled (``None`` if unknown).
+        warmup: compiles expected before a recompile counts as steady-state.
     """
 
     name: str
@@ -91,12 +74,13 @@ class FunctionReport:
     compiles: int
     compile_seconds: float
     call_seconds: float
-    misses: tuple[MissReport, ...]
+    misses: tuple[CacheMiss, ...]
+    warmup: int = 2
 
     @property
-    def steady_state_recompiles(self) -> tuple[MissReport, ...]:
+    def steady_state_recompiles(self) -> tuple[CacheMiss, ...]:
         """The compiles after warm-up: the recompiles to fix."""
-        return tuple(m for m in self.misses if m.steady_state)
+        return self.misses[self.warmup :]
 
     def to_json(self) -> dict[str, Any]:
         """The JSON fields of the watch report's schema.
@@ -110,7 +94,7 @@ class FunctionReport:
             "calls": self.calls,
             "compiles": self.compiles,
             "compile_seconds": _finite(self.compile_seconds),
-            "misses": [m.to_json() for m in self.misses],
+            "misses": [miss_json(m, i >= self.warmup) for i, m in enumerate(self.misses)],
         }
 
 
@@ -261,7 +245,7 @@ class WatchReport:
     notes: tuple[str, ...] = ()
 
     @property
-    def steady_state_recompiles(self) -> tuple[tuple[FunctionReport, MissReport], ...]:
+    def steady_state_recompiles(self) -> tuple[tuple[FunctionReport, CacheMiss], ...]:
         """Every steady-state recompile, with its function."""
         return tuple((f, m) for f in self.functions for m in f.steady_state_recompiles)
 
@@ -335,11 +319,7 @@ def function_rows(report: WatchReport) -> list[tuple[str, ...]]:
             f.where or "?",
             "?" if f.calls is None else str(f.calls),
             str(f.compiles)
-            + (
-                f" ({len(f.steady_state_recompiles)}!)"
-                if any(m.steady_state for m in f.misses)
-                else ""
-            ),
+            + (f" ({len(f.steady_state_recompiles)}!)" if f.steady_state_recompiles else ""),
             f"{f.compile_seconds:.2f}",
             _share(f.call_seconds, report.seconds_total),
         )
@@ -351,7 +331,7 @@ def finding_lines(report: WatchReport) -> list[str]:
     """One line per flagged finding (steady-state recompiles, NaNs, donations, transfers)."""
     lines = []
     for function, miss in report.steady_state_recompiles:
-        at = f" at {miss.where}" if miss.where else ""
+        at = f" at {miss.call_site}" if miss.call_site else ""
         lines.append(f"steady-state recompile of `{function.name}`{at}: {miss.summary}")
     lines += [f"NaN: {n.describe()}" for n in report.nans]
     for d in report.donations:

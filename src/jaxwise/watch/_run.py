@@ -1,31 +1,94 @@
 """Run a user's script under a `Watch`: in-process, unchanged, its exit code kept.
 
-The script runs as ``python SCRIPT ARGS...`` would run it: ``__name__ == "__main__"``,
-``sys.argv`` set to ``[SCRIPT, *ARGS]``, the script's directory first on ``sys.path``, its
-stdout untouched. Its exceptions are printed as Python prints them (without our frames) and
-give exit code 1; ``SystemExit`` keeps its code. The report goes to stderr (a rich table) and,
-with ``json_path``, to a strict JSON file. Exit code 3 when ``nans="stop"`` stopped the
-script at a NaN or a ``fail_on`` condition holds.
+The script runs as ``python SCRIPT ARGS...`` would run it: ``__name__ == "__main__"``, an
+absolute ``__file__`` (and so absolute paths in tracebacks), ``sys.argv`` set to ``[SCRIPT,
+*ARGS]``, the script's directory first on ``sys.path``, its stdout untouched. Its exceptions
+are printed as Python prints them (without the watch's frames) and give exit code 1;
+``SystemExit`` keeps its code; a ``KeyboardInterrupt`` prints its traceback and, after the
+report, the process dies by SIGINT, as Python's does (the parent sees -2). NumPy's global
+random state is what plain Python leaves: importing jax draws from it (jax's cluster module
+calls ``np.random.rand(5)``), and jax is already imported when the script runs, so the state is
+reset to the one before the watch imported jax and the same draws are made when the script
+first imports jax (the command line takes the state before it imports jax). The
+report goes to stderr (a rich table) and, with ``json_path``, to a strict JSON file. Exit code
+3 when ``nans="stop"`` stopped the script at a NaN or a ``fail_on`` condition holds.
 """
 
 from __future__ import annotations
 
+import atexit
+import builtins
+import contextlib
 import json
 import os
 import runpy
+import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, TextIO
+
+import numpy as np
 
 from jaxwise._checks import UserError
 from jaxwise.debug._frames import is_library_file
 from jaxwise.watch._report import WatchReport
 from jaxwise.watch._watch import Watch
 
-__all__ = ["FAILED", "run_script"]
+__all__ = ["FAILED", "INTERRUPTED", "run_script"]
 
 FAILED = 3  # a NaN stopped the script, or a --fail-on condition held
+INTERRUPTED = -2  # the script was interrupted (Ctrl-C): the process dies by SIGINT
+_OWN = os.path.dirname(os.path.abspath(__file__)) + os.sep  # jaxwise/watch/
+_MAX_DRAWS = 100_000
+
+
+def _same_state(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return a[0] == b[0] and np.array_equal(a[1], b[1]) and tuple(a[2:]) == tuple(b[2:])
+
+
+def _draws_since(before: tuple[Any, ...]) -> int | None:
+    """How many 32-bit words were drawn from NumPy's global generator since ``before``."""
+    after = np.random.get_state()
+    probe = np.random.RandomState()
+    probe.set_state(before)
+    bit_generator = getattr(probe, "_bit_generator", None)
+    if bit_generator is None:
+        return None
+    for draws in range(_MAX_DRAWS):
+        if _same_state(probe.get_state(), after):  # type: ignore[arg-type]
+            return draws
+        bit_generator.random_raw()
+    return None
+
+
+@contextlib.contextmanager
+def _numpy_as_plain_python(before: tuple[Any, ...] | None) -> Iterator[None]:
+    """NumPy's global random state as ``python SCRIPT`` has it: reset to ``before``, and the
+    draws importing jax made done again when the script (or a library it imports) first
+    imports jax."""
+    draws = _draws_since(before) if before is not None else None
+    if before is None or draws is None:
+        yield
+        return
+    np.random.set_state(before)
+    generator = getattr(np.random.mtrand, "_rand", None)
+    original = builtins.__import__
+
+    def hook(name: str, globals: Any = None, *args: Any, **kwargs: Any) -> Any:
+        importer = (globals or {}).get("__name__", "") if isinstance(globals, dict) else ""
+        if (name == "jax" or name.startswith("jax.")) and not importer.startswith("jaxwise"):
+            builtins.__import__ = original
+            if draws and generator is not None:
+                generator._bit_generator.random_raw(draws)
+        return original(name, globals, *args, **kwargs)
+
+    builtins.__import__ = hook
+    try:
+        yield
+    finally:
+        if builtins.__import__ is hook:
+            builtins.__import__ = original
 
 
 def _exit_code(err: SystemExit, stream: TextIO) -> int:
@@ -38,12 +101,29 @@ def _exit_code(err: SystemExit, stream: TextIO) -> int:
     return 1
 
 
+def _without_own_frames(report: traceback.TracebackException) -> None:
+    """Drop the watch's frames (``jaxwise/watch/``) from ``report`` and its chained causes."""
+    seen: set[int] = set()
+    todo = [report]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        kept = [f for f in current.stack if not (f.filename or "").startswith(_OWN)]
+        current.stack = traceback.StackSummary.from_list(kept)
+        todo += [c for c in (current.__cause__, current.__context__) if c is not None]
+        todo += list(getattr(current, "exceptions", None) or ())
+
+
 def _print_exception(err: BaseException, stream: TextIO) -> None:
     """Print ``err`` as Python would for the script: our frames and runpy's left out."""
     tb = err.__traceback__
     while tb is not None and is_library_file(tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    traceback.print_exception(type(err), err, tb, file=stream)
+    report = traceback.TracebackException(type(err), err, tb, compact=True)
+    _without_own_frames(report)
+    stream.write("".join(report.format()))
 
 
 def _check_outputs(script: str, json_path: str | None) -> None:
@@ -55,19 +135,22 @@ def _check_outputs(script: str, json_path: str | None) -> None:
             raise UserError(f"watch: --json {json_path}: the directory {parent} does not exist")
 
 
-def _run(script: str, argv: Sequence[str], watch: Watch, stream: TextIO) -> int:
+def _run(
+    script: str, argv: Sequence[str], watch: Watch, stream: TextIO, state: tuple[Any, ...] | None
+) -> int:
     saved_argv, saved_path = sys.argv, list(sys.path)
     sys.argv = [script, *argv]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    path = os.path.abspath(script)
+    sys.path.insert(0, os.path.dirname(path))
     try:
-        with watch:
-            runpy.run_path(script, run_name="__main__")
+        with _numpy_as_plain_python(state), watch:
+            runpy.run_path(path, run_name="__main__")
         return 0
     except SystemExit as err:
         return _exit_code(err, stream)
-    except KeyboardInterrupt:
-        print("KeyboardInterrupt", file=stream)
-        return 130
+    except KeyboardInterrupt as err:
+        _print_exception(err, stream)
+        return INTERRUPTED
     except Exception as err:
         _print_exception(err, stream)
         return 1
@@ -87,6 +170,7 @@ def run_script(
     warmup: int = 2,
     stream: TextIO | None = None,
     rich: bool = True,
+    numpy_state: tuple[Any, ...] | None = None,
 ) -> int:
     """Run ``script`` with ``argv`` under a `Watch` and report; returns the exit code.
 
@@ -97,17 +181,21 @@ def run_script(
         nans, transfers, fail_on, warmup: as for `Watch`.
         stream: where the report goes (default ``sys.stderr``).
         rich: render a rich table (needs ``jaxwise[cli]``); else plain text.
+        numpy_state: NumPy's global random state from before jax was imported
+            (``np.random.get_state()``), to give the script the state plain Python would.
 
     Returns:
         The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
+        After a ``KeyboardInterrupt`` it does not return: the report is written, then the
+        process dies by SIGINT.
     """
     out: TextIO = stream if stream is not None else sys.stderr
     _check_outputs(script, json_path)
     render = _renderer(rich)
     watch = Watch(nans=nans, transfers=transfers, warmup=warmup, fail_on=tuple(fail_on))
-    code = _run(script, argv, watch, out)
+    code = _run(script, argv, watch, out, numpy_state)
     report = watch.report()
-    if report.stopped or report.triggered(watch.fail_on):
+    if code != INTERRUPTED and (report.stopped or report.triggered(watch.fail_on)):
         code = FAILED
     report = watch.report(exit_code=code)
     sys.stdout.flush()
@@ -116,7 +204,19 @@ def run_script(
         with open(json_path, "w") as f:
             json.dump(report.to_json(), f, allow_nan=False, indent=1)
             f.write("\n")
+    if code == INTERRUPTED:
+        _die_by_sigint()
     return code
+
+
+def _die_by_sigint() -> None:
+    """End the process as Python does after an uncaught ``KeyboardInterrupt``: exit handlers
+    run, then the default SIGINT action kills it (the parent sees -2)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _renderer(rich: bool) -> Any:

@@ -3,15 +3,16 @@
 While a watch is active:
 
 - ``jax.jit`` is replaced (`._patch`) so that each function jitted in the block is
-  tracked: its name, the user's line that jitted it, its calls and the time inside them;
+  tracked: its name, the user's line that jitted it, its calls and the time inside them
+  (``jax.pmap`` and ahead-of-time ``.lower(...).compile()`` forms too);
 - every backend compilation arrives from ``jax.monitoring`` through
-  `jaxwise.compilation`'s listener with its structured
-  `CacheMiss`, and is attributed to the tracked call that is
-  running (found on the Python stack, so no per-call bookkeeping is needed); tracing and
-  lowering times arrive the same way;
-- donations: JAX's "Some donated buffers were not usable" warnings are captured, every
-  donated input is checked after the call (a live NumPy view keeps a buffer alive and JAX
-  then silently skips the donation), and jaxwise steps report their ``DonationError`` here;
+  `jaxwise.compilation`'s listener with its structured `CacheMiss`, and is attributed to the
+  watched call running on this thread (each watched call pushes itself on a thread-local
+  stack); tracing and lowering times arrive the same way. An Equinox ``filter_jit`` function's
+  compiles are explained by the user's own arguments (`._arguments`);
+- donations: every donated input is checked after the call and a failure gets its cause
+  (`._donations`: an unused argument, no output of its type, a live view, a duplicate);
+  jaxwise steps' ``DonationError`` arrive as ``jaxwise._events.DonationFailed`` events;
 - with ``nans``: each watched call's outputs are checked, and the first non-finite one is
   located with `locate_nan` on the same arguments;
 - with ``transfers``: host values (NumPy arrays, Python scalars) passed to watched calls,
@@ -20,26 +21,28 @@ While a watch is active:
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import threading
 import time
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import jax
 
+from jaxwise import _events
 from jaxwise._checks import check_bool, check_int
+from jaxwise.compilation import CacheMiss, Difference
 from jaxwise.compilation._hub import HUB, CompileEvent
 from jaxwise.debug._frames import short_path, user_frame, user_site
-from jaxwise.train import _donation
-from jaxwise.watch import _calls, _patch
+from jaxwise.watch import _arguments, _calls, _donations, _patch
 from jaxwise.watch._names import name_in_frame
 from jaxwise.watch._report import (
     FAIL_ON,
     DonationFinding,
     FunctionReport,
-    MissReport,
     NanFinding,
     TransferSite,
     WatchReport,
@@ -52,8 +55,10 @@ _TRACE_EVENTS = (
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
 )
 _UNUSABLE = "Some donated buffers were not usable"
-_MAX_STACK = 200
+_MAX_SIGNATURES = 32  # user-level signatures kept per Equinox function
+_PRIORITY = ("structure", "static", "shape", "dtype", "weak_type")
 _ACTIVE: Watch | None = None
+_now = time.perf_counter
 _LISTENING = False
 _LOCK = threading.Lock()
 
@@ -70,6 +75,16 @@ class NanStop(BaseException):
         self.finding = finding
 
 
+class _Calls(threading.local):
+    """This thread's watched calls in progress (innermost last)."""
+
+    def __init__(self) -> None:
+        self.stack: list[tuple[_patch.Tracked, tuple | None, dict | None]] = []
+
+
+_CALLS = _Calls()
+
+
 class _Stats:
     """Everything recorded for one function (all function objects jitted at one place)."""
 
@@ -79,11 +94,12 @@ class _Stats:
         self.calls: int | None = 0 if tracked else None
         self.call_seconds = 0.0
         self.compile_seconds = 0.0
-        self.misses: list[MissReport] = []
+        self.misses: list[CacheMiss] = []
         self.unusable: set[str] = set()  # avals JAX said it could not reuse
         self.nan_checked = False
+        self.signatures: list[_arguments.Signature] = []  # Equinox: the user's arguments
 
-    def report(self) -> FunctionReport:
+    def report(self, warmup: int) -> FunctionReport:
         return FunctionReport(
             self.name,
             self.where,
@@ -92,6 +108,7 @@ class _Stats:
             self.compile_seconds,
             self.call_seconds,
             tuple(self.misses),
+            warmup,
         )
 
 
@@ -142,7 +159,7 @@ class Watch:
         >>> f = w.report().functions[0]
         >>> f.calls, f.compiles, [m.kind for m in f.steady_state_recompiles]
         (4, 4, ['static', 'static'])
-        >>> f.misses[3].argument, f.misses[3].old, f.misses[3].new
+        >>> f.misses[3].argument, f.misses[3].old, f.misses[3].new  # compilation.CacheMiss
         ('n', '3', '4')
     """
 
@@ -181,6 +198,9 @@ class Watch:
         self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
         self._restore: list[Callable[[], None]] = []
         self._sink = _Sink(self)
+        # the last watched call to finish, by name only (keeping the function alive would
+        # change what JAX's caches hit)
+        self._last = "?"
 
     # -- entering and leaving ------------------------------------------------
     def __enter__(self) -> Watch:
@@ -199,11 +219,11 @@ class Watch:
         self._restore.append(lambda: _ignore(patch.__exit__(None, None, None)))
         HUB.add_sink(self._sink, True)
         self._restore.append(lambda: HUB.remove_sink(self._sink, True))
-        _donation.LISTENERS.append(self._on_donation_error)
-        self._restore.append(lambda: _donation.LISTENERS.remove(self._on_donation_error))
+        self._restore.append(_events.subscribe(self._on_event))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
-            _donation.SUSPENDED.append("jaxwise watch: NaN checking")
-            self._restore.append(lambda: _ignore(_donation.SUSPENDED.pop()))
+            suspended = _events.suspend_donation("jaxwise watch: NaN checking")
+            suspended.__enter__()
+            self._restore.append(lambda: _ignore(suspended.__exit__(None, None, None)))
         self._hook_warnings()
         self._start = time.perf_counter()
         self._active = True
@@ -250,14 +270,18 @@ class Watch:
         self._restore.append(restore)
 
     # -- the patched jax.jit ---------------------------------------------------
-    def _track(self, fun: Any, options: dict[str, Any], where: str | None) -> Any:
+    def _track(self, fun: Any, options: dict[str, Any], where: str | None, kind: str) -> Any:
         real = dict(options)
         if self.nans is not None:  # as jax_debug_nans does: keep inputs for the replay
             donated = real.pop("donate_argnums", None), real.pop("donate_argnames", None)
             if any(d not in (None, (), []) for d in donated):
                 self._undonated.setdefault(_patch.function_name(fun), None)
-        jitted = _patch.ORIGINAL_JIT(fun, **real)
-        tracked = _patch.Tracked(jitted, fun, where, options, self)
+        original = _patch.ORIGINAL_PMAP if kind == "pmap" else _patch.ORIGINAL_JIT
+        jitted = original(fun, **real)
+        tracked = _patch.Tracked(jitted, fun, where, options, self, kind)
+        tracked.equinox = _arguments.is_equinox(fun)
+        if kind == "pmap" and "static_broadcasted_argnums" in options:
+            options = {**options, "static_argnums": options["static_broadcasted_argnums"]}
         key = (tracked.name, where, True)
         stats = self._stats.get(key)
         if stats is None:
@@ -279,44 +303,81 @@ class Watch:
         """
         plan: _calls.CallPlan = tracked.plan
         stats: _Stats = tracked.stats
+        if not (plan.donates or self.transfers or self.nans):  # the common case: count, time
+            stack = _CALLS.stack
+            stack.append((tracked, args, kwargs))
+            start = _now()
+            try:
+                return tracked.jitted(*args, **kwargs)
+            finally:
+                stats.call_seconds += _now() - start
+                stats.calls += 1  # type: ignore[operator]
+                stack.pop()
+                self._last = tracked.name
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
         if self.transfers:
             self._count_transfers(tracked, args, kwargs)
-        start = time.perf_counter()
-        try:
-            out = tracked.jitted(*args, **kwargs)
-        finally:
-            stats.call_seconds += time.perf_counter() - start
-            stats.calls = (stats.calls or 0) + 1
+        out = self._run(tracked, tracked.jitted, args, kwargs, donated is not None)
         try:
             if donated:
                 alive = [leaf for leaf in donated if not leaf.is_deleted()]
                 if alive:
-                    self._on_live_donations(tracked, args, kwargs, alive)
+                    self._on_live_donations(tracked, args, kwargs, alive, out)
             if self.nans is not None and not stats.nan_checked:
                 self._check_nans(tracked, args, kwargs, out)
         except Exception as err:  # the watch never breaks the watched program
             self._errors.append(f"{type(err).__name__} while checking `{tracked.name}`: {err}")
         return out
 
+    def _run(
+        self, tracked: _patch.Tracked, run: Any, args: tuple, kwargs: dict, donates: bool
+    ) -> Any:
+        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted, on the
+        thread's stack (where compiles find it)."""
+        stats: _Stats = tracked.stats
+        calls = _CALLS
+        calls.stack.append((tracked, args, kwargs))
+        start = time.perf_counter()
+        try:
+            return run(*args, **kwargs)
+        except Exception as err:
+            if donates and any(m in str(err) for m in _donations.DUPLICATE_ERRORS):
+                self._on_duplicate(tracked, args, kwargs)
+            raise
+        finally:
+            stats.call_seconds += time.perf_counter() - start
+            stats.calls = (stats.calls or 0) + 1
+            calls.stack.pop()
+            self._last = tracked.name
+
+    def stage(self, tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
+        """``run()`` (a ``.lower`` or ``.compile``) with its compiles counted as ``tracked``'s."""
+        if self.passthrough:
+            return run()
+        _CALLS.stack.append((tracked, None, None))
+        try:
+            return run()
+        finally:
+            _CALLS.stack.pop()
+
+    def call_compiled(
+        self, tracked: _patch.Tracked, compiled: Any, args: tuple, kwargs: dict
+    ) -> Any:
+        """One call of ``tracked`` compiled ahead of time (``.lower(...).compile()``)."""
+        return self._run(tracked, compiled, args, kwargs, False)
+
     # -- compiles --------------------------------------------------------------
-    def _current_call(self) -> tuple[_patch.Tracked | None, Any]:
-        """The innermost watched call on this thread's stack, and its frame."""
-        frame = sys._getframe(2)
-        code = Watch.call.__code__
-        for _ in range(_MAX_STACK):
-            if frame is None:
-                break
-            if frame.f_code is code:
-                return frame.f_locals.get("tracked"), frame
-            frame = frame.f_back
-        return None, None
+    @staticmethod
+    def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
+        """The innermost watched call in progress on this thread, and its arguments."""
+        stack = _CALLS.stack
+        return stack[-1] if stack else (None, None, None)
 
     def _on_trace_time(self, seconds: float) -> None:
         if not self._active or self._internal:
             return
         self._compiling += seconds
-        tracked, _ = self._current_call()
+        tracked = self._current_call()[0]
         if tracked is not None:
             tracked.stats.compile_seconds += seconds
 
@@ -324,22 +385,24 @@ class Watch:
         if not self._active or self._internal:
             return
         self._compiling += event.seconds
-        if event.internal:
+        tracked, args, kwargs = self._current_call()
+        if event.internal and (tracked is None or tracked.kind != "pmap"):
             self._eager_seconds += event.seconds
             return
-        tracked, frame = self._current_call()
+        where = user_site(sys._getframe(1))
+        miss = _miss(event, where)
         if tracked is not None:
             stats = tracked.stats
-            where = user_site(frame)
+            if tracked.equinox and args is not None:
+                miss = _explain_equinox(stats, miss, args, kwargs or {})
         else:
             defined = short_path(event.defined_at) if event.defined_at else None
             key = (event.function or event.fun_name, defined, False)
             stats = self._stats.get(key)
             if stats is None:
                 stats = self._stats[key] = _Stats(key[0], defined, False)
-            where = user_site(sys._getframe(1))
         stats.compile_seconds += event.seconds
-        stats.misses.append(_miss_report(event, where, len(stats.misses) >= self.warmup))
+        stats.misses.append(miss)
 
     # -- donations -------------------------------------------------------------
     def _record_donation(self, function: str, argument: str, cause: str) -> None:
@@ -347,63 +410,69 @@ class Watch:
         self._donations[key] = self._donations.get(key, 0) + 1
 
     def _on_unusable_donation(self, message: str) -> None:
-        tracked, _ = self._current_call()
+        tracked = self._current_call()[0]
         if tracked is not None:
             tracked.stats.unusable.update(_calls.unusable_avals(message))
 
     def _on_live_donations(
-        self, tracked: _patch.Tracked, args: tuple, kwargs: dict, alive: list[Any]
+        self, tracked: _patch.Tracked, args: tuple, kwargs: dict, alive: list[Any], out: Any
     ) -> None:
         if jax.config.jax_disable_jit:
             return  # nothing was compiled, so nothing was donated
         plan: _calls.CallPlan = tracked.plan
-        caller = user_frame(sys._getframe(2))
         self._internal += 1
         try:
             unused = plan.unused_leaves(tracked.jitted, args, kwargs)
         finally:
             self._internal -= 1
+        donated = [leaf for _, leaf in plan.arrays(args, kwargs, donated=True)]
+        counts = Counter(_donations.aval_key(leaf) for leaf in donated)
+        outputs = _donations.output_avals(out)
+        names = self._namer(tracked, args, kwargs)
         for argument, leaf in plan.donated_paths(args, kwargs, alive):
-            argument = name_in_frame(leaf, caller) or argument
             aval = _calls.aval_text(leaf)
-            if id(leaf) in unused:
-                cause = (
-                    "the function does not use this argument, so jit drops it "
-                    "(keep_unused=False) and its buffer is not donated; do not donate it, or "
-                    "remove it"
-                )
-            elif aval in tracked.stats.unusable:
-                cause = (
-                    f"no output has this buffer's shape and dtype ({aval}), so XLA cannot reuse "
-                    'it (JAX: "Some donated buffers were not usable"); return an updated value '
-                    "of the same shape, or do not donate this argument"
-                )
-            else:
-                cause = (
-                    "the buffer was still alive after the call, so JAX silently skipped the "
-                    "donation and kept a second copy: something else holds it, usually a live "
-                    "NumPy view (np.asarray(x) of a CPU array shares its memory); keep host "
-                    "copies with jaxwise.tree.host_copy(...) or np.array(x) (a copy)"
-                )
-            self._record_donation(tracked.name, argument, cause)
+            cause = _donations.why_alive(
+                leaf,
+                aval,
+                unused=id(leaf) in unused,
+                unusable=aval in tracked.stats.unusable,
+                donated=counts,
+                outputs=outputs,
+            )
+            self._record_donation(tracked.name, names(leaf) or argument, cause)
 
-    def _on_donation_error(self, err: Exception) -> None:
-        if not self._active:
+    def _namer(self, tracked: _patch.Tracked, args: tuple, kwargs: dict) -> Callable[[Any], str]:
+        """The user's name of a leaf: by the Equinox arguments, or found in the caller's frame."""
+        if tracked.equinox:
+            arguments = _arguments.user_arguments(args, kwargs) or []
+            paths = {
+                id(leaf): name + jax.tree_util.keystr(path)
+                for name, value in arguments
+                for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]
+            }
+            return lambda leaf: paths.get(id(leaf), "")
+        caller = user_frame(sys._getframe(1))
+        return lambda leaf: name_in_frame(leaf, caller) or ""
+
+    def _on_duplicate(self, tracked: _patch.Tracked, args: tuple, kwargs: dict) -> None:
+        plan: _calls.CallPlan = tracked.plan
+        found = _donations.duplicate(
+            plan.arrays(args, kwargs, donated=True), plan.arrays(args, kwargs, donated=False)
+        )
+        if found is not None:
+            argument, other = found
+            self._record_donation(tracked.name, argument, _donations.DUPLICATE.format(other=other))
+
+    def _on_event(self, event: _events.Event) -> None:
+        if not self._active or not isinstance(event, _events.DonationFailed):
             return
-        name = "?"
-        frame = sys._getframe(1)
-        for _ in range(_MAX_STACK):
-            if frame is None:
-                break
-            jitted = getattr(frame.f_locals.get("self"), "jitted", None)
-            if isinstance(jitted, _patch.Tracked):
-                name = jitted.name
-                break
-            frame = frame.f_back
-        argument = getattr(err, "argument", "") or "?"
+        name = event.function
+        if not name:
+            name = _CALLS.stack[-1][0].name if _CALLS.stack else self._last
+        argument = event.argument or "?"
         for key in [k for k in self._donations if k[:2] == (name, argument)]:
             del self._donations[key]  # the step's own audit says it better
-        self._record_donation(name, argument, f"DonationError: {err}")
+        self._record_donation(name, argument, f"DonationError: {event.error}")
 
     # -- transfers and NaNs -----------------------------------------------------
     def _count_transfers(self, tracked: _patch.Tracked, args: tuple, kwargs: dict) -> None:
@@ -411,6 +480,10 @@ class Watch:
         found = plan.host_values(args, kwargs)
         if not found:
             return
+        if tracked.equinox:  # Python scalars are static there: only NumPy values are copied
+            arguments = _arguments.user_arguments(args, kwargs)
+            if arguments is not None:
+                found = _calls.host_arrays(arguments)
         where = user_site(sys._getframe(2))
         site = self._transfers.setdefault((where, tracked.name), [0, 0, 0, {}])
         site[0] += 1
@@ -450,7 +523,7 @@ class Watch:
         """
         end = self._end if self._end else time.perf_counter()
         functions = tuple(
-            s.report() for s in self._stats.values() if (s.calls or 0) > 0 or s.misses
+            s.report(self.warmup) for s in self._stats.values() if (s.calls or 0) > 0 or s.misses
         )
         donations = tuple(DonationFinding(f, a, c, n) for (f, a, c), n in self._donations.items())
         transfers = None
@@ -499,10 +572,46 @@ class _Sink:
         self._watch._on_compile(event)
 
 
-def _miss_report(event: CompileEvent, where: str | None, steady: bool) -> MissReport:
+def _miss(event: CompileEvent, where: str | None) -> CacheMiss:
+    """The compile's `CacheMiss`, its ``call_site`` the user's line that compiled."""
     miss = event.explanation
     if miss is None:
-        return MissReport("other", "", "", "", where, steady, event.seconds, event.describe())
-    return MissReport(
-        miss.kind, miss.argument, miss.old, miss.new, where, steady, event.seconds, miss.summary
+        text = event.describe()
+        return CacheMiss(
+            event.function or event.fun_name,
+            event.defined_at,
+            where,
+            "other",
+            "",
+            "",
+            "",
+            (),
+            (text,),
+            text,
+        )
+    return dataclasses.replace(miss, call_site=where)
+
+
+def _explain_equinox(stats: _Stats, miss: CacheMiss, args: tuple, kwargs: dict) -> CacheMiss:
+    """``miss`` told by the user's arguments of an Equinox ``filter_jit`` call."""
+    arguments = _arguments.user_arguments(args, kwargs)
+    if arguments is None:
+        return miss
+    current = _arguments.signature(arguments)
+    diffs = _arguments.explain(stats.signatures, current) if stats.signatures else []
+    stats.signatures = [*stats.signatures[-_MAX_SIGNATURES + 1 :], current]
+    if not diffs or miss.kind in ("first", "new_function", "config"):
+        return miss
+    diffs.sort(key=lambda d: _PRIORITY.index(d.kind) if d.kind in _PRIORITY else len(_PRIORITY))
+    head: Difference = diffs[0]
+    reasons = tuple(d.describe() for d in diffs)
+    return dataclasses.replace(
+        miss,
+        kind=head.kind,
+        argument=head.argument,
+        old=head.old,
+        new=head.new,
+        differences=tuple(diffs),
+        reasons=reasons,
+        text=f"{miss.function} recompiled: " + "; ".join(reasons),
     )

@@ -1,0 +1,346 @@
+"""DP-SGD as a gradient function: clipping policies and noise mechanisms plug into it.
+
+`dp_gradient_fn` returns a `DPGradientFn`, a `jaxwise.train.StatefulGradientFn`: each step
+clips every example's gradient to norm ``C``, sums, adds ``noise_multiplier · C · noise`` and
+divides by the sampler's expected batch size. ``noise`` comes from a `NoiseMechanism`
+(``None``: independent Gaussian noise, DP-SGD) that turns this step's standard-normal draw
+``z`` into the noise (correlated across steps for matrix-factorization mechanisms); ``C``
+from a float or a `ClipPolicy` (adaptive clipping). Its state, ``{"noise": mechanism state,
+"clip": policy state}`` (``()`` for an absent part), lives in ``TrainState.gradient_state``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import jax
+import jax.numpy as jnp
+
+from jaxwise._checks import check_bool, check_callable
+from jaxwise.per_example._common import (
+    ChunkSize,
+    Method,
+    check_chunk,
+    check_clip_norm,
+    check_method,
+)
+from jaxwise.privacy._noise import (
+    check_noise,
+    check_noise_scale,
+    clipped_sum,
+    noisy_mean,
+    standard_normal,
+)
+from jaxwise.privacy._state import NO_MODEL_STATE
+from jaxwise.train import Gradients, Sampler
+
+__all__ = ["ClipPolicy", "DPGradientFn", "NoiseMechanism", "dp_gradient_fn"]
+
+
+@runtime_checkable
+class NoiseMechanism(Protocol):
+    """How a step's standard-normal draw becomes its noise (``None`` in `dp_gradient_fn`: z).
+
+    ``init(params)`` is the state before the first step (a pytree of arrays, e.g. the
+    buffers of earlier draws); ``correlate(state, z)`` returns ``(noise, new_state)`` with
+    ``noise`` a tree like ``z`` (and ``params``), for a unit clip norm and unit noise
+    multiplier: the gradient adds ``noise_multiplier · C · noise``.
+    """
+
+    def init(self, params: Any) -> Any:
+        """The state before the first step.
+
+        Args:
+            params: the parameters (for the shapes of buffers).
+
+        Returns:
+            A pytree of arrays (``()`` for none).
+        """
+        ...
+
+    def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
+        """This step's noise from its standard-normal draw.
+
+        Args:
+            state: the mechanism's state.
+            z: a standard-normal tree like ``params``.
+
+        Returns:
+            ``(noise, new_state)``.
+        """
+        ...
+
+
+@runtime_checkable
+class ClipPolicy(Protocol):
+    """A clip norm that changes during training (e.g. `AdaptiveClip`), passed as ``clip_norm=``.
+
+    ``norm(state)`` is this step's clip norm (a float32 scalar); ``update(state, norms, mask,
+    key, expected_batch_size)`` the next state from the step's pre-clip per-example norms.
+    """
+
+    def init(self) -> Any:
+        """The state before the first step (a pytree of arrays).
+
+        Returns:
+            The state.
+        """
+        ...
+
+    def norm(self, state: Any) -> jax.Array:
+        """This step's clip norm.
+
+        Args:
+            state: the policy's state.
+
+        Returns:
+            A float32 scalar > 0.
+        """
+        ...
+
+    def update(
+        self,
+        state: Any,
+        norms: jax.Array,
+        mask: jax.Array | None,
+        key: jax.Array,
+        expected_batch_size: float,
+    ) -> Any:
+        """The state after a step.
+
+        Args:
+            state: the policy's state.
+            norms: float32 ``(B,)`` pre-clip per-example norms.
+            mask: bool ``(B,)`` real examples, or ``None``.
+            key: a key for the policy's own noise.
+            expected_batch_size: the sampler's expected batch size.
+
+        Returns:
+            The new state.
+        """
+        ...
+
+
+@dataclasses.dataclass(frozen=True)
+class DPGradientFn:
+    """The DP-SGD gradient function (a `StatefulGradientFn`); made by `dp_gradient_fn`.
+
+    Attributes:
+        loss: the per-example loss.
+        clip_norm: ``C`` (a float) or a `ClipPolicy`.
+        noise_multiplier: ``σ``: the noise std is ``σ·C``.
+        method: the per-example clipping method.
+        chunk_size: the chunk size of the ``"vmap"``/``"chunked"`` methods.
+        model_state: the loss takes and returns the model state.
+        freeze_model_state: BatchNorm layers of adapted models run in inference mode.
+        noise: a `NoiseMechanism`, or ``None`` for independent Gaussian noise.
+        expected_batch_size: the denominator (set from the epoch's sampler; ``None``: the
+            batch's rows).
+    """
+
+    loss: Callable[..., Any]
+    clip_norm: float | ClipPolicy
+    noise_multiplier: float
+    method: Method = "auto"
+    chunk_size: ChunkSize = None
+    model_state: bool = False
+    freeze_model_state: bool = False
+    noise: NoiseMechanism | None = None
+    expected_batch_size: float | None = None
+
+    def init(self, params: Any) -> dict[str, Any]:
+        """``{"noise": mechanism state, "clip": policy state}`` (``()`` for an absent part).
+
+        Args:
+            params: the parameters.
+
+        Returns:
+            The state before the first step.
+        """
+        noise = () if self.noise is None else self.noise.init(params)
+        clip = self.clip_norm.init() if isinstance(self.clip_norm, ClipPolicy) else ()
+        return {"noise": noise, "clip": clip}
+
+    def for_sampler(self, sampler: Sampler, n: int) -> DPGradientFn:
+        """This gradient dividing by ``sampler``'s expected batch size over ``n`` examples.
+
+        Args:
+            sampler: the epoch's sampler.
+            n: the number of examples.
+
+        Returns:
+            A copy with ``expected_batch_size = sampler.sample_rate(n) * n``.
+        """
+        return dataclasses.replace(self, expected_batch_size=sampler.sample_rate(n) * n)
+
+    def __call__(
+        self,
+        params: Any,
+        model_state: Any,
+        batch: Any,
+        *,
+        key: jax.Array | None,
+        mask: jax.Array | None,
+        state: Any,
+    ) -> Gradients:
+        """One batch's DP gradient, its clipping metrics and the new state.
+
+        Args:
+            params: the parameters.
+            model_state: the model state (used with ``model_state=True``).
+            batch: the examples (leading axis ``B``).
+            key: this step's key (the noise; split for a `ClipPolicy`'s own noise).
+            mask: bool ``(B,)`` real examples, or ``None``.
+            state: ``{"noise": ..., "clip": ...}``.
+
+        Returns:
+            `Gradients` without a loss; metrics ``grad_norm_mean``, ``clipped_fraction``,
+            ``batch_size``.
+        """
+        if key is None:
+            raise ValueError("the DP gradient needs a `key` for its noise")
+        policy = self.clip_norm if isinstance(self.clip_norm, ClipPolicy) else None
+        clip_key = None
+        if policy is not None:
+            key, clip_key = jax.random.split(key)
+            clip: Any = policy.norm(state["clip"])
+        else:
+            clip = self.clip_norm
+        summed, norms, new_model_state = self._clipped(params, model_state, batch, mask, clip)
+        denominator = (
+            norms.shape[0] if self.expected_batch_size is None else self.expected_batch_size
+        )
+        new_state = dict(state)
+        std = self.noise_multiplier * clip if self.noise_multiplier else 0.0
+        noise = None
+        if self.noise_multiplier:
+            noise = standard_normal(key, summed)
+            if self.noise is not None:
+                noise, new_state["noise"] = self.noise.correlate(state["noise"], noise)
+        grads = noisy_mean(summed, noise, std, denominator)
+        if policy is not None:
+            assert clip_key is not None
+            new_state["clip"] = policy.update(state["clip"], norms, mask, clip_key, denominator)
+        real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
+        count = jnp.maximum(real.sum(), 1.0)
+        metrics = {
+            "grad_norm_mean": jnp.sum(norms * real) / count,
+            "clipped_fraction": jnp.sum((norms > clip).astype(jnp.float32) * real) / count,
+            "batch_size": jnp.sum(real).astype(jnp.int32),
+        }
+        if policy is not None:
+            metrics["clip_norm"] = jnp.asarray(clip, jnp.float32)
+        kept = new_model_state if self.model_state else model_state
+        return Gradients(grads, None, kept, None, metrics, new_state)
+
+    def _clipped(
+        self, params: Any, model_state: Any, batch: Any, mask: Any, clip: Any
+    ) -> tuple[Any, jax.Array, Any]:
+        """The clipped sum at ``clip`` (a traced norm: clip ``loss / C`` at 1, rescale)."""
+        state = model_state if self.model_state else NO_MODEL_STATE
+        options: dict[str, Any] = dict(
+            method=self.method,
+            chunk_size=self.chunk_size,
+            mask=mask,
+            model_state=state,
+            freeze_model_state=self.freeze_model_state,
+        )
+        if isinstance(clip, float):
+            return clipped_sum(self.loss, params, batch, clip_norm=clip, **options)
+        loss = self.loss
+
+        def scaled(*args: Any) -> Any:
+            out = loss(*args)
+            if self.model_state:
+                return out[0] / clip, out[1]
+            return out / clip
+
+        summed, norms, new_state = clipped_sum(scaled, params, batch, clip_norm=1.0, **options)
+        return jax.tree.map(lambda g: g * clip.astype(g.dtype), summed), norms * clip, new_state
+
+
+def dp_gradient_fn(
+    loss: Callable[..., Any],
+    *,
+    clip_norm: float | ClipPolicy,
+    noise_multiplier: float,
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
+    model_state: bool = False,
+    freeze_model_state: bool = False,
+    noise: NoiseMechanism | None = None,
+) -> DPGradientFn:
+    """The DP-SGD gradient as a gradient function for `jaxwise.train.make_epoch`/`make_step`.
+
+    Each step clips every real example's gradient to norm ``C`` (ghost clipping wherever the
+    loss allows it, see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]), sums, adds
+    ``noise_multiplier · C · noise`` (one standard-normal draw over all parameters,
+    transformed by ``noise``) and divides by the epoch sampler's *expected* batch size
+    (the batch's rows under `make_step`), exactly as
+    [`dp_gradient`][jaxwise.privacy.dp_gradient] (Abadi et al., 2016,
+    https://arxiv.org/abs/1607.00133). Model state is as in ``dp_gradient``: per-example-safe
+    state advances, state computed from the examples is refused with a ``ValueError``.
+
+    Args:
+        loss: ``loss(params, example) -> scalar`` for ONE example; with ``model_state=True``
+            ``loss(params, model_state, example) -> (scalar, new_model_state)``.
+        clip_norm: ``C > 0``, or a [`ClipPolicy`][jaxwise.privacy.ClipPolicy].
+        noise_multiplier: ``σ >= 0``.
+        method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
+        model_state: the loss takes and returns the model state.
+        freeze_model_state: run BatchNorm layers of adapted models in inference mode.
+        noise: a [`NoiseMechanism`][jaxwise.privacy.NoiseMechanism], or ``None`` for
+            independent Gaussian noise (DP-SGD).
+
+    Returns:
+        A [`DPGradientFn`][jaxwise.privacy.DPGradientFn] with ``clip_norm``,
+            ``noise_multiplier`` and ``noise`` for the accountant.
+
+    Raises:
+        TypeError: a bad ``loss``, option type or ``noise``.
+        ValueError: a bad ``clip_norm``, ``noise_multiplier``, ``method`` or
+            ``chunk_size``.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> from jaxwise import optim
+        >>> from jaxwise.privacy import PoissonSampler
+        >>> from jaxwise.train import TrainState, make_epoch
+        >>> def sq(w, example): return (jnp.dot(w, example["x"]) - example["y"]) ** 2
+        >>> data = {"x": jnp.ones((64, 3)), "y": jnp.ones(64)}
+        >>> gradient = dp_gradient_fn(sq, clip_norm=1.0, noise_multiplier=1.1)
+        >>> epoch = make_epoch(gradient, PoissonSampler(16))
+        >>> state, metrics = epoch(TrainState.create(jnp.zeros(3), optim.sgd(0.1), 0), data)
+        >>> int(state.step), gradient.noise_multiplier
+        (4, 1.1)
+    """
+    check_callable(loss, "loss")
+    if not isinstance(clip_norm, ClipPolicy):
+        check_clip_norm(clip_norm)
+        check_noise(noise_multiplier)
+        check_noise_scale(clip_norm, noise_multiplier)
+        clip_norm = float(clip_norm)
+    else:
+        check_noise(noise_multiplier)
+    check_method(method)
+    check_chunk(chunk_size)
+    check_bool(model_state, "model_state")
+    check_bool(freeze_model_state, "freeze_model_state")
+    if noise is not None and not isinstance(noise, NoiseMechanism):
+        raise TypeError(
+            "`noise` must be None or a jaxwise.privacy.NoiseMechanism (init, correlate), got "
+            f"{type(noise).__name__}"
+        )
+    return DPGradientFn(
+        loss,
+        clip_norm,
+        float(noise_multiplier),
+        method,
+        chunk_size,
+        model_state,
+        freeze_model_state,
+        noise,
+    )

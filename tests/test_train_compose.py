@@ -1,0 +1,236 @@
+"""Training as composition: gradient function × sampler → program.
+
+The golden numbers in ``tests/data/compose_golden.npz`` were written by the old,
+pre-composition API (``make_train_epoch(loss, tx, b)`` and ``make_dp_train_epoch(loss, tx,
+b, ...)`` at commit c8d5d3e) with ``tests/data/make_compose_golden.py``:
+
+    git archive c8d5d3e src | tar -x -C /tmp/old
+    PYTHONPATH=/tmp/old/src python tests/data/make_compose_golden.py
+
+The composed programs must reproduce them bit for bit.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise import optim
+from jaxwise.compilation import CompileBudget
+from jaxwise.privacy import PoissonSampler, dp_gradient_fn
+from jaxwise.train import (
+    Gradients,
+    ShuffleSampler,
+    StatefulGradientFn,
+    TrainState,
+    make_epoch,
+    make_step,
+    value_and_grad,
+)
+from jaxwise.tree import host_copy
+
+DATA = Path(__file__).parent / "data"
+sys.path.insert(0, str(DATA))
+import make_compose_golden as golden  # noqa: E402
+
+GOLDEN = np.load(DATA / "compose_golden.npz")
+
+
+def test_plain_epoch_is_bit_identical_to_the_old_make_train_epoch():
+    x, y = golden.data()
+    state = TrainState.create(golden.params(), optim.adam(0.05), jax.random.key(3))
+    epoch = make_epoch(value_and_grad(golden.mse), ShuffleSampler(8))
+    losses = []
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(3):
+            state, metrics = epoch(state, (x, y))
+            losses.append(metrics["loss"])
+    assert np.asarray(state.params["w"]).tobytes() == GOLDEN["plain_w"].tobytes()
+    assert np.asarray(state.params["b"]).tobytes() == GOLDEN["plain_b"].tobytes()
+    assert np.concatenate(losses).tobytes() == GOLDEN["plain_loss"].tobytes()
+
+
+def test_composed_dp_epoch_is_bit_identical_to_the_old_make_dp_train_epoch():
+    x, y = golden.data()
+    gradient = dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.1)
+    state = TrainState.create(golden.params(), optim.sgd(0.1), jax.random.key(4), gradient=gradient)
+    epoch = make_epoch(gradient, PoissonSampler(16))
+    sizes, norms = [], []
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(2):
+            state, metrics = epoch(state, {"x": x, "y": y})
+            sizes.append(metrics["batch_size"])
+            norms.append(metrics["grad_norm"])
+    assert np.asarray(state.params["w"]).tobytes() == GOLDEN["dp_w"].tobytes()
+    assert np.asarray(state.params["b"]).tobytes() == GOLDEN["dp_b"].tobytes()
+    np.testing.assert_array_equal(np.concatenate(sizes), GOLDEN["dp_batch_size"])
+    assert np.concatenate(norms).tobytes() == GOLDEN["dp_grad_norm"].tobytes()
+    np.testing.assert_array_equal(jax.random.key_data(state.key), GOLDEN["dp_key"])
+    assert epoch.gradient.noise_multiplier == 1.1 and epoch.sampler.sample_rate(50) == 16 / 50
+
+
+LAMBDA = 0.1
+
+
+def l2_gradient(params, model_state, batch, *, key, mask):
+    """A hand-written GradientFn: the MSE gradient plus the gradient of LAMBDA/2 |params|^2."""
+    del key, mask
+    loss, grads = jax.value_and_grad(golden.mse)(params, batch)
+    grads = jax.tree.map(lambda g, p: g + LAMBDA * p, grads, params)
+    return Gradients(grads, loss, model_state)
+
+
+def test_user_gradient_trains_through_make_epoch_with_guard_donation_and_one_compile():
+    x, y = golden.data()
+    state = TrainState.create(golden.params(), optim.sgd(0.1), 0)
+    epoch = make_epoch(l2_gradient, ShuffleSampler(10))
+    first = host_copy(state)
+    old = state
+    with CompileBudget(1, epoch, exact=True):
+        state, metrics = epoch(state, (x, y))
+        assert all(leaf.is_deleted() for leaf in jax.tree.leaves(old.params))  # donated
+        # NumPy float64 referee: the same five batches (the epoch's order), SGD on loss + L2
+        order = np.asarray(jnp.argsort(_hash_order(first)))[:50].reshape(5, 10)
+        w, b = np.asarray(first.params["w"], np.float64), float(first.params["b"])
+        x64, y64 = np.asarray(x, np.float64), np.asarray(y, np.float64)
+        for rows in order:
+            r = x64[rows] @ w + b - y64[rows]
+            gw, gb = 2 * x64[rows].T @ r / 10 + LAMBDA * w, 2 * r.mean() + LAMBDA * b
+            w, b = w - 0.1 * gw, b - 0.1 * gb
+        np.testing.assert_allclose(np.asarray(state.params["w"]), w, rtol=1e-5, atol=1e-6)
+        # the NaN guard: a poisoned row skips exactly its step, the state stays finite
+        poisoned = (x.at[int(order[0][0])].set(jnp.nan), y)
+        before = host_copy(state)
+        state, metrics = epoch(state, poisoned)
+    assert int(metrics["skipped"].sum()) >= 1
+    assert int(state.step) == int(before.step) + 5 - int(metrics["skipped"].sum())
+    assert np.isfinite(np.asarray(state.params["w"])).all()
+
+
+def _hash_order(state):
+    from jaxwise.train._sampler import shuffle_hash
+
+    return shuffle_hash(state.key, state.step, 50)
+
+
+class CountingGradient:
+    """A toy StatefulGradientFn: its state counts the steps and sums the losses."""
+
+    def init(self, params):
+        del params
+        return {"steps": jnp.zeros((), jnp.int32), "total": jnp.zeros((), jnp.float32)}
+
+    def __call__(self, params, model_state, batch, *, key, mask, state):
+        del mask
+        assert key is not None  # a hand-written gradient gets a fresh key every step
+        loss, grads = jax.value_and_grad(golden.mse)(params, batch)
+        new = {"steps": state["steps"] + 1, "total": state["total"] + loss}
+        return Gradients(grads, loss, model_state, state=new)
+
+
+def test_stateful_gradient_state_is_scanned_donated_and_compiled_once():
+    x, y = golden.data()
+    gradient = CountingGradient()
+    assert isinstance(gradient, StatefulGradientFn)
+    state = TrainState.create(golden.params(), optim.sgd(0.05), 1, gradient=gradient)
+    epoch = make_epoch(gradient, ShuffleSampler(10))
+    losses = []
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(3):
+            old = state
+            state, metrics = epoch(state, (x, y))
+            assert old.gradient_state["steps"].is_deleted()  # donated with the state
+            losses.append(np.asarray(metrics["loss"], np.float64))
+    assert int(state.gradient_state["steps"]) == 15
+    np.testing.assert_allclose(
+        float(state.gradient_state["total"]), np.concatenate(losses).sum(), rtol=1e-5
+    )
+
+
+def test_stateful_gradient_refuses_a_state_of_another_structure():
+    gradient = CountingGradient()
+    x, y = golden.data()
+    wrong = TrainState.create(golden.params(), optim.sgd(0.05), 1).replace(
+        gradient_state={"steps": jnp.zeros((), jnp.int32)}
+    )
+    with pytest.raises(ValueError, match=r"`state.gradient_state` does not have the structure"):
+        make_epoch(gradient, ShuffleSampler(10))(wrong, (x, y))
+    with pytest.raises(ValueError, match=r"`state.gradient_state` does not have the structure"):
+        make_step(gradient)(wrong, (x[:10], y[:10]))
+    # a state without one gets gradient.init(params) on the first call
+    bare = TrainState.create(golden.params(), optim.sgd(0.05), 1)
+    new, _ = make_step(gradient)(bare, (x[:10], y[:10]))
+    assert int(new.gradient_state["steps"]) == 1
+
+
+class UnitNoise:
+    """A test NoiseMechanism: the noise is z, doubled from the second step on (a counter)."""
+
+    def init(self, params):
+        del params
+        return jnp.zeros((), jnp.int32)
+
+    def correlate(self, state, z):
+        factor = jnp.where(state > 0, 2.0, 1.0)
+        return jax.tree.map(lambda leaf: leaf * factor.astype(leaf.dtype), z), state + 1
+
+
+def test_noise_mechanism_gets_the_dp_sgd_draw_and_carries_its_state():
+    x, y = golden.data()
+    data = {"x": x, "y": y}
+    plain = dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.1)
+    mech = dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.1, noise=UnitNoise())
+    params = golden.params()
+    a = TrainState.create(params, optim.sgd(0.1), 7, gradient=plain)
+    b = TrainState.create(params, optim.sgd(0.1), 7, gradient=mech)
+    a, _ = make_step(plain)(a, jax.tree.map(lambda v: v[:8], data))
+    b, _ = make_step(mech)(b, jax.tree.map(lambda v: v[:8], data))
+    # first step: UnitNoise returns z itself, the DP-SGD noise bit for bit
+    assert np.asarray(a.params["w"]).tobytes() == np.asarray(b.params["w"]).tobytes()
+    assert int(b.gradient_state["noise"]) == 1 and b.gradient_state["clip"] == ()
+    with pytest.raises(TypeError, match="`noise` must be None or a jaxwise.privacy.NoiseMechanism"):
+        dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.0, noise=object())  # pyright: ignore[reportArgumentType]  # bad input on purpose
+
+
+class HalvingClip:
+    """A test ClipPolicy: the clip norm starts at 4 and halves every step."""
+
+    def init(self):
+        return jnp.asarray(4.0, jnp.float32)
+
+    def norm(self, state):
+        return state
+
+    def update(self, state, norms, mask, key, expected_batch_size):
+        del norms, mask, key, expected_batch_size
+        return state / 2
+
+
+def test_clip_policy_sets_the_clip_norm_of_each_step():
+    x, y = golden.data()
+    batch = {"x": x[:8], "y": y[:8]}
+    gradient = dp_gradient_fn(golden.squared, clip_norm=HalvingClip(), noise_multiplier=0.0)
+    state = TrainState.create(golden.params(), optim.sgd(0.1), 0, gradient=gradient)
+    step = make_step(gradient)
+    with CompileBudget(1, step, exact=True):
+        for expected in (4.0, 2.0, 1.0):
+            before = host_copy(state)
+            state, metrics = step(state, batch)
+            assert float(metrics["clip_norm"]) == expected
+            # float64 referee: clip each example's gradient at `expected`, mean, SGD
+            w, b = np.asarray(before.params["w"], np.float64), float(before.params["b"])
+            x64, y64 = np.asarray(x[:8], np.float64), np.asarray(y[:8], np.float64)
+            r = x64 @ w + b - y64
+            g = np.concatenate([2 * r[:, None] * x64, 2 * r[:, None]], axis=1)
+            norms = np.linalg.norm(g, axis=1)
+            clipped = g * np.minimum(1.0, expected / norms)[:, None]
+            mean = clipped.mean(0)
+            np.testing.assert_allclose(
+                np.asarray(state.params["w"]), w - 0.1 * mean[:3], rtol=1e-5, atol=1e-6
+            )
+    assert float(state.gradient_state["clip"]) == 0.5
