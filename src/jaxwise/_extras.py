@@ -20,7 +20,7 @@ __all__ = ["EXTRAS", "require"]
 # extra -> the distributions it installs (what `pip install 'jaxwise[extra]'` brings)
 EXTRAS: dict[str, tuple[str, ...]] = {
     "checkpoint": ("orbax-checkpoint",),
-    "privacy": ("dp-accounting",),
+    "privacy": ("dp-accounting", "scipy"),
     "cli": ("rich", "matplotlib"),
     "flax": ("flax",),
     "equinox": ("equinox",),

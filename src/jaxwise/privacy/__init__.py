@@ -34,9 +34,20 @@ Example (MNIST-sized: 60,000 examples, batches of 256, 60 epochs):
 
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
+from jaxwise.privacy._adaptive import AdaptiveClip as AdaptiveClip
 from jaxwise.privacy._audit import Canaries as Canaries
 from jaxwise.privacy._audit import audit_canaries as audit_canaries
 from jaxwise.privacy._audit import empirical_epsilon as empirical_epsilon
+from jaxwise.privacy._bandmf import BandMF as BandMF
+from jaxwise.privacy._bandmf import BandMFStrategy as BandMFStrategy
+from jaxwise.privacy._bandmf import bandmf_strategy as bandmf_strategy
+from jaxwise.privacy._blt import BLT as BLT
+from jaxwise.privacy._blt import BLTStrategy as BLTStrategy
+from jaxwise.privacy._blt import blt_strategy as blt_strategy
+from jaxwise.privacy._choose import MechanismCandidate as MechanismCandidate
+from jaxwise.privacy._choose import MechanismChoice as MechanismChoice
+from jaxwise.privacy._choose import choose_mechanism as choose_mechanism
+from jaxwise.privacy._cyclic import CyclicPoissonSampler as CyclicPoissonSampler
 from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
 from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
 from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
@@ -51,7 +62,15 @@ from jaxwise.privacy._sampling import poisson_batch as poisson_batch
 from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
 
 __all__ = [
+    "AdaptiveClip",
+    "BLT",
+    "BLTStrategy",
+    "BandMF",
+    "BandMFStrategy",
     "Canaries",
+    "CyclicPoissonSampler",
+    "MechanismCandidate",
+    "MechanismChoice",
     "ClipPolicy",
     "DPGradient",
     "DPGradientFn",
@@ -59,6 +78,9 @@ __all__ = [
     "PoissonSampler",
     "add_dp_noise",
     "audit_canaries",
+    "bandmf_strategy",
+    "blt_strategy",
+    "choose_mechanism",
     "dp_gradient",
     "dp_gradient_accumulated",
     "dp_gradient_fn",

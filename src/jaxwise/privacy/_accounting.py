@@ -15,12 +15,43 @@ import numpy as np
 
 from jaxwise._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._extras import require
+from jaxwise.privacy._adaptive import AdaptiveClip
+from jaxwise.privacy._bandmf import BandMF
+from jaxwise.privacy._blt import BLT
 from jaxwise.privacy._noise import check_noise
 
 __all__ = ["epsilon", "noise_multiplier_for"]
 
 Accountant = Literal["rdp", "pld"]
 ACCOUNTANTS = ("rdp", "pld")
+Mechanism = BandMF | BLT | None
+
+
+def _check_mechanism(mechanism: Any, clip: Any, steps: int) -> None:
+    if mechanism is not None and not isinstance(mechanism, (BandMF, BLT)):
+        raise TypeError(
+            f"`mechanism` must be None (DP-SGD), a BandMF or a BLT, got {type(mechanism).__name__}"
+        )
+    if clip is not None and not isinstance(clip, AdaptiveClip):
+        raise TypeError(f"`clip` must be None or an AdaptiveClip, got {type(clip).__name__}")
+    if isinstance(mechanism, BLT) and steps > mechanism.steps:
+        raise ValueError(
+            f"`steps` {steps} exceeds the {mechanism.steps} steps the BLT strategy was built "
+            "for: its sensitivity only covers those"
+        )
+
+
+def _participations(mechanism: Mechanism, steps: int) -> int:
+    """Count releases per accounted release: BLT's participations, else 1."""
+    if isinstance(mechanism, BLT):
+        return -(-int(steps) // mechanism.min_sep)
+    return 1
+
+
+def _effective(noise_multiplier: float, mechanism: Mechanism, clip: Any, steps: int) -> float:
+    if clip is None:
+        return noise_multiplier
+    return clip.effective_noise_multiplier(noise_multiplier, _participations(mechanism, steps))
 
 
 def _dp_accounting(feature: str) -> Any:
@@ -43,13 +74,23 @@ def _accountant(dp_accounting: Any, kind: str) -> Any:
 
 
 def _event(
-    dp_accounting: Any, noise_multiplier: float, sample_rate: float, steps: int | np.integer
+    dp_accounting: Any,
+    noise_multiplier: float,
+    sample_rate: float,
+    steps: int | np.integer,
+    mechanism: Mechanism = None,
 ) -> Any:
+    """DP-SGD's event; amplified BandMF's over ``ceil(steps / bands)``; BLT's one Gaussian."""
+    if isinstance(mechanism, BLT):
+        return dp_accounting.GaussianDpEvent(noise_multiplier)
+    compositions = int(steps)
+    if isinstance(mechanism, BandMF):
+        compositions = -(-compositions // mechanism.bands)
     return dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(
             sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)
         ),
-        int(steps),
+        compositions,
     )
 
 
@@ -72,12 +113,13 @@ def _epsilon(
     steps: int | np.integer,
     delta: float,
     accountant: str,
+    mechanism: Mechanism = None,
 ) -> float:
     if noise_multiplier == 0:
         return float("inf")
     acc = _accountant(dp_accounting, accountant)
     with _quiet_absl():  # dp-accounting logs orders it excludes; the result already says all
-        acc.compose(_event(dp_accounting, noise_multiplier, sample_rate, steps))
+        acc.compose(_event(dp_accounting, noise_multiplier, sample_rate, steps, mechanism))
         return float(acc.get_epsilon(delta))
 
 
@@ -88,10 +130,20 @@ def epsilon(
     steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
+    mechanism: Mechanism = None,
+    clip: AdaptiveClip | None = None,
 ) -> float:
     """ε of DP-SGD with Poisson sampling, from dp-accounting (RDP by default, ``"pld"`` optional).
 
     Composes dp-accounting's ``PoissonSampledDpEvent(q, GaussianDpEvent(σ))`` over ``steps``.
+    With ``mechanism=BandMF(bands=b, ...)`` (trained with a
+    [`CyclicPoissonSampler`][jaxwise.privacy.CyclicPoissonSampler] of ``groups >= b``) the
+    same event over ``ceil(steps / b)`` compositions, ``q`` the rate of a step's group
+    (``sampler.sample_rate(n) = B / (n // groups)``): amplified BandMF (Choquette-Choo et
+    al. 2023). With ``mechanism=BLT(...)``: one ``GaussianDpEvent(σ)`` (BLT's noise is scaled
+    to sensitivity 1 under its participation; no amplification, as jax-privacy's
+    ``SingleReleaseTrainingAccountant``). With ``clip=AdaptiveClip(...)`` the count's noise
+    is included (σ becomes the policy's ``effective_noise_multiplier``).
     Nothing is printed (dp-accounting's absl warnings about excluded RDP orders are hidden).
 
     Args:
@@ -100,13 +152,17 @@ def epsilon(
         steps: number of noisy gradient steps.
         delta: δ in (0, 1), typically < 1 / dataset size.
         accountant: ``"rdp"`` or ``"pld"``.
+        mechanism: ``None`` (DP-SGD), a [`BandMF`][jaxwise.privacy.BandMF] or a
+            [`BLT`][jaxwise.privacy.BLT].
+        clip: the [`AdaptiveClip`][jaxwise.privacy.AdaptiveClip] policy of the run, if any.
 
     Returns:
         ε as a float (``inf`` without noise).
 
     Raises:
-        TypeError: an argument of the wrong type.
-        ValueError: an argument out of range, or an unknown ``accountant``.
+        TypeError: an argument of the wrong type (``mechanism``, ``clip`` named).
+        ValueError: an argument out of range, an unknown ``accountant``, or more ``steps``
+            than a BLT was built for.
         ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
 
     Examples:
@@ -117,8 +173,10 @@ def epsilon(
     """
     check_noise(noise_multiplier)
     _check_accounting(sample_rate, steps, delta, accountant)
+    _check_mechanism(mechanism, clip, int(steps))
     dp_accounting = _dp_accounting("jaxwise.privacy.epsilon")
-    return _epsilon(dp_accounting, noise_multiplier, sample_rate, steps, delta, accountant)
+    sigma = _effective(float(noise_multiplier), mechanism, clip, int(steps))
+    return _epsilon(dp_accounting, sigma, sample_rate, steps, delta, accountant, mechanism)
 
 
 def noise_multiplier_for(
@@ -128,11 +186,14 @@ def noise_multiplier_for(
     steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
+    mechanism: Mechanism = None,
+    clip: AdaptiveClip | None = None,
 ) -> float:
     """The smallest σ whose ε (Poisson-sampled Gaussian, ``steps`` steps) is ``<= epsilon``.
 
     Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection to a tolerance of 1e-4).
-    Nothing is printed.
+    ``mechanism`` and ``clip`` as in [`epsilon`][jaxwise.privacy.epsilon] (with ``clip``,
+    the gradient's σ, the count's noise accounted). Nothing is printed.
 
     Args:
         epsilon: the target ε > 0.
@@ -140,13 +201,17 @@ def noise_multiplier_for(
         steps: number of noisy gradient steps.
         delta: δ in (0, 1).
         accountant: ``"rdp"`` or ``"pld"``.
+        mechanism: ``None`` (DP-SGD), a [`BandMF`][jaxwise.privacy.BandMF] or a
+            [`BLT`][jaxwise.privacy.BLT].
+        clip: the [`AdaptiveClip`][jaxwise.privacy.AdaptiveClip] policy of the run, if any.
 
     Returns:
         The noise multiplier σ.
 
     Raises:
         TypeError: an argument of the wrong type.
-        ValueError: an argument out of range, or a target unreachable with σ ≤ 1e4.
+        ValueError: an argument out of range, a target unreachable with σ ≤ 1e4, or an
+            adaptive clip whose count noise alone is below the needed σ.
         ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
 
     Examples:
@@ -158,9 +223,25 @@ def noise_multiplier_for(
     target = epsilon
     check_float(target, "epsilon", min_value=0.0, min_inclusive=False)
     _check_accounting(sample_rate, steps, delta, accountant)
+    _check_mechanism(mechanism, clip, int(steps))
     dp_accounting = _dp_accounting("jaxwise.privacy.noise_multiplier_for")
+    sigma = _calibrate(dp_accounting, target, sample_rate, int(steps), delta, accountant, mechanism)
+    if clip is None:
+        return sigma
+    return float(clip.gradient_noise_multiplier(sigma, _participations(mechanism, int(steps))))
+
+
+def _calibrate(
+    dp_accounting: Any,
+    target: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str,
+    mechanism: Mechanism,
+) -> float:
     upper = 1e4
-    if _epsilon(dp_accounting, upper, sample_rate, steps, delta, accountant) > target:
+    if _epsilon(dp_accounting, upper, sample_rate, steps, delta, accountant, mechanism) > target:
         raise ValueError(
             f"`epsilon` {target} is unreachable: even noise_multiplier={upper:g} gives more "
             f"(sample_rate={sample_rate}, steps={steps}, delta={delta})"
@@ -168,7 +249,7 @@ def noise_multiplier_for(
     with _quiet_absl():  # the bisection composes many accountants; each may log excluded orders
         sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: _accountant(dp_accounting, accountant),
-            lambda s: _event(dp_accounting, s, sample_rate, steps),
+            lambda s: _event(dp_accounting, s, sample_rate, steps, mechanism),
             target,
             delta,
             bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),

@@ -1,0 +1,233 @@
+"""Banded matrix factorization (BandMF): the optimised strategy and its streaming noise.
+
+DP-SGD adds independent noise ``z_t`` every step, so the model (a prefix sum of the noisy
+gradients, ``A``) carries the error ``A z``. The matrix mechanism factors ``A = B C``, privatises
+``C g`` and releases ``B (C g + z) = A g + A C⁻¹ z``: the step adds ``(C⁻¹z)_t`` instead of
+``z_t``. With ``C`` lower-triangular banded Toeplitz (``bands`` coefficients, unit norm) every
+example's contribution in one step touches ``bands`` rows of ``C g``, so an example that joins
+at most once every ``bands`` steps (`CyclicPoissonSampler`) keeps DP-SGD's amplified
+accounting at sample rate ``bands · B / n`` over ``ceil(T / bands)`` compositions
+(Choquette-Choo et al. 2023), while the error of ``A C⁻¹ z`` is lower than ``A z``'s.
+
+The step computes ``x_t = (z_t − Σ_{j≥1} c_j x_{t−j}) / c_0`` from the last ``bands − 1``
+outputs, kept as buffers like the parameters (memory ``(bands − 1) · |params|``).
+``bands = 1`` is DP-SGD exactly (``C = I``).
+
+References:
+  Choquette-Choo et al., (Amplified) Banded Matrix Factorization: A unified approach to
+  private training, NeurIPS 2023, https://arxiv.org/abs/2306.08153
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxwise._checks import check_float, check_int
+from jaxwise._extras import require
+from jaxwise.privacy import _toeplitz
+
+__all__ = ["BandMF", "BandMFStrategy", "bandmf_strategy"]
+
+
+class BandMFStrategy(NamedTuple):
+    """An optimised banded Toeplitz strategy ``C`` (float64) and its numbers.
+
+    Attributes:
+        coefs: ``(bands,)`` float64, the first column of ``C`` (unit L2 norm, non-increasing).
+        steps: the number of steps ``n`` it was optimised for.
+        bands: the number of bands ``b``.
+        momentum: the workload's momentum (0: prefix sums of SGD).
+        loss: the mean squared error of ``A C⁻¹ z`` per unit noise (``= rmse²``), the
+            quantity jax-privacy's ``toeplitz.loss`` computes.
+        rmse: its square root, per unit of noise and per-participation sensitivity 1.
+        dpsgd_rmse: the same for DP-SGD (``C = I``).
+        sensitivity: the L2 sensitivity of ``C`` when an example joins every ``bands`` steps
+            (``ceil(n / bands)`` participations), without amplification.
+    """
+
+    coefs: np.ndarray
+    steps: int
+    bands: int
+    momentum: float
+    loss: float
+    rmse: float
+    dpsgd_rmse: float
+    sensitivity: float
+
+
+def _check_bands(steps: Any, bands: Any) -> tuple[int, int]:
+    steps = check_int(steps, "steps", min_value=1)
+    bands = check_int(bands, "bands", min_value=1)
+    if bands > steps:
+        raise ValueError(f"`bands` must be at most `steps` ({steps}), got {bands}")
+    return steps, bands
+
+
+def _initial(bands: int) -> np.ndarray:
+    """The optimal infinite-horizon max-error coefficients ``binom(2k, k) / 4^k``, truncated."""
+    out = np.ones(bands)
+    for k in range(1, bands):
+        out[k] = out[k - 1] * (2 * k - 1) / (2 * k)
+    return out
+
+
+@functools.lru_cache(maxsize=64)
+def _optimise(steps: int, bands: int, momentum: float) -> BandMFStrategy:
+    workload = _toeplitz.workload_coefs(steps, momentum)
+    coefs = _initial(bands)
+    if bands > 1:
+        optimize = require("scipy.optimize", extra="privacy", feature="bandmf_strategy")
+        result = optimize.minimize(
+            lambda c: _toeplitz.loss_and_grad(c, workload),
+            coefs,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": 2000, "ftol": 1e-16, "gtol": 1e-13},
+        )
+        coefs = np.asarray(result.x, np.float64)
+    coefs = coefs / np.linalg.norm(coefs)
+    loss = _toeplitz.mean_error(coefs, workload)
+    sens2 = _toeplitz.minsep_sensitivity_squared(coefs, steps, bands)
+    return BandMFStrategy(
+        coefs=coefs,
+        steps=steps,
+        bands=bands,
+        momentum=momentum,
+        loss=loss,
+        rmse=float(np.sqrt(loss)),
+        dpsgd_rmse=float(np.sqrt(_toeplitz.mean_error(np.ones(1), workload))),
+        sensitivity=float(np.sqrt(sens2)),
+    )
+
+
+def bandmf_strategy(steps: int, bands: int, *, momentum: float = 0.0) -> BandMFStrategy:
+    """The banded Toeplitz strategy minimising the mean squared error of the model's noise.
+
+    Optimises the ``bands`` coefficients of ``C`` in float64 with L-BFGS (SciPy) for the
+    workload ``A`` of ``steps`` steps: the prefix sum (SGD) or, with ``momentum = β``, the
+    prefix sum of heavy-ball momentum (first column ``(1 − βᵏ⁺¹)/(1 − β)``). The objective is
+    ``mean_i ‖(A C⁻¹)_i‖² · ‖c‖²`` (scale-free; the result is scaled to ``‖c‖ = 1``, so every
+    column of ``C`` has norm at most 1). Data-independent: it costs no privacy. Results are
+    cached per ``(steps, bands, momentum)``.
+
+    Args:
+        steps: the number of training steps ``n`` (>= 1).
+        bands: the number of bands ``b``, in ``[1, steps]``; 1 is DP-SGD (``C = I``).
+        momentum: the workload's momentum β in ``[0, 1)``.
+
+    Returns:
+        A [`BandMFStrategy`][jaxwise.privacy.BandMFStrategy].
+
+    Raises:
+        TypeError: a non-int ``steps``/``bands`` or a non-float ``momentum``.
+        ValueError: ``bands <= 0``, ``bands > steps`` or ``momentum`` outside ``[0, 1)``.
+        ImportError: SciPy is not installed (``pip install 'jaxwise[privacy]'``).
+
+    Examples:
+        >>> s = bandmf_strategy(100, 4)
+        >>> s.coefs.shape, bool(s.rmse < s.dpsgd_rmse), round(float(s.coefs @ s.coefs), 6)
+        ((4,), True, 1.0)
+    """
+    steps, bands = _check_bands(steps, bands)
+    momentum = check_float(momentum, "momentum", min_value=0.0, max_value=1.0, max_inclusive=False)
+    return _optimise(steps, bands, float(momentum))
+
+
+@dataclasses.dataclass(frozen=True)
+class BandMF:
+    """Banded matrix-factorization noise, a `NoiseMechanism` for ``dp_gradient_fn(noise=...)``.
+
+    Step ``t`` adds ``x_t = (C⁻¹ z)_t`` for the optimised strategy of
+    [`bandmf_strategy`][jaxwise.privacy.bandmf_strategy]``(steps, bands)``; the state holds
+    the last ``bands − 1`` outputs (a pytree like the parameters with a leading
+    ``(bands − 1,)`` axis, in the parameters' dtypes). ``bands = 1`` returns ``z`` itself
+    (DP-SGD, bit for bit). Privacy needs an example to join at most once every ``bands``
+    steps: train with ``CyclicPoissonSampler(batch_size, groups=bands)`` (or more groups) and
+    account with ``epsilon(..., mechanism=BandMF(...))``. Running more than ``steps`` steps
+    stays private (every column of ``C`` has norm at most 1); it is only no longer optimal.
+
+    Attributes:
+        bands: the number of bands ``b`` (>= 1, <= ``steps``).
+        steps: the number of steps the strategy is optimised for.
+        momentum: the workload's momentum (see `bandmf_strategy`).
+
+    Raises:
+        TypeError: a non-int ``bands``/``steps``.
+        ValueError: ``bands <= 0`` or ``bands > steps``.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> mf = BandMF(bands=2, steps=10)
+        >>> state = mf.init({"w": jnp.zeros(3)})
+        >>> noise, state = mf.correlate(state, {"w": jnp.ones(3)})
+        >>> state["buffers"]["w"].shape, bool(noise["w"][0] > 1.0)
+        ((1, 3), True)
+    """
+
+    bands: int
+    steps: int
+    momentum: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check_bands(self.steps, self.bands)
+        check_float(self.momentum, "momentum", min_value=0.0, max_value=1.0, max_inclusive=False)
+
+    @property
+    def strategy(self) -> BandMFStrategy:
+        """The optimised strategy (cached)."""
+        return bandmf_strategy(self.steps, self.bands, momentum=self.momentum)
+
+    def init(self, params: Any) -> Any:
+        """Zero buffers: ``{"buffers": like params, a leading (bands − 1,) axis; "index"}``.
+
+        Args:
+            params: the parameters (a pytree of arrays).
+
+        Returns:
+            The state (``()`` for ``bands = 1``).
+        """
+        if self.bands == 1:
+            return ()
+        lead = self.bands - 1
+        return {
+            "buffers": jax.tree.map(lambda p: jnp.zeros((lead, *jnp.shape(p)), p.dtype), params),
+            "index": jnp.zeros((), jnp.int32),
+        }
+
+    def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
+        """This step's noise ``(C⁻¹z)_t`` from the standard-normal ``z`` and the new state.
+
+        The buffers are a ring: step ``t`` writes its output at slot ``t mod (bands − 1)``
+        (``state["index"]``), so a step reads the buffers once and writes one slot.
+
+        Args:
+            state: the state of `init` (or of the previous step).
+            z: this step's standard-normal pytree like the parameters.
+
+        Returns:
+            ``(noise like z, new state)``.
+        """
+        if self.bands == 1:
+            return z, state
+        coefs = self.strategy.coefs
+        lead = self.bands - 1
+        index = state["index"]
+        # slot j holds x_{t-k} with k = ((index - j - 1) mod lead) + 1
+        lag = (index - jnp.arange(lead, dtype=jnp.int32) - 1) % lead
+        tail = jnp.asarray(coefs[1:], jnp.float32)[lag]
+
+        def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
+            inner = jnp.tensordot(tail.astype(buf.dtype), buf, axes=1)
+            x = (zi - inner.astype(zi.dtype)) / jnp.asarray(coefs[0], zi.dtype)
+            return x, jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), index, 0)
+
+        pairs = jax.tree.map(one, z, state["buffers"])
+        outer = jax.tree.structure(z)
+        noise, buffers = jax.tree.transpose(outer, jax.tree.structure((0, 0)), pairs)
+        return noise, {"buffers": buffers, "index": (index + 1) % lead}

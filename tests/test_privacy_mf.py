@@ -1,0 +1,516 @@
+"""Correlated noise (BandMF, BLT), cyclic Poisson sampling, accounting and adaptive clipping."""
+
+import importlib
+import importlib.util
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise import privacy
+from jaxwise.privacy import (
+    BLT,
+    AdaptiveClip,
+    BandMF,
+    CyclicPoissonSampler,
+    bandmf_strategy,
+    blt_strategy,
+    choose_mechanism,
+)
+from jaxwise.privacy._blt import blt_coefs
+from jaxwise.privacy._toeplitz import minsep_sensitivity_squared
+
+dp_accounting = pytest.importorskip("dp_accounting")
+
+HAVE_JAX_PRIVACY = importlib.util.find_spec("jax_privacy") is not None  # a bench extra
+
+
+def jp(module: str) -> Any:
+    """A jax-privacy module (tests using it are marked `needs_jax_privacy`)."""
+    return importlib.import_module(f"jax_privacy.{module}")
+
+
+needs_jax_privacy = pytest.mark.skipif(
+    not HAVE_JAX_PRIVACY, reason="jax-privacy (bench extra) is not importable"
+)
+
+
+@pytest.fixture
+def standard_promotion():
+    """jax-privacy mixes int32 and int64 internally: run it under standard promotion."""
+    with jax.numpy_dtype_promotion("standard"):
+        yield
+
+
+def dense_toeplitz(coefs, n):
+    """The lower-triangular Toeplitz n x n matrix with first column coefs (float64)."""
+    c = np.zeros(n)
+    c[: min(n, len(coefs))] = np.asarray(coefs, np.float64)[:n]
+    return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
+
+
+def dense_loss(coefs, n, momentum=0.0):
+    """Mean squared row norm of A C^-1 times the max column norm^2 of C, densely."""
+    a = np.array(
+        [(1 - momentum ** (k + 1)) / (1 - momentum) if momentum else 1.0 for k in range(n)]
+    )
+    workload = dense_toeplitz(a, n)
+    c = dense_toeplitz(coefs, n)
+    b = workload @ np.linalg.inv(c)
+    return float(np.mean(np.sum(b**2, axis=1)) * np.max(np.sum(c**2, axis=0)))
+
+
+# ---------------------------------------------------------------- the strategy
+
+
+@pytest.mark.parametrize("n,bands,momentum", [(12, 3, 0.0), (30, 5, 0.0), (20, 4, 0.9)])
+def test_strategy_matches_dense_float64_referee(n, bands, momentum):
+    s = bandmf_strategy(n, bands, momentum=momentum)
+    assert s.coefs.shape == (bands,) and s.coefs.dtype == np.float64
+    assert math.isclose(float(s.coefs @ s.coefs), 1.0, rel_tol=1e-12)
+    assert math.isclose(s.loss, dense_loss(s.coefs, n, momentum), rel_tol=1e-10)
+    assert math.isclose(s.dpsgd_rmse**2, dense_loss([1.0], n, momentum), rel_tol=1e-10)
+    assert s.rmse < s.dpsgd_rmse
+    # a local optimum: perturbing any coefficient does not lower the dense loss
+    for j in range(bands):
+        for step in (1e-4, -1e-4):
+            moved = s.coefs.copy()
+            moved[j] += step
+            assert dense_loss(moved, n, momentum) >= s.loss * (1 - 1e-12)
+
+
+def test_strategy_one_band_is_dpsgd():
+    s = bandmf_strategy(50, 1)
+    assert s.coefs.tolist() == [1.0]
+    assert s.rmse == s.dpsgd_rmse and s.sensitivity == math.sqrt(50)
+
+
+def test_strategy_sensitivity_is_the_dense_worst_case():
+    n, bands = 13, 3
+    s = bandmf_strategy(n, bands)
+    c = dense_toeplitz(s.coefs, n)
+    starts = range(bands)  # every min-separated pattern of maximal participations
+    worst = max(
+        np.sum(c[:, list(range(st, n, bands))], axis=1)
+        @ np.sum(c[:, list(range(st, n, bands))], axis=1)
+        for st in starts
+    )
+    assert math.isclose(s.sensitivity**2, worst, rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("steps,bands", [(0, 1), (5, 0), (5, -1), (5, 6)])
+def test_strategy_bad_bands(steps, bands):
+    with pytest.raises(ValueError, match="steps|bands"):
+        bandmf_strategy(steps, bands)
+    with pytest.raises(ValueError, match="steps|bands"):
+        BandMF(bands=bands, steps=steps)
+
+
+def test_strategy_bad_types_and_momentum():
+    with pytest.raises(TypeError, match="bands"):
+        bandmf_strategy(10, 2.5)  # pyright: ignore[reportArgumentType]  # bad input on purpose
+    with pytest.raises(ValueError, match="momentum"):
+        bandmf_strategy(10, 2, momentum=1.0)
+
+
+@needs_jax_privacy
+@pytest.mark.parametrize("n,bands", [(64, 4), (200, 16)])
+def test_strategy_agrees_with_jax_privacy(n, bands, standard_promotion):
+    ours = bandmf_strategy(n, bands)
+    theirs = np.asarray(
+        jp("matrix_factorization.toeplitz").optimize_banded_toeplitz(n, bands), np.float64
+    )
+    loss_ours = float(jp("matrix_factorization.toeplitz").loss(jnp.asarray(ours.coefs), n))
+    loss_theirs = float(jp("matrix_factorization.toeplitz").loss(jnp.asarray(theirs), n))
+    assert loss_ours <= loss_theirs * (1 + 1e-6)
+    assert math.isclose(ours.loss, loss_ours, rel_tol=1e-5)  # theirs evaluates in float32
+    sens = float(
+        jp("matrix_factorization.toeplitz").minsep_sensitivity_squared(
+            jnp.asarray(ours.coefs), bands, None, n
+        )
+    )
+    assert math.isclose(ours.sensitivity**2, sens, rel_tol=1e-6)
+
+
+@needs_jax_privacy
+def test_sensitivity_agrees_with_jax_privacy_in_float64(standard_promotion):
+    with jax.enable_x64(True):
+        for n, sep in [(30, 4), (100, 7), (64, 64)]:
+            coefs = bandmf_strategy(n, min(sep, 8)).coefs
+            theirs = float(
+                jp("matrix_factorization.toeplitz").minsep_sensitivity_squared(
+                    jnp.asarray(coefs), sep, None, n
+                )
+            )
+            ours = minsep_sensitivity_squared(coefs, n, sep)
+            assert abs(ours - theirs) <= 1e-9 * theirs
+
+
+# ---------------------------------------------------------------- the mechanisms
+
+
+def run_mechanism(mech, z):
+    """Stream the (n, d) standard normals z through mech; the (n, d) noise."""
+    state = mech.init({"w": jnp.zeros(z.shape[1])})
+    out = []
+    for t in range(z.shape[0]):
+        noise, state = mech.correlate(state, {"w": jnp.asarray(z[t])})
+        out.append(np.asarray(noise["w"], np.float64))
+    return np.stack(out)
+
+
+def test_bandmf_streaming_matches_dense_inverse(rng):
+    n, bands = 20, 4
+    mech = BandMF(bands=bands, steps=n)
+    z = rng.standard_normal((n, 6)).astype(np.float32)
+    dense = np.linalg.solve(dense_toeplitz(mech.strategy.coefs, n), z.astype(np.float64))
+    np.testing.assert_allclose(run_mechanism(mech, z), dense, rtol=1e-5, atol=1e-5)
+
+
+def test_bandmf_noise_covariance_is_cinv_cinv_t():
+    n, d = 8, 40000
+    mech = BandMF(bands=3, steps=n)
+    z = np.asarray(jax.random.normal(jax.random.key(3), (n, d)))
+    noise = run_mechanism(mech, z)
+    cinv = np.linalg.inv(dense_toeplitz(mech.strategy.coefs, n))
+    # the d coordinates are d independent realisations of the n-step noise
+    expected = cinv @ cinv.T
+    # the standard error of a covariance over d samples is about sqrt(2 / d) of its scale
+    np.testing.assert_allclose(noise @ noise.T / d, expected, atol=0.04 * np.abs(expected).max())
+    assert np.abs(expected - np.diag(np.diag(expected))).max() > 0.3  # truly correlated
+
+
+def test_bandmf_one_band_returns_z_itself():
+    mech = BandMF(bands=1, steps=5)
+    z = {"w": jax.random.normal(jax.random.key(0), (7,))}
+    state = mech.init({"w": jnp.zeros(7)})
+    noise, new = mech.correlate(state, z)
+    assert state == () and new == () and noise is z
+
+
+def test_bandmf_state_follows_params_structure_and_dtype():
+    mech = BandMF(bands=4, steps=10)
+    params = {"a": jnp.zeros((2, 3)), "b": jnp.zeros(5, jnp.bfloat16)}
+    state = mech.init(params)
+    assert state["buffers"]["a"].shape == (3, 2, 3)
+    assert state["buffers"]["b"].dtype == jnp.bfloat16
+    z = jax.tree.map(lambda p: jnp.ones(p.shape, p.dtype), params)
+    noise, new = mech.correlate(state, z)
+    assert jax.tree.structure(new) == jax.tree.structure(state)
+    assert noise["b"].dtype == jnp.bfloat16
+
+
+@needs_jax_privacy
+def test_bandmf_streaming_agrees_with_jax_privacy(rng, standard_promotion):
+    n, bands = 24, 5
+    mech = BandMF(bands=bands, steps=n)
+    z = rng.standard_normal((n, 4)).astype(np.float32)
+    cinv = jp("matrix_factorization.toeplitz").inverse_as_streaming_matrix(
+        jnp.asarray(mech.strategy.coefs, jnp.float32)
+    )
+    theirs = np.asarray(
+        jp("matrix_factorization.streaming_matrix").multiply_array(cinv, jnp.asarray(z)), np.float64
+    )
+    np.testing.assert_allclose(run_mechanism(mech, z), theirs, rtol=1e-6, atol=1e-6)
+
+
+def test_blt_streaming_matches_dense_inverse(rng):
+    n = 16
+    mech = BLT(buffers=2, steps=n, min_sep=4)
+    s = mech.strategy
+    c = dense_toeplitz(blt_coefs(s.decays, s.scales, n), n)
+    z = rng.standard_normal((n, 5)).astype(np.float32)
+    dense = s.sensitivity * np.linalg.solve(c, z.astype(np.float64))
+    np.testing.assert_allclose(run_mechanism(mech, z), dense, rtol=1e-4, atol=1e-4)
+    # scaled to sensitivity 1 under the participation: the worst min-separated sum of columns
+    scaled = c / s.sensitivity
+    worst = max(
+        np.sum(scaled[:, list(range(st, n, 4))], axis=1)
+        @ np.sum(scaled[:, list(range(st, n, 4))], axis=1)
+        for st in range(4)
+    )
+    assert math.isclose(worst, 1.0, rel_tol=1e-9)
+    assert s.rmse < s.dpsgd_rmse
+
+
+@needs_jax_privacy
+def test_blt_sensitivity_agrees_with_jax_privacy(standard_promotion):
+    s = blt_strategy(3, 40, min_sep=40)  # single participation: Lemma 5.3's closed form
+    with jax.enable_x64(True):
+        theirs = jp("matrix_factorization.buffered_toeplitz").BufferedToeplitz.build(
+            s.decays, s.scales
+        )
+        closed = float(jp("matrix_factorization.buffered_toeplitz").sensitivity_squared(theirs, 40))
+        coefs = np.asarray(theirs.toeplitz_coefs(40))
+    assert abs(s.sensitivity**2 - closed) <= 1e-9 * closed
+    np.testing.assert_allclose(blt_coefs(s.decays, s.scales, 40), coefs, rtol=1e-12)
+
+
+@pytest.mark.parametrize("buffers", [0, 5, -1])
+def test_blt_bad_buffers(buffers):
+    with pytest.raises(ValueError, match="buffers"):
+        BLT(buffers=buffers, steps=10)
+    with pytest.raises(ValueError, match="buffers"):
+        blt_strategy(buffers, 10)
+
+
+# ---------------------------------------------------------------- cyclic Poisson sampling
+
+
+def test_cyclic_sampler_separates_participations():
+    n, groups = 203, 5
+    sampler = CyclicPoissonSampler(10, groups=groups)
+    sampler.check(n)
+    (keys, group), _ = sampler.plan(jax.random.key(0), jnp.int32(7), n)
+    assert group.tolist()[:6] == [2, 3, 4, 0, 1, 2]
+    last = {}
+    for t in range(sampler.steps(n)):
+        idx, mask, drawn = sampler.draw((keys[t], group[t]), n)
+        idx, mask = np.asarray(idx), np.asarray(mask)
+        assert idx.shape == (sampler.width(n),) and not bool(drawn["overflow"])
+        assert (idx[~mask] == n).all()  # padding never reads a real row
+        real = idx[mask]
+        assert (real < n).all() and (real % groups == int(group[t])).all()
+        assert len(set(real.tolist())) == len(real)
+        for i in real.tolist():
+            assert t - last.get(i, -groups) >= groups
+            last[i] = t
+
+
+def test_cyclic_sampler_rate_and_ladder():
+    sampler = CyclicPoissonSampler(16, groups=4)
+    assert sampler.sample_rate(1000) == 16 / 250
+    widths = sampler.widths(1000)
+    assert list(widths) == sorted(widths) and widths[-1] == sampler.width(1000)
+    assert CyclicPoissonSampler(64).widths(60000) == privacy.PoissonSampler(64).widths(60000)
+
+
+def test_cyclic_sampler_empirical_rate():
+    n, sampler = 400, CyclicPoissonSampler(20, groups=4)
+    (keys, group), _ = sampler.plan(jax.random.key(1), jnp.int32(0), n)
+    counts = [int(sampler.draw((keys[t], group[t]), n)[1].sum()) for t in range(len(group))]
+    assert abs(np.mean(counts) - 20) < 4
+
+
+def test_cyclic_sampler_bad_input():
+    with pytest.raises(ValueError, match="groups"):
+        CyclicPoissonSampler(4, groups=0)
+    with pytest.raises(TypeError, match="groups"):
+        CyclicPoissonSampler(4, groups=2.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
+    with pytest.raises(ValueError, match="groups"):
+        CyclicPoissonSampler(10, groups=4).check(30)
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def dpsgd_eps(sigma, q, compositions, delta):
+    acc = dp_accounting.rdp.RdpAccountant()
+    event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma))
+    acc.compose(event, compositions)
+    return acc.get_epsilon(delta)
+
+
+def test_epsilon_bandmf_is_amplified_dpsgd_event():
+    kw = {"noise_multiplier": 1.3, "sample_rate": 0.04, "steps": 101, "delta": 1e-5}
+    assert privacy.epsilon(**kw, mechanism=BandMF(bands=1, steps=101)) == privacy.epsilon(**kw)
+    eps = privacy.epsilon(**kw, mechanism=BandMF(bands=4, steps=101))
+    assert math.isclose(eps, dpsgd_eps(1.3, 0.04, 26, 1e-5), rel_tol=1e-12)
+
+
+def test_epsilon_blt_is_one_gaussian():
+    blt = BLT(buffers=2, steps=40, min_sep=10)
+    eps = privacy.epsilon(
+        noise_multiplier=2.0, sample_rate=1.0, steps=40, delta=1e-5, mechanism=blt
+    )
+    acc = dp_accounting.rdp.RdpAccountant()
+    acc.compose(dp_accounting.GaussianDpEvent(2.0))
+    assert math.isclose(eps, acc.get_epsilon(1e-5), rel_tol=1e-12)
+    with pytest.raises(ValueError, match="steps"):
+        privacy.epsilon(noise_multiplier=2.0, sample_rate=1.0, steps=41, delta=1e-5, mechanism=blt)
+
+
+def test_epsilon_adaptive_clip_counts_the_count_noise():
+    clip = AdaptiveClip(initial=1.0, count_noise=3.0)
+    kw = {"sample_rate": 0.01, "steps": 200, "delta": 1e-5}
+    eff = (1.1**-2 + (2 * 3.0) ** -2) ** -0.5
+    got = privacy.epsilon(noise_multiplier=1.1, **kw, clip=clip)
+    assert math.isclose(got, privacy.epsilon(noise_multiplier=eff, **kw), rel_tol=1e-12)
+    assert got > privacy.epsilon(noise_multiplier=1.1, **kw)
+    sigma = privacy.noise_multiplier_for(epsilon=got, **kw, clip=clip)
+    assert math.isclose(sigma, 1.1, rel_tol=2e-3)
+
+
+def test_noise_multiplier_for_bandmf_round_trip():
+    mech = BandMF(bands=4, steps=100)
+    kw = {"sample_rate": 0.05, "steps": 100, "delta": 1e-5, "mechanism": mech}
+    sigma = privacy.noise_multiplier_for(epsilon=2.0, **kw)
+    assert privacy.epsilon(noise_multiplier=sigma, **kw) <= 2.0 + 1e-3
+    # a quarter of the compositions at the same rate: less noise than DP-SGD
+    assert sigma < privacy.noise_multiplier_for(
+        epsilon=2.0, sample_rate=0.05, steps=100, delta=1e-5
+    )
+
+
+def test_accounting_bad_mechanism_and_clip():
+    kw = {"noise_multiplier": 1.0, "sample_rate": 0.1, "steps": 10, "delta": 1e-5}
+    with pytest.raises(TypeError, match="mechanism"):
+        privacy.epsilon(**kw, mechanism="bandmf")  # pyright: ignore[reportArgumentType]  # bad input on purpose
+    with pytest.raises(TypeError, match="clip"):
+        privacy.epsilon(**kw, clip=1.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose
+    with pytest.raises(ValueError, match="count_noise"):
+        privacy.noise_multiplier_for(
+            epsilon=0.5,
+            sample_rate=0.1,
+            steps=10,
+            delta=1e-5,
+            clip=AdaptiveClip(1.0, count_noise=0.1),
+        )
+
+
+@needs_jax_privacy
+@pytest.mark.parametrize("bands", [1, 4])
+def test_epsilon_agrees_with_jax_privacy(bands, standard_promotion):
+    n, batch, steps, sigma = 6000, 60, 250, 1.2
+    params = jp("accounting.analysis").DpParams(
+        noise_multipliers=sigma, num_samples=n, delta=1e-6, batch_size=batch, cycle_length=bands
+    )
+    accountant = jp("accounting.analysis").DpsgdTrainingAccountant(
+        jp("accounting.accountants").RdpAccountantConfig()
+    )
+    theirs = accountant.compute_epsilon(steps, params)
+    sampler = CyclicPoissonSampler(batch, groups=bands)
+    ours = privacy.epsilon(
+        noise_multiplier=sigma,
+        sample_rate=sampler.sample_rate(n),
+        steps=steps,
+        delta=1e-6,
+        mechanism=BandMF(bands=bands, steps=steps),
+    )
+    assert abs(ours - theirs) <= 1e-6 * theirs
+
+
+# ---------------------------------------------------------------- choosing the mechanism
+
+
+def test_choose_mechanism_is_never_worse_than_dpsgd():
+    choice = choose_mechanism(
+        120, epsilon=8.0, delta=1e-5, n=1200, batch_size=60, bands=(1, 2, 4), blt_buffers=(2,)
+    )
+    names = [c.name for c in choice.candidates]
+    assert names == ["dpsgd", "bandmf", "bandmf", "blt"]
+    dpsgd = choice.candidates[0]
+    assert dpsgd.mechanism is None and dpsgd.relative == 1.0
+    assert choice.best.expected_error == min(c.expected_error for c in choice.candidates)
+    assert choice.best.relative < 1.0  # at ε = 8 correlated noise wins
+    for c in choice.candidates[1:3]:
+        assert isinstance(c.mechanism, BandMF)
+        assert math.isclose(c.expected_error, c.noise_multiplier * c.mechanism.strategy.rmse)
+
+
+def test_choose_mechanism_skips_impossible_bands():
+    choice = choose_mechanism(
+        10, epsilon=3.0, delta=1e-5, n=100, batch_size=40, bands=(2, 4, 16), blt_buffers=()
+    )
+    assert [c.groups for c in choice.candidates] == [1, 2]
+
+
+# ---------------------------------------------------------------- adaptive clipping
+
+
+def test_adaptive_clip_update_matches_numpy():
+    policy = AdaptiveClip(initial=2.0, target_quantile=0.3, learning_rate=0.5, count_noise=4.0)
+    norms = jnp.asarray([0.5, 1.0, 3.0, 9.0, 0.1, 2.0])
+    mask = jnp.asarray([True, True, True, False, True, True])
+    key = jax.random.key(7)
+    new = policy.update(policy.init(), norms, mask, key, 5.0)
+    noise = 4.0 * float(jax.random.normal(key, (), jnp.float32))
+    fraction = (4 + noise) / 5.0  # 0.5, 1.0, 0.1, 2.0 are <= 2.0; 9.0 is padding
+    expected = 2.0 * math.exp(-0.5 * (fraction - 0.3))
+    assert math.isclose(float(policy.norm(new)), expected, rel_tol=1e-5)
+
+
+def test_adaptive_clip_tracks_the_quantile():
+    policy = AdaptiveClip(initial=0.1, target_quantile=0.5, learning_rate=0.2, count_noise=1.0)
+    state = policy.init()
+    update = jax.jit(policy.update)
+    for t in range(300):
+        norms = jnp.exp(jax.random.normal(jax.random.key(t), (256,)))  # median 1.0
+        state = update(state, norms, None, jax.random.key(10_000 + t), 256.0)
+    assert abs(float(policy.norm(state)) - 1.0) < 0.15
+
+
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"initial": 0.0}, "initial"),
+        ({"initial": float("inf")}, "initial"),
+        ({"initial": 1.0, "target_quantile": 0.0}, "target_quantile"),
+        ({"initial": 1.0, "target_quantile": 1.0}, "target_quantile"),
+        ({"initial": 1.0, "learning_rate": 0.0}, "learning_rate"),
+        ({"initial": 1.0, "count_noise": -1.0}, "count_noise"),
+    ],
+)
+def test_adaptive_clip_bad_input(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        AdaptiveClip(**kwargs)
+
+
+@pytest.mark.parametrize("mech", [BandMF(bands=4, steps=12), BLT(buffers=2, steps=12, min_sep=3)])
+def test_mechanism_scans_with_one_compile(mech):
+    from jaxwise.compilation import CompileBudget
+
+    params = {"w": jnp.zeros((2, 3))}
+
+    def stream(state, zs):
+        return jax.lax.scan(lambda s, z: mech.correlate(s, {"w": z})[::-1], state, zs)
+
+    run = jax.jit(stream)
+    zs = jax.random.normal(jax.random.key(0), (12, 2, 3))
+    init = jax.block_until_ready(mech.init(params))
+    with CompileBudget(1) as budget:
+        s1, out1 = run(init, zs)
+        s2, out2 = run(s1, zs)  # a second call with the carried buffers: no recompile
+    assert budget.count == 1
+    dense = run_mechanism(mech, np.asarray(zs).reshape(12, 6)).reshape(12, 2, 3)
+    np.testing.assert_allclose(np.asarray(out1["w"]), dense, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
+def test_correlated_noise_is_dpsgd_bit_for_bit(noise):
+    from jaxwise.privacy._correlated import add_correlated_noise
+
+    summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
+    key = jax.random.key(11)
+    state = () if noise is None else noise.init(summed)
+
+    @jax.jit
+    def both(summed, key):
+        ours, _ = add_correlated_noise(
+            summed, key, state, noise=noise, clip_norm=0.7, noise_multiplier=1.3, batch_size=5.0
+        )
+        return ours, privacy.add_dp_noise(summed, key, 0.7, 1.3, 5.0)
+
+    ours, theirs = both(summed, key)
+    for a, b in zip(jax.tree.leaves(ours), jax.tree.leaves(theirs)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_correlated_noise_adds_the_streamed_noise():
+    from jaxwise.privacy._correlated import _standard_normal, add_correlated_noise
+
+    mech = BandMF(bands=3, steps=6)
+    summed = {"w": jnp.zeros(5)}
+    state, ref_state = mech.init(summed), mech.init(summed)
+    for t in range(4):
+        key = jax.random.key(t)
+        clip = jnp.float32(0.5 + t)  # a traced clip norm, as an adaptive policy gives
+        noisy, state = add_correlated_noise(
+            summed, key, state, noise=mech, clip_norm=clip, noise_multiplier=2.0, batch_size=4.0
+        )
+        ref, ref_state = mech.correlate(ref_state, _standard_normal(summed, key))
+        expected = 2.0 * (0.5 + t) * np.asarray(ref["w"]) / 4.0
+        np.testing.assert_allclose(np.asarray(noisy["w"]), expected, rtol=1e-6)
