@@ -514,3 +514,96 @@ def test_correlated_noise_adds_the_streamed_noise():
         ref, ref_state = mech.correlate(ref_state, _standard_normal(summed, key))
         expected = 2.0 * (0.5 + t) * np.asarray(ref["w"]) / 4.0
         np.testing.assert_allclose(np.asarray(noisy["w"]), expected, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------
+# The mechanisms as plug-ins of the composed epoch (dp_gradient_fn × sampler → make_epoch)
+# ---------------------------------------------------------------------------
+
+
+def _wire_loss(p, ex):
+    return (ex["x"] @ p["w"] - ex["y"]) ** 2
+
+
+def _wire_data():
+    x = jax.random.normal(jax.random.key(0), (64, 3))
+    return {"x": x, "y": x @ jnp.asarray([1.0, -2.0, 0.5])}
+
+
+def _wired(noise, clip=1.0, groups=1):
+    from jaxwise import optim, train
+
+    gradient = privacy.dp_gradient_fn(_wire_loss, clip_norm=clip, noise_multiplier=1.0, noise=noise)
+    sampler = privacy.CyclicPoissonSampler(8, groups=groups)
+    state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0, gradient=gradient)
+    return train.make_epoch(gradient, sampler), state
+
+
+def _bits(tree):
+    return [
+        np.asarray(
+            jax.random.key_data(x) if jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key) else x
+        ).tobytes()
+        for x in jax.tree.leaves(tree)
+    ]
+
+
+@pytest.mark.parametrize(
+    "noise, groups",
+    [(None, 1), (BandMF(1, steps=16), 1), (BandMF(4, steps=16), 4), (BLT(2, steps=16), 1)],
+    ids=["dpsgd", "bandmf1", "bandmf4", "blt2"],
+)
+@pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
+def test_mechanisms_train_through_make_epoch_once_compiled(noise, groups, adaptive):
+    from jaxwise.compilation import CompileBudget
+
+    clip = AdaptiveClip(1.0) if adaptive else 1.0
+    epoch, state = _wired(noise, clip, groups)
+    from jaxwise.tree import host_copy
+
+    first = host_copy(state.gradient_state)  # a real copy: a NumPy view would block donation
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(2):
+            state, metrics = epoch(state, _wire_data())
+    assert np.isfinite(np.asarray(state.params["w"])).all()
+    assert int(np.asarray(metrics["skipped"]).sum()) == 0
+    if noise is not None and jax.tree.leaves(first):  # the buffers advanced
+        assert _bits(state.gradient_state) != _bits(first)
+
+
+def test_bandmf_of_one_band_is_dpsgd_bit_for_bit_in_an_epoch():
+    plain, s1 = _wired(None)
+    banded, s2 = _wired(BandMF(1, steps=16))
+    for _ in range(2):
+        s1, m1 = plain(s1, _wire_data())
+        s2, m2 = banded(s2, _wire_data())
+    assert _bits(s1.params) == _bits(s2.params) and _bits(s1.key) == _bits(s2.key)
+
+
+def test_adaptive_clip_norm_falls_when_every_example_is_unclipped():
+    # per-example gradient norms are far below the initial clip norm: the unclipped fraction is
+    # ~1 > target 0.5, so the geometric update shrinks the clip norm every step
+    epoch, state = _wired(None, AdaptiveClip(100.0, target_quantile=0.5), 1)
+    state, metrics = epoch(state, _wire_data())
+    final = float(state.gradient_state["clip"]["clip_norm"])
+    assert final < 100.0 * 0.99
+    norms = np.asarray(metrics["clip_norm"])
+    assert norms[-1] < norms[0]
+
+
+def test_bandmf_resume_is_bit_identical_and_another_mechanism_is_refused(tmp_path):
+    from jaxwise.checkpoint import CheckpointError, restore, save
+
+    epoch, straight = _wired(BandMF(4, steps=16), AdaptiveClip(1.0), 4)
+    for _ in range(2):
+        straight, _ = epoch(straight, _wire_data())
+    _, state = _wired(BandMF(4, steps=16), AdaptiveClip(1.0), 4)
+    half, _ = epoch(state, _wire_data())
+    save(tmp_path / "ck", half)
+    _, like = _wired(BandMF(4, steps=16), AdaptiveClip(1.0), 4)
+    resumed = restore(tmp_path / "ck", like=like)
+    resumed, _ = epoch(resumed, _wire_data())
+    assert _bits(resumed) == _bits(straight)  # params, buffers, index, clip norm, key
+    _, other = _wired(BLT(2, steps=16), AdaptiveClip(1.0), 1)
+    with pytest.raises(CheckpointError, match="gradient_state"):
+        restore(tmp_path / "ck", like=other)
