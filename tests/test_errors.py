@@ -17,7 +17,7 @@ from jaxwise._extras import require
 OLD_BASES: dict[str, type[Exception]] = {
     "jaxwise.MissingExtraError": ImportError,
     "jaxwise.checkpoint.CheckpointError": ValueError,
-    "jaxwise.checkpoint._checkpoint.Foreign": ValueError,
+    "jaxwise.checkpoint._steps.Foreign": ValueError,
     "jaxwise.checkpoint._format.Damaged": ValueError,
     "jaxwise.compilation.CompileBudgetExceeded": RuntimeError,
     "jaxwise.data.DataError": ValueError,

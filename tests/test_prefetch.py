@@ -190,7 +190,7 @@ def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
             progress=False,
         )
     assert report.checkpoints == (4, 8, 10) and latest_step(ck) == 10
-    assert load_metadata(ck, step=4) == {"run": "a"}
+    assert load_metadata(ck, step=4) == {"run": "a", "fit": {"batches": 4}}  # fit keeps its count
 
     straight, _ = fit(step, new_state(tx), host_batches(16), progress=False)
     batches = host_batches(16)
