@@ -1277,7 +1277,7 @@ PRIVACY: list[Row] = [
     ),
     (
         "dp-epoch-loss-str",
-        lambda: privacy.make_dp_train_epoch("loss", 2, clip_norm=1.0, noise_multiplier=1.0),
+        lambda: privacy.make_dp_train_epoch("loss", 2, clip_norm=1.0, noise_multiplier=1.0),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         TypeError,
         "loss",
     ),

@@ -26,7 +26,7 @@ from jaxwise.train import StatefulIterator, TrainState, fit, make_train_step
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
-import grain_pipeline as gp  # noqa: E402
+import grain_pipeline as gp  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 
 def jsonl_steps(path):
@@ -79,7 +79,7 @@ def test_grain_loader_state_is_bytes_and_round_trips(tmp_path):
 
     x = np.arange(64, dtype=np.float32).reshape(32, 2)
     loader = grain.DataLoader(
-        data_source=x,
+        data_source=x,  # pyright: ignore[reportArgumentType]  # an array is a random-access source
         sampler=grain.samplers.IndexSampler(
             32, shard_options=grain.sharding.ShardByJaxProcess(), shuffle=True, seed=0, num_epochs=1
         ),
@@ -166,7 +166,7 @@ KILLED = textwrap.dedent(
 def test_sigkill_then_resume_is_bit_identical(tmp_path, whole, where, at):
     root, final = whole
     script = KILLED.format(examples=str(EXAMPLES), where=where, at=at, sync=where == "checkpoint")
-    env = {**os.environ, "PYTHONPATH": str(Path(gp.__file__).parents[1] / "src")}
+    env = {**os.environ, "PYTHONPATH": str(Path(str(gp.__file__)).parents[1] / "src")}
     proc = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env, timeout=300)
     assert proc.returncode == -signal.SIGKILL
     logged = [s for s, _ in jsonl_steps(tmp_path / "metrics.jsonl")]

@@ -43,7 +43,7 @@ def test_writers_are_metric_writers(tmp_path):
 def test_jsonl_format_and_nonfinite(tmp_path):
     path = tmp_path / "sub" / "metrics.jsonl"
     with JsonlWriter(path, step_key="epoch") as w:
-        w.write(1, {"loss": 0.25, "acc": np.float32(0.5)})
+        w.write(1, {"loss": 0.25, "acc": np.float32(0.5)})  # pyright: ignore[reportArgumentType]  # NumPy scalars are accepted
         w.write(2, {"loss": float("nan")})
     assert jsonl(path) == [{"epoch": 1, "loss": 0.25, "acc": 0.5}, {"epoch": 2, "loss": None}]
 

@@ -22,7 +22,7 @@ import pytest
 
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
-from jaxwise.privacy import PoissonSampler, dp_gradient_fn
+from jaxwise.privacy import DPGradientFn, PoissonSampler, dp_gradient_fn
 from jaxwise.train import (
     Gradients,
     ShuffleSampler,
@@ -36,7 +36,7 @@ from jaxwise.tree import host_copy
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
-import make_compose_golden as golden  # noqa: E402
+import make_compose_golden as golden  # noqa: E402  # pyright: ignore[reportMissingImports]
 
 GOLDEN = np.load(DATA / "compose_golden.npz")
 
@@ -75,6 +75,7 @@ def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():
     np.testing.assert_array_equal(np.concatenate(sizes), GOLDEN["dp_batch_size"])
     np.testing.assert_allclose(np.concatenate(norms), GOLDEN["dp_grad_norm"], rtol=1e-6)
     np.testing.assert_array_equal(jax.random.key_data(state.key), GOLDEN["dp_key"])
+    assert isinstance(epoch.gradient, DPGradientFn)
     assert epoch.gradient.noise_multiplier == 1.1 and epoch.sampler.sample_rate(50) == 16 / 50
 
 

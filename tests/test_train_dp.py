@@ -12,6 +12,7 @@ from jaxwise import optim
 from jaxwise.compilation import CompileBudget
 from jaxwise.models import from_equinox, from_linen, from_nnx
 from jaxwise.privacy import (
+    DPGradientFn,
     PoissonSampler,
     add_dp_noise,
     dp_gradient,
@@ -140,6 +141,7 @@ def test_dp_epoch_audits_donation_and_keeps_its_accounting_helpers():
     x, y = make_problem()
     epoch = make_dp_train_epoch(sq_loss, 24, clip_norm=1.0, noise_multiplier=1.0)
     assert epoch.steps_per_epoch(96) == 4 and epoch.sample_rate(96) == 0.25
+    assert isinstance(epoch.gradient, DPGradientFn)
     assert epoch.gradient.clip_norm == 1.0 and epoch.sampler == PoissonSampler(24)
     state = TrainState.create(jnp.zeros(3), tx, 0)
     old = state
@@ -414,6 +416,7 @@ def test_dp_epoch_refuses_batch_norm_or_runs_it_frozen(standard_promotion):
         freeze_model_state=True,
     )
     new, metrics = frozen(state, data)
+    assert isinstance(frozen.gradient, DPGradientFn)
     assert frozen.gradient.freeze_model_state and int(new.step) == 2
     np.testing.assert_array_equal(  # the statistics are used, never updated
         np.asarray(new.model_state["norm"]["mean"][...]),
@@ -421,7 +424,7 @@ def test_dp_epoch_refuses_batch_norm_or_runs_it_frozen(standard_promotion):
     )
     assert int(new.model_state["drop"]["rngs"]["count"][...]) == 2
     with pytest.raises(TypeError, match="`model_state` must be a bool"):
-        make_dp_train_epoch(cnn_loss(model), 8, clip_norm=1.0, noise_multiplier=1.0, model_state=1)
+        make_dp_train_epoch(cnn_loss(model), 8, clip_norm=1.0, noise_multiplier=1.0, model_state=1)  # pyright: ignore[reportArgumentType]  # bad input on purpose
 
 
 def test_accumulated_stateful_gradient_advances_once_and_equals_one_batch():

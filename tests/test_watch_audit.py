@@ -84,6 +84,7 @@ def test_every_donation_error_is_published_with_its_program():
             step(old, batch)
     finally:
         stop()
-    assert [(e.function, e.argument) for e in heard] == [(step.jitted.__name__, "state.step")]
+    name = step.jitted.__name__  # pyright: ignore[reportAttributeAccessIssue]  # a jitted function
+    assert [(e.function, e.argument) for e in heard] == [(name, "state.step")]
     assert heard[0].error is info.value
     assert type(heard[0]).__module__ == "jaxwise._events"

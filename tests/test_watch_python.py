@@ -22,9 +22,12 @@ def _both(tmp_path, source):
     """``(plain, watched)`` completed processes of the same script, run from ``tmp_path``."""
     (tmp_path / "sub").mkdir(exist_ok=True)
     (tmp_path / "sub" / "script.py").write_text(textwrap.dedent(source).lstrip())
-    run = dict(capture_output=True, text=True, timeout=300, cwd=tmp_path)
-    plain = subprocess.run([sys.executable, "sub/script.py"], **run)
-    watched = subprocess.run([JAXWISE, "watch", "sub/script.py"], **run)
+
+    def run(command):
+        return subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+
+    plain = run([sys.executable, "sub/script.py"])
+    watched = run([JAXWISE, "watch", "sub/script.py"])
     return plain, watched
 
 

@@ -62,6 +62,7 @@ def test_equinox_static_int_and_numpy_batch_named_by_the_users_arguments():
     ]
     assert f.misses[3].call_site == _line("CALL: eqx")
     assert "static argument `n`: 2 → 3" in f.misses[3].summary
+    assert report.transfers is not None
     (site,) = report.transfers
     assert (site.function, site.arguments, site.calls) == ("step", ("xs",), 4)
 
@@ -143,6 +144,7 @@ def test_vae_step_donating_images_with_no_output_of_their_type():
 
 def test_vae_step_whose_params_are_held_by_a_numpy_view():
     params = _vae_params()
+    view = None
     with Watch() as w:
         step = jax.jit(_vae_step, donate_argnames=("params",))
         view = np.asarray(params["dec"])  # shares the CPU buffer: JAX skips that donation
@@ -186,11 +188,12 @@ def test_aot_compiled_function_is_reported_with_its_calls_and_compiles():
 def test_pmap_function_is_reported_with_its_calls_and_compiles():
     compiles = []
 
-    def count(event, duration, **kwargs):
+    def count(event: str, duration_secs: float, **kwargs: str | int) -> None:
         if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(duration)
+            compiles.append(duration_secs)
 
     jax.monitoring.register_event_duration_secs_listener(count)
+    out = None
     try:
         with Watch() as w:
             f = jax.pmap(lambda x: x * 2.0)  # JIT: pmap
@@ -219,14 +222,17 @@ def test_a_jaxwise_step_error_arrives_as_an_event_named_by_its_program():
     tx = optax.sgd(0.1)
     state = TrainState.create({"w": jnp.ones(2)}, tx, jax.random.key(0))
     batch = {"x": jnp.ones((4, 2))}
+    step = None
     with Watch() as w:
         step = make_train_step(_loss)
         old = state
         state, _ = step(state, batch)
         with pytest.raises(DonationError, match="already deleted"):
             step(old, batch)
+    assert step is not None
     (finding,) = w.report().donations
-    assert (finding.function, finding.argument) == (step.jitted.__name__, "state.step")
+    name = step.jitted.__name__  # pyright: ignore[reportAttributeAccessIssue]  # a jitted function
+    assert (finding.function, finding.argument) == (name, "state.step")
     assert finding.cause.startswith("DonationError: state: the array")
 
 

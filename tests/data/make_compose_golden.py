@@ -59,7 +59,7 @@ def main():
     out["dp_w"], out["dp_b"] = state.params["w"], state.params["b"]
     out["dp_batch_size"], out["dp_grad_norm"] = jnp.concatenate(sizes), jnp.concatenate(norms)
     out["dp_key"] = jax.random.key_data(state.key)
-    np.savez("tests/data/compose_golden.npz", **{k: np.asarray(v) for k, v in out.items()})
+    np.savez("tests/data/compose_golden.npz", **{k: np.asarray(v) for k, v in out.items()})  # pyright: ignore[reportArgumentType]
 
 
 if __name__ == "__main__":

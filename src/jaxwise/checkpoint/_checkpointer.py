@@ -65,11 +65,10 @@ def _snapshot(leaves: list[Any]) -> list[Any]:
     The copy outlives the donation of the state to the next training step, so a background
     save can read it while training goes on.
     """
-    out = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
+    out: list[Any] = [np.array(leaf) if isinstance(leaf, np.ndarray) else leaf for leaf in leaves]
     arrays = [i for i, leaf in enumerate(out) if isinstance(leaf, jax.Array)]
-    copies = jax.device_put(
-        [out[i] for i in arrays], [out[i].sharding for i in arrays], may_alias=False
-    )
+    devices: list[jax.Array] = [out[i] for i in arrays]
+    copies = jax.device_put(devices, [a.sharding for a in devices], may_alias=False)
     for i, copy in zip(arrays, copies):
         out[i] = copy
     return out

@@ -126,8 +126,7 @@ def count_eqns(jaxpr: Any) -> int:
     """
     jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
     return sum(
-        1 + sum(count_eqns(sub) for sub in _jaxprs_in_params(eqn.params))
-        for eqn in jaxpr.eqns
+        1 + sum(count_eqns(sub) for sub in _jaxprs_in_params(eqn.params)) for eqn in jaxpr.eqns
     )
 
 

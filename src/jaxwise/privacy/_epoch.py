@@ -11,8 +11,8 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_int
-from jaxwise.buckets import plan_buckets
 from jaxwise._losses import ChunkSize, Method
+from jaxwise.buckets import plan_buckets
 from jaxwise.privacy._mechanism import ClipPolicy, dp_gradient_fn
 from jaxwise.privacy._sampling import poisson_batch
 from jaxwise.train import TrainEpoch, make_epoch

@@ -19,8 +19,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxwise._checks import check_callable, check_int
-from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise._placement import data_size as _data_size
+from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.train._convolution import canonical_convolutions
 from jaxwise.train._gradient import (
     GradientFn,

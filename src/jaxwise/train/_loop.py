@@ -38,7 +38,7 @@ class _Saver(Protocol):
     An optional ``wait()`` finishes an asynchronous save in flight (raising its error).
     """
 
-    def save(self, state: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
+    def save(self, tree: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
 
 
 class Terminated(SystemExit):

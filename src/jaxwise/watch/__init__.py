@@ -19,8 +19,8 @@ through the typed event channel ``jaxwise._events``.
 Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit`` and
 ``jax.pmap``, for the duration of a watch), ``_calls`` (per-call argument checks),
 ``_arguments`` (Equinox's arguments by the user's names), ``_donations`` (why a donation
-failed), ``_nans`` (NaN checking), ``_report`` (the report and its JSON), ``_run`` (`run_script`: running a
-script, what ``jaxwise watch`` does).
+failed), ``_nans`` (NaN checking), ``_report`` (the report and its JSON), ``_run``
+(`run_script`: running a script, what ``jaxwise watch`` does).
 """
 
 from jaxwise.watch._report import DonationFinding as DonationFinding
