@@ -561,7 +561,9 @@ SIGNAL_DURING_SAVE = textwrap.dedent(
     """
     import os, signal, sys
     import orbax.checkpoint as ocp
+    from jaxwise.checkpoint import _checkpointer
     from jaxwise.cli import main
+    _checkpointer.writes_natively = lambda: False  # the signal arrives inside orbax's write
     original = ocp.Checkpointer.save
     def save(self, *args, **kwargs):
         os.kill(os.getpid(), getattr(signal, sys.argv[1]))  # in the middle of the write
