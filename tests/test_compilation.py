@@ -552,10 +552,13 @@ def test_bad_targets(target, error, match):
         CompileCounter(target)
 
 
-def test_name_alias_and_conflict():
-    assert CompileBudget(1, name="f").target_name == "f"
-    with pytest.raises(TypeError, match="either `target` or its alias `name`"):
-        CompileCounter("f", name="g")
+def test_target_is_the_one_keyword_name_alias_is_gone():
+    assert CompileBudget(1, target="f").target_name == "f"
+    assert CompileCounter(target="f").target_name == "f"
+    with pytest.raises(TypeError, match="name"):
+        CompileCounter(name="g")  # pyright: ignore[reportCallIssue]  # removed alias on purpose
+    with pytest.raises(TypeError, match="name"):
+        CompileBudget(1, name="g")  # pyright: ignore[reportCallIssue]  # removed alias on purpose
 
 
 def test_counter_cannot_be_entered_twice():
@@ -815,7 +818,7 @@ def test_pytest_marker_counts_jitted_programs_only(pytester):
             f = jax.jit(lambda x: x * 2.0)
             f(A), f(B)
 
-        @pytest.mark.compile_budget(1, name="g", exact=True)
+        @pytest.mark.compile_budget(1, target="g", exact=True)
         def test_named_ok():
             def g(x):
                 return x + 1.0
