@@ -1,4 +1,4 @@
-"""The one disk-full detector (``jaxwise._disk``) and the one atomic file write (``jaxwise._atomic``)."""
+"""The one disk-full detector (``jaxwise._disk``) and the one atomic write (``jaxwise._atomic``)."""
 
 from __future__ import annotations
 
@@ -81,8 +81,10 @@ def test_atomic_write_replaces_and_leaves_nothing(tmp_path):
     assert atomic_write_text(str(path), "two") == path
     assert path.read_text() == "two" and os.listdir(tmp_path) == ["page.html"]
     tmp = temporary_name(path)
-    assert tmp.parent == tmp_path and tmp.name.startswith(".page.html.") and tmp != (
-        temporary_name(path)
+    assert (
+        tmp.parent == tmp_path
+        and tmp.name.startswith(".page.html.")
+        and tmp != (temporary_name(path))
     )
 
 

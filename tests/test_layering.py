@@ -12,13 +12,6 @@ from pathlib import Path
 import jaxwise
 
 SRC = Path(jaxwise.__file__).parent
-# TODO(lead): both go when their owners' branches land (empty this set then):
-# watch's `_events` channel replaces `train._donation.LISTENERS` (branch watch), and
-# train/_ensemble.py, rewritten on the public gradient API by branch compose, moves to
-# label_errors/ (it is label_errors' out-of-fold trainer).
-PENDING = {
-    "label_errors/_oof.py: jaxwise.train._ensemble",
-}
 
 
 def _own_package(path: Path, root: Path) -> str | None:
@@ -58,11 +51,7 @@ def private_cross_package_imports(root: Path = SRC) -> list[str]:
 
 
 def test_no_private_cross_package_import() -> None:
-    found = [
-        line
-        for line in private_cross_package_imports()
-        if f"{line.split(':')[0]}: {line.split(': ')[1]}" not in PENDING
-    ]
+    found = private_cross_package_imports()
     assert not found, "\n".join(found)
 
 
