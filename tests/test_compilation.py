@@ -18,6 +18,7 @@ from jaxwise.compilation import (
     CompileBudget,
     CompileBudgetExceeded,
     CompileCounter,
+    CompileEvent,
     _jaxkeys,
     compile_budget,
     count_eqns,
@@ -393,6 +394,31 @@ def test_private_jax_hooks_still_work():
     assert jitted[1].explanation.jax_text.startswith("TRACING CACHE MISS")
     assert any(r.internal and r.explanation is None for r in counter.records)
     assert _jaxkeys.miss_context() is None and _jaxkeys.compile_context() is None  # outside JAX
+
+
+def test_every_compile_event_has_a_cache_miss():
+    f = jax.jit(lambda x, n: x * n, static_argnums=1)
+    a = jnp.ones(2)
+    with CompileCounter() as counter:
+        f(a, 2), f(a, 3)
+        jnp.asarray(np.ones(19, np.float32)) * 7.0  # an eager operation: no tracing-cache miss
+    jitted = [r for r in counter.records if not r.internal]
+    assert [r.miss for r in jitted] == [r.explanation for r in jitted]  # the same record
+    eager = [r for r in counter.records if r.internal]
+    assert eager and all(r.explanation is None for r in eager)
+    for r in eager:
+        miss = r.miss
+        assert (miss.kind, miss.argument, miss.old, miss.new) == ("eager", "", "", "")
+        assert miss.kind in KINDS and "eager operation outside jit" in miss.summary
+        assert miss.function and r.describe().endswith(miss.summary)
+
+
+def test_a_compile_without_a_miss_is_kind_other():
+    event = CompileEvent("jit(g)", 0.01, None, "g", "model.py:3")
+    miss = event.miss
+    assert (miss.kind, miss.function, miss.defined_at) == ("other", "g", "model.py:3")
+    assert "no tracing-cache miss" in miss.summary and miss.text.startswith("jit(g): ")
+    assert CompileEvent("jit(h)", 0.01, None).miss.function == "h"  # from JAX's program name
 
 
 def test_explanations_are_captured_and_not_printed(capfd, caplog):
