@@ -221,7 +221,10 @@ def test_rewrite_inside_shard_map_with_a_collective(collective):
     assert set(_conv_specs(jax.make_jaxpr(run)(k, x).jaxpr)) != set(specs)
 
 
-def test_rewrite_inside_a_vmap_with_an_axis_name():
+@pytest.mark.parametrize("mapper", [jax.vmap, jax.pmap], ids=["vmap", "pmap"])
+def test_rewrite_inside_a_named_axis(mapper):
+    """``canonical_convolutions`` traced inside a ``vmap``/``pmap`` with ``axis_name``."""
+
     def per_model(k, x):
         def step(c, _):
             grad = jax.grad(lambda k: jax.lax.psum(jnp.sum(jnp.sin(_conv(x, k))), "m"))(k * c)
@@ -231,12 +234,15 @@ def test_rewrite_inside_a_vmap_with_an_axis_name():
 
     x, k = _conv_data()
     ks = jnp.stack([k, 2 * k, -k])
-    got = jax.jit(jax.vmap(canonical_convolutions(per_model), (0, None), axis_name="m"))(ks, x)
+    rewritten = mapper(canonical_convolutions(per_model), in_axes=(0, None), axis_name="m")
+    got = rewritten(ks, x)
     with jax.enable_x64(True):
         x64, k64 = _conv_data(jnp.float64)
         ks64 = jnp.stack([k64, 2 * k64, -k64])
         want = jax.jit(jax.vmap(per_model, (0, None), axis_name="m"))(ks64, x64)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    specs = _conv_specs(jax.make_jaxpr(rewritten)(ks, x).jaxpr)
+    assert specs and set(specs) == {tuple(canonical_specs(2))}
 
 
 def sharded_cnn_loss(p, batch):
