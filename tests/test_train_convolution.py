@@ -245,21 +245,25 @@ def test_rewrite_inside_a_named_axis(mapper):
     assert specs and set(specs) == {tuple(canonical_specs(2))}
 
 
-def sharded_cnn_loss(p, batch):
-    """A non-canonical (NCHW) convolution inside ``shard_map``, the loss a ``pmean``."""
+def sharded_cnn_loss(collective):
+    """A non-canonical (NCHW) convolution inside ``shard_map``, the loss a ``collective``."""
     mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
 
     def body(p, x, y):
         h = jax.nn.relu(_conv(x, p["c"]))
         logits = h.reshape(x.shape[0], -1) @ p["w"]
         nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1)
-        return jax.lax.pmean(jnp.mean(nll), "data")
+        return collective(jnp.mean(nll), "data")
 
-    spec = (P(), P("data"), P("data"))
-    return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P())(p, *batch)
+    def loss(p, batch):
+        spec = (P(), P("data"), P("data"))
+        return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P())(p, *batch)
+
+    return loss
 
 
-def test_sharded_conv_loss_trains_through_the_epoch_compiled_once():
+@pytest.mark.parametrize("collective", [jax.lax.psum, jax.lax.pmean], ids=["psum", "pmean"])
+def test_sharded_conv_loss_trains_through_the_epoch_compiled_once(collective):
     """Issue #36: this epoch raised `NameError: Found an unbound axis name: data`."""
     ks = jax.random.split(jax.random.key(2), 3)
     params = {
@@ -270,11 +274,12 @@ def test_sharded_conv_loss_trains_through_the_epoch_compiled_once():
     data = (x, (x[:, 0, 2, 2] > 0).astype(jnp.int32))
     state = TrainState.create(params, optim.sgd(0.1), 0)
     twin = jax.tree.map(lambda a: jnp.array(a, copy=True), state)
-    epoch = make_train_epoch(sharded_cnn_loss, 8)
+    loss = sharded_cnn_loss(collective)
+    epoch = make_train_epoch(loss, 8)
     with CompileBudget(1, epoch, exact=True):
         new, metrics = epoch(state, data)
     order = np.asarray(jnp.argsort(shuffle_hash(twin.key, twin.step, 24))).reshape(3, 8)
-    step = make_train_step(sharded_cnn_loss)  # the un-rewritten program, step by step
+    step = make_train_step(loss)  # the un-rewritten program, step by step
     losses = []
     for idx in order:
         twin, m = step(twin, (data[0][idx], data[1][idx]))
