@@ -14,7 +14,12 @@ import pytest
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from jaxwise.compilation import CompileBudget, evaluate_equation, evaluate_jaxpr
+from jaxwise.compilation import (
+    CompileBudget,
+    canonical_convolutions,
+    evaluate_equation,
+    evaluate_jaxpr,
+)
 from jaxwise.compilation._evaluate import _SHARD_MAP_PARAMS
 
 
@@ -122,3 +127,13 @@ def test_wrong_arguments_are_named():
         evaluate_jaxpr(program, [1.0])
     with pytest.raises(ValueError, match="`consts` must hold 0 values, got 1"):
         evaluate_jaxpr(program, [1.0, 2.0], consts=[3.0])
+    with pytest.raises(TypeError, match="`jaxpr` must be a jaxpr"):
+        evaluate_jaxpr(lambda a, b: a + b, [1.0, 2.0])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`hook` must be callable"):
+        evaluate_jaxpr(program, [1.0, 2.0], hook=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="`descend` must be callable"):
+        evaluate_jaxpr(program, [1.0, 2.0], _cos_for_sin, descend="all")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`hook` returned 2 outputs for `add`, which has 1"):
+        evaluate_jaxpr(program, [1.0, 2.0], lambda eqn, invals: [1.0, 2.0])
+    with pytest.raises(TypeError, match="`fn` must be callable"):
+        canonical_convolutions(None)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ import jax
 import jax.extend.core as jex
 from jax.lax import ConvDimensionNumbers
 
+from jaxwise._checks import check_callable
 from jaxwise.compilation._evaluate import evaluate_jaxpr
 
 __all__ = ["canonical_convolutions", "canonical_specs"]
@@ -105,6 +106,9 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
     Returns:
         A function with ``fn``'s signature and results.
 
+    Raises:
+        TypeError: ``fn`` is not callable.
+
     Examples:
         >>> import jax, jax.numpy as jnp
         >>> def f(x, k):
@@ -114,6 +118,8 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
         >>> bool(jnp.allclose(canonical_convolutions(f)(x, k), f(x, k)))
         True
     """
+
+    check_callable(fn, "fn")
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:

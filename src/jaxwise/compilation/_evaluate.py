@@ -29,6 +29,8 @@ import jax
 import jax.extend.core as jex
 import jax.extend.source_info_util as source_info
 
+from jaxwise._checks import check_callable
+
 __all__ = ["EquationHook", "evaluate_equation", "evaluate_jaxpr"]
 
 _SHARD_MAP_PARAMS = frozenset({"mesh", "in_specs", "out_specs", "jaxpr", "check_vma"})
@@ -77,7 +79,9 @@ def evaluate_jaxpr(
         The values of ``jaxpr.outvars``, a list.
 
     Raises:
-        ValueError: ``consts`` or ``args`` do not match the program's variables.
+        TypeError: ``jaxpr`` is not a jaxpr, or ``hook``/``descend`` is not callable.
+        ValueError: ``consts`` or ``args`` do not match the program's variables, or the hook
+            returned another number of outputs than the equation has.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -87,6 +91,12 @@ def evaluate_jaxpr(
         >>> float(evaluate_jaxpr(program, [0.0], cos_for_sin)[0])
         2.0
     """
+    if not isinstance(jaxpr, jex.Jaxpr):
+        raise TypeError(f"`jaxpr` must be a jaxpr (jax.make_jaxpr's result), got {type(jaxpr)}")
+    if hook is not None:
+        check_callable(hook, "hook")
+    if descend is not None:
+        check_callable(descend, "descend")
     consts = list(jaxpr.consts) if consts is None else consts
     for name, values, variables in (
         ("consts", consts, jaxpr.constvars),
@@ -106,6 +116,11 @@ def evaluate_jaxpr(
             out = hook(eqn, invals) if hook is not None else None
             if out is None:
                 out = evaluate_equation(eqn, invals, hook, descend=descend)
+            elif len(out) != len(eqn.outvars):
+                raise ValueError(
+                    f"`hook` returned {len(out)} outputs for `{eqn.primitive.name}`, which has "
+                    f"{len(eqn.outvars)}"
+                )
         for var, value in zip(eqn.outvars, out, strict=True):
             if not isinstance(var, jex.DropVar):
                 env[var] = value
