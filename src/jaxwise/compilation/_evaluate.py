@@ -16,7 +16,9 @@ NaN, record a value). Sub-programs run the same hook, each where it belongs:
 With a hook, every sub-program goes through it unless ``descend`` declines it (a declined
 one is bound unchanged); without a hook, equations are bound as ``jax.core.eval_jaxpr``
 binds them. A hook's values need not be arrays (the ghost-clipping graph evaluates with
-graph references as values and a hook that never computes). The parameter names of ``shard_map`` (``mesh``, ``in_specs``, ``out_specs``,
+graph references as values and a hook that never computes).
+
+The parameter names of ``shard_map`` (``mesh``, ``in_specs``, ``out_specs``,
 ``newly_manual_axes``, ``check_vma``) are read here and nowhere else;
 tests/test_compilation_evaluate.py fails when a JAX upgrade renames them.
 """
