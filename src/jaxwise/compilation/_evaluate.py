@@ -1,4 +1,4 @@
-"""One jaxpr evaluator with a per-equation hook: the one place jaxwise re-applies equations.
+"""One jaxpr evaluator with a per-equation hook, for every jaxpr interpreter of jaxwise.
 
 ``evaluate_jaxpr`` runs a jaxpr equation by equation, as ``jax.core.eval_jaxpr`` does
 (``get_bind_params`` then ``bind``, inside the equation's source location and context, so
