@@ -197,6 +197,7 @@ class Watch:
         self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
         self._restore: list[Callable[[], None]] = []
         self._sink = _Sink(self)
+        self._nan_checks: Any = None  # watch._nans, imported on entry when NaN checking
         # the last watched call to finish, by name only (keeping the function alive would
         # change what JAX's caches hit)
         self._last = "?"
@@ -219,6 +220,7 @@ class Watch:
         self._restore.append(subscribe(self._sink.record))
         self._restore.append(_events.subscribe(self._on_event))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
+            self._nan_checks = _load_nan_checks()
             suspended = _events.suspend_donation("jaxwise watch: NaN checking")
             suspended.__enter__()
             self._restore.append(lambda: _ignore(suspended.__exit__(None, None, None)))
@@ -509,8 +511,7 @@ class Watch:
             site[3].setdefault(argument, None)
 
     def _check_nans(self, tracked: _patch.Tracked, args: tuple, kwargs: dict, out: Any) -> None:
-        from jaxwise.watch import _nans
-
+        _nans = self._nan_checks
         self._internal += 1
         self.passthrough = True
         try:
@@ -571,6 +572,18 @@ class Watch:
             "replayable, as with jax_debug_nans): donations were not checked; run without "
             "--nans to check them",
         )
+
+
+def _load_nan_checks() -> Any:
+    """``jaxwise.watch._nans``, imported before the watched code runs.
+
+    Importing it (``jaxwise.debug``: ``checkify``, ``jax.extend``) defines JAX config options
+    that are part of every jitted function's cache key; imported at the first NaN check it
+    would change the key between a function's first and second call and compile it again.
+    """
+    from jaxwise.watch import _nans
+
+    return _nans
 
 
 def _ignore(value: Any) -> None:
