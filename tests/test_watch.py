@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax._src import core
 
 from jaxwise.compilation import CompileCounter
 from jaxwise.train import TrainState, make_train_step
@@ -76,6 +77,22 @@ def test_jax_jit_patch_still_fits():
         jax.jit(lambda v: seen.append(under_transformation()) or v)(x)
         assert seen == [True]
     assert jax.jit is ORIGINAL_JIT and not isinstance(jax.jit(double), Tracked)
+
+
+def test_the_hot_paths_trace_check_is_jaxs():
+    # watch._patch inlines `jax._src.core.trace_state_clean()`: the two must agree
+    seen = []
+
+    def probe(x):
+        seen.append((under_transformation(), not core.trace_state_clean()))
+        return x
+
+    probe(1.0)
+    jax.jit(probe)(1.0)
+    jax.vmap(probe)(jnp.ones(2))
+    jax.vmap(probe, axis_name="i")(jnp.ones(2))
+    jax.grad(probe)(1.0)
+    assert seen == [(False, False)] + [(True, True)] * 4
 
 
 def test_jit_restored_when_the_block_raises():

@@ -25,6 +25,7 @@ import dataclasses
 import sys
 import threading
 import time
+import types
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -74,16 +75,6 @@ class NanStop(BaseException):
         self.finding = finding
 
 
-class _Calls(threading.local):
-    """This thread's watched calls in progress (innermost last)."""
-
-    def __init__(self) -> None:
-        self.stack: list[tuple[_patch.Tracked, tuple | None, dict | None]] = []
-
-
-_CALLS = _Calls()
-
-
 class _Stats:
     """Everything recorded for one function (all function objects jitted at one place)."""
 
@@ -91,6 +82,7 @@ class _Stats:
         self.name = name
         self.where = where
         self.calls: int | None = 0 if tracked else None
+        self.live = True  # read by every counted call: False once the watch has ended
         self.call_seconds = 0.0
         self.compile_seconds = 0.0
         self.misses: list[CacheMiss] = []
@@ -235,6 +227,8 @@ class Watch:
         self._end = time.perf_counter()
         self.passthrough = True
         self._active = False
+        for stats in self._stats.values():
+            stats.live = False
         try:
             while self._restore:
                 self._restore.pop()()
@@ -287,7 +281,8 @@ class Watch:
         if stats is None:
             stats = self._stats[key] = _Stats(tracked.name, where, True)
         tracked.stats = stats
-        tracked.plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
+        tracked.plan = plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
+        tracked.counted = not (plan.donates or self.transfers or self.nans)
         return tracked
 
     def call(self, tracked: _patch.Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -303,17 +298,6 @@ class Watch:
         """
         plan: _calls.CallPlan = tracked.plan
         stats: _Stats = tracked.stats
-        if not (plan.donates or self.transfers or self.nans):  # the common case: count, time
-            stack = _CALLS.stack
-            stack.append((tracked, args, kwargs))
-            start = _now()
-            try:
-                return tracked.jitted(*args, **kwargs)
-            finally:
-                stats.call_seconds += _now() - start
-                stats.calls += 1  # type: ignore[operator]
-                stack.pop()
-                self._last = tracked.name
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
         if self.transfers:
             self._count_transfers(tracked, args, kwargs)
@@ -332,12 +316,10 @@ class Watch:
     def _run(
         self, tracked: _patch.Tracked, run: Any, args: tuple, kwargs: dict, donates: bool
     ) -> Any:
-        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted, on the
-        thread's stack (where compiles find it)."""
+        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted (compiles
+        find it by its frame)."""
         stats: _Stats = tracked.stats
-        calls = _CALLS
-        calls.stack.append((tracked, args, kwargs))
-        start = time.perf_counter()
+        start = _now()
         try:
             return run(*args, **kwargs)
         except Exception as err:
@@ -345,9 +327,8 @@ class Watch:
                 self._on_duplicate(tracked, args, kwargs)
             raise
         finally:
-            stats.call_seconds += time.perf_counter() - start
+            stats.call_seconds += _now() - start
             stats.calls = (stats.calls or 0) + 1
-            calls.stack.pop()
             self._last = tracked.name
 
     def stage(self, tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
@@ -362,11 +343,7 @@ class Watch:
         """
         if self.passthrough:
             return run()
-        _CALLS.stack.append((tracked, None, None))
-        try:
-            return run()
-        finally:
-            _CALLS.stack.pop()
+        return _staged(tracked, run)
 
     def call_compiled(
         self, tracked: _patch.Tracked, compiled: Any, args: tuple, kwargs: dict
@@ -388,8 +365,7 @@ class Watch:
     @staticmethod
     def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
         """The innermost watched call in progress on this thread, and its arguments."""
-        stack = _CALLS.stack
-        return stack[-1] if stack else (None, None, None)
+        return _current_call(sys._getframe(1))
 
     def _on_trace_time(self, seconds: float) -> None:
         if not self._active or self._internal:
@@ -486,7 +462,8 @@ class Watch:
             return
         name = event.function
         if not name:
-            name = _CALLS.stack[-1][0].name if _CALLS.stack else self._last
+            tracked = self._current_call()[0]
+            name = tracked.name if tracked is not None else self._last
         argument = event.argument or "?"
         for key in [k for k in self._donations if k[:2] == (name, argument)]:
             del self._donations[key]  # the step's own audit says it better
@@ -572,6 +549,42 @@ class Watch:
             "replayable, as with jax_debug_nans): donations were not checked; run without "
             "--nans to check them",
         )
+
+
+def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
+    """``run()``, a staging call of ``tracked``: its frame (with ``tracked`` among its locals,
+    read by `_current_call`) marks the staging in progress."""
+    return run()
+
+
+def _current_call(
+    frame: types.FrameType | None,
+) -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
+    """The innermost watched call or staging in progress in ``frame`` and its callers.
+
+    Watched calls leave nothing per call but their frames (a counted `Tracked` call, a
+    checked call in `Watch._run`, a staging in `_staged`); compiles, trace times and warnings,
+    which run in the calling thread, find the call here. A ``Tracked.__call__`` frame is a
+    counted call only once it has bound ``start`` (otherwise it passed the call through).
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code is _TRACKED_CALL:
+            found = frame.f_locals
+            if "start" in found:
+                return found["self"], found["args"], found["kwargs"]
+        elif code is _CHECKED_CALL:
+            found = frame.f_locals
+            return found["tracked"], found["args"], found["kwargs"]
+        elif code is _STAGING:
+            return frame.f_locals["tracked"], None, None
+        frame = frame.f_back
+    return None, None, None
+
+
+_TRACKED_CALL = _patch.Tracked.__call__.__code__
+_CHECKED_CALL = Watch._run.__code__
+_STAGING = _staged.__code__
 
 
 def _load_nan_checks() -> Any:
