@@ -223,6 +223,24 @@ def test_inner_jitted_calls_while_tracing_are_not_counted():
     assert only(w.report(), "double").calls == 1  # the direct call only
 
 
+def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
+    import threading
+
+    with Watch() as w:
+        f = jax.jit(double)
+        g = jax.jit(lambda v: v - 1.0)
+        f(jnp.ones(2))
+        worker = threading.Thread(target=lambda: [g(jnp.ones(n)) for n in (3, 4)])
+        worker.start()
+        worker.join()
+        f(jnp.ones(5))
+    f(jnp.ones(2)), f(jnp.ones(6))  # after the block: neither counted nor compiled here
+    report = w.report()
+    assert (only(report, "double").calls, only(report, "double").compiles) == (2, 2)
+    assert (only(report, "<lambda>").calls, only(report, "<lambda>").compiles) == (2, 2)
+    assert [m.argument for m in only(report, "<lambda>").misses] == ["", "v"]
+
+
 def test_function_jitted_before_the_watch_reports_compiles_but_no_calls():
     before = jax.jit(double)
     with Watch() as w:

@@ -7,8 +7,9 @@ While a watch is active:
   (``jax.pmap`` and ahead-of-time ``.lower(...).compile()`` forms too);
 - every backend compilation arrives from ``jax.monitoring`` through
   `jaxwise.compilation`'s listener with its structured `CacheMiss`, and is attributed to the
-  watched call running on this thread (each watched call pushes itself on a thread-local
-  stack); tracing and lowering times arrive the same way. An Equinox ``filter_jit`` function's
+  watched call running on this thread, found by walking this thread's frames when the
+  compile happens (a call that needs no check does nothing per call but count and time
+  itself); tracing and lowering times arrive the same way. An Equinox ``filter_jit`` function's
   compiles are explained by the user's own arguments (`._arguments`);
 - donations: every donated input is checked after the call and a failure gets its cause
   (`._donations`: an unused argument, no output of its type, a live view, a duplicate);
