@@ -226,6 +226,7 @@ def test_inner_jitted_calls_while_tracing_are_not_counted():
 def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
     import threading
 
+    f = None
     with Watch() as w:
         f = jax.jit(double)
         g = jax.jit(lambda v: v - 1.0)
@@ -234,6 +235,7 @@ def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
         worker.start()
         worker.join()
         f(jnp.ones(5))
+    assert f is not None
     f(jnp.ones(2)), f(jnp.ones(6))  # after the block: neither counted nor compiled here
     report = w.report()
     assert (only(report, "double").calls, only(report, "double").compiles) == (2, 2)
