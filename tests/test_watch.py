@@ -226,9 +226,12 @@ def test_inner_jitted_calls_while_tracing_are_not_counted():
 def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
     import threading
 
+    def triple(v):  # a function of this test only: nothing cached by earlier tests
+        return 3.0 * v
+
     f = None
     with Watch() as w:
-        f = jax.jit(double)
+        f = jax.jit(triple)
         g = jax.jit(lambda v: v - 1.0)
         f(jnp.ones(2))
         worker = threading.Thread(target=lambda: [g(jnp.ones(n)) for n in (3, 4)])
@@ -238,9 +241,40 @@ def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
     assert f is not None
     f(jnp.ones(2)), f(jnp.ones(6))  # after the block: neither counted nor compiled here
     report = w.report()
-    assert (only(report, "double").calls, only(report, "double").compiles) == (2, 2)
+    assert (only(report, "triple").calls, only(report, "triple").compiles) == (2, 2)
     assert (only(report, "<lambda>").calls, only(report, "<lambda>").compiles) == (2, 2)
     assert [m.argument for m in only(report, "<lambda>").misses] == ["", "v"]
+
+
+def test_call_time_of_many_calls_is_a_sample_with_every_compile_counted():
+    from jaxwise.watch._watch import _Stats
+
+    def halve(v):  # a function of this test only: nothing cached by earlier tests
+        return v / 2.0
+
+    with Watch() as w:
+        f = jax.jit(halve)
+        for n in range(200):
+            f(jnp.ones(2 if n != 150 else 3))  # call 151 (not timed) compiles
+    stats = next(s for s in w._stats.values() if s.name == "halve")
+    assert (stats.calls, stats.timed_calls) == (200, 64 + 17)  # then calls 72, 80, ..., 200
+    assert stats.untimed_compile > 0 and stats.timed_compile > 0
+    assert stats.call_seconds >= stats.timed_seconds + stats.untimed_compile
+    f_report = only(w.report(), "halve")
+    assert f_report.call_seconds == stats.call_seconds and f_report.compiles == 2
+    # the estimate: timed time, compiles of untimed calls, and the timed calls' mean without
+    # their compiles for each untimed call
+    s = _Stats("f", None, True)
+    s.calls, s.timed_calls, s.timed_seconds, s.timed_compile, s.untimed_compile = (
+        100,
+        10,
+        3.0,
+        1.0,
+        0.5,
+    )
+    assert s.call_seconds == pytest.approx(3.0 + 0.5 + 90 * (2.0 / 10))
+    s.calls = s.timed_calls = 10
+    assert s.call_seconds == 3.5
 
 
 def test_function_jitted_before_the_watch_reports_compiles_but_no_calls():

@@ -33,6 +33,8 @@ __all__ = ["ORIGINAL_JIT", "ORIGINAL_PMAP", "Tracked", "installed", "under_trans
 ORIGINAL_JIT = jax.jit
 ORIGINAL_PMAP = jax.pmap
 _now = time.perf_counter
+_TIME_FIRST = 64  # counted calls timed one by one; after them, one in eight
+_SAMPLE = 7
 # `_core.trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
 _TRACE = _core.trace_state_strong_ref
 _EVAL = _core.eval_trace
@@ -68,10 +70,12 @@ class Tracked:
         stats: the watch's record for this function (shared by functions jitted at one place);
             its ``live`` is true while the watch is active.
         plan: what the watch checks per call (donated and static arguments).
-        counted: set by the session when a call needs no check: it is then only counted and
-            timed here, in ``stats.calls`` and ``stats.call_seconds``, with no other work per
-            call (the watch finds the call in progress, when a compile happens, by walking
-            the frames: a ``__call__`` frame with ``start`` bound is a counted call).
+        counted: set by the session when a call needs no check: it is then only counted
+            here (``stats.calls``), and timed (``stats.timed_seconds``) for its first 64
+            calls and one in eight after them, with no other work per call (the watch finds
+            the call in progress, when a compile happens, by walking the frames: a
+            ``__call__`` frame with ``calls`` bound is a counted call, with ``start`` a
+            timed one).
     """
 
     def __init__(
@@ -99,14 +103,17 @@ class Tracked:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stats = self.stats
-        if self.counted and stats.live:  # the hot path: count and time, unless traced
+        if self.counted and stats.live:  # the hot path: count (and time a sample), unless traced
             trace = _TRACE.value
             if trace is None or (trace is _EVAL and _AXES.value is _NO_AXES):
-                stats.calls += 1
+                calls = stats.calls = stats.calls + 1
+                self.session._last = self.name
+                if calls & _SAMPLE and calls > _TIME_FIRST:
+                    return self.jitted(*args, **kwargs)
                 start = _now()
                 out = self.jitted(*args, **kwargs)
-                stats.call_seconds += _now() - start
-                self.session._last = self.name
+                stats.timed_seconds += _now() - start
+                stats.timed_calls += 1
                 return out
         if self.session.passthrough or not _core.trace_state_clean():
             return self.jitted(*args, **kwargs)

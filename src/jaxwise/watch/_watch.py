@@ -84,12 +84,35 @@ class _Stats:
         self.where = where
         self.calls: int | None = 0 if tracked else None
         self.live = True  # read by every counted call: False once the watch has ended
-        self.call_seconds = 0.0
+        self.timed_calls = 0  # calls timed: checked ones, then a sample of counted ones
+        self.timed_seconds = 0.0  # inside the timed calls
+        self.timed_compile = 0.0  # tracing and compiling inside timed calls
+        self.untimed_compile = 0.0  # tracing and compiling inside calls not timed
         self.compile_seconds = 0.0
         self.misses: list[CacheMiss] = []
         self.unusable: set[str] = set()  # avals JAX said it could not reuse
         self.nan_checked = False
         self.signatures: list[_arguments.Signature] = []  # Equinox: the user's arguments
+
+    @property
+    def call_seconds(self) -> float:
+        """Time inside the calls: the timed calls, plus for the others their compiles and the
+        timed calls' mean time outside compiling (`Tracked` times a sample of its calls)."""
+        untimed = (self.calls or 0) - self.timed_calls
+        if untimed <= 0 or not self.timed_calls:
+            return self.timed_seconds + self.untimed_compile
+        steady = max(0.0, self.timed_seconds - self.timed_compile) / self.timed_calls
+        return self.timed_seconds + self.untimed_compile + untimed * steady
+
+    def charge(self, seconds: float, timed: bool | None, compile: bool = True) -> None:
+        """Count ``seconds`` of tracing or compiling (``compile``: this function's), spent
+        inside a call (timed or not) or outside any (``timed`` is ``None``)."""
+        if compile:
+            self.compile_seconds += seconds
+        if timed:
+            self.timed_compile += seconds
+        elif timed is not None:
+            self.untimed_compile += seconds
 
     def report(self, warmup: int) -> FunctionReport:
         return FunctionReport(
@@ -328,7 +351,8 @@ class Watch:
                 self._on_duplicate(tracked, args, kwargs)
             raise
         finally:
-            stats.call_seconds += _now() - start
+            stats.timed_seconds += _now() - start
+            stats.timed_calls += 1
             stats.calls = (stats.calls or 0) + 1
             self._last = tracked.name
 
@@ -366,23 +390,25 @@ class Watch:
     @staticmethod
     def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
         """The innermost watched call in progress on this thread, and its arguments."""
-        return _current_call(sys._getframe(1))
+        return _current_call(sys._getframe(1))[:3]
 
     def _on_trace_time(self, seconds: float) -> None:
         if not self._active or self._internal:
             return
         self._compiling += seconds
-        tracked = self._current_call()[0]
+        tracked, _, _, timed = _current_call(sys._getframe(1))
         if tracked is not None:
-            tracked.stats.compile_seconds += seconds
+            tracked.stats.charge(seconds, timed)
 
     def _on_compile(self, event: CompileEvent) -> None:
         if not self._active or self._internal:
             return
         self._compiling += event.seconds
-        tracked, args, kwargs = self._current_call()
+        tracked, args, kwargs, timed = _current_call(sys._getframe(1))
         if event.internal and (tracked is None or tracked.kind != "pmap"):
             self._eager_seconds += event.seconds
+            if tracked is not None:  # inside the call all the same: not its compile
+                tracked.stats.charge(event.seconds, timed, compile=False)
             return
         where = user_site(sys._getframe(1))
         miss = _miss(event, where)
@@ -396,7 +422,7 @@ class Watch:
             stats = self._stats.get(key)
             if stats is None:
                 stats = self._stats[key] = _Stats(key[0], defined, False)
-        stats.compile_seconds += event.seconds
+        stats.charge(event.seconds, timed)
         stats.misses.append(miss)
 
     # -- donations -------------------------------------------------------------
@@ -560,27 +586,29 @@ def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
 
 def _current_call(
     frame: types.FrameType | None,
-) -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
-    """The innermost watched call or staging in progress in ``frame`` and its callers.
+) -> tuple[_patch.Tracked | None, tuple | None, dict | None, bool | None]:
+    """The innermost watched call or staging in progress in ``frame`` and its callers: the
+    function, its arguments, and whether the call is timed (``None``: a staging, or none).
 
     Watched calls leave nothing per call but their frames (a counted `Tracked` call, a
     checked call in `Watch._run`, a staging in `_staged`); compiles, trace times and warnings,
     which run in the calling thread, find the call here. A ``Tracked.__call__`` frame is a
-    counted call only once it has bound ``start`` (otherwise it passed the call through).
+    counted call once it has bound ``calls`` (otherwise it passed the call through), and a
+    timed one once it has bound ``start``.
     """
     while frame is not None:
         code = frame.f_code
         if code is _TRACKED_CALL:
             found = frame.f_locals
-            if "start" in found:
-                return found["self"], found["args"], found["kwargs"]
+            if "calls" in found:
+                return found["self"], found["args"], found["kwargs"], "start" in found
         elif code is _CHECKED_CALL:
             found = frame.f_locals
-            return found["tracked"], found["args"], found["kwargs"]
+            return found["tracked"], found["args"], found["kwargs"], True
         elif code is _STAGING:
-            return frame.f_locals["tracked"], None, None
+            return frame.f_locals["tracked"], None, None, None
         frame = frame.f_back
-    return None, None, None
+    return None, None, None, None
 
 
 _TRACKED_CALL = _patch.Tracked.__call__.__code__
