@@ -185,8 +185,8 @@ def function_name(fun: Any) -> str:
 
 def under_transformation() -> bool:
     """True while JAX is tracing (inside ``jit``, ``grad``, ``vmap``…): a call is staged, not
-    run, and a watched call passes straight through. Reads ``jax._src.core.trace_state_clean``
-    (private, but the one cheap test); the patch test fails if it moves."""
+    run, and a watched call passes straight through. ``jax._src.core.trace_state_clean``
+    inlined (private, but the one cheap test); tests/test_watch.py fails if they disagree."""
     trace = _TRACE.value
     return not (trace is None or (trace is _EVAL and _AXES.value is _NO_AXES))
 
