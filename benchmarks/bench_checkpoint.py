@@ -167,7 +167,11 @@ def fit_table(root: Path) -> str:
     return (
         table(header, rows)
         + f"\n\nMedian of {ROUNDS} interleaved rounds (each side leads one round); load "
-        f"average {os.getloadavg()[0]:.1f} on 2 cores at the end."
+        f"average {os.getloadavg()[0]:.1f} on 2 cores at the end. The target is read on the "
+        "CPU column (every thread of the process: what a save costs the machine): on a shared "
+        "machine the wall column also holds the other processes' load and the disk's "
+        "``fsync`` latency, which a synchronous save waits for at every save and `fit` once, "
+        "for its last save (a checkpoint is complete only on disk)."
     )
 
 

@@ -9,7 +9,10 @@ every sample:
 - the spiral job's scanned epoch (``make_train_epoch``: one call per epoch);
 - the spiral model stepped batch by batch (``make_train_step``: one donating call per batch,
   the worst case for per-call overhead);
-- a Flax NNX loop (``nnx.jit`` train step with ``nnx.Optimizer``, one call per batch).
+- a Flax NNX loop (``nnx.jit`` train step with ``nnx.Optimizer``, one call per batch);
+- a loop of small jitted calls (``x + 1.0``, ~4 µs each: the per-call cost laid bare), and as
+  its floor the same calls through a bare Python wrapper (an object whose ``__call__`` only
+  forwards): what any Python-level wrapper costs before doing anything.
 
 Context rows: ``transfers=True`` (host batches inspected per call) and ``nans="report"``
 (outputs checked, a device-to-host sync per call: not covered by the target).
@@ -113,6 +116,41 @@ def nnx_loop():
     return loop
 
 
+SMALL_CALLS = 1000  # calls per timed sample of the small-call loops
+_SMALL = jax.jit(lambda x: x + 1.0)  # jitted before any watch: the floor wraps it bare
+
+
+def small_call_loop(bare: bool = False):
+    """``loop()`` making SMALL_CALLS calls of a small jitted function (``bare``: of `_SMALL`
+    through a forwarding object, the floor of any Python-level wrapper)."""
+
+    class Bare:
+        def __init__(self, f):
+            self.f = f
+
+        def __call__(self, *args, **kwargs):
+            return self.f(*args, **kwargs)
+
+    f = Bare(_SMALL) if bare else jax.jit(lambda x: x + 1.0)
+    x = jnp.ones(4)
+
+    def loop():
+        for _ in range(SMALL_CALLS):
+            out = f(x)
+        return out
+
+    return loop
+
+
+def small_floor_loop():
+    """Plain: `_SMALL` called directly; "watched": through a bare wrapper (no watch involved:
+    `_SMALL` was jitted before the watch)."""
+    return small_call_loop(bare=_BUILDING_WATCHED[0])
+
+
+_BUILDING_WATCHED = [False]
+
+
 def _samples(loops) -> tuple[list[list[float]], list[list[float]]]:
     """Round-robin samples of each loop, after two warm-up runs each: (wall seconds, seconds
     of CPU time of the calling thread, where the watch's per-call work runs)."""
@@ -134,7 +172,11 @@ def _measure(make, **watch_options) -> dict:
     """A plain and a watched loop (and a second plain one, the noise floor), measured."""
     plain, twin = make(), make()
     with Watch(**watch_options) as watch:
-        watched = make()
+        _BUILDING_WATCHED[0] = True
+        try:
+            watched = make()
+        finally:
+            _BUILDING_WATCHED[0] = False
         (w_plain, w_twin, w_watched), (c_plain, c_twin, c_watched) = _samples(
             [plain, twin, watched]
         )
@@ -161,11 +203,14 @@ def run() -> None:
                 "context",
             ),
             ("spiral steps, `nans='report'`", spiral_step_loop, {"nans": "report"}, "context"),
+            ("small jitted calls (`x + 1.0`)", small_call_loop, {}, "≤ 1.05"),
+            ("small calls through a bare Python wrapper (floor)", small_floor_loop, {}, "floor"),
         ]
         rows = []
         for title, make, options, target in cases:
             m = _measure(make, **options)
             per_call = max(1, STEPS // 10) if "epoch" in title else STEPS
+            per_call = SMALL_CALLS if title.startswith("small") else per_call
             rows.append(
                 [
                     title,
@@ -202,7 +247,9 @@ def run() -> None:
         "least disturbed by other processes: the smallest denominator, so the ratio errs high). "
         "Wall times of whole samples are too noisy to compare directly on a shared machine. "
         "With `nans`, every watched call waits for its result (a device-to-host sync) and "
-        "watched functions do not donate: a debugging mode, not covered by the target.",
+        "watched functions do not donate: a debugging mode, not covered by the target. "
+        f"The small-call loops make {SMALL_CALLS} calls per sample; the floor's *watched* "
+        "column is the bare wrapper (no watch involved).",
     )
 
 

@@ -190,6 +190,41 @@ def test_empirical_epsilon_guesses_and_bonferroni():
     assert empirical_epsilon(perfect, included, delta=1e-5, confidence=0.5) > searched
 
 
+def test_empirical_epsilon_ties_carry_no_evidence():
+    # equal scores are not ranked by position: constant scores bound ε by 0 whatever the order
+    first_half = np.arange(100) < 50
+    for included in (first_half, ~first_half, np.arange(100) % 2 == 0):
+        for delta in (0.0, 1e-5):
+            assert empirical_epsilon(np.zeros(100), included, delta=delta) == 0.0
+    # and a bound does not depend on the canaries' order (ties included)
+    rng = np.random.default_rng(3)
+    included = rng.random(300) < 0.5
+    scores = np.round(included + rng.normal(size=300), 1)  # many ties
+    assert len(np.unique(scores)) < 100
+    bound = empirical_epsilon(scores, included, delta=0.0)
+    assert bound > 0
+    for seed in range(3):
+        perm = np.random.default_rng(seed).permutation(300)
+        shuffled = empirical_epsilon(scores[perm], included[perm], delta=0.0)
+        assert shuffled == pytest.approx(bound, abs=0.3)  # ties fall differently, no more
+
+
+def test_empirical_epsilon_refuses_an_audit_that_cannot_conclude():
+    # pure DP (delta=0) is a legitimate claim to audit; too few canaries is not an audit
+    perfect = np.arange(5) >= 2
+    with pytest.raises(ValueError, match="5 canaries cannot give a bound .* at least 6 canaries"):
+        empirical_epsilon(perfect.astype(float), perfect, delta=0.0)
+    with pytest.raises(ValueError, match="at least 6 canaries"):
+        empirical_epsilon(np.ones(2), np.asarray([True, False]), delta=1e-5)
+    six = np.arange(6) >= 3
+    assert empirical_epsilon(six.astype(float), six, delta=0.0) > 0  # the smallest audit
+    included = np.arange(100) % 2 == 0
+    with pytest.raises(ValueError, match="`guesses`=1: even 2 right guesses of 2"):
+        empirical_epsilon(included.astype(float), included, delta=0.0, guesses=1)
+    # the p-value the bound inverts, checked at the refusal's edge: 6 right of 6 at ε = 0
+    assert _p_value(6, 6, 6, 0.0, 0.0) == pytest.approx(0.5**6)
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
@@ -277,5 +312,5 @@ def test_spiral_dp_audit_reports_theory_and_lower_bound(capsys):
     assert summary["parameters"] == 2 * 64 + 64 + 64 * 64 + 64 + 64 * 3 + 3  # canary rows dropped
     with pytest.raises(UserError, match="--audit audits a DP-SGD run: it needs --dp"):
         run_spiral(SpiralConfig(epochs=1, audit=30, out=None, progress=False, cache=False))
-    assert main(["spiral", "--audit", "1", "--dp", "--json", "--no-plots"]) == 2
-    assert "--audit must be >= 2, got 1" in capsys.readouterr().err
+    assert main(["spiral", "--audit", "5", "--dp", "--json", "--no-plots"]) == 2
+    assert "--audit must be >= 6, got 5" in capsys.readouterr().err

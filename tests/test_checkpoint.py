@@ -429,6 +429,27 @@ def test_bad_arguments_are_named(tmp_path, key):
         restore(tmp_path / "d", like=state, step=3)
 
 
+def test_metadata_is_strict_json_nan_and_infinity_refused_by_name(tmp_path, key):
+    state = make_state(key, step=1)
+    cases = [
+        ({"loss": float("nan")}, r"`metadata\['loss'\]` is nan"),
+        ({"eval": {"acc": [0.5, float("inf")]}}, r"`metadata\['eval'\]\['acc'\]\[1\]` is inf"),
+        ({"lr": -float("inf")}, r"`metadata\['lr'\]` is -inf"),
+    ]
+    with Checkpointer(tmp_path / "ck") as ck:
+        for metadata, named in cases:
+            with pytest.raises(ValueError, match="must be strict JSON: " + named):
+                ck.save(state, metadata)
+        with pytest.raises(TypeError, match=r"`metadata\['x'\]` is a float32"):
+            ck.save(state, {"x": np.float32("nan")})  # NumPy scalars are not JSON either
+        assert not (tmp_path / "ck" / "1").exists()  # nothing written for a refused save
+        ck.save(state, {"loss": 0.25, "note": None})
+        ck.wait()
+    text = next((tmp_path / "ck" / "1").rglob("metadata")).read_text()
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON {c}"))
+    assert load_metadata(tmp_path / "ck") == {"loss": 0.25, "note": None}
+
+
 def test_doc_directory_layout_is_what_the_docs_say(tmp_path, key):
     step_dir = save(tmp_path / "ck", make_state(key))
     assert sorted(p.name for p in Path(step_dir).iterdir() if p.is_dir()) == ["meta", "state"]

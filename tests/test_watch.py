@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from jax._src import core
 
 from jaxwise.compilation import CompileCounter
 from jaxwise.train import TrainState, make_train_step
@@ -76,6 +77,22 @@ def test_jax_jit_patch_still_fits():
         jax.jit(lambda v: seen.append(under_transformation()) or v)(x)
         assert seen == [True]
     assert jax.jit is ORIGINAL_JIT and not isinstance(jax.jit(double), Tracked)
+
+
+def test_the_hot_paths_trace_check_is_jaxs():
+    # watch._patch inlines `jax._src.core.trace_state_clean()`: the two must agree
+    seen = []
+
+    def probe(x):
+        seen.append((under_transformation(), not core.trace_state_clean()))
+        return x
+
+    probe(1.0)
+    jax.jit(probe)(1.0)
+    jax.vmap(probe)(jnp.ones(2))
+    jax.vmap(probe, axis_name="i")(jnp.ones(2))
+    jax.grad(probe)(1.0)
+    assert seen == [(False, False)] + [(True, True)] * 4
 
 
 def test_jit_restored_when_the_block_raises():
@@ -204,6 +221,60 @@ def test_inner_jitted_calls_while_tracing_are_not_counted():
         inner(jnp.ones(2))
     assert only(w.report(), "<lambda>").calls == 3
     assert only(w.report(), "double").calls == 1  # the direct call only
+
+
+def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
+    import threading
+
+    def triple(v):  # a function of this test only: nothing cached by earlier tests
+        return 3.0 * v
+
+    f = None
+    with Watch() as w:
+        f = jax.jit(triple)
+        g = jax.jit(lambda v: v - 1.0)
+        f(jnp.ones(2))
+        worker = threading.Thread(target=lambda: [g(jnp.ones(n)) for n in (3, 4)])
+        worker.start()
+        worker.join()
+        f(jnp.ones(5))
+    assert f is not None
+    f(jnp.ones(2)), f(jnp.ones(6))  # after the block: neither counted nor compiled here
+    report = w.report()
+    assert (only(report, "triple").calls, only(report, "triple").compiles) == (2, 2)
+    assert (only(report, "<lambda>").calls, only(report, "<lambda>").compiles) == (2, 2)
+    assert [m.argument for m in only(report, "<lambda>").misses] == ["", "v"]
+
+
+def test_call_time_of_many_calls_is_a_sample_with_every_compile_counted():
+    from jaxwise.watch._watch import _Stats
+
+    def halve(v):  # a function of this test only: nothing cached by earlier tests
+        return v / 2.0
+
+    with Watch() as w:
+        f = jax.jit(halve)
+        for n in range(200):
+            f(jnp.ones(2 if n != 150 else 3))  # call 151 (not timed) compiles
+    stats = next(s for s in w._stats.values() if s.name == "halve")
+    assert (stats.calls, stats.timed_calls) == (200, 64 + 17)  # then calls 72, 80, ..., 200
+    assert stats.untimed_compile > 0 and stats.timed_compile > 0
+    assert stats.call_seconds >= stats.timed_seconds + stats.untimed_compile
+    f_report = only(w.report(), "halve")
+    assert f_report.call_seconds == stats.call_seconds and f_report.compiles == 2
+    # the estimate: timed time, compiles of untimed calls, and the timed calls' mean without
+    # their compiles for each untimed call
+    s = _Stats("f", None, True)
+    s.calls, s.timed_calls, s.timed_seconds, s.timed_compile, s.untimed_compile = (
+        100,
+        10,
+        3.0,
+        1.0,
+        0.5,
+    )
+    assert s.call_seconds == pytest.approx(3.0 + 0.5 + 90 * (2.0 / 10))
+    s.calls = s.timed_calls = 10
+    assert s.call_seconds == 3.5
 
 
 def test_function_jitted_before_the_watch_reports_compiles_but_no_calls():

@@ -264,10 +264,11 @@ def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
 
 
 def check_audit_option(cfg: Any) -> None:
-    """``--audit M``: M >= 2 canaries, only with ``--dp``."""
+    """``--audit M``: M >= 6 canaries (fewer cannot bound ε above 0 at 95% confidence, even
+    with every guess right), only with ``--dp``."""
     if cfg.audit is None:
         return
-    option_int(cfg.audit, "--audit", min_value=2, max_value=100_000)
+    option_int(cfg.audit, "--audit", min_value=6, max_value=100_000)
     if not cfg.dp:
         raise UserError("--audit audits a DP-SGD run: it needs --dp")
 

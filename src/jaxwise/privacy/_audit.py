@@ -218,6 +218,30 @@ def _epsilon_bound(m: int, r: int, v: int, delta: float, confidence: float) -> f
     return low
 
 
+def _check_conclusive(
+    m: int, k: int, delta: float, confidence: float, level: float, guesses: int | None
+) -> None:
+    """Refuse an audit whose best possible outcome (all ``2k`` guesses right) bounds ε by 0."""
+    if _epsilon_bound(m, 2 * k, 2 * k, delta, 1.0 - level) > 0:
+        return
+    if guesses is not None:
+        raise ValueError(
+            f"`guesses`={guesses}: even {2 * k} right guesses of {2 * k} cannot bound ε above "
+            f"0 at confidence {confidence}; guess on more canaries"
+        )
+    needed = m + 1
+    while True:
+        r = needed // 2 * 2
+        tested = 1.0 - (1.0 - confidence) / len(_guess_counts(needed))
+        if _epsilon_bound(needed, r, r, delta, tested) > 0:
+            break
+        needed += 1
+    raise ValueError(
+        f"`scores`: {m} canaries cannot give a bound on ε above 0 at confidence {confidence}, "
+        f"even if every guess is right; audit with at least {needed} canaries"
+    )
+
+
 def _guess_counts(m: int) -> list[int]:
     """Candidate numbers of guesses per side: a geometric grid from 1 to m // 2."""
     return sorted({int(round(k)) for k in np.geomspace(1, m // 2, num=12)} - {0})
@@ -239,7 +263,9 @@ def empirical_epsilon(
     unlikely at ``confidence`` (the paper's p-value, Appendix D, in float64). Without
     ``guesses`` every ``k`` of a geometric grid up to ``m // 2`` is tried and the best bound
     kept, each tested at ``1 - (1 - confidence) / |grid|`` (Bonferroni), so the bound holds
-    at ``confidence`` overall.
+    at ``confidence`` overall. Equal scores are ranked in a fixed random order, never by
+    their position: the canaries' order carries no evidence. ``delta=0`` audits a pure-DP
+    (ε, 0) claim.
 
     Args:
         scores: ``(m,)`` float scores, higher meaning "more likely included" (e.g. minus the
@@ -255,7 +281,9 @@ def empirical_epsilon(
 
     Raises:
         TypeError: ``scores``/``included`` of the wrong kind.
-        ValueError: shapes that differ, fewer than 2 canaries, or an argument out of range.
+        ValueError: shapes that differ, fewer than 2 canaries, or an argument out of range;
+            too few canaries (or ``guesses``) for any outcome, even every guess right, to
+            give a bound above 0 at ``confidence`` (the number needed is named).
 
     Examples:
         >>> included = np.arange(1000) % 2 == 0
@@ -281,7 +309,9 @@ def empirical_epsilon(
     if guesses is not None:
         grid = [check_int(guesses, "guesses", min_value=1, max_value=m // 2)]
     level = (1.0 - confidence) / len(grid)
-    order = np.argsort(-s, kind="stable")
+    _check_conclusive(m, max(grid), float(delta), confidence, level, guesses)
+    tie_break = np.random.default_rng(0).permutation(m)  # ties: never by the canaries' order
+    order = np.lexsort((tie_break, -s))
     best = 0.0
     for k in grid:
         correct = int(truth[order[:k]].sum() + (~truth[order[m - k :]]).sum())

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+import time
 import types
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -31,12 +32,21 @@ __all__ = ["ORIGINAL_JIT", "ORIGINAL_PMAP", "Tracked", "installed", "under_trans
 
 ORIGINAL_JIT = jax.jit
 ORIGINAL_PMAP = jax.pmap
+_now = time.perf_counter
+_TIME_FIRST = 64  # counted calls timed one by one; after them, one in eight
+_SAMPLE = 7
+# `_core.trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
+_TRACE = _core.trace_state_strong_ref
+_EVAL = _core.eval_trace
+_AXES = _core.axis_env_state
+_NO_AXES = _core.top_axis_env
 
 
 class Session(Protocol):
     """What a `Tracked` function needs from the watch that created it."""
 
     passthrough: bool
+    _last: str  # the name of the last watched call to finish
 
     def call(self, tracked: Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
@@ -57,8 +67,15 @@ class Tracked:
         where: ``"file.py:LINE"`` of the user's line that jitted it.
         options: the keyword arguments given to ``jax.jit`` (or ``jax.pmap``).
         kind: ``"jit"`` or ``"pmap"``.
-        stats: the watch's record for this function (shared by functions jitted at one place).
+        stats: the watch's record for this function (shared by functions jitted at one place);
+            its ``live`` is true while the watch is active.
         plan: what the watch checks per call (donated and static arguments).
+        counted: set by the session when a call needs no check: it is then only counted
+            here (``stats.calls``), and timed (``stats.timed_seconds``) for its first 64
+            calls and one in eight after them, with no other work per call (the watch finds
+            the call in progress, when a compile happens, by walking the frames: a
+            ``__call__`` frame with ``calls`` bound is a counted call, with ``start`` a
+            timed one).
     """
 
     def __init__(
@@ -81,9 +98,23 @@ class Tracked:
         self.kind = kind
         self.stats: Any = None
         self.plan: Any = None
+        self.counted = False
         self.equinox = False  # Equinox's filter_jit wrapper: arguments in Equinox's form
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        stats = self.stats
+        if self.counted and stats.live:  # the hot path: count (and time a sample), unless traced
+            trace = _TRACE.value
+            if trace is None or (trace is _EVAL and _AXES.value is _NO_AXES):
+                calls = stats.calls = stats.calls + 1
+                self.session._last = self.name
+                if calls & _SAMPLE and calls > _TIME_FIRST:
+                    return self.jitted(*args, **kwargs)
+                start = _now()
+                out = self.jitted(*args, **kwargs)
+                stats.timed_seconds += _now() - start
+                stats.timed_calls += 1
+                return out
         if self.session.passthrough or not _core.trace_state_clean():
             return self.jitted(*args, **kwargs)
         return self.session.call(self, args, kwargs)
@@ -154,9 +185,10 @@ def function_name(fun: Any) -> str:
 
 def under_transformation() -> bool:
     """True while JAX is tracing (inside ``jit``, ``grad``, ``vmap``…): a call is staged, not
-    run, and a watched call passes straight through. Reads ``jax._src.core.trace_state_clean``
-    (private, but the one cheap test); the patch test fails if it moves."""
-    return not _core.trace_state_clean()
+    run, and a watched call passes straight through. ``jax._src.core.trace_state_clean``
+    inlined (private, but the one cheap test); tests/test_watch.py fails if they disagree."""
+    trace = _TRACE.value
+    return not (trace is None or (trace is _EVAL and _AXES.value is _NO_AXES))
 
 
 Factory = Callable[[Any, dict[str, Any], "str | None", str], Any]

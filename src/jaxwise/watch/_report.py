@@ -62,7 +62,9 @@ class FunctionReport:
         compiles: backend compilations.
         compile_seconds: time spent tracing, lowering and compiling it.
         call_seconds: time spent inside its calls (dispatch, and compiling when it did; the
-            device work itself runs asynchronously and shows up where the result is read).
+            device work itself runs asynchronously and shows up where the result is read);
+            after a function's first 64 calls, one call in eight is timed and the others
+            are counted at the timed calls' mean (their compiles at their own time).
         misses: one [`CacheMiss`][jaxwise.compilation.CacheMiss] per compile, in order; its
             ``call_site`` is the user's line that compiled (``None`` if unknown).
         warmup: compiles expected before a recompile counts as steady-state.

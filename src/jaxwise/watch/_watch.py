@@ -7,8 +7,9 @@ While a watch is active:
   (``jax.pmap`` and ahead-of-time ``.lower(...).compile()`` forms too);
 - every backend compilation arrives from ``jax.monitoring`` through
   `jaxwise.compilation`'s listener with its structured `CacheMiss`, and is attributed to the
-  watched call running on this thread (each watched call pushes itself on a thread-local
-  stack); tracing and lowering times arrive the same way. An Equinox ``filter_jit`` function's
+  watched call running on this thread, found by walking this thread's frames when the
+  compile happens (a call that needs no check does nothing per call but count and time
+  itself); tracing and lowering times arrive the same way. An Equinox ``filter_jit`` function's
   compiles are explained by the user's own arguments (`._arguments`);
 - donations: every donated input is checked after the call and a failure gets its cause
   (`._donations`: an unused argument, no output of its type, a live view, a duplicate);
@@ -25,6 +26,7 @@ import dataclasses
 import sys
 import threading
 import time
+import types
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -74,16 +76,6 @@ class NanStop(BaseException):
         self.finding = finding
 
 
-class _Calls(threading.local):
-    """This thread's watched calls in progress (innermost last)."""
-
-    def __init__(self) -> None:
-        self.stack: list[tuple[_patch.Tracked, tuple | None, dict | None]] = []
-
-
-_CALLS = _Calls()
-
-
 class _Stats:
     """Everything recorded for one function (all function objects jitted at one place)."""
 
@@ -91,12 +83,36 @@ class _Stats:
         self.name = name
         self.where = where
         self.calls: int | None = 0 if tracked else None
-        self.call_seconds = 0.0
+        self.live = True  # read by every counted call: False once the watch has ended
+        self.timed_calls = 0  # calls timed: checked ones, then a sample of counted ones
+        self.timed_seconds = 0.0  # inside the timed calls
+        self.timed_compile = 0.0  # tracing and compiling inside timed calls
+        self.untimed_compile = 0.0  # tracing and compiling inside calls not timed
         self.compile_seconds = 0.0
         self.misses: list[CacheMiss] = []
         self.unusable: set[str] = set()  # avals JAX said it could not reuse
         self.nan_checked = False
         self.signatures: list[_arguments.Signature] = []  # Equinox: the user's arguments
+
+    @property
+    def call_seconds(self) -> float:
+        """Time inside the calls: the timed calls, plus for the others their compiles and the
+        timed calls' mean time outside compiling (`Tracked` times a sample of its calls)."""
+        untimed = (self.calls or 0) - self.timed_calls
+        if untimed <= 0 or not self.timed_calls:
+            return self.timed_seconds + self.untimed_compile
+        steady = max(0.0, self.timed_seconds - self.timed_compile) / self.timed_calls
+        return self.timed_seconds + self.untimed_compile + untimed * steady
+
+    def charge(self, seconds: float, timed: bool | None, compile: bool = True) -> None:
+        """Count ``seconds`` of tracing or compiling (``compile``: this function's), spent
+        inside a call (timed or not) or outside any (``timed`` is ``None``)."""
+        if compile:
+            self.compile_seconds += seconds
+        if timed:
+            self.timed_compile += seconds
+        elif timed is not None:
+            self.untimed_compile += seconds
 
     def report(self, warmup: int) -> FunctionReport:
         return FunctionReport(
@@ -197,6 +213,7 @@ class Watch:
         self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
         self._restore: list[Callable[[], None]] = []
         self._sink = _Sink(self)
+        self._nan_checks: Any = None  # watch._nans, imported on entry when NaN checking
         # the last watched call to finish, by name only (keeping the function alive would
         # change what JAX's caches hit)
         self._last = "?"
@@ -219,6 +236,7 @@ class Watch:
         self._restore.append(subscribe(self._sink.record))
         self._restore.append(_events.subscribe(self._on_event))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
+            self._nan_checks = _load_nan_checks()
             suspended = _events.suspend_donation("jaxwise watch: NaN checking")
             suspended.__enter__()
             self._restore.append(lambda: _ignore(suspended.__exit__(None, None, None)))
@@ -233,6 +251,8 @@ class Watch:
         self._end = time.perf_counter()
         self.passthrough = True
         self._active = False
+        for stats in self._stats.values():
+            stats.live = False
         try:
             while self._restore:
                 self._restore.pop()()
@@ -285,7 +305,8 @@ class Watch:
         if stats is None:
             stats = self._stats[key] = _Stats(tracked.name, where, True)
         tracked.stats = stats
-        tracked.plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
+        tracked.plan = plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
+        tracked.counted = not (plan.donates or self.transfers or self.nans)
         return tracked
 
     def call(self, tracked: _patch.Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -301,17 +322,6 @@ class Watch:
         """
         plan: _calls.CallPlan = tracked.plan
         stats: _Stats = tracked.stats
-        if not (plan.donates or self.transfers or self.nans):  # the common case: count, time
-            stack = _CALLS.stack
-            stack.append((tracked, args, kwargs))
-            start = _now()
-            try:
-                return tracked.jitted(*args, **kwargs)
-            finally:
-                stats.call_seconds += _now() - start
-                stats.calls += 1  # type: ignore[operator]
-                stack.pop()
-                self._last = tracked.name
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
         if self.transfers:
             self._count_transfers(tracked, args, kwargs)
@@ -330,12 +340,10 @@ class Watch:
     def _run(
         self, tracked: _patch.Tracked, run: Any, args: tuple, kwargs: dict, donates: bool
     ) -> Any:
-        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted, on the
-        thread's stack (where compiles find it)."""
+        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted (compiles
+        find it by its frame)."""
         stats: _Stats = tracked.stats
-        calls = _CALLS
-        calls.stack.append((tracked, args, kwargs))
-        start = time.perf_counter()
+        start = _now()
         try:
             return run(*args, **kwargs)
         except Exception as err:
@@ -343,9 +351,9 @@ class Watch:
                 self._on_duplicate(tracked, args, kwargs)
             raise
         finally:
-            stats.call_seconds += time.perf_counter() - start
+            stats.timed_seconds += _now() - start
+            stats.timed_calls += 1
             stats.calls = (stats.calls or 0) + 1
-            calls.stack.pop()
             self._last = tracked.name
 
     def stage(self, tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
@@ -360,11 +368,7 @@ class Watch:
         """
         if self.passthrough:
             return run()
-        _CALLS.stack.append((tracked, None, None))
-        try:
-            return run()
-        finally:
-            _CALLS.stack.pop()
+        return _staged(tracked, run)
 
     def call_compiled(
         self, tracked: _patch.Tracked, compiled: Any, args: tuple, kwargs: dict
@@ -386,24 +390,25 @@ class Watch:
     @staticmethod
     def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
         """The innermost watched call in progress on this thread, and its arguments."""
-        stack = _CALLS.stack
-        return stack[-1] if stack else (None, None, None)
+        return _current_call(sys._getframe(1))[:3]
 
     def _on_trace_time(self, seconds: float) -> None:
         if not self._active or self._internal:
             return
         self._compiling += seconds
-        tracked = self._current_call()[0]
+        tracked, _, _, timed = _current_call(sys._getframe(1))
         if tracked is not None:
-            tracked.stats.compile_seconds += seconds
+            tracked.stats.charge(seconds, timed)
 
     def _on_compile(self, event: CompileEvent) -> None:
         if not self._active or self._internal:
             return
         self._compiling += event.seconds
-        tracked, args, kwargs = self._current_call()
+        tracked, args, kwargs, timed = _current_call(sys._getframe(1))
         if event.internal and (tracked is None or tracked.kind != "pmap"):
             self._eager_seconds += event.seconds
+            if tracked is not None:  # inside the call all the same: not its compile
+                tracked.stats.charge(event.seconds, timed, compile=False)
             return
         where = user_site(sys._getframe(1))
         miss = _miss(event, where)
@@ -417,7 +422,7 @@ class Watch:
             stats = self._stats.get(key)
             if stats is None:
                 stats = self._stats[key] = _Stats(key[0], defined, False)
-        stats.compile_seconds += event.seconds
+        stats.charge(event.seconds, timed)
         stats.misses.append(miss)
 
     # -- donations -------------------------------------------------------------
@@ -484,7 +489,8 @@ class Watch:
             return
         name = event.function
         if not name:
-            name = _CALLS.stack[-1][0].name if _CALLS.stack else self._last
+            tracked = self._current_call()[0]
+            name = tracked.name if tracked is not None else self._last
         argument = event.argument or "?"
         for key in [k for k in self._donations if k[:2] == (name, argument)]:
             del self._donations[key]  # the step's own audit says it better
@@ -509,8 +515,7 @@ class Watch:
             site[3].setdefault(argument, None)
 
     def _check_nans(self, tracked: _patch.Tracked, args: tuple, kwargs: dict, out: Any) -> None:
-        from jaxwise.watch import _nans
-
+        _nans = self._nan_checks
         self._internal += 1
         self.passthrough = True
         try:
@@ -571,6 +576,56 @@ class Watch:
             "replayable, as with jax_debug_nans): donations were not checked; run without "
             "--nans to check them",
         )
+
+
+def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
+    """``run()``, a staging call of ``tracked``: its frame (with ``tracked`` among its locals,
+    read by `_current_call`) marks the staging in progress."""
+    return run()
+
+
+def _current_call(
+    frame: types.FrameType | None,
+) -> tuple[_patch.Tracked | None, tuple | None, dict | None, bool | None]:
+    """The innermost watched call or staging in progress in ``frame`` and its callers: the
+    function, its arguments, and whether the call is timed (``None``: a staging, or none).
+
+    Watched calls leave nothing per call but their frames (a counted `Tracked` call, a
+    checked call in `Watch._run`, a staging in `_staged`); compiles, trace times and warnings,
+    which run in the calling thread, find the call here. A ``Tracked.__call__`` frame is a
+    counted call once it has bound ``calls`` (otherwise it passed the call through), and a
+    timed one once it has bound ``start``.
+    """
+    while frame is not None:
+        code = frame.f_code
+        if code is _TRACKED_CALL:
+            found = frame.f_locals
+            if "calls" in found:
+                return found["self"], found["args"], found["kwargs"], "start" in found
+        elif code is _CHECKED_CALL:
+            found = frame.f_locals
+            return found["tracked"], found["args"], found["kwargs"], True
+        elif code is _STAGING:
+            return frame.f_locals["tracked"], None, None, None
+        frame = frame.f_back
+    return None, None, None, None
+
+
+_TRACKED_CALL = _patch.Tracked.__call__.__code__
+_CHECKED_CALL = Watch._run.__code__
+_STAGING = _staged.__code__
+
+
+def _load_nan_checks() -> Any:
+    """``jaxwise.watch._nans``, imported before the watched code runs.
+
+    Importing it (``jaxwise.debug``: ``checkify``, ``jax.extend``) defines JAX config options
+    that are part of every jitted function's cache key; imported at the first NaN check it
+    would change the key between a function's first and second call and compile it again.
+    """
+    from jaxwise.watch import _nans
+
+    return _nans
 
 
 def _ignore(value: Any) -> None:
