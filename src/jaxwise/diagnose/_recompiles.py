@@ -137,8 +137,8 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
 
     Returns:
         One [`Recompile`][jaxwise.diagnose.Recompile] per compilation, in order, with
-        ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
-        [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
+            ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
+            [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
 
     Raises:
         TypeError: ``fn`` is not callable or ``calls`` is not a sequence.

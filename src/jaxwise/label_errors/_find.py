@@ -129,7 +129,7 @@ def find_label_errors(
 
     Returns:
         [`LabelIssues`][jaxwise.label_errors.LabelIssues] over all rows, most suspicious first
-        (with ``"oof"``, the out-of-fold runs attached: one per repeat).
+            (with ``"oof"``, the out-of-fold runs attached: one per repeat).
 
     Raises:
         TypeError: an argument of the wrong type; ``params`` with ``"oof"``, or ``init`` (or

@@ -76,8 +76,8 @@ def from_nnx(module: nnx.Module, trainable: Any = None) -> Model:
 
     Returns:
         ``Model(params, model_state, apply)``; ``model_state`` is ``None`` when the module has
-        no variables besides its parameters. ``apply`` raises ``ValueError`` when given a
-        ``model_state`` the module does not have (or none when it has one).
+            no variables besides its parameters. ``apply`` raises ``ValueError`` when given a
+            ``model_state`` the module does not have (or none when it has one).
 
     Raises:
         ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
@@ -149,9 +149,9 @@ def from_linen(
 
     Returns:
         ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections (and
-        ``"rngs"``), or ``None`` when ``variables`` holds only ``"params"`` and no ``rngs``.
-        ``apply`` raises ``TypeError`` when given ``mutable`` (or ``rngs`` while it carries
-        them) and ``ValueError`` for a ``model_state`` without the module's collections.
+            ``"rngs"``), or ``None`` when ``variables`` holds only ``"params"`` and no ``rngs``.
+            ``apply`` raises ``TypeError`` when given ``mutable`` (or ``rngs`` while it carries
+            them) and ``ValueError`` for a ``model_state`` without the module's collections.
 
     Raises:
         ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
@@ -274,7 +274,7 @@ def from_equinox(
 
     Returns:
         ``Model(params, model_state, apply)`` with ``model_state`` the ``state`` (or
-        ``{"state": state, "key": key}`` with ``key``).
+            ``{"state": state, "key": key}`` with ``key``).
 
     Raises:
         ImportError: Equinox is not installed (``pip install 'jaxwise[equinox]'``).

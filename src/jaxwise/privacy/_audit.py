@@ -130,8 +130,8 @@ def audit_canaries(
 
     Returns:
         [`Canaries`][jaxwise.privacy.Canaries]: train on ``canaries.train_data(data)``, score
-        every canary afterwards, then call
-        [`empirical_epsilon`][jaxwise.privacy.empirical_epsilon].
+            every canary afterwards, then call
+            [`empirical_epsilon`][jaxwise.privacy.empirical_epsilon].
 
     Raises:
         TypeError: ``data`` is not ``(x, y)`` arrays, or ``y`` is not integer.
@@ -251,7 +251,7 @@ def empirical_epsilon(
 
     Returns:
         The ε lower bound (0 when the run shows no leakage; ``inf`` when every finite ε is
-        rejected, which needs δ = 0).
+            rejected, which needs δ = 0).
 
     Raises:
         TypeError: ``scores``/``included`` of the wrong kind.
