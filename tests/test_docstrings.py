@@ -128,6 +128,21 @@ def split_items(doc: str) -> list[str]:
     return bad
 
 
+def stray_examples(doc: str) -> list[str]:
+    """The ``>>>`` lines of ``doc`` outside an ``Examples:`` section (rendered as prose)."""
+    current: str | None = None
+    bad = []
+    for line in inspect.cleandoc(doc).splitlines():
+        match = SECTION.match(line)
+        if match:
+            current = match.group("name")
+        elif line and not line[0].isspace():
+            current = None  # prose after a section ends it
+        if line.strip().startswith(">>>") and current not in ("Examples", "Example"):
+            bad.append(line.strip())
+    return bad
+
+
 def parameter_names(fn: Callable) -> list[str]:
     """The names an ``Args:`` section must list for ``fn``, in order."""
     names = []
@@ -321,6 +336,25 @@ def test_wrapped_section_items_continue_further_indented() -> None:
         f"{len(bad)} lines griffe renders as items of their own (indent a wrapped "
         "description's continuation lines further than the item):\n" + "\n".join(bad)
     )
+
+
+def test_examples_are_in_an_examples_section() -> None:
+    """mkdocstrings renders an ``Examples:`` section's ``>>>`` lines as code, others as prose."""
+    bad = [f"{name}: {line}" for name, doc in documented() for line in stray_examples(doc)]
+    assert not bad, "doctest lines outside an Examples: section:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("F.\n\nExamples:\n    Prose.\n\n    >>> 1\n    1\n", []),
+        ("F.\n\n>>> 1\n1\n", [">>> 1"]),
+        ("F.\n\nExample (big):\n    >>> 1\n", [">>> 1"]),
+        ("F.\n\nExamples:\n    >>> 1\n\nMore prose.\n>>> 2\n", [">>> 2"]),
+    ],
+)
+def test_stray_examples_finds_prompts_outside_examples(doc: str, expected: list[str]) -> None:
+    assert stray_examples(doc) == expected
 
 
 def test_the_layout_walk_covers_namespaces_and_methods() -> None:
