@@ -21,7 +21,6 @@ While a watch is active:
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import time
@@ -35,17 +34,17 @@ import jax
 from jaxwise import _events
 from jaxwise._checks import check_bool, check_int
 from jaxwise._frames import short_path, user_frame, user_site
-from jaxwise.compilation import CacheMiss, CompileEvent, Difference, subscribe
+from jaxwise.compilation import CompileEvent, subscribe
 from jaxwise.watch import _arguments, _calls, _donations, _patch
 from jaxwise.watch._names import name_in_frame
 from jaxwise.watch._report import (
     FAIL_ON,
     DonationFinding,
-    FunctionReport,
     NanFinding,
     TransferSite,
     WatchReport,
 )
+from jaxwise.watch._stats import Stats, compile_miss, explain_equinox
 
 __all__ = ["NanStop", "Watch"]
 
@@ -54,8 +53,6 @@ _TRACE_EVENTS = (
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
 )
 _UNUSABLE = "Some donated buffers were not usable"
-_MAX_SIGNATURES = 32  # user-level signatures kept per Equinox function
-_PRIORITY = ("structure", "static", "shape", "dtype", "weak_type")
 _ACTIVE: Watch | None = None
 _now = time.perf_counter
 _LISTENING = False
@@ -82,33 +79,6 @@ class _Calls(threading.local):
 
 
 _CALLS = _Calls()
-
-
-class _Stats:
-    """Everything recorded for one function (all function objects jitted at one place)."""
-
-    def __init__(self, name: str, where: str | None, tracked: bool) -> None:
-        self.name = name
-        self.where = where
-        self.calls: int | None = 0 if tracked else None
-        self.call_seconds = 0.0
-        self.compile_seconds = 0.0
-        self.misses: list[CacheMiss] = []
-        self.unusable: set[str] = set()  # avals JAX said it could not reuse
-        self.nan_checked = False
-        self.signatures: list[_arguments.Signature] = []  # Equinox: the user's arguments
-
-    def report(self, warmup: int) -> FunctionReport:
-        return FunctionReport(
-            self.name,
-            self.where,
-            self.calls,
-            len(self.misses),
-            self.compile_seconds,
-            self.call_seconds,
-            tuple(self.misses),
-            warmup,
-        )
 
 
 def _duration_listener(event: str, duration_secs: float, **kwargs: Any) -> None:
@@ -185,7 +155,7 @@ class Watch:
         self.passthrough = True  # read by every watched call: True when not watching
         self._active = False
         self._internal = 0
-        self._stats: dict[tuple[str, str | None, bool], _Stats] = {}
+        self._stats: dict[tuple[str, str | None, bool], Stats] = {}
         self._eager_seconds = 0.0
         self._compiling = 0.0
         self._nans: list[NanFinding] = []
@@ -283,7 +253,7 @@ class Watch:
         key = (tracked.name, where, True)
         stats = self._stats.get(key)
         if stats is None:
-            stats = self._stats[key] = _Stats(tracked.name, where, True)
+            stats = self._stats[key] = Stats(tracked.name, where, True)
         tracked.stats = stats
         tracked.plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
         return tracked
@@ -300,7 +270,7 @@ class Watch:
             The jitted function's output.
         """
         plan: _calls.CallPlan = tracked.plan
-        stats: _Stats = tracked.stats
+        stats: Stats = tracked.stats
         if not (plan.donates or self.transfers or self.nans):  # the common case: count, time
             stack = _CALLS.stack
             stack.append((tracked, args, kwargs))
@@ -332,7 +302,7 @@ class Watch:
     ) -> Any:
         """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted, on the
         thread's stack (where compiles find it)."""
-        stats: _Stats = tracked.stats
+        stats: Stats = tracked.stats
         calls = _CALLS
         calls.stack.append((tracked, args, kwargs))
         start = time.perf_counter()
@@ -406,17 +376,17 @@ class Watch:
             self._eager_seconds += event.seconds
             return
         where = user_site(sys._getframe(1))
-        miss = _miss(event, where)
+        miss = compile_miss(event, where)
         if tracked is not None:
             stats = tracked.stats
             if tracked.equinox and args is not None:
-                miss = _explain_equinox(stats, miss, args, kwargs or {})
+                miss = explain_equinox(stats, miss, args, kwargs or {})
         else:
             defined = short_path(event.defined_at) if event.defined_at else None
             key = (event.function or event.fun_name, defined, False)
             stats = self._stats.get(key)
             if stats is None:
-                stats = self._stats[key] = _Stats(key[0], defined, False)
+                stats = self._stats[key] = Stats(key[0], defined, False)
         stats.compile_seconds += event.seconds
         stats.misses.append(miss)
 
@@ -586,48 +556,3 @@ class _Sink:
 
     def record(self, event: CompileEvent) -> None:
         self._watch._on_compile(event)
-
-
-def _miss(event: CompileEvent, where: str | None) -> CacheMiss:
-    """The compile's `CacheMiss`, its ``call_site`` the user's line that compiled."""
-    miss = event.explanation
-    if miss is None:
-        text = event.describe()
-        return CacheMiss(
-            event.function or event.fun_name,
-            event.defined_at,
-            where,
-            "other",
-            "",
-            "",
-            "",
-            (),
-            (text,),
-            text,
-        )
-    return dataclasses.replace(miss, call_site=where)
-
-
-def _explain_equinox(stats: _Stats, miss: CacheMiss, args: tuple, kwargs: dict) -> CacheMiss:
-    """``miss`` told by the user's arguments of an Equinox ``filter_jit`` call."""
-    arguments = _arguments.user_arguments(args, kwargs)
-    if arguments is None:
-        return miss
-    current = _arguments.signature(arguments)
-    diffs = _arguments.explain(stats.signatures, current) if stats.signatures else []
-    stats.signatures = [*stats.signatures[-_MAX_SIGNATURES + 1 :], current]
-    if not diffs or miss.kind in ("first", "new_function", "config"):
-        return miss
-    diffs.sort(key=lambda d: _PRIORITY.index(d.kind) if d.kind in _PRIORITY else len(_PRIORITY))
-    head: Difference = diffs[0]
-    reasons = tuple(d.describe() for d in diffs)
-    return dataclasses.replace(
-        miss,
-        kind=head.kind,
-        argument=head.argument,
-        old=head.old,
-        new=head.new,
-        differences=tuple(diffs),
-        reasons=reasons,
-        text=f"{miss.function} recompiled: " + "; ".join(reasons),
-    )
