@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 import optax
 
 from jaxwise._checks import check_array, check_bool, check_callable, check_int
@@ -442,8 +443,8 @@ def _normalised(probs: np.ndarray) -> np.ndarray:
 def out_of_fold_probabilities(
     apply_fn: Callable[[Any, jax.Array], jax.Array],
     init: Any,
-    x: Any,
-    y: Any,
+    x: npt.ArrayLike,
+    y: npt.ArrayLike,
     *,
     folds: int = 5,
     epochs: int = 60,
@@ -452,7 +453,7 @@ def out_of_fold_probabilities(
     patience: int | None = 10,
     standardize: bool = True,
     seed: int = 0,
-    fold_of: Any = None,
+    fold_of: npt.ArrayLike | None = None,
 ) -> OutOfFold:
     """Train ``folds`` models at once (one compiled program) and predict each row out of fold.
 
@@ -515,7 +516,9 @@ def out_of_fold_probabilities(
     return run_folds(apply_fn, init, x_arr, y_arr, fold_of[None], training)[0]
 
 
-def _fold_assignment(fold_of: Any, y: np.ndarray, folds: int, seed: int) -> np.ndarray:
+def _fold_assignment(
+    fold_of: npt.ArrayLike | None, y: np.ndarray, folds: int, seed: int
+) -> np.ndarray:
     """``fold_of`` checked (shape of ``y``, values in ``[0, folds)``) as int32, or, for
     ``None``, folds stratified by label from ``seed``."""
     if fold_of is None:
