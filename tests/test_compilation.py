@@ -18,6 +18,7 @@ from jaxwise.compilation import (
     CompileBudget,
     CompileBudgetExceeded,
     CompileCounter,
+    CompileEvent,
     _jaxkeys,
     compile_budget,
     count_eqns,
@@ -395,6 +396,31 @@ def test_private_jax_hooks_still_work():
     assert _jaxkeys.miss_context() is None and _jaxkeys.compile_context() is None  # outside JAX
 
 
+def test_every_compile_event_has_a_cache_miss():
+    f = jax.jit(lambda x, n: x * n, static_argnums=1)
+    a = jnp.ones(2)
+    with CompileCounter() as counter:
+        f(a, 2), f(a, 3)
+        jnp.asarray(np.ones(19, np.float32)) * 7.0  # an eager operation: no tracing-cache miss
+    jitted = [r for r in counter.records if not r.internal]
+    assert [r.miss for r in jitted] == [r.explanation for r in jitted]  # the same record
+    eager = [r for r in counter.records if r.internal]
+    assert eager and all(r.explanation is None for r in eager)
+    for r in eager:
+        miss = r.miss
+        assert (miss.kind, miss.argument, miss.old, miss.new) == ("eager", "", "", "")
+        assert miss.kind in KINDS and "eager operation outside jit" in miss.summary
+        assert miss.function and r.describe().endswith(miss.summary)
+
+
+def test_a_compile_without_a_miss_is_kind_other():
+    event = CompileEvent("jit(g)", 0.01, None, "g", "model.py:3")
+    miss = event.miss
+    assert (miss.kind, miss.function, miss.defined_at) == ("other", "g", "model.py:3")
+    assert "no tracing-cache miss" in miss.summary and miss.text.startswith("jit(g): ")
+    assert CompileEvent("jit(h)", 0.01, None).miss.function == "h"  # from JAX's program name
+
+
 def test_explanations_are_captured_and_not_printed(capfd, caplog):
     f = jax.jit(lambda x: x - 1.0)
     a, b = jnp.ones(2), jnp.ones(7)
@@ -552,10 +578,13 @@ def test_bad_targets(target, error, match):
         CompileCounter(target)
 
 
-def test_name_alias_and_conflict():
-    assert CompileBudget(1, name="f").target_name == "f"
-    with pytest.raises(TypeError, match="either `target` or its alias `name`"):
-        CompileCounter("f", name="g")
+def test_target_is_the_one_keyword_name_alias_is_gone():
+    assert CompileBudget(1, target="f").target_name == "f"
+    assert CompileCounter(target="f").target_name == "f"
+    with pytest.raises(TypeError, match="name"):
+        CompileCounter(name="g")  # pyright: ignore[reportCallIssue]  # removed alias on purpose
+    with pytest.raises(TypeError, match="name"):
+        CompileBudget(1, name="g")  # pyright: ignore[reportCallIssue]  # removed alias on purpose
 
 
 def test_counter_cannot_be_entered_twice():
@@ -815,7 +844,7 @@ def test_pytest_marker_counts_jitted_programs_only(pytester):
             f = jax.jit(lambda x: x * 2.0)
             f(A), f(B)
 
-        @pytest.mark.compile_budget(1, name="g", exact=True)
+        @pytest.mark.compile_budget(1, target="g", exact=True)
         def test_named_ok():
             def g(x):
                 return x + 1.0

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from jaxwise.buckets import plan_buckets
-from jaxwise.compilation import CompileCounter
-from jaxwise.diagnose import FIXES, captured_constants, why_recompiled
+from jaxwise.compilation import KINDS, CacheMiss, CompileCounter
+from jaxwise.diagnose import captured_constants, fix_for, why_recompiled
 from jaxwise.diagnose._constants import _is_user_function
 
 WEIGHTS = jnp.asarray(np.random.default_rng(1).normal(size=(256, 256)), jnp.float32)
@@ -135,7 +135,7 @@ def _scale(x):
     return 3.0 * x
 
 
-FIRST = ("first compile", "first", "", "", "")
+FIRST = ("first", "", "", "")
 
 
 def triggers():
@@ -153,39 +153,39 @@ def triggers():
         "shape": (
             jax.jit(lambda x: x * 2.0),
             [(a3,), (a4,)],
-            [FIRST, ("shape", "shape", "x", "f32[3]", "f32[4]")],
+            [FIRST, ("shape", "x", "f32[3]", "f32[4]")],
         ),
         "dtype": (
             jax.jit(lambda x: x * 2),
             [(a3,), (i3,)],
-            [FIRST, ("dtype", "dtype", "x", "f32[3]", "i32[3]")],
+            [FIRST, ("dtype", "x", "f32[3]", "i32[3]")],
         ),
         "weak type": (
             jax.jit(lambda lr: lr * 2.0),
             [(0.5,), (strong,)],
             [
                 FIRST,
-                ("weak type", "weak_type", "lr", "f32[]{weak_type=True}", "f32[]{weak_type=False}"),
+                ("weak_type", "lr", "f32[]{weak_type=True}", "f32[]{weak_type=False}"),
             ],
         ),
         "static value": (
             static(lambda x, n: x * n),
             [(a3, 2), (a3, 3)],
-            [FIRST, ("static value", "static", "n", "2", "3")],
+            [FIRST, ("static", "n", "2", "3")],
         ),
         "static after shape": (
             static(lambda x, n: x * n),
             [(a3, 2), (a4, 2), (a4, 3)],
             [
                 FIRST,
-                ("shape", "shape", "x", "f32[3]", "f32[4]"),
-                ("static value", "static", "n", "2", "3"),
+                ("shape", "x", "f32[3]", "f32[4]"),
+                ("static", "n", "2", "3"),
             ],
         ),
         "static identity": (
             static(lambda x, c: x * c.k),
             [(a3, p1), (a3, p2)],
-            [FIRST, ("static identity", "static", "c", repr(p1), repr(p2))],
+            [FIRST, ("static", "c", repr(p1), repr(p2))],
         ),
         "pytree (None leaf)": (
             jax.jit(lambda t: t["a"] if t["b"] is None else t["a"] + t["b"]),
@@ -193,7 +193,6 @@ def triggers():
             [
                 FIRST,
                 (
-                    "pytree structure",
                     "structure",
                     "t['b']",
                     "PyTreeDef({'a': *, 'b': None})",
@@ -204,20 +203,20 @@ def triggers():
         "new closure per call": (
             lambda x: jax.jit(lambda y: y + 1.0)(x),
             [(a3,), (a3,)],
-            [FIRST, ("new function object", "new_function", "", "", "")],
+            [FIRST, ("new_function", "", "", "")],
         ),
         "jit(self.method)": (
             model.run,
             [(a4,), (a4,)],
-            [FIRST, ("new function object", "new_function", "", "", "")],
+            [FIRST, ("new_function", "", "", "")],
         ),
         "calling convention": (
             jax.jit(with_default),
             [(a3,), (a3, 2.0), {"args": (a3,), "kwargs": {"y": 2.0}}],
             [
                 FIRST,
-                ("pytree structure", "structure", "y", "not passed", "passed positionally"),
-                ("pytree structure", "structure", "y", "passed positionally", "passed by keyword"),
+                ("structure", "y", "not passed", "passed positionally"),
+                ("structure", "y", "passed positionally", "passed by keyword"),
             ],
         ),
         "values only": (jax.jit(lambda x: x * 5.0), [(a3,), (z3,)], [FIRST]),
@@ -239,31 +238,39 @@ def triggers():
     }
 
 
+def _flat(results: list[list[CacheMiss]]) -> list[CacheMiss]:
+    return [miss for misses in results for miss in misses]
+
+
 @pytest.mark.parametrize("name", list(triggers()))
 def test_why_recompiled_classifies_each_trigger(name):
     fn, calls, expected = triggers()[name]
     results = why_recompiled(fn, calls)
-    got = [(r.category, r.kind, r.argument, r.old, r.new) for r in results]
-    assert got == expected, [(r.category, r.detail) for r in results]
-    for r in results:
-        assert r.fix == FIXES[r.category] and r.fix
+    assert len(results) == len(calls)
+    misses = _flat(results)
+    got = [(m.kind, m.argument, m.old, m.new) for m in misses]
+    assert got == expected, [m.text for m in misses]
+    for m in misses:
+        assert isinstance(m, CacheMiss) and m.kind in KINDS
+        assert fix_for(m)
 
 
-def test_why_recompiled_reports_call_index_and_detail():
+def test_why_recompiled_reports_misses_per_call_with_detail():
     f = jax.jit(lambda x, n: x * n, static_argnums=1)
     a = jnp.ones(2)
     results = why_recompiled(f, [(a, 2), (a, 2), (a, 5)])
-    assert [(r.call, r.category) for r in results] == [(0, "first compile"), (2, "static value")]
-    assert results[1].detail == "static argument `n`: 2 → 5"
+    assert [[m.kind for m in misses] for misses in results] == [["first"], [], ["static"]]
+    assert results[2][0].summary == "static argument `n`: 2 → 5"
 
 
 def test_why_recompiled_eager_operation():
     def host_loop(x):
         return x + jnp.arange(7.0)  # arange and add run eagerly, outside jit
 
-    results = why_recompiled(host_loop, [(jnp.ones(7),)])
-    assert results and {r.kind for r in results} == {"eager"}
-    assert {r.category for r in results} == {"eager operation"}
+    [misses] = why_recompiled(host_loop, [(jnp.ones(7),)])
+    assert misses and {m.kind for m in misses} == {"eager"}
+    assert {fix_for(m) for m in misses} == {fix_for(misses[0])}
+    assert "eager" in fix_for(misses[0]) and "outside jit" in misses[0].summary
 
 
 def test_why_recompiled_counts_match_a_counter():
@@ -271,7 +278,36 @@ def test_why_recompiled_counts_match_a_counter():
     calls = [(jnp.ones(2),), (jnp.ones(3),), (jnp.ones(2),)]
     with CompileCounter(f) as counter:
         results = why_recompiled(f, calls)
-    assert counter.count == len(results) == 2
+    assert counter.count == len(_flat(results)) == 2
+    assert [r.miss for r in counter.records] == _flat(results)
+
+
+def test_fix_for_each_kind_is_distinct_and_static_identity_has_its_own():
+    triggers_ = triggers()
+    by_kind: dict[str, str] = {}
+    for name in ("shape", "dtype", "weak type", "static value", "pytree (None leaf)"):
+        fn, calls, _ = triggers_[name]
+        last = _flat(why_recompiled(fn, calls))[-1]
+        by_kind[last.kind] = fix_for(last)
+    assert len(set(by_kind.values())) == len(by_kind) == 5
+    fn, calls, _ = triggers_["static identity"]
+    identity = _flat(why_recompiled(fn, calls))[-1]
+    assert identity.kind == "static" and identity.note == "hashed by identity"
+    assert "identity" in fix_for(identity) and fix_for(identity) != by_kind["static"]
+
+    def fresh(x):
+        return x + 1.0
+
+    [[first]] = why_recompiled(jax.jit(fresh), [(1.0,)])
+    assert first.kind == "first" and fix_for(first).startswith("nothing to fix")
+
+
+def test_fix_for_bad_input():
+    with pytest.raises(TypeError, match="`miss` must be a compilation.CacheMiss"):
+        fix_for("shape")  # pyright: ignore[reportArgumentType]  # bad input on purpose
+    miss = _flat(why_recompiled(jax.jit(lambda x: x), [(1.0,)]))[0]
+    with pytest.raises(ValueError, match="`miss.kind`"):
+        fix_for(dataclasses.replace(miss, kind="nonsense"))
 
 
 def test_why_recompiled_bad_arguments():

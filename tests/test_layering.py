@@ -1,7 +1,8 @@
 """Packages talk through public names: no ``from jaxwise.<other package>._private import``.
 
 A helper two packages share lives in a top-level private module (``jaxwise/_frames.py``), and
-a package reaches another only through that package's public names.
+a package reaches another only through that package's public names. Every class name is
+defined once in the package (two unrelated classes of one name are one name too many).
 """
 
 from __future__ import annotations
@@ -12,13 +13,6 @@ from pathlib import Path
 import jaxwise
 
 SRC = Path(jaxwise.__file__).parent
-# TODO(lead): both go when their owners' branches land (empty this set then):
-# watch's `_events` channel replaces `train._donation.LISTENERS` (branch watch), and
-# train/_ensemble.py, rewritten on the public gradient API by branch compose, moves to
-# label_errors/ (it is label_errors' out-of-fold trainer).
-PENDING = {
-    "label_errors/_oof.py: jaxwise.train._ensemble",
-}
 
 
 def _own_package(path: Path, root: Path) -> str | None:
@@ -58,11 +52,7 @@ def private_cross_package_imports(root: Path = SRC) -> list[str]:
 
 
 def test_no_private_cross_package_import() -> None:
-    found = [
-        line
-        for line in private_cross_package_imports()
-        if f"{line.split(':')[0]}: {line.split(': ')[1]}" not in PENDING
-    ]
+    found = private_cross_package_imports()
     assert not found, "\n".join(found)
 
 
@@ -85,3 +75,26 @@ def test_the_scan_finds_each_form(tmp_path: Path) -> None:
         "jaxwise.watch._run",
         "jaxwise.jobs._render",
     ]
+
+
+def class_definitions(root: Path = SRC) -> dict[str, list[str]]:
+    """``{class name: ["file:line", ...]}`` of every class defined under ``root``."""
+    found: dict[str, list[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def test_each_class_name_is_defined_once() -> None:
+    repeated = {name: where for name, where in class_definitions().items() if len(where) > 1}
+    assert not repeated, repeated
+
+
+def test_the_class_scan_finds_a_repeated_name(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "_x.py").write_text("class Program:\n    class Inner: ...\n")
+    (tmp_path / "_y.py").write_text("def f():\n    class Program: ...\n")
+    found = class_definitions(tmp_path)
+    assert found == {"Program": ["_y.py:2", "a/_x.py:1"], "Inner": ["a/_x.py:2"]}

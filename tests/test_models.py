@@ -24,7 +24,7 @@ def test_mlp_he_init_and_shapes():
 
 def test_init_compiles_once_and_forward_matches_float64():
     keys = [jax.random.key(i) for i in range(3)]
-    with CompileBudget(1, name="_init_mlp", exact=True):
+    with CompileBudget(1, "_init_mlp", exact=True):
         params = [init_mlp(k, (3, 8, 2)) for k in keys]
     x = np.random.default_rng(0).normal(size=(5, 3))
     p = {

@@ -455,7 +455,7 @@ def test_cross_entropy_compiles_once_under_jit(rng):
         (jnp.asarray(rng.normal(size=(8, 3)), jnp.float32), jnp.asarray(rng.integers(0, 3, 8)))
         for _ in range(4)
     ]
-    with CompileBudget(1, name="cross_entropy") as budget:
+    with CompileBudget(1, "cross_entropy") as budget:
         for logits, labels in batches:
             jitted(logits, labels)
     assert budget.count == 1

@@ -404,7 +404,7 @@ def test_lstm_checkpointed_gradient_equals_stored_and_compiles_once(rng):
     batches = [
         (jnp.asarray(rng.normal(size=(10, 3)), jnp.float32), jnp.arange(10) < k) for k in (3, 10)
     ]
-    with CompileBudget(1, name="loss") as budget:
+    with CompileBudget(1, "loss") as budget:
         grads = [grad(p, xs, m, True) for xs, m in batches]
     assert budget.count == 1
     for (xs, m), g in zip(batches, grads, strict=True):
@@ -434,7 +434,7 @@ def test_rnn_runner_compiles_once(rng):
     batches = [
         (jnp.asarray(rng.normal(size=(10, 3)), jnp.float32), jnp.arange(10) < k) for k in (3, 7, 10)
     ]
-    with CompileBudget(1, name="<lambda>") as budget:
+    with CompileBudget(1, "<lambda>") as budget:
         for xs, m in batches:
             runner(p, xs, m)
     assert budget.count == 1

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxwise._atomic import atomic_write
 from jaxwise._extras import require
 
 __all__ = [
@@ -49,16 +50,7 @@ def _figure(width: float, height: float) -> Any:
 def _save(fig: Any, path: str | os.PathLike[str]) -> Path:
     """Write the PNG atomically; on failure no temporary file is left (a full disk: ENOSPC
     naming ``path``) and an earlier plot at ``path`` is untouched."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    except OSError as err:
-        raise OSError(err.errno, err.strerror, str(path)) from None
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write(path, lambda tmp: fig.savefig(tmp, format="png"))
 
 
 def plot_training(

@@ -18,8 +18,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     config.addinivalue_line(
         "markers",
-        "compile_budget(max_compiles, name=None, exact=False): fail the test if it compiles "
-        "more than max_compiles jitted programs (of `name`, if given; exactly, with exact=True)",
+        "compile_budget(max_compiles, target=None, exact=False): fail the test if it compiles "
+        "more than max_compiles jitted programs (of `target`, if given; exactly, with exact=True)",
     )
 
 

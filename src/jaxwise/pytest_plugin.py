@@ -1,8 +1,8 @@
-"""pytest plugin: ``@pytest.mark.compile_budget(n, name=None, exact=False)``.
+"""pytest plugin: ``@pytest.mark.compile_budget(n, target=None, exact=False)``.
 
 Registered through the ``pytest11`` entry point, so installing jaxwise is
 enough. A marked test fails when its body compiles more than ``n`` jitted
-programs (optionally only those of ``name``: a function name, a jitted
+programs (optionally only those of ``target``: a function name, a jitted
 function or an object with ``.jitted``); with ``exact=True`` any other count
 fails too. The failure lists every compile with the reason it happened.
 
@@ -13,7 +13,7 @@ test gives the same result run alone (``-k``) and in its whole file; pass
 
 Example::
 
-    @pytest.mark.compile_budget(1, name="step")
+    @pytest.mark.compile_budget(1, target="step")
     def test_training_compiles_once():
         for batch in batches:
             state = step(state, batch)

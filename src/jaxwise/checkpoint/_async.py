@@ -15,7 +15,6 @@ in flight when a program ends without closing its writer is reported in one line
 
 from __future__ import annotations
 
-import errno
 import logging
 import sys
 import threading
@@ -23,6 +22,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from jaxwise._disk import is_disk_full
 from jaxwise.checkpoint._format import CheckpointError
 
 __all__ = ["SaveQueue", "drain", "track", "untrack"]
@@ -75,7 +75,7 @@ class SaveQueue:
         thread.join()
         self._thread = None
         error, self._error = self._error, None
-        if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        if isinstance(error, OSError) and is_disk_full(error):
             raise error  # a full disk: the one OSError naming the step, as a synchronous save
         if error is not None:
             raise CheckpointError(

@@ -7,7 +7,6 @@ In a single process a step is written in jaxwise's own format (one data file, se
 
 from __future__ import annotations
 
-import errno
 import functools
 import gc
 import json
@@ -20,6 +19,7 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_int, check_path
+from jaxwise._disk import disk_full_error, is_disk_full
 from jaxwise._lock import describe_holder
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
@@ -287,12 +287,12 @@ class Checkpointer:
         self._pending = None
         if jax.process_index() == 0:
             safety.remove_leftovers(self.path, step)
-        if not safety.is_disk_full(err):
+        if not is_disk_full(err):
             raise err
         err.__traceback__ = None  # free orbax's abandoned coroutines now, not at exit
         del err
         gc.collect()
-        raise OSError(errno.ENOSPC, "No space left on device", str(target)) from None
+        raise disk_full_error(target) from None
 
     def _clear_slot(self, step: int, target: Path) -> None:
         if target.exists():

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import signal
@@ -31,6 +30,8 @@ from typing import Any
 
 import jax
 import numpy as np
+
+from jaxwise._disk import disk_full_error
 
 TMP_MARK = ".orbax-checkpoint-tmp"
 TMP_MARKS = (TMP_MARK, ".jaxwise-tmp")  # orbax's temporary directories, and jaxwise's
@@ -71,27 +72,10 @@ def check_space(target: Path, needed: int) -> None:
     """``OSError(ENOSPC)`` naming ``target`` when the disk has less room than ``needed``."""
     free = free_bytes(target)
     if free < needed:
-        raise OSError(
-            errno.ENOSPC,
-            f"No space left on device (the checkpoint needs about {_megabytes(needed)}, "
-            f"{_megabytes(free)} free)",
-            str(target),
+        raise disk_full_error(
+            target,
+            f" (the checkpoint needs about {_megabytes(needed)}, {_megabytes(free)} free)",
         )
-
-
-def is_disk_full(err: BaseException) -> bool:
-    """True when ``err`` (or an exception it was raised from) is a full disk or quota."""
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OSError) and current.errno in (errno.ENOSPC, errno.EDQUOT):
-            return True
-        text = str(current)
-        if "No space left on device" in text or "os_error_code='28'" in text:
-            return True
-        current = current.__cause__ or current.__context__
-    return False
 
 
 def remove_leftovers(root: Path, step: int | None = None) -> list[str]:

@@ -130,7 +130,6 @@ class CompileCounter:
             ``True``; nothing is printed).
         include_eager: count eager operations outside ``jit`` (programs defined inside JAX,
             such as ``jnp.ones(3)``). Only meaningful without a target.
-        name: alias of ``target`` (the first-round keyword).
 
     Attributes:
         records: every compile counted, as
@@ -138,8 +137,8 @@ class CompileCounter:
         others: programs that compiled in the block but did not match the target.
 
     Raises:
-        TypeError: ``target`` is not a name, function or object with ``.jitted``, both
-            ``target`` and ``name`` are given, or a flag is not a bool.
+        TypeError: ``target`` is not a name, function or object with ``.jitted``, or a flag
+            is not a bool.
         ValueError: ``target`` is an empty string.
 
     Examples:
@@ -158,14 +157,9 @@ class CompileCounter:
         *,
         explain: bool = True,
         include_eager: bool = True,
-        name: Any = None,
     ) -> None:
         check_bool(explain, "explain")
         check_bool(include_eager, "include_eager")
-        if name is not None:
-            if target is not None:
-                raise TypeError("pass either `target` or its alias `name`, not both")
-            target = name
         self._target = resolve_target(target)
         self._explain = bool(explain)
         self._include_eager = bool(include_eager)
@@ -290,7 +284,6 @@ class CompileBudget(CompileCounter):
         on_exceed: ``"raise"`` or ``"warn"``.
         exact: require exactly ``max_compiles`` compilations.
         include_eager: as for [`CompileCounter`][jaxwise.compilation.CompileCounter].
-        name: alias of ``target``.
 
     Raises:
         TypeError: a wrong argument type (as for ``CompileCounter``).
@@ -313,11 +306,10 @@ class CompileBudget(CompileCounter):
         *,
         exact: bool = False,
         include_eager: bool = True,
-        name: Any = None,
     ) -> None:
         self.max_compiles = _check_budget_args(max_compiles, on_exceed)
         check_bool(exact, "exact")
-        super().__init__(target, include_eager=include_eager, name=name)
+        super().__init__(target, include_eager=include_eager)
         self.on_exceed = on_exceed
         self.exact = bool(exact)
 

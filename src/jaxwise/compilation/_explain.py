@@ -31,6 +31,7 @@ KINDS = (
     "config",
     "donation",
     "new_function",
+    "eager",
     "other",
 )
 """Every ``CacheMiss.kind``: the kinds of `CacheMiss`."""
@@ -57,7 +58,8 @@ class Difference:
     """One difference between a call and an earlier call of the same function.
 
     Attributes:
-        kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"``/``"new_function"``).
+        kind: one of [`KINDS`][jaxwise.compilation.KINDS] (never ``"first"``, ``"new_function"`` or
+            ``"eager"``).
         argument: the argument, with the path inside it: ``"x"``, ``"batch[0]"``, ``"cfg"``.
         old: the earlier value or type, as text (``"f32[3]"``, ``"2"``).
         new: the current one.
@@ -111,9 +113,11 @@ class CacheMiss:
             positional vs keyword), ``"sharding"`` (an input's sharding, device, or committed vs
             uncommitted placement), ``"config"`` (a JAX config flip such as ``jax_enable_x64``,
             named in ``argument``), ``"donation"`` (the same program jitted with and without
-            donating an argument) or ``"other"``.
+            donating an argument), ``"eager"`` (an eager operation outside ``jit``, see
+            [`CompileEvent.miss`][jaxwise.compilation.CompileEvent.miss]) or ``"other"``.
         argument: the argument that changed, e.g. ``"x"``, ``"batch[0]"``, ``"cfg"``, or the
-            config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``.
+            config option (``"jax_enable_x64"``); ``""`` for ``"first"``/``"new_function"``/
+            ``"eager"``.
         old: its earlier value or type as text (``"2"``, ``"f32[3]"``), ``""`` if none.
         new: its current value or type as text.
         differences: every [`Difference`][jaxwise.compilation.Difference] from the closest

@@ -65,22 +65,35 @@ class CompileEvent:
         """``"name at file:line"``, JAX's identity of the function, if known."""
         return f"{self.function} at {self.defined_at}" if self.defined_at else None
 
+    @property
+    def miss(self) -> CacheMiss:
+        """Why it compiled, always as a [`CacheMiss`][jaxwise.compilation.CacheMiss].
+
+        The ``explanation`` when there is one; otherwise a miss of kind ``"eager"`` for an
+        eager operation outside ``jit`` (``internal``) or ``"other"`` (a program derived from
+        an earlier trace, an AOT compile), its one reason saying so.
+        """
+        if self.explanation is not None:
+            return self.explanation
+        if self.internal:
+            kind, reason = "eager", "an eager operation outside jit (a program defined inside JAX)"
+        else:
+            kind, reason = (
+                "other",
+                "no tracing-cache miss: a program derived from an earlier trace (by grad, "
+                "vmap…) or an AOT compile of a traced function",
+            )
+        function = self.function or _inner_name(self.fun_name)
+        text = f"{self.fun_name}: {reason}"
+        return CacheMiss(function, self.defined_at, None, kind, "", "", "", (), (reason,), text)
+
     def describe(self) -> str:
         """One line: name, milliseconds and the reason.
 
         Returns:
             The line, e.g. ``"jit(step)   12.3 ms  shape of x: f32[3] -> f32[5]"``.
         """
-        if self.explanation is not None:
-            reason = self.explanation.summary
-        elif self.internal:
-            reason = "an eager operation outside jit (a program defined inside JAX)"
-        else:
-            reason = (
-                "no tracing-cache miss: a program derived from an earlier trace (by grad, "
-                "vmap…) or an AOT compile of a traced function"
-            )
-        return f"{self.fun_name:<24} {1e3 * self.seconds:8.1f} ms  {reason}"
+        return f"{self.fun_name:<24} {1e3 * self.seconds:8.1f} ms  {self.miss.summary}"
 
 
 def _inner_name(fun_name: str) -> str:

@@ -1,89 +1,78 @@
-"""Why did it recompile: each compile of a series of calls, classified, with the fix."""
+"""Why did it recompile: each call's compiles as `CacheMiss` records, and the fix for a miss."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
 
 from jaxwise._checks import check_callable
-from jaxwise.compilation import CompileCounter, CompileEvent
+from jaxwise.compilation import KINDS, CacheMiss, CompileCounter
 
-__all__ = ["FIXES", "Recompile", "why_recompiled"]
+__all__ = ["fix_for", "why_recompiled"]
 
 
-FIXES = {
-    "first compile": "nothing to fix: every program compiles once",
+_FIXES = {
+    "first": "nothing to fix: every program compiles once",
     "shape": "pad inputs to a few fixed shapes (jaxwise.buckets) or make the varying dimension "
     "static on purpose",
     "dtype": "cast inputs to one dtype before the call",
-    "weak type": "pass the same kind of value every call: always a Python scalar, or always "
+    "weak_type": "pass the same kind of value every call: always a Python scalar, or always "
     "jnp.asarray(v, dtype) (a committed dtype)",
-    "static value": "a static argument changed value: make it a traced argument, or accept one "
+    "static": "a static argument changed value: make it a traced argument, or accept one "
     "program per value",
-    "static identity": "the static argument is hashed by identity: make its class "
-    "@dataclass(frozen=True) or register it with jax.tree_util.register_static, or reuse one "
-    "instance",
-    "pytree structure": "keep the argument structure fixed: no None-vs-array leaves, same dict "
+    "structure": "keep the argument structure fixed: no None-vs-array leaves, same dict "
     "keys, and call with the same convention (positional vs keyword, defaults omitted or not)",
     "sharding": "place inputs with the same sharding every call (jax.device_put with one "
     "NamedSharding)",
-    "new function object": "create the jitted function once and reuse it (not jax.jit of a "
-    "lambda, closure or bound method inside the call)",
     "config": "a JAX config flag (e.g. jax_enable_x64) flipped between calls; set it once, "
     "before the first call",
     "donation": "the same function is jitted both with and without donating an argument; jit "
     "it once with one donation setting",
-    "eager operation": "an eager jnp operation outside jit compiled a small program; move it "
+    "new_function": "create the jitted function once and reuse it (not jax.jit of a "
+    "lambda, closure or bound method inside the call)",
+    "eager": "an eager jnp operation outside jit compiled a small program; move it "
     "inside the jitted function or precompute it",
-    "other": "see the explanation in `detail`",
+    "other": "see the miss's `text`",
 }
-"""``{category: what to do}`` for every ``Recompile.category``."""
-
-_CATEGORY = {
-    "first": "first compile",
-    "shape": "shape",
-    "dtype": "dtype",
-    "weak_type": "weak type",
-    "structure": "pytree structure",
-    "sharding": "sharding",
-    "config": "config",
-    "donation": "donation",
-    "new_function": "new function object",
-    "other": "other",
-}
+_STATIC_IDENTITY = (
+    "the static argument is hashed by identity: make its class @dataclass(frozen=True) or "
+    "register it with jax.tree_util.register_static, or reuse one instance"
+)
+_IDENTITY_NOTE = "hashed by identity"  # `Difference.note` of a static object compared by `is`
 
 
-@dataclasses.dataclass(frozen=True)
-class Recompile:
-    """One compilation during `why_recompiled`, classified.
+def fix_for(miss: CacheMiss) -> str:
+    """What to do about one compile: the fix for its [`CacheMiss`][jaxwise.compilation.CacheMiss].
 
-    Attributes:
-        call: index of the call that compiled.
-        function: JAX's program name, e.g. ``"jit(step)"``.
-        category: the human category, a key of [`FIXES`][jaxwise.diagnose.FIXES]
-            (``"static value"`` and ``"static identity"`` split ``kind == "static"``).
-        detail: the explanation.
-        fix: what to do about it.
-        kind: the [`CacheMiss`][jaxwise.compilation.CacheMiss] kind (``"static"``, ``"shape"``…), or
-            ``"eager"`` for an eager operation and ``"other"`` when nothing is known.
-        argument: the argument that changed, from the cache miss (``""`` when not
-            applicable).
-        old: its earlier value or type, as text.
-        new: its new value or type, as text.
+    Looked up from the miss's ``kind`` (a static argument hashed by identity gets its own
+    fix, read from the headline difference's ``note``).
+
+    Args:
+        miss: a cache miss, from [`why_recompiled`][jaxwise.diagnose.why_recompiled], a
+            counter's records (``CompileEvent.miss``), ``explain_recompiles`` or a watch report.
+
+    Returns:
+        One line: what to change (for ``kind == "first"``: nothing).
+
+    Raises:
+        TypeError: ``miss`` is not a ``CacheMiss``.
+        ValueError: its ``kind`` is not one of ``compilation.KINDS``.
+
+    Examples:
+        >>> import jax
+        >>> first, second = why_recompiled(jax.jit(lambda x: x * 2), [(1.0,), (1,)])
+        >>> fix_for(second[0])
+        'cast inputs to one dtype before the call'
     """
-
-    call: int
-    function: str
-    category: str
-    detail: str
-    fix: str
-    kind: str = "other"
-    argument: str = ""
-    old: str = ""
-    new: str = ""
+    if not isinstance(miss, CacheMiss):
+        raise TypeError(f"`miss` must be a compilation.CacheMiss, got {type(miss).__name__}")
+    if miss.kind not in _FIXES:
+        raise ValueError(f"`miss.kind` must be one of {KINDS}, got {miss.kind!r}")
+    if miss.kind == "static" and miss.note == _IDENTITY_NOTE:
+        return _STATIC_IDENTITY
+    return _FIXES[miss.kind]
 
 
 def _as_call(spec: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -94,41 +83,14 @@ def _as_call(spec: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (spec,), {}
 
 
-def _classify(index: int, record: CompileEvent) -> Recompile:
-    miss = record.explanation
-    if miss is None:
-        if record.internal:
-            return Recompile(
-                index,
-                record.fun_name,
-                "eager operation",
-                record.describe(),
-                FIXES["eager operation"],
-                "eager",
-            )
-        return Recompile(index, record.fun_name, "other", record.describe(), FIXES["other"])
-    if miss.kind == "static":
-        category = "static identity" if miss.note == "hashed by identity" else "static value"
-    else:
-        category = _CATEGORY[miss.kind]
-    return Recompile(
-        index,
-        record.fun_name,
-        category,
-        miss.summary,
-        FIXES[category],
-        miss.kind,
-        miss.argument,
-        miss.old,
-        miss.new,
-    )
+def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[list[CacheMiss]]:
+    """Run ``fn`` on each call and say why each of its compilations happened.
 
-
-def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompile]:
-    """Run ``fn`` on each call and classify every compilation it causes.
-
-    The classification reads the structured cache miss of each compile: what JAX's cache key
-    of this call has that no earlier key of the same function had.
+    Each compile is the structured [`CacheMiss`][jaxwise.compilation.CacheMiss] that caused
+    it: what JAX's cache key of this call has that no earlier key of the same function had
+    (``kind``, ``argument``, ``old``, ``new``). A compile JAX gave no miss for is a miss of
+    kind ``"eager"`` (an eager operation outside ``jit``) or ``"other"``. The fix for each is
+    [`fix_for(miss)`][jaxwise.diagnose.fix_for].
 
     Args:
         fn: a jitted function (or any function that calls jitted code).
@@ -136,9 +98,8 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
             ``{"args": (...), "kwargs": {...}}``.
 
     Returns:
-        One [`Recompile`][jaxwise.diagnose.Recompile] per compilation, in order, with
-            ``kind``/``argument``/``old``/``new``, a ``category`` among the keys of
-            [`FIXES`][jaxwise.diagnose.FIXES], and the ``fix`` for it.
+        One list per call, in order: the misses of the compiles that call caused (empty when
+            it compiled nothing).
 
     Raises:
         TypeError: ``fn`` is not callable or ``calls`` is not a sequence.
@@ -146,17 +107,17 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[Recompi
     Examples:
         >>> import jax
         >>> f = jax.jit(lambda x, n: x * n, static_argnums=1)
-        >>> first, second = why_recompiled(f, [(1.0, 2), (1.0, 3)])
+        >>> [first], [second] = why_recompiled(f, [(1.0, 2), (1.0, 3)])
         >>> first.kind, second.kind, second.argument, second.old, second.new
         ('first', 'static', 'n', '2', '3')
     """
     check_callable(fn, "fn")
     if isinstance(calls, (str, bytes)) or not isinstance(calls, Sequence):
         raise TypeError(f"`calls` must be a sequence of calls, got {type(calls).__name__}")
-    results: list[Recompile] = []
-    for index, spec in enumerate(calls):
+    results: list[list[CacheMiss]] = []
+    for spec in calls:
         args, kwargs = _as_call(spec)
         with CompileCounter() as counter:
             jax.block_until_ready(fn(*args, **kwargs))
-        results.extend(_classify(index, record) for record in counter.records)
+        results.append([record.miss for record in counter.records])
     return results

@@ -1,8 +1,8 @@
 """Out-of-fold probabilities: every fold model of every repeat trained at once, in one program.
 
-The fold models train through `jaxwise.train`'s update path, vmapped over models
-(``train._ensemble.fit_models``): each model shuffles its own training rows and keeps its
-best epoch. Early stopping watches an *inner validation split* of each model's training
+The fold models train through `jaxwise.train`'s step, vmapped over models
+(`jaxwise.label_errors._ensemble.fit_models`): each model shuffles its own training rows and
+keeps its best epoch. Early stopping watches an *inner validation split* of each model's training
 rows (one row in `INNER_VALIDATION`, stratified by label, drawn from the seed): the model
 never trains on those rows, and never looks at the labels of the rows it judges. Each model
 standardises its inputs with the mean and standard deviation of its training rows only, so
@@ -29,10 +29,10 @@ import optax
 from jaxwise._checks import check_array, check_bool, check_callable, check_int
 from jaxwise._params import check_params
 from jaxwise.buckets import bucket_for
+from jaxwise.label_errors._ensemble import fit_models
 from jaxwise.models import init_mlp
 from jaxwise.numerics import cross_entropy
 from jaxwise.train import TrainState
-from jaxwise.train._ensemble import fit_models
 
 __all__ = ["OutOfFold", "out_of_fold_probabilities", "stratified_folds"]
 

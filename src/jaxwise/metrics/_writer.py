@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
+from jaxwise._atomic import atomic_write_text
 from jaxwise._checks import check_path, is_int
 
 __all__ = ["JsonlWriter", "MetricWriter", "check_scalars"]
@@ -136,9 +137,7 @@ class JsonlWriter:
         records = _read_records(self.path, self.step_key)
         kept = [r for r in records if int(r[self.step_key]) < step]  # type: ignore[arg-type]
         if self.path.exists():
-            tmp = self.path.with_name(self.path.name + ".tmp")
-            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
-            os.replace(tmp, self.path)
+            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
         return self.path.open("a", encoding="utf-8")
 
     def flush(self) -> None:

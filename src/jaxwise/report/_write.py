@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from jaxwise._atomic import atomic_write_text
 from jaxwise._errors import UserError
 from jaxwise._lock import FileLock, LockHeld, describe_holder
 from jaxwise.report._collect import collect
@@ -67,17 +67,7 @@ def _write(path: Path, text: str, option: str) -> Path:
         )
     if not path.parent.is_dir():
         raise UserError(f"{option} {path}: the directory {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError as err:
-        if err.errno is not None and err.filename is None:
-            raise OSError(err.errno, err.strerror, str(path)) from None
-        raise
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return atomic_write_text(path, text)
 
 
 def run_report_html(run_dir: str | os.PathLike[str]) -> str:

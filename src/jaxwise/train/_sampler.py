@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_int
+from jaxwise._shuffle import shuffle_hash
 
 __all__ = ["Sampler", "ShuffleSampler", "shuffle_hash"]
 
@@ -233,27 +234,3 @@ class ShuffleSampler:
         """
         del n
         return x, None, {}
-
-
-def _mix(x: jax.Array) -> jax.Array:
-    """The "lowbias32" integer mixer: a bijection of uint32 with strong avalanche."""
-    x = x ^ (x >> 16)
-    x = x * jnp.uint32(0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = x * jnp.uint32(0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def shuffle_hash(key: jax.Array, step: jax.Array, n: int) -> jax.Array:
-    """Distinct keyed 32-bit hashes of ``0..n-1`` (uint32 ``(n,)``); ``argsort`` is a shuffle.
-
-    Examples:
-        >>> import jax, jax.numpy as jnp
-        >>> h = shuffle_hash(jax.random.key(0), jnp.int32(3), 1000)
-        >>> len(set(h.tolist()))
-        1000
-    """
-    data = jax.random.key_data(key).reshape(-1).astype(jnp.uint32)
-    seed = _mix(data[0] ^ _mix(data[-1] ^ _mix(jnp.asarray(step).astype(jnp.uint32))))
-    index = jnp.arange(n, dtype=jnp.uint32)
-    return _mix(_mix(index + seed) ^ data[-1])

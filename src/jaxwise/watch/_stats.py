@@ -49,21 +49,9 @@ class Stats:
 
 def compile_miss(event: CompileEvent, where: str | None) -> CacheMiss:
     """The compile's `CacheMiss`, its ``call_site`` the user's line that compiled."""
-    miss = event.explanation
-    if miss is None:
-        text = event.describe()
-        return CacheMiss(
-            event.function or event.fun_name,
-            event.defined_at,
-            where,
-            "other",
-            "",
-            "",
-            "",
-            (),
-            (text,),
-            text,
-        )
+    miss = event.miss
+    if miss.kind == "eager":  # a pmap-ed program: defined inside JAX, called by the user
+        miss = dataclasses.replace(miss, kind="other")
     return dataclasses.replace(miss, call_site=where)
 
 

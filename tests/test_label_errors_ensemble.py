@@ -1,4 +1,4 @@
-"""train/_ensemble.py: several models trained at once through the one update path."""
+"""label_errors/_ensemble.py: the fold models trained at once through train's step, vmapped."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import optax
 import pytest
 
 from jaxwise.compilation import CompileBudget
+from jaxwise.label_errors._ensemble import _orders, fit_models
 from jaxwise.train import TrainState
-from jaxwise.train._ensemble import _orders, fit_models
 
 N, D, B, LR = 24, 3, 4, 0.05
 

@@ -1,13 +1,14 @@
-"""Several models trained at once in one program: the one update path, vmapped over models.
+"""The fold models trained at once in one program: `jaxwise.train`'s step, vmapped over models.
 
 Every leaf of the `TrainState` carries a leading *model* axis. Each epoch, every model
 shuffles the rows it may train on (``allowed``) with the hash of `shuffle_hash` and
 takes ``min(rows allowed) // batch_size`` mini-batches (a count known only at run time, so
 padded datasets of one shape share the program); one step updates every model at once with
-``jax.vmap`` of `make_update` (the NaN guard and optimizer handling of every other
-program). After each epoch every model's validation loss decides its early stopping: a model
-keeps its best parameters, and once it has waited ``patience`` epochs its state no longer
-changes. The loop ends when every model has stopped or after ``epochs``.
+``jax.vmap`` of the jitted function of ``train.make_step(train.value_and_grad(loss))`` (the
+NaN guard and optimizer handling of every other program, through train's public names).
+After each epoch every model's validation loss decides its early stopping: a model keeps its
+best parameters, and once it has waited ``patience`` epochs its state no longer changes. The
+loop ends when every model has stopped or after ``epochs``.
 """
 
 from __future__ import annotations
@@ -18,10 +19,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxwise.train._gradient import value_and_grad
-from jaxwise.train._sampler import shuffle_hash
-from jaxwise.train._state import TrainState
-from jaxwise.train._update import make_update, plan_update
+from jaxwise._shuffle import shuffle_hash
+from jaxwise.train import TrainState, make_step, value_and_grad
 
 __all__ = ["ModelsFit", "fit_models"]
 
@@ -101,8 +100,10 @@ def fit_models(
     Returns:
         `ModelsFit`.
     """
-    gradient = value_and_grad(loss_fn, model_state=model_state)
-    update = make_update(gradient, plan_update(gradient))
+    # The step's pure jitted function: no donation or audit (it runs inside the caller's jit).
+    update = make_step(
+        value_and_grad(loss_fn, model_state=model_state), donate=False, audit=False
+    ).jitted
     models = allowed.shape[0]
     steps = jnp.min(jnp.sum(allowed, axis=1)) // batch_size
     wait = epochs + 1 if patience is None else patience
@@ -111,7 +112,7 @@ def fit_models(
         st, order, active = carry
         idx = jax.lax.dynamic_slice_in_dim(order, i * batch_size, batch_size, axis=1)
         batch = jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="clip"), data)
-        new, _ = jax.vmap(update, in_axes=(0, 0, None))(st, batch, None)
+        new, _ = jax.vmap(update)(st, batch)
         return _select(active, new, st), order, active
 
     def epoch(carry: tuple) -> tuple:
