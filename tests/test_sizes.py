@@ -20,7 +20,7 @@ MAX_FUNCTION_LINES = 80
 # Over the limits on purpose, each with its reason; nothing else may be.
 ALLOWED = {
     # Rewritten on another branch this round (issue 33: `fit` takes callbacks, the CLI runs
-    # on it), which also replaces jobs/'s own loop and moves code into cli.py (620 lines there).
+    # on it), which also replaces jobs/'s own loop and moves code into cli.py (632 lines there).
     "jaxwise.train._loop.fit",
     "jaxwise.jobs.tabular.fit",
     "jaxwise/jobs/tabular.py",
