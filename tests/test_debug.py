@@ -316,9 +316,34 @@ def nan_after_shard_map(x):
 def nan_inside_shard_map(x):
     from jax.sharding import PartitionSpec as P
 
-    body = lambda v: jax.lax.psum(jnp.log(v - 10.0), "d")  # noqa: E731
+    body = lambda v: jax.lax.psum(jnp.log(v - 10.0), "d")  # noqa: E731  # LINE: shard_body
     mapped = jax.shard_map(body, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P())
-    return mapped(x)  # LINE: shard_map_call
+    return mapped(x)
+
+
+def _mean_of_logs(v):
+    safe = jnp.where(v > 100.0, jnp.log(v - 100.0), 0.0)  # discarded NaN: never blamed
+    shift = jax.lax.psum(jnp.sum(v), "d") * 0.0
+    clean = jnp.sum(safe + v) + shift  # varying over "d": a scan carry
+    steps = jax.lax.scan(lambda c, u: (c + jnp.sqrt(u - 3.0), c), clean, v)[0]  # LINE: sm_scan
+    return jax.lax.pmean(steps, "d")
+
+
+def nan_in_a_scan_inside_shard_map(x):
+    from jax.sharding import PartitionSpec as P
+
+    mapped = jax.shard_map(_mean_of_logs, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P())
+    return mapped(x)
+
+
+def nan_inside_shard_map_backward(x):
+    from jax.sharding import PartitionSpec as P
+
+    def body(v):
+        return jax.lax.pmean(jnp.sum(jnp.sqrt(v * v)), "d")  # LINE: sm_sqrt
+
+    mapped = jax.shard_map(body, mesh=_auto_mesh(), in_specs=P("d"), out_specs=P())
+    return jax.grad(mapped)(x)
 
 
 def test_shard_map_does_not_crash_and_a_nan_outside_is_located():
@@ -327,12 +352,22 @@ def test_shard_map_does_not_crash_and_a_nan_outside_is_located():
         "forward",
         _line_of("after_shard_map"),
     )
-    # made inside: its body runs per device (collectives), so the shard_map is the answer
-    assert _where(locate_nan(nan_inside_shard_map, jnp.ones(4))) == (
-        "shard_map",
-        "forward",
-        _line_of("shard_map_call"),
-    )
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_a_nan_inside_a_shard_map_body_is_located_at_its_line(jit):
+    """Issue #36: it was reported at the `shard_map` call, not at the line in the body."""
+    wrap = jax.jit if jit else (lambda f: f)
+    report = locate_nan(wrap(nan_inside_shard_map), jnp.ones(4))
+    assert _where(report) == ("log", "forward", _line_of("shard_body"))
+    assert report is not None and report.frame is not None
+    assert report.frame.function.endswith("<lambda>")
+    # in a scan in the body, past a `where` that discards a NaN, between collectives
+    report = locate_nan(wrap(nan_in_a_scan_inside_shard_map), jnp.arange(8.0))
+    assert _where(report) == ("sqrt", "forward", _line_of("sm_scan"))
+    # the backward pass of a shard_map (its transpose is a shard_map too)
+    report = locate_nan(wrap(nan_inside_shard_map_backward), jnp.asarray([1.0, 0.0, 2.0, 3.0]))
+    assert _where(report) == ("mul", "backward", _line_of("sm_sqrt"))
 
 
 def checkpointed_log(x):

@@ -1,8 +1,10 @@
-"""Tests for jaxwise.train._convolution: canonical convolutions inside the scanned epoch.
+"""Tests for jaxwise.compilation.canonical_convolutions: canonical convolutions in the epoch.
 
 XLA:CPU canonicalizes convolutions (for Eigen) only outside loops; a CNN epoch's gradient
 convolutions inside the scan ran as naive loop nests (issue #29). These tests check the
-rewrite against float64 and the compiled epoch's convolutions, never a timing.
+rewrite against float64 and the compiled epoch's convolutions, never a timing; and that it
+keeps keyword arguments and collectives' axis names inside ``shard_map`` and a named ``vmap``
+(issue #36: `NameError: Found an unbound axis name` through `make_train_epoch`).
 """
 
 import re
@@ -12,11 +14,13 @@ import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import Mesh
+from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
-from jaxwise.compilation import CompileBudget
+from jaxwise.compilation import CompileBudget, canonical_convolutions
+from jaxwise.compilation._convolution import canonical_specs
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
-from jaxwise.train._convolution import canonical_convolutions, canonical_specs
 from jaxwise.train._sampler import shuffle_hash
 
 CASES = [
@@ -149,3 +153,140 @@ def test_cnn_epoch_equals_the_steps_and_compiles_once(cnn):
     np.testing.assert_allclose(np.asarray(metrics["loss"]), losses, rtol=1e-5)
     for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(twin.params)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+# -- keyword arguments, collectives and named axes (issue #36) -----------------------------
+
+NCHW = ("NCHW", "OIHW", "NCHW")
+
+
+def _conv(x, k):
+    return jax.lax.conv_general_dilated(x, k, (1, 1), "SAME", dimension_numbers=NCHW)
+
+
+def _conv_data(dtype=jnp.float32):
+    """``(x, k)`` in ``dtype`` (float64: call it under ``jax.enable_x64``)."""
+    rng = np.random.default_rng(1)
+    x, k = rng.normal(size=(8, 2, 5, 5)), 0.3 * rng.normal(size=(3, 2, 3, 3))
+    return jnp.asarray(x, dtype), jnp.asarray(k, dtype)
+
+
+def test_keyword_arguments_are_kept():
+    def f(x, k, *, scale, shift=0.0):
+        return scale * _conv(x, k) + shift
+
+    x, k = _conv_data()
+    got = jax.jit(canonical_convolutions(f))(x, k, scale=2.0, shift=jnp.float32(1.0))
+    np.testing.assert_allclose(got, f(x, k, scale=2.0, shift=1.0), rtol=1e-5, atol=1e-5)
+    got = canonical_convolutions(f)(x, k=k, scale=3.0)
+    np.testing.assert_allclose(got, f(x, k, scale=3.0), rtol=1e-5, atol=1e-5)
+
+
+def _sharded_grads(collective):
+    """Kernel gradients of a conv loss in a scan, the loss reduced by ``collective`` inside
+    ``shard_map`` over 4 devices (the sub-programs are traced inside the mesh axes)."""
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+
+    def loss(k, x):
+        def body(k, x):
+            return collective(jnp.sum(jnp.sin(_conv(x, k))), "data")
+
+        spec = (P(), P("data"))
+        return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P())(k, x)
+
+    def run(k, x):
+        def step(c, _):
+            value, grad = jax.value_and_grad(loss)(k * c, x)
+            return c * 0.5, (value, grad)
+
+        return jax.lax.scan(step, jnp.ones((), k.dtype), length=2)[1]
+
+    return run
+
+
+@pytest.mark.parametrize("collective", [jax.lax.psum, jax.lax.pmean], ids=["psum", "pmean"])
+def test_rewrite_inside_shard_map_with_a_collective(collective):
+    x, k = _conv_data()
+    run = _sharded_grads(collective)
+    rewritten = canonical_convolutions(run)
+    values, grads = jax.jit(rewritten)(k, x)
+    with jax.enable_x64(True):
+        x64, k64 = _conv_data(jnp.float64)
+        want_values, want_grads = jax.jit(run)(k64, x64)
+    np.testing.assert_allclose(values, want_values, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(grads, want_grads, rtol=1e-4, atol=1e-4)
+    specs = _conv_specs(jax.make_jaxpr(rewritten)(k, x).jaxpr)
+    assert len(specs) == 2  # the forward and the kernel gradient, both in shard_map bodies
+    assert set(specs) == {tuple(canonical_specs(2))}
+    assert set(_conv_specs(jax.make_jaxpr(run)(k, x).jaxpr)) != set(specs)
+
+
+@pytest.mark.parametrize("mapper", [jax.vmap, jax.pmap], ids=["vmap", "pmap"])
+def test_rewrite_inside_a_named_axis(mapper):
+    """``canonical_convolutions`` traced inside a ``vmap``/``pmap`` with ``axis_name``."""
+
+    def per_model(k, x):
+        def step(c, _):
+            grad = jax.grad(lambda k: jax.lax.psum(jnp.sum(jnp.sin(_conv(x, k))), "m"))(k * c)
+            return c * 0.5, grad
+
+        return jax.lax.scan(step, jnp.ones((), k.dtype), length=2)[1]
+
+    x, k = _conv_data()
+    ks = jnp.stack([k, 2 * k, -k])
+    rewritten = mapper(canonical_convolutions(per_model), in_axes=(0, None), axis_name="m")
+    got = rewritten(ks, x)
+    with jax.enable_x64(True):
+        x64, k64 = _conv_data(jnp.float64)
+        ks64 = jnp.stack([k64, 2 * k64, -k64])
+        want = jax.jit(jax.vmap(per_model, (0, None), axis_name="m"))(ks64, x64)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    specs = _conv_specs(jax.make_jaxpr(rewritten)(ks, x).jaxpr)
+    assert specs and set(specs) == {tuple(canonical_specs(2))}
+
+
+def sharded_cnn_loss(collective):
+    """A non-canonical (NCHW) convolution inside ``shard_map``, the loss a ``collective``."""
+    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+
+    def body(p, x, y):
+        h = jax.nn.relu(_conv(x, p["c"]))
+        logits = h.reshape(x.shape[0], -1) @ p["w"]
+        nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1)
+        return collective(jnp.mean(nll), "data")
+
+    def loss(p, batch):
+        spec = (P(), P("data"), P("data"))
+        return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P())(p, *batch)
+
+    return loss
+
+
+@pytest.mark.parametrize("collective", [jax.lax.psum, jax.lax.pmean], ids=["psum", "pmean"])
+def test_sharded_conv_loss_trains_through_the_epoch_compiled_once(collective):
+    """Issue #36: this epoch raised `NameError: Found an unbound axis name: data`."""
+    ks = jax.random.split(jax.random.key(2), 3)
+    params = {
+        "c": 0.3 * jax.random.normal(ks[0], (3, 2, 3, 3)),
+        "w": 0.1 * jax.random.normal(ks[1], (3 * 5 * 5, 2)),
+    }
+    x = jax.random.normal(ks[2], (24, 2, 5, 5))
+    data = (x, (x[:, 0, 2, 2] > 0).astype(jnp.int32))
+    state = TrainState.create(params, optim.sgd(0.1), 0)
+    twin = jax.tree.map(lambda a: jnp.array(a, copy=True), state)
+    loss = sharded_cnn_loss(collective)
+    epoch = make_train_epoch(loss, 8)
+    with CompileBudget(1, epoch, exact=True):
+        new, metrics = epoch(state, data)
+    order = np.asarray(jnp.argsort(shuffle_hash(twin.key, twin.step, 24))).reshape(3, 8)
+    step = make_train_step(loss)  # the un-rewritten program, step by step
+    losses = []
+    for idx in order:
+        twin, m = step(twin, (data[0][idx], data[1][idx]))
+        losses.append(float(m["loss"]))
+    np.testing.assert_allclose(np.asarray(metrics["loss"]), losses, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(new.params), jax.tree.leaves(twin.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+    hlo = epoch.jitted.lower(new, data).compile().as_text() or ""
+    labels = re.findall(r"convolution\(.*?dim_labels=(\S+?),", hlo)
+    assert labels and set(labels) == {"b01f_01io->b01f"}

@@ -28,10 +28,14 @@ Examples:
     (2, 'shape')
 """
 
+from jaxwise.compilation._convolution import canonical_convolutions as canonical_convolutions
 from jaxwise.compilation._counter import CompileBudget as CompileBudget
 from jaxwise.compilation._counter import CompileBudgetExceeded as CompileBudgetExceeded
 from jaxwise.compilation._counter import CompileCounter as CompileCounter
 from jaxwise.compilation._counter import compile_budget as compile_budget
+from jaxwise.compilation._evaluate import EquationHook as EquationHook
+from jaxwise.compilation._evaluate import evaluate_equation as evaluate_equation
+from jaxwise.compilation._evaluate import evaluate_jaxpr as evaluate_jaxpr
 from jaxwise.compilation._explain import KINDS as KINDS
 from jaxwise.compilation._explain import CacheMiss as CacheMiss
 from jaxwise.compilation._explain import Difference as Difference
@@ -51,9 +55,13 @@ __all__ = [
     "CompileCounter",
     "CompileEvent",
     "Difference",
+    "EquationHook",
     "StageReport",
+    "canonical_convolutions",
     "compile_budget",
     "count_eqns",
+    "evaluate_equation",
+    "evaluate_jaxpr",
     "explain_recompiles",
     "parse_cache_miss",
     "stage_report",

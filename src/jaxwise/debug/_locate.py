@@ -146,7 +146,8 @@ def locate_nan(
     loop, not by replaying every step). The report names the creator of the NaN that reaches
     the output (the earliest one if several do), at the innermost frame of the user's code:
     frames of JAX, Optax, Flax, Equinox and jaxwise are skipped. A value created inside a
-    ``shard_map`` body is reported at the ``shard_map``.
+    ``shard_map`` body is located at its line in the body (the body runs once more inside its
+    mesh, each equation reporting its non-finite values through a debug callback).
 
     Args:
         fn: any function of arrays (jitted or not), e.g. ``jax.grad(loss)``.

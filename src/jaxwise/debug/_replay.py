@@ -15,20 +15,32 @@ does the replay look inside:
 - ``while_loop``: one compiled loop stops before the first body step producing a non-finite
   value; only that step is replayed.
 
+- ``shard_map``: its body runs per device with collectives, so it cannot be replayed op by op
+  outside its mesh. The body is run once more through the jaxpr evaluator inside
+  ``jax.shard_map`` (its mesh, specs, collectives), each equation reporting through a
+  ``jax.debug.callback`` whether its inputs, outputs (and a ``where``'s selected cases) hold a
+  tracked value; the tags then flow on the host as they do everywhere else, and the value is
+  located at its line in the body.
+
 A tag flows through every primitive; through ``select_n`` (``jnp.where``) only from the cases
-actually selected, so a NaN that a ``where`` discards is never blamed. A ``shard_map`` whose
-body creates the value is reported as itself (its body runs per device, with collectives).
+actually selected, so a NaN that a ``where`` discards is never blamed. Equations are evaluated
+by the one jaxpr evaluator (`jaxwise.compilation.evaluate_jaxpr`), this module's hook
+tagging each one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend.core import Literal, jaxpr_as_fun
+
+from jaxwise.compilation import evaluate_equation, evaluate_jaxpr
 
 __all__ = ["Origin", "Replay", "bad_kind"]
 
@@ -86,14 +98,6 @@ def bad_kind(value: Any, check_inf: bool) -> str | None:
     if mask is None or not mask.any():
         return None
     return "nan" if np.isnan(np.asarray(value)).any() else "inf"
-
-
-def _evaluate(eqn: Any, invals: list[Any]) -> list[Any]:
-    """One equation, evaluated as ``jax.core.eval_jaxpr`` does."""
-    params = eqn.primitive.get_bind_params(eqn.params)
-    with eqn.ctx.manager:
-        out = eqn.primitive.bind(*invals, **params)
-    return list(out) if eqn.primitive.multiple_results else [out]
 
 
 def _call_jaxpr(eqn: Any) -> tuple[Any, list[Any]] | None:
@@ -162,26 +166,24 @@ class Replay:
         context: tuple[Any, ...] = (),
     ) -> tuple[list[Any], list[Origin | None]]:
         """Evaluate ``jaxpr``; returns its outputs and the origin of each (``None``: clean)."""
-        env: dict[Any, tuple[Any, Origin | None]] = {}
-
-        def read(v: Any) -> tuple[Any, Origin | None]:
-            return (v.val, None) if isinstance(v, Literal) else env[v]
-
+        tags: dict[Any, Origin | None] = {}
         for var, val in zip(jaxpr.constvars, consts):
             kind = bad_kind(val, self.check_inf)
-            origin = self.new_origin(kind, argument="a captured constant") if kind else None
-            env[var] = (val, origin)
-        for var, val, origin in zip(jaxpr.invars, args, origins):
-            env[var] = (val, origin)
-        for eqn in jaxpr.eqns:
-            pairs = [read(v) for v in eqn.invars]
-            invals = [p[0] for p in pairs]
-            in_origins = [p[1] for p in pairs]
-            outvals, out_origins = self.equation(eqn, invals, in_origins, context)
-            for var, val, origin in zip(eqn.outvars, outvals, out_origins):
-                env[var] = (val, origin)
-        results = [read(v) for v in jaxpr.outvars]
-        return [r[0] for r in results], [r[1] for r in results]
+            tags[var] = self.new_origin(kind, argument="a captured constant") if kind else None
+        tags.update(zip(jaxpr.invars, origins))
+
+        def tag_of(v: Any) -> Origin | None:
+            return None if isinstance(v, Literal) else tags[v]
+
+        def hook(eqn: Any, invals: list[Any]) -> list[Any]:
+            outvals, out_origins = self.equation(
+                eqn, invals, [tag_of(v) for v in eqn.invars], context
+            )
+            tags.update(zip(eqn.outvars, out_origins))
+            return outvals
+
+        outvals = evaluate_jaxpr(jaxpr, args, hook, consts=consts)
+        return outvals, [tag_of(v) for v in jaxpr.outvars]
 
     def equation(
         self, eqn: Any, invals: list[Any], in_origins: list[Origin | None], context: tuple[Any, ...]
@@ -196,13 +198,17 @@ class Replay:
             index = int(np.clip(np.asarray(invals[0]), 0, len(branches) - 1))
             branch = branches[index]
             return self.run(branch.jaxpr, list(branch.consts), invals[1:], in_origins[1:], inner)
-        outvals = _evaluate(eqn, invals)
+        outvals = evaluate_equation(eqn, invals)
         bad = [bad_kind(o, self.check_inf) for o in outvals]
         if not any(bad):
             return outvals, [None] * len(outvals)
         upstream = [o for o in in_origins if o is not None]
-        if not upstream and eqn.primitive.name in ("scan", "while"):
-            found = self.inside_loop(eqn, invals, inner)
+        if not upstream and eqn.primitive.name in ("scan", "while", "shard_map"):
+            if eqn.primitive.name == "shard_map":
+                kind = next(b for b in bad if b is not None)
+                found = self.inside_shard_map(eqn, invals, inner, kind)
+            else:
+                found = self.inside_loop(eqn, invals, inner)
             if found is not None:
                 return outvals, [found if b else None for b in bad]
         return outvals, [self.origin_of(eqn, invals, in_origins, o, context) for o in outvals]
@@ -230,6 +236,19 @@ class Replay:
         if candidates:
             return min(candidates, key=lambda o: o.order)
         return self.new_origin(kind, eqn, context=context)
+
+    # -- shard_map ---------------------------------------------------------------
+    def inside_shard_map(
+        self, eqn: Any, invals: list[Any], context: tuple[Any, ...], kind: str
+    ) -> Origin | None:
+        """The origin of the non-finite value a ``shard_map`` body creates (inputs clean)."""
+        recorder = _BodyRecorder(self.check_inf)
+        try:
+            evaluate_equation(eqn, invals, recorder.hook)
+            jax.effects_barrier()
+        except Exception:  # an unusual body: blame the shard_map itself
+            return None
+        return recorder.origin(self, eqn.params["jaxpr"], context, kind)
 
     # -- loops ------------------------------------------------------------------
     def inside_loop(self, eqn: Any, invals: list[Any], context: tuple[Any, ...]) -> Origin | None:
@@ -303,3 +322,105 @@ class Replay:
         if not bool(stopped):
             return body, None
         return body, [*body_consts, *carry_at]
+
+
+@dataclasses.dataclass
+class _Record:
+    """One equation of a ``shard_map`` body as traced: its values' identities and flags."""
+
+    eqn: Any
+    start: int  # the index of the first record made inside it (its sub-programs)
+    in_ids: list[int]
+    out_ids: list[int]
+    flags: np.ndarray | None = None  # in, out, selected cases; OR-ed over devices and steps
+
+
+class _BodyRecorder:
+    """The evaluator's hook inside a ``shard_map`` body: flags each equation's values.
+
+    At trace time each equation is recorded with the identities of its input and output
+    values; a ``jax.debug.callback`` reports at run time, per device (and per loop step),
+    which of them hold a tracked value. ``origin`` then lets tags flow on the host.
+    """
+
+    def __init__(self, check_inf: bool) -> None:
+        self.check_inf = check_inf
+        self.records: list[_Record] = []
+        self.alive: list[Any] = []  # the traced values, so that their ids stay unique
+
+    def _bad(self, value: Any) -> jax.Array:
+        if not jnp.issubdtype(jnp.result_type(value), jnp.inexact):
+            return jnp.array(False)
+        return jnp.any(~jnp.isfinite(value) if self.check_inf else jnp.isnan(value))
+
+    def _note(self, index: int, flags: Any) -> None:
+        record = self.records[index]
+        flags = np.asarray(flags)
+        record.flags = flags if record.flags is None else (record.flags | flags)
+
+    def hook(self, eqn: Any, invals: list[Any]) -> list[Any]:
+        start = len(self.records)
+        outs = evaluate_equation(eqn, invals, self.hook)  # sub-programs through this hook
+        self.alive += [*invals, *outs]
+        flags = [self._bad(v) for v in (*invals, *outs)]
+        if eqn.primitive.name == "select_n":  # a case counts where it is selected
+            pred = jnp.asarray(invals[0]).astype(jnp.int32)
+            for i, case in enumerate(invals[1:]):
+                bad = ~jnp.isfinite(case) if self.check_inf else jnp.isnan(case)
+                flags.append(jnp.any(bad & (pred == i)))
+        index = len(self.records)
+        self.records.append(_Record(eqn, start, [id(v) for v in invals], [id(o) for o in outs]))
+        jax.debug.callback(functools.partial(self._note, index), jnp.stack(flags))
+        return outs
+
+    def origin(
+        self, replay: Replay, body: Any, context: tuple[Any, ...], kind: str
+    ) -> Origin | None:
+        """The earliest origin among the body's outputs (tags flowed over the records)."""
+        tag: dict[int, Origin] = {}
+        made: list[Origin | None] = []  # the origin each record created, if any
+        for record in self.records:
+            made.append(
+                self._flow(record, tag, made, lambda e: replay.new_origin(kind, e, context=context))
+            )
+        out_ids = {}
+        for record in self.records:
+            if any(record.eqn is e for e in body.eqns):
+                out_ids.update(zip(record.eqn.outvars, record.out_ids))
+        found = [tag[out_ids[v]] for v in body.outvars if out_ids.get(v) in tag]
+        self.alive.clear()
+        return min(found, key=lambda o: o.order) if found else None
+
+    def _flow(
+        self,
+        record: _Record,
+        tag: dict[int, Origin],
+        made: list[Origin | None],
+        new_origin: Callable[[Any], Origin],
+    ) -> Origin | None:
+        if record.flags is None:  # never ran (a branch not taken)
+            return None
+        n_in, n_out = len(record.in_ids), len(record.out_ids)
+        in_bad, out_bad = record.flags[:n_in], record.flags[n_in : n_in + n_out]
+        if not out_bad.any():
+            return None
+        if record.eqn.primitive.name == "select_n":
+            selected = record.flags[n_in + n_out :]
+            ids = [i for i, s in zip(record.in_ids[1:], selected) if s]
+        else:
+            ids = [i for i, b in zip(record.in_ids, in_bad) if b]
+        candidates = [tag[i] for i in ids if i in tag]
+        created = None
+        if not candidates:
+            inner = [o for o in made[record.start :] if o is not None]
+            if inner:  # made inside its sub-program (a loop or call in the body)
+                candidates = [min(inner, key=lambda o: o.order)]
+            elif not in_bad.any():
+                created = new_origin(record.eqn)
+                candidates = [created]
+        if candidates:
+            origin = min(candidates, key=lambda o: o.order)
+            for i, b in zip(record.out_ids, out_bad):
+                if b:
+                    tag[i] = origin
+        return created

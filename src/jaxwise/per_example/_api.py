@@ -23,7 +23,7 @@ from jaxwise._losses import (
     weights_of,
 )
 from jaxwise.per_example import _ghost
-from jaxwise.per_example._graph import CoverageRow, Program, Unsupported, coverage, trace
+from jaxwise.per_example._graph import CoverageRow, ExampleGraph, Unsupported, coverage, trace
 from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
 
 
@@ -34,7 +34,7 @@ def _resolve(
     method: str,
     chunk_size: ChunkSize,
     memory_budget: int,
-) -> tuple[Program | None, int | None]:
+) -> tuple[ExampleGraph | None, int | None]:
     """The analysed program for the ghost path, or ``(None, chunk)`` for the vmap paths."""
     if method in ("ghost", "auto"):
         try:

@@ -38,8 +38,8 @@ import numpy as np
 from jaxwise.per_example._graph import (
     EXAMPLE,
     Const,
+    ExampleGraph,
     Node,
-    Program,
     Use,
     bind,
     embedding_layout,
@@ -55,7 +55,7 @@ GHOST_KINDS = ("dense", "conv", "embedding")
 # --------------------------------------------------------------------------
 
 
-def _example_positions(program: Program, node: Node) -> list[int]:
+def _example_positions(program: ExampleGraph, node: Node) -> list[int]:
     return [
         i
         for i, r in enumerate(node.inputs)
@@ -63,7 +63,7 @@ def _example_positions(program: Program, node: Node) -> list[int]:
     ]
 
 
-def _static(program: Program, leaves: Sequence[Any]) -> dict[int, Any]:
+def _static(program: ExampleGraph, leaves: Sequence[Any]) -> dict[int, Any]:
     """Every value that does not depend on the example, as a function of the leaves."""
     env: dict[int, Any] = dict(enumerate(leaves))
     for node in program.nodes:
@@ -73,7 +73,9 @@ def _static(program: Program, leaves: Sequence[Any]) -> dict[int, Any]:
     return env
 
 
-def _apply_use(program: Program, use: Use, env: dict[int, Any], acts: Sequence[Any]) -> list[Any]:
+def _apply_use(
+    program: ExampleGraph, use: Use, env: dict[int, Any], acts: Sequence[Any]
+) -> list[Any]:
     """The use's probed outputs, with its example inputs taken from ``acts``."""
     node = program.nodes[use.node]
     it = iter(acts)
@@ -86,7 +88,7 @@ def _apply_use(program: Program, use: Use, env: dict[int, Any], acts: Sequence[A
 
 
 def _forward(
-    program: Program, leaves: list[Any], example: list[Any], probes: list[list[Any]]
+    program: ExampleGraph, leaves: list[Any], example: list[Any], probes: list[list[Any]]
 ) -> tuple[Any, list[list[Any]]]:
     """Loss of ONE example with probes added at every use; also each use's example inputs."""
     env: dict[int, Any] = dict(enumerate([*leaves, *example]))
@@ -106,7 +108,7 @@ def _forward(
 
 
 def output_grads(
-    program: Program, leaves: list[Any], example: list[Any]
+    program: ExampleGraph, leaves: list[Any], example: list[Any]
 ) -> tuple[jax.Array, list[list[Any]], list[list[Any]]]:
     """One forward and one backward pass: ``(losses (B,), acts, g)`` per use."""
     b = int(np.shape(example[0])[0])
@@ -148,7 +150,7 @@ def _outer_sq(a: jax.Array, g: jax.Array) -> jax.Array:
     return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g, precision=_HIGHEST)), axis=(1, 2))
 
 
-def _param_side(program: Program, node: Node) -> int:
+def _param_side(program: ExampleGraph, node: Node) -> int:
     """The position of the node's parameter input (the one that does not depend on the example)."""
     return next(
         i
@@ -303,7 +305,7 @@ def _embedding_sq(
     return jnp.sum(jnp.where(same, gg, 0.0), axis=(1, 2))
 
 
-def _ghost_sq(program: Program, use: Use, acts: list[Any], grads: list[Any]) -> jax.Array:
+def _ghost_sq(program: ExampleGraph, use: Use, acts: list[Any], grads: list[Any]) -> jax.Array:
     node = program.nodes[use.node]
     side = _param_side(program, node)
     param_shape = program.avals[node.inputs[side]].shape
@@ -319,7 +321,7 @@ def _ghost_sq(program: Program, use: Use, acts: list[Any], grads: list[Any]) -> 
 # --------------------------------------------------------------------------
 
 
-def _sizes(program: Program, use: Use) -> tuple[int, int, int]:
+def _sizes(program: ExampleGraph, use: Use) -> tuple[int, int, int]:
     """``(T, K, N)`` of a dense or conv use: positions, inputs and outputs per parameter entry."""
     node = program.nodes[use.node]
     side = _param_side(program, node)
@@ -337,7 +339,7 @@ def _sizes(program: Program, use: Use) -> tuple[int, int, int]:
     return t, k, int(np.prod(param_shape, dtype=np.int64)) // max(k, 1)
 
 
-def keep_plan(program: Program, batch_size: int, memory_budget: int) -> frozenset[int]:
+def keep_plan(program: ExampleGraph, batch_size: int, memory_budget: int) -> frozenset[int]:
     """The dense/conv uses whose per-example gradients are formed once and kept.
 
     For the clipped sum, a use either (ghost) computes its norm from activations and
@@ -362,7 +364,7 @@ def keep_plan(program: Program, batch_size: int, memory_budget: int) -> frozense
     return frozenset(kept)
 
 
-def _kept_grads(program: Program, env: dict[int, Any], use: Use, a: Any, g: Any) -> jax.Array:
+def _kept_grads(program: ExampleGraph, env: dict[int, Any], use: Use, a: Any, g: Any) -> jax.Array:
     node = program.nodes[use.node]
     side = _param_side(program, node)
     if use.kind == "conv":
@@ -376,7 +378,7 @@ def _kept_grads(program: Program, env: dict[int, Any], use: Use, a: Any, g: Any)
 
 
 def _materialised(
-    program: Program, leaves: list[Any], acts: list[list[Any]], grads: list[list[Any]]
+    program: ExampleGraph, leaves: list[Any], acts: list[list[Any]], grads: list[list[Any]]
 ) -> dict[int, jax.Array]:
     """Exact per-example gradients ``(B, *shape)`` of the elementwise/fallback leaves."""
     which = [i for i, k in enumerate(program.leaf_kind) if k in ("elementwise", "fallback")]
@@ -404,7 +406,7 @@ def _sum_sq(grad: jax.Array) -> jax.Array:
 
 
 def sq_norms(
-    program: Program,
+    program: ExampleGraph,
     leaves: list[Any],
     acts: list[list[Any]],
     grads: list[list[Any]],
@@ -429,7 +431,7 @@ def sq_norms(
 
 
 def weighted_sum(
-    program: Program,
+    program: ExampleGraph,
     leaves: list[Any],
     acts: list[list[Any]],
     grads: list[list[Any]],
@@ -479,7 +481,7 @@ def weighted_sum(
 
 
 def _pull_back(
-    program: Program, leaves: list[Any], kept: dict[int, jax.Array], factor: jax.Array
+    program: ExampleGraph, leaves: list[Any], kept: dict[int, jax.Array], factor: jax.Array
 ) -> dict[int, Any]:
     """The kept uses' ``Σ_i f_i ∇_i``, carried from their parameter inputs back to the leaves.
 
@@ -504,7 +506,9 @@ def _pull_back(
     return dict(zip(which, vjp(cot)[0]))
 
 
-def _use_fn(program: Program, use: Use, env: dict[int, Any]) -> Callable[[list[Any]], list[Any]]:
+def _use_fn(
+    program: ExampleGraph, use: Use, env: dict[int, Any]
+) -> Callable[[list[Any]], list[Any]]:
     return lambda a: _apply_use(program, use, env, a)
 
 

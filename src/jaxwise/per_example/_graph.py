@@ -9,8 +9,9 @@ with respect to its param input, at the gradient of the equation's output. Uses 
 structure get a ghost norm (``"dense"``, ``"conv"``, ``"embedding"``); the rest are
 materialised per example for the leaves they touch (``"elementwise"``, ``"fallback"``).
 
-This module reads jaxprs through ``jax.extend.core`` only; `bind` is the one place
-that re-applies an equation.
+The graph is built by the one jaxpr evaluator (`jaxwise.compilation.evaluate_jaxpr`) with a
+hook whose values are the graph's refs; jaxprs are read through ``jax.extend.core`` only;
+`bind` is the one place that re-applies a node.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._errors import JaxwiseError
+from jaxwise.compilation import evaluate_jaxpr
 from jaxwise.tree import path_names
 
 CONST, PARAM, EXAMPLE = 0, 1, 2
@@ -91,7 +93,7 @@ class Use:
     """A node where param values meet example values.
 
     Attributes:
-        node: index into ``Program.nodes``.
+        node: index into ``ExampleGraph.nodes``.
         kind: ``"dense"``, ``"conv"``, ``"embedding"`` (ghost norms) or ``"elementwise"`` /
             ``"fallback"`` (materialised per example).
         leaves: indices of the parameter leaves its param inputs depend on.
@@ -105,7 +107,7 @@ class Use:
 
 
 @dataclasses.dataclass(frozen=True)
-class Program:
+class ExampleGraph:
     """The flattened per-example program with its dependence classes and uses."""
 
     nodes: tuple[Node, ...]
@@ -154,7 +156,7 @@ def read(env: dict[int, Any], ref: Any) -> Any:
 # --------------------------------------------------------------------------
 
 
-def trace(loss: Callable[[Any, Any], Any], params: Any, batch: Any) -> Program:
+def trace(loss: Callable[[Any, Any], Any], params: Any, batch: Any) -> ExampleGraph:
     """Trace ``loss`` for one example (each leaf's shape without its leading axis) and analyse it.
 
     The example inputs of the program are ``jax.tree.leaves(batch)``, in that order.
@@ -192,27 +194,23 @@ def _walk(
     nodes: list[Node],
     new: Callable[[Any], int],
 ) -> list[Any]:
-    env: dict[Any, Any] = {v: Const(c) for v, c in zip(jaxpr.constvars, consts)}
-    env.update(zip(jaxpr.invars, in_refs))
+    """Flatten ``jaxpr``: the one jaxpr evaluator, its values the refs of the graph.
 
-    def get(atom: Any) -> Any:
-        return Const(atom.val) if isinstance(atom, jex.Literal) else env[atom]
+    The hook adds a `Node` per equation (calls are inlined) and returns fresh value ids as
+    the equation's outputs, so nothing is computed.
+    """
 
-    for eqn in jaxpr.eqns:
-        ins = [get(a) for a in eqn.invars]
+    def add(eqn: jex.JaxprEqn, invals: list[Any]) -> list[Any]:
+        ins = [Const(v) if isinstance(a, jex.Literal) else v for a, v in zip(eqn.invars, invals)]
         inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
         if eqn.primitive.name in _INLINE and inner is not None:
-            sub, sub_consts = (
-                (inner.jaxpr, inner.consts) if hasattr(inner, "consts") else (inner, ())
-            )
-            outs = _walk(sub, sub_consts, ins, nodes, new)
-        else:
-            outs = [new(v.aval) for v in eqn.outvars]
-            nodes.append(Node(eqn.primitive, dict(eqn.params), tuple(ins), tuple(outs)))
-        for v, o in zip(eqn.outvars, outs):
-            if not isinstance(v, jex.DropVar):
-                env[v] = o
-    return [get(a) for a in jaxpr.outvars]
+            return _walk(inner, inner.consts, ins, nodes, new)
+        outs = [new(v.aval) for v in eqn.outvars]
+        nodes.append(Node(eqn.primitive, dict(eqn.params), tuple(ins), tuple(outs)))
+        return outs
+
+    outs = evaluate_jaxpr(jaxpr, in_refs, add, consts=[Const(c) for c in consts])
+    return [Const(o) if isinstance(a, jex.Literal) else o for a, o in zip(jaxpr.outvars, outs)]
 
 
 # --------------------------------------------------------------------------
@@ -226,7 +224,7 @@ RawUse = tuple[int, frozenset[int], "str | None", tuple[int, ...]]
 
 def _analyse(
     nodes: list[Node], avals: list[Any], n_leaves: int, n_inputs: int, output: Any
-) -> Program:
+) -> ExampleGraph:
     dep = [PARAM if i < n_leaves else EXAMPLE for i in range(n_inputs)]
     dep += [CONST] * (len(avals) - n_inputs)
     leaves_of: dict[int, frozenset[int]] = {i: frozenset({i}) for i in range(n_leaves)}
@@ -260,7 +258,7 @@ def _analyse(
         else:
             kind = "elementwise" if kinds == {"elementwise"} else "fallback"
         uses.append(Use(k, kind, touched, probes))
-    return Program(
+    return ExampleGraph(
         tuple(nodes),
         tuple(avals),
         n_leaves,
@@ -335,7 +333,7 @@ def embedding_layout(
     return tuple(operand_shape[d] - sizes[d] for d in index_map), tuple(dn.offset_dims)
 
 
-def coverage(program: Program, params: Any) -> list[CoverageRow]:
+def coverage(program: ExampleGraph, params: Any) -> list[CoverageRow]:
     """One `CoverageRow` per parameter leaf, in ``jax.tree.leaves`` order."""
     names = path_names(params)
     shapes = [tuple(np.shape(x)) for x in jax.tree.leaves(params)]

@@ -20,8 +20,8 @@ from jax.sharding import Mesh
 
 from jaxwise._checks import check_callable, check_int
 from jaxwise._placement import data_size as _data_size
+from jaxwise.compilation import canonical_convolutions
 from jaxwise.sharding import batch_sharding as _batch_sharding
-from jaxwise.train._convolution import canonical_convolutions
 from jaxwise.train._gradient import (
     GradientFn,
     Gradients,

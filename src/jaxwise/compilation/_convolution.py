@@ -10,21 +10,26 @@ emitted as a naive loop nest. The gradients of an NHWC convolution are such conv
 ran 13x slower scanned than as a Python loop of jitted steps.
 
 `canonical_convolutions` does the same
-rewrite on the traced program, in every sub-program (scan, cond, jit, remat bodies), so that
-XLA sees only canonical convolutions. A transposed operand is the same array in another
-memory order, so the result is the convolution's; only the kernel that computes it changes.
+rewrite on the traced program, in every sub-program (scan, cond, jit, remat, ``shard_map``
+bodies), so that XLA sees only canonical convolutions. It is a hook of the one jaxpr
+evaluator (`jaxwise.compilation._evaluate`): each sub-program is re-traced where it is
+bound, so a ``psum`` inside a ``shard_map`` body keeps its mesh axes. A transposed operand
+is the same array in another memory order, so the result is the convolution's; only the
+kernel that computes it changes.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.extend.core as jex
-import jax.extend.source_info_util as source_info
 from jax.lax import ConvDimensionNumbers
+
+from jaxwise._checks import check_callable
+from jaxwise.compilation._evaluate import evaluate_jaxpr
 
 __all__ = ["canonical_convolutions", "canonical_specs"]
 
@@ -80,62 +85,11 @@ def _canonical_convolution(lhs: Any, rhs: Any, params: dict[str, Any]) -> jax.Ar
     return jax.lax.transpose(out, tuple(where))
 
 
-def _rewrite_params(params: dict[str, Any]) -> dict[str, Any]:
-    """``params`` with every sub-program (a ``ClosedJaxpr``, alone or in a tuple) rewritten."""
-
-    def rewrite(value: Any) -> Any:
-        if _is_closed(value):
-            return _rewrite_closed(value)
-        if isinstance(value, tuple) and value and all(_is_closed(v) for v in value):
-            return tuple(_rewrite_closed(v) for v in value)
-        return value
-
-    return {name: rewrite(value) for name, value in params.items()}
-
-
-def _is_closed(value: Any) -> bool:
-    """A ``ClosedJaxpr`` (a program with its constants)."""
-    return hasattr(value, "jaxpr") and hasattr(value, "consts") and hasattr(value, "in_avals")
-
-
-def _rewrite_closed(closed: Any) -> Any:
-    """``closed`` with canonical convolutions (the same object when it has none to rewrite)."""
-    if not _needs_rewrite(closed.jaxpr):
-        return closed
-    specs = [
-        jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=getattr(a, "weak_type", False))
-        for a in closed.in_avals
-    ]
-    rewritten = jax.make_jaxpr(functools.partial(_evaluate, closed.jaxpr, closed.consts))(*specs)
-    return rewritten if rewritten.out_avals == closed.out_avals else closed
-
-
-def _evaluate(jaxpr: Any, consts: Sequence[Any], *args: Any) -> list[Any]:
-    """Evaluate ``jaxpr`` as ``jax.core.eval_jaxpr`` does, with canonical convolutions."""
-    env: dict[Any, Any] = {}
-
-    def read(var: Any) -> Any:
-        return var.val if isinstance(var, jex.Literal) else env[var]
-
-    for var, value in zip(jaxpr.constvars, consts, strict=True):
-        env[var] = value
-    for var, value in zip(jaxpr.invars, args, strict=True):
-        env[var] = value
-    for eqn in jaxpr.eqns:
-        invals = [read(v) for v in eqn.invars]
-        name_stack = source_info.current_name_stack() + eqn.source_info.name_stack
-        where = source_info.user_context(eqn.source_info.traceback, name_stack=name_stack)
-        with where, eqn.ctx.manager:  # errors and NaN reports keep the user's line
-            if eqn.primitive.name == _CONV and not _is_canonical(eqn.params["dimension_numbers"]):
-                out: Any = [_canonical_convolution(invals[0], invals[1], eqn.params)]
-            else:
-                params = eqn.primitive.get_bind_params(_rewrite_params(eqn.params))
-                out = eqn.primitive.bind(*invals, **params)
-                out = list(out) if eqn.primitive.multiple_results else [out]
-        for var, value in zip(eqn.outvars, out, strict=True):
-            if not isinstance(var, jex.DropVar):
-                env[var] = value
-    return [read(v) for v in jaxpr.outvars]
+def _canonical_hook(eqn: jex.JaxprEqn, invals: list[Any]) -> list[Any] | None:
+    """The evaluator's hook: a non-canonical convolution becomes a canonical one."""
+    if eqn.primitive.name == _CONV and not _is_canonical(eqn.params["dimension_numbers"]):
+        return [_canonical_convolution(invals[0], invals[1], eqn.params)]
+    return None
 
 
 def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -146,10 +100,14 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
     rewrite, ``fn`` itself runs (traced twice on CPU: once to look).
 
     Args:
-        fn: a function of pytrees of arrays, traced by ``jax.jit``.
+        fn: a function of pytrees of arrays (positional and keyword arguments), traced by
+            ``jax.jit``; it may use collectives inside ``shard_map`` or a named ``vmap``.
 
     Returns:
         A function with ``fn``'s signature and results.
+
+    Raises:
+        TypeError: ``fn`` is not callable.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -161,14 +119,17 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
         True
     """
 
+    check_callable(fn, "fn")
+
     @functools.wraps(fn)
-    def wrapped(*args: Any) -> Any:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
         if jax.default_backend() != "cpu":
-            return fn(*args)
-        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+            return fn(*args, **kwargs)
+        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
         if not _needs_rewrite(closed.jaxpr):  # nothing to change: fn itself, as traced
-            return fn(*args)
-        out = _evaluate(closed.jaxpr, closed.consts, *jax.tree.leaves(args))
+            return fn(*args, **kwargs)
+        flat = jax.tree.leaves((args, kwargs))
+        out = evaluate_jaxpr(closed, flat, _canonical_hook, descend=_needs_rewrite)
         return jax.tree.unflatten(jax.tree.structure(shape), out)
 
     return wrapped
