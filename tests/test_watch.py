@@ -247,7 +247,7 @@ def test_counted_calls_stop_with_the_block_and_threads_find_their_own_call():
 
 
 def test_call_time_of_many_calls_is_a_sample_with_every_compile_counted():
-    from jaxwise.watch._watch import _Stats
+    from jaxwise.watch._stats import Stats
 
     def halve(v):  # a function of this test only: nothing cached by earlier tests
         return v / 2.0
@@ -264,7 +264,7 @@ def test_call_time_of_many_calls_is_a_sample_with_every_compile_counted():
     assert f_report.call_seconds == stats.call_seconds and f_report.compiles == 2
     # the estimate: timed time, compiles of untimed calls, and the timed calls' mean without
     # their compiles for each untimed call
-    s = _Stats("f", None, True)
+    s = Stats("f", None, True)
     s.calls, s.timed_calls, s.timed_seconds, s.timed_compile, s.untimed_compile = (
         100,
         10,

@@ -162,7 +162,7 @@ def prefetch_to_device(
 
     Returns:
         A [`Prefetcher`][jaxwise.data.Prefetcher] (an iterator; close it, or use ``with``,
-        when stopping early).
+            when stopping early).
 
     Raises:
         TypeError: ``iterator`` is not iterable, ``size`` not an int, or ``mesh`` not a mesh.

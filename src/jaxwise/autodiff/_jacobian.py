@@ -148,8 +148,8 @@ def jacobian(
 
     Returns:
         A function of ``f``'s arguments returning the Jacobian: for an output of shape
-        ``(m…)`` and an input of shape ``(n…)``, an array of shape ``(m…, n…)`` (pytrees of
-        those for pytree inputs and outputs, as ``jax.jacrev``).
+            ``(m…)`` and an input of shape ``(n…)``, an array of shape ``(m…, n…)`` (pytrees of
+            those for pytree inputs and outputs, as ``jax.jacrev``).
 
     Raises:
         TypeError: ``f`` is not callable.
@@ -188,7 +188,7 @@ def jvp_many[X, Y](f: Callable[[X], Y], x: X, tangents: X) -> tuple[Y, Y]:
 
     Returns:
         ``(f(x), jvps)`` where ``jvps`` has the structure of ``f(x)`` with a
-        leading batch axis.
+            leading batch axis.
 
     Raises:
         TypeError: ``f`` is not callable.

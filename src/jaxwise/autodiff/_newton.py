@@ -276,7 +276,7 @@ def newton_cg_step[X](
 
     Returns:
         ``(x_new, grad, direction)``, each ``x``'s structure (``grad`` at the old ``x``;
-        ``x_new = x + α·direction``).
+            ``x_new = x + α·direction``).
 
     Raises:
         TypeError: ``f`` is not callable, or an option has the wrong type.
@@ -327,7 +327,7 @@ def newton_cg[X](
 
     Returns:
         ``(x, history)``: the last point (``x0``'s structure) and a float64 NumPy array of
-        ``‖∇f‖`` before each step and at the returned point.
+            ``‖∇f‖`` before each step and at the returned point.
 
     Raises:
         TypeError: ``f`` is not callable, or an option has the wrong type.

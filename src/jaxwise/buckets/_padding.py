@@ -78,8 +78,8 @@ def pad_to_bucket(
 
     Returns:
         ``(padded, mask)``: ``padded`` has ``x.shape`` with ``shape[axis]``
-        replaced by the bucket, and ``x``'s dtype; ``mask`` is a bool vector of the
-        bucket's length, ``True`` for real entries.
+            replaced by the bucket, and ``x``'s dtype; ``mask`` is a bool vector of the
+            bucket's length, ``True`` for real entries.
 
     Raises:
         TypeError: ``x`` is not an array or ``axis`` not an int.
@@ -173,7 +173,7 @@ def padding_waste(lengths: Sequence[int] | np.ndarray, buckets: Sequence[int]) -
 
     Returns:
         ``(padding, fraction)`` where ``padding = Σ (bucket_for(n) − n)`` and
-        ``fraction = padding / Σ bucket_for(n)``.
+            ``fraction = padding / Σ bucket_for(n)``.
 
     Raises:
         TypeError: ``lengths`` or ``buckets`` do not hold ints.

@@ -383,7 +383,7 @@ def compile_budget(
 
     Returns:
         The decorator: it takes a function and returns it jitted, with ``.budget`` and
-        ``.jitted`` attached (it raises ``TypeError`` for a non-callable).
+            ``.jitted`` attached (it raises ``TypeError`` for a non-callable).
 
     Raises:
         TypeError: ``max_compiles`` is not an int.

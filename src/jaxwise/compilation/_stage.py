@@ -141,7 +141,7 @@ def stage_report(jitted: Callable[..., Any], *args: Any, **kwargs: Any) -> Stage
 
     Returns:
         A [`StageReport`][jaxwise.compilation.StageReport]. The program is compiled (one
-        compilation) but never run.
+            compilation) but never run.
 
     Raises:
         TypeError: ``jitted`` is not callable.

@@ -118,7 +118,7 @@ def flip_labels(
 
     Returns:
         ``(noisy_labels, flipped_indices)``: ``y``'s dtype and shape, and the sorted int64
-        indices of the flipped rows.
+            indices of the flipped rows.
 
     Raises:
         TypeError: ``y`` is not a 1-D integer array, or a count is not an int.

@@ -41,7 +41,7 @@ def checked(fn: Callable[..., Any], errors: str = "float") -> Callable[..., tupl
 
     Returns:
         The jitted, checked function: same arguments as ``fn``, returning
-        ``(error, fn's output)``.
+            ``(error, fn's output)``.
 
     Raises:
         TypeError: ``fn`` is not callable.

@@ -99,7 +99,7 @@ def why_recompiled(fn: Callable[..., Any], calls: Sequence[Any]) -> list[list[Ca
 
     Returns:
         One list per call, in order: the misses of the compiles that call caused (empty when
-        it compiled nothing).
+            it compiled nothing).
 
     Raises:
         TypeError: ``fn`` is not callable or ``calls`` is not a sequence.

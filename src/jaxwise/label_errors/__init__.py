@@ -15,13 +15,16 @@ default), and confident learning (Northcutt et al., 2021) estimates how many lab
 gradient norm; [`hardest_examples`][jaxwise.label_errors.hardest_examples] does the same for
 any loss.
 
->>> import numpy as np
->>> from jaxwise.data import make_blobs, flip_labels
->>> x, y = make_blobs(300, n_classes=3, seed=0)
->>> noisy, flipped = flip_labels(y, 15, 3, seed=1)
->>> found = find_label_errors(x, noisy, seed=0)
->>> float(np.isin(found.top(15), flipped).mean()) >= 0.8
-True
+Examples:
+    Fifteen flipped labels among 300 rows, found out of fold:
+
+    >>> import numpy as np
+    >>> from jaxwise.data import make_blobs, flip_labels
+    >>> x, y = make_blobs(300, n_classes=3, seed=0)
+    >>> noisy, flipped = flip_labels(y, 15, 3, seed=1)
+    >>> found = find_label_errors(x, noisy, seed=0)
+    >>> float(np.isin(found.top(15), flipped).mean()) >= 0.8
+    True
 
 References:
   Northcutt, Jiang & Chuang, Confident Learning: Estimating Uncertainty in Dataset Labels,

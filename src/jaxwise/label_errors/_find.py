@@ -22,6 +22,7 @@ from jaxwise.label_errors._limits import (
     warn_skipped_classes,
 )
 from jaxwise.label_errors._oof import (
+    FoldTraining,
     check_fold_sizes,
     check_rows,
     mlp_init,
@@ -129,7 +130,7 @@ def find_label_errors(
 
     Returns:
         [`LabelIssues`][jaxwise.label_errors.LabelIssues] over all rows, most suspicious first
-        (with ``"oof"``, the out-of-fold runs attached: one per repeat).
+            (with ``"oof"``, the out-of-fold runs attached: one per repeat).
 
     Raises:
         TypeError: an argument of the wrong type; ``params`` with ``"oof"``, or ``init`` (or
@@ -163,20 +164,10 @@ def find_label_errors(
     check_folds_per_class(y32, folds)
     fold_of = np.stack([stratified_folds(y32, folds, seed + r) for r in range(plan.repeats)])
     check_fold_sizes(fold_of, folds, plan.batch_size, plan.patience is not None)
-    runs = run_folds(
-        apply_fn,
-        init,
-        x32,
-        y32,
-        fold_of,
-        folds=folds,
-        epochs=plan.epochs,
-        batch_size=plan.batch_size,
-        optimizer=optimizer,
-        patience=plan.patience,
-        seed=plan.seed,
-        standardize=standardize,
+    training = FoldTraining(
+        folds, plan.epochs, plan.batch_size, optimizer, plan.patience, plan.seed, standardize
     )
+    runs = run_folds(apply_fn, init, x32, y32, fold_of, training)
     probs = np.mean([run.probs for run in runs], axis=0)
     if probs.shape[1] != k:
         raise ValueError(f"the model predicts {probs.shape[1]} classes but `num_classes` is {k}")

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import numpy.typing as npt
 import optax
 
 from jaxwise._checks import check_array, check_bool, check_callable, check_int
@@ -210,6 +211,19 @@ class _Spec:
     batch_size: int
 
 
+@dataclasses.dataclass(frozen=True)
+class FoldTraining:
+    """How every fold model trains: the options of `run_folds`, validated by its callers."""
+
+    folds: int
+    epochs: int
+    batch_size: int
+    optimizer: optax.GradientTransformation | None
+    patience: int | None
+    seed: int
+    standardize: bool
+
+
 @functools.partial(jax.jit, static_argnames=("spec",))
 def _oof_program(
     start: jax.Array,
@@ -330,30 +344,19 @@ def run_folds(
     x: np.ndarray,
     y: np.ndarray,
     fold_of: np.ndarray,
-    *,
-    folds: int,
-    epochs: int,
-    batch_size: int,
-    optimizer: Any,
-    patience: int | None,
-    seed: int,
-    standardize: bool,
+    training: FoldTraining,
 ) -> tuple[OutOfFold, ...]:
     """One `OutOfFold` per row of ``fold_of`` ``(R, n)``, from ONE program call.
 
     Arguments are validated by the callers; ``x`` float32, ``y`` int32.
     """
+    folds, patience, seed = training.folds, training.patience, training.seed
     n, repeats = x.shape[0], fold_of.shape[0]
     n_pad = padded_rows(n)
     largest = max(int(np.bincount(assign, minlength=folds).max()) for assign in fold_of)
     width = max(largest, -(-n_pad // folds))  # stratified folds never exceed ⌈n_pad / folds⌉
-    assign = np.full((repeats, n_pad), -1, np.int32)
-    assign[:, :n] = fold_of
-    x_pad = np.zeros((n_pad, x.shape[1]), np.float32)
-    x_pad[:n] = x
-    y_pad = np.zeros(n_pad, np.int32)
-    y_pad[:n] = y
-    mean, inv_scale = _train_statistics(x, fold_of, folds, standardize)
+    x_pad, y_pad, assign = _padded(x, y, fold_of, n_pad)
+    mean, inv_scale = _train_statistics(x, fold_of, folds, training.standardize)
     held = _held_out(assign, folds)
     rows, mask = _row_lists(held, width)
     if patience is None:
@@ -364,22 +367,16 @@ def run_folds(
             tuple(np.pad(v, (0, n_pad - n)) for v in validation),
             inner_validation_rows(n_pad),
         )
-    if callable(init):
-        layout = _Layout.of(jax.eval_shape(lambda s: init(jax.random.key(s)), np.uint32(0)))
-        start, init_fn = np.zeros(0, np.float32), init
-    else:
-        check_params(init, "init")
-        layout = _Layout.of(init)
-        leaves = [np.asarray(leaf).reshape(-1) for leaf in jax.tree.leaves(init)]
-        start, init_fn = np.concatenate(leaves).astype(layout.dtype), None
+    layout, start, init_fn = _initial_parameters(init)
+    optimizer = training.optimizer
     spec = _Spec(
         _FoldLoss(apply_fn, layout),
         init_fn,
         optimizer if optimizer is not None else _default_optimizer(),
         folds,
-        epochs,
+        training.epochs,
         patience,
-        batch_size,
+        training.batch_size,
     )
     probs, best_epoch, history, params = jax.device_get(
         _oof_program(
@@ -397,28 +394,57 @@ def run_folds(
             spec=spec,
         )
     )
-    out = []
-    for r in range(repeats):
-        p = np.asarray(probs[r, :n], np.float64)
-        models = slice(r * folds, (r + 1) * folds)
-        out.append(
-            OutOfFold(
-                p / p.sum(axis=1, keepdims=True),
-                fold_of[r],
-                np.asarray(best_epoch[models]),
-                np.asarray(history[:, models]),
-                layout.unravel_host(params[models]),
-                np.stack(validation[models])[:, :n],
-            )
+    return tuple(
+        OutOfFold(
+            _normalised(probs[r, :n]),
+            fold_of[r],
+            np.asarray(best_epoch[r * folds : (r + 1) * folds]),
+            np.asarray(history[:, r * folds : (r + 1) * folds]),
+            layout.unravel_host(params[r * folds : (r + 1) * folds]),
+            np.stack(validation[r * folds : (r + 1) * folds])[:, :n],
         )
-    return tuple(out)
+        for r in range(repeats)
+    )
+
+
+def _padded(
+    x: np.ndarray, y: np.ndarray, fold_of: np.ndarray, n_pad: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``x``, ``y`` and ``fold_of`` ``(R, n)`` padded with zero rows to ``n_pad`` rows; the
+    padding rows are in no fold (``-1``)."""
+    n = x.shape[0]
+    assign = np.full((fold_of.shape[0], n_pad), -1, np.int32)
+    assign[:, :n] = fold_of
+    x_pad = np.zeros((n_pad, x.shape[1]), np.float32)
+    x_pad[:n] = x
+    y_pad = np.zeros(n_pad, np.int32)
+    y_pad[:n] = y
+    return x_pad, y_pad, assign
+
+
+def _initial_parameters(init: Any) -> tuple[_Layout, np.ndarray, Callable | None]:
+    """``(layout, start, init_fn)``: the flat parameter layout, the flattened initial
+    parameters (empty when ``init`` is a function) and the init function (or ``None``)."""
+    if callable(init):
+        layout = _Layout.of(jax.eval_shape(lambda s: init(jax.random.key(s)), np.uint32(0)))
+        return layout, np.zeros(0, np.float32), init
+    check_params(init, "init")
+    layout = _Layout.of(init)
+    leaves = [np.asarray(leaf).reshape(-1) for leaf in jax.tree.leaves(init)]
+    return layout, np.concatenate(leaves).astype(layout.dtype), None
+
+
+def _normalised(probs: np.ndarray) -> np.ndarray:
+    """``probs`` ``(n, k)`` in float64, each row summing to 1."""
+    p = np.asarray(probs, np.float64)
+    return p / p.sum(axis=1, keepdims=True)
 
 
 def out_of_fold_probabilities(
     apply_fn: Callable[[Any, jax.Array], jax.Array],
     init: Any,
-    x: Any,
-    y: Any,
+    x: npt.ArrayLike,
+    y: npt.ArrayLike,
     *,
     folds: int = 5,
     epochs: int = 60,
@@ -427,7 +453,7 @@ def out_of_fold_probabilities(
     patience: int | None = 10,
     standardize: bool = True,
     seed: int = 0,
-    fold_of: Any = None,
+    fold_of: npt.ArrayLike | None = None,
 ) -> OutOfFold:
     """Train ``folds`` models at once (one compiled program) and predict each row out of fold.
 
@@ -475,34 +501,32 @@ def out_of_fold_probabilities(
         ((100, 2), (4,))
     """
     check_callable(apply_fn, "apply_fn")
-    folds = check_int(folds, "folds", min_value=2)
-    epochs = check_int(epochs, "epochs", min_value=1)
-    patience = None if patience is None else check_int(patience, "patience", min_value=1)
-    standardize = check_bool(standardize, "standardize")
-    seed = check_int(seed, "seed", min_value=0, max_value=2**32 - 1)
-    x_arr, y_arr = check_rows(x, y)
-    if fold_of is None:
-        fold_of = stratified_folds(y_arr, folds, seed)
-    else:
-        fold_of = np.asarray(check_array(fold_of, "fold_of", ndim=1, dtype_kind="iu"), np.int32)
-        if fold_of.shape != y_arr.shape or fold_of.min() < 0 or fold_of.max() >= folds:
-            raise ValueError(f"`fold_of` must have shape {y_arr.shape} and values in [0, {folds})")
-    check_fold_sizes(fold_of[None], folds, batch_size, patience is not None)
-    (run,) = run_folds(
-        apply_fn,
-        init,
-        x_arr,
-        y_arr,
-        fold_of[None],
-        folds=folds,
-        epochs=epochs,
-        batch_size=batch_size,
+    training = FoldTraining(
+        folds=check_int(folds, "folds", min_value=2),
+        epochs=check_int(epochs, "epochs", min_value=1),
+        batch_size=batch_size,  # checked by check_fold_sizes
         optimizer=optimizer,
-        patience=patience,
-        seed=seed,
-        standardize=standardize,
+        patience=None if patience is None else check_int(patience, "patience", min_value=1),
+        standardize=check_bool(standardize, "standardize"),
+        seed=check_int(seed, "seed", min_value=0, max_value=2**32 - 1),
     )
-    return run
+    x_arr, y_arr = check_rows(x, y)
+    fold_of = _fold_assignment(fold_of, y_arr, training.folds, training.seed)
+    check_fold_sizes(fold_of[None], training.folds, batch_size, training.patience is not None)
+    return run_folds(apply_fn, init, x_arr, y_arr, fold_of[None], training)[0]
+
+
+def _fold_assignment(
+    fold_of: npt.ArrayLike | None, y: np.ndarray, folds: int, seed: int
+) -> np.ndarray:
+    """``fold_of`` checked (shape of ``y``, values in ``[0, folds)``) as int32, or, for
+    ``None``, folds stratified by label from ``seed``."""
+    if fold_of is None:
+        return stratified_folds(y, folds, seed)
+    fold_of = np.asarray(check_array(fold_of, "fold_of", ndim=1, dtype_kind="iu"), np.int32)
+    if fold_of.shape != y.shape or fold_of.min() < 0 or fold_of.max() >= folds:
+        raise ValueError(f"`fold_of` must have shape {y.shape} and values in [0, {folds})")
+    return fold_of
 
 
 def check_rows(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -335,7 +335,7 @@ def lint_paths(
 
     Returns:
         ``(findings, errors, files_checked)``; ``files_checked`` counts the files
-        analysed (not those skipped).
+            analysed (not those skipped).
 
     Raises:
         FileNotFoundError: a path does not exist (checked before any work).

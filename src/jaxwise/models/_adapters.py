@@ -10,6 +10,7 @@ is called (``pip install 'jaxwise[flax]'`` / ``'jaxwise[equinox]'``).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
@@ -76,8 +77,8 @@ def from_nnx(module: nnx.Module, trainable: Any = None) -> Model:
 
     Returns:
         ``Model(params, model_state, apply)``; ``model_state`` is ``None`` when the module has
-        no variables besides its parameters. ``apply`` raises ``ValueError`` when given a
-        ``model_state`` the module does not have (or none when it has one).
+            no variables besides its parameters. ``apply`` raises ``ValueError`` when given a
+            ``model_state`` the module does not have (or none when it has one).
 
     Raises:
         ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
@@ -149,9 +150,9 @@ def from_linen(
 
     Returns:
         ``Model(params, model_state, apply)``; ``model_state`` is a dict of collections (and
-        ``"rngs"``), or ``None`` when ``variables`` holds only ``"params"`` and no ``rngs``.
-        ``apply`` raises ``TypeError`` when given ``mutable`` (or ``rngs`` while it carries
-        them) and ``ValueError`` for a ``model_state`` without the module's collections.
+            ``"rngs"``), or ``None`` when ``variables`` holds only ``"params"`` and no ``rngs``.
+            ``apply`` raises ``TypeError`` when given ``mutable`` (or ``rngs`` while it carries
+            them) and ``ValueError`` for a ``model_state`` without the module's collections.
 
     Raises:
         ImportError: Flax is not installed (``pip install 'jaxwise[flax]'``).
@@ -173,6 +174,19 @@ def from_linen(
         raise TypeError(
             f"`module` must be a flax.linen.Module, got {type(module).__name__}" + _hint_for(module)
         )
+    params, unfrozen, streams = _linen_variables(variables, rngs, flax_core)
+    collections = tuple(sorted(unfrozen))
+    apply = _linen_apply(module, collections, streams, linen, flax_core)
+    initial = {c: unfrozen[c] for c in collections}
+    if streams:
+        initial["rngs"] = streams
+    return Model(params, initial or None, _named(apply, module))
+
+
+def _linen_variables(
+    variables: Mapping[str, Any], rngs: Mapping[str, Any] | None, flax_core: ModuleType
+) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """``(params, the other collections, the RNG streams)`` of ``from_linen``'s arguments."""
     if not hasattr(variables, "keys") or "params" not in variables:
         raise TypeError(
             "`variables` must be the dict that `module.init(key, ...)` returns, with a "
@@ -180,13 +194,24 @@ def from_linen(
         )
     unfrozen = flax_core.unfreeze(variables)
     params = unfrozen.pop("params")
-    collections = tuple(sorted(unfrozen))
     streams = _check_streams(rngs, "rngs")
-    if streams and "rngs" in collections:
+    if streams and "rngs" in unfrozen:
         raise ValueError(
             "`variables` has a collection named 'rngs', which the RNG streams of `rngs` would "
             "hide in model_state; rename the collection or pass the keys to apply"
         )
+    return params, unfrozen, streams
+
+
+def _linen_apply(
+    module: linen.Module,
+    collections: tuple[str, ...],
+    streams: dict[str, Any],
+    linen: ModuleType,
+    flax_core: ModuleType,
+) -> Callable[..., tuple[Any, Any]]:
+    """``apply(params, model_state, *args, **kwargs) -> (out, new_model_state)`` of a linen
+    module whose mutable ``collections`` (and carried RNG ``streams``) are the model state."""
     names = (*collections, "rngs") if streams else collections
 
     def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -219,10 +244,7 @@ def from_linen(
         updated = flax_core.unfreeze(updated)
         return out, {**{c: updated.get(c, state[c]) for c in collections}, **new_streams}
 
-    initial = {c: unfrozen[c] for c in collections}
-    if streams:
-        initial["rngs"] = streams
-    return Model(params, initial or None, _named(apply, module))
+    return apply
 
 
 def _check_streams(rngs: Any, name: str) -> dict[str, Any]:
@@ -274,7 +296,7 @@ def from_equinox(
 
     Returns:
         ``Model(params, model_state, apply)`` with ``model_state`` the ``state`` (or
-        ``{"state": state, "key": key}`` with ``key``).
+            ``{"state": state, "key": key}`` with ``key``).
 
     Raises:
         ImportError: Equinox is not installed (``pip install 'jaxwise[equinox]'``).

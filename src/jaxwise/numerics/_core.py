@@ -108,7 +108,7 @@ def double_where(
 
     Returns:
         ``fn(x)`` where ``ok`` and ``fill`` elsewhere: the broadcast shape of ``x`` and ``ok``,
-        the dtype of ``fn``'s output.
+            the dtype of ``fn``'s output.
 
     Raises:
         TypeError: ``fn`` is not callable, ``x`` is not an array, or ``ok`` is not boolean.

@@ -179,8 +179,8 @@ def straight_through(fn: Callable[[Array], Array]) -> Callable[[Array], Array]:
 
     Returns:
         A function of ``x`` (floating point, any shape) returning ``fn(x)`` in ``x``'s dtype,
-        whose derivative is the identity; it raises ``TypeError`` for a non-float ``x`` and
-        ``ValueError`` when ``fn`` changes the shape.
+            whose derivative is the identity; it raises ``TypeError`` for a non-float ``x`` and
+            ``ValueError`` when ``fn`` changes the shape.
 
     Raises:
         TypeError: ``fn`` is not callable.

@@ -98,8 +98,8 @@ def safe_norm(x: ArrayLike, axis: Axis = None, keepdims: bool = False) -> Array:
 
     Returns:
         The norms: ``x``'s shape without ``axis`` (size 1 there with ``keepdims``), ``x``'s
-        dtype. A reduction over no elements (an empty axis) is 0, as in
-        ``numpy.linalg.norm``.
+            dtype. A reduction over no elements (an empty axis) is 0, as in
+            ``numpy.linalg.norm``.
 
     Raises:
         TypeError: ``x`` is not floating point, or ``axis`` is not an int, a tuple of ints
@@ -135,7 +135,7 @@ def cosine_similarity(a: ArrayLike, b: ArrayLike, axis: int = -1) -> Array:
 
     Returns:
         Array with ``axis`` removed. Empty vectors (``axis`` of size 0) are zero vectors:
-        their similarity is 0.
+            their similarity is 0.
 
     Raises:
         TypeError: non-floating or different dtypes, or a bad ``axis``.

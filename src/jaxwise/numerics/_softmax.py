@@ -94,7 +94,7 @@ def softmax(x: ArrayLike, axis: Axis = -1, where: ArrayLike | None = None) -> Ar
 
     Returns:
         Probabilities of ``x``'s shape and dtype, summing to 1 over ``axis`` (0 on a fully
-        masked row).
+            masked row).
 
     Raises:
         TypeError: ``x`` is not a floating-point array or ``where`` is not boolean.

@@ -245,7 +245,7 @@ def add_decayed_weights(
 
     Returns:
         A transformation whose state is Optax's (``MaskedState`` when masked); ``update``
-        needs ``params``.
+            needs ``params``.
 
     Raises:
         TypeError: an argument has the wrong type (e.g. a bool, or a string for a number).

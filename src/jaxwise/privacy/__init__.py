@@ -27,7 +27,9 @@ References:
   Abadi et al., Deep Learning with Differential Privacy, CCS 2016,
   https://arxiv.org/abs/1607.00133
 
-Example (MNIST-sized: 60,000 examples, batches of 256, 60 epochs):
+Examples:
+    The ε of MNIST-sized training (60,000 examples, batches of 256, 60 epochs):
+
     >>> round(epsilon(noise_multiplier=1.1, sample_rate=256 / 60000, steps=14062, delta=1e-5), 2)
     2.6
 """

@@ -130,8 +130,8 @@ def audit_canaries(
 
     Returns:
         [`Canaries`][jaxwise.privacy.Canaries]: train on ``canaries.train_data(data)``, score
-        every canary afterwards, then call
-        [`empirical_epsilon`][jaxwise.privacy.empirical_epsilon].
+            every canary afterwards, then call
+            [`empirical_epsilon`][jaxwise.privacy.empirical_epsilon].
 
     Raises:
         TypeError: ``data`` is not ``(x, y)`` arrays, or ``y`` is not integer.
@@ -167,19 +167,26 @@ def audit_canaries(
             "to a few thousand suffice for an audit)"
         )
     rng = np.random.default_rng(seed)
+    inputs = _canary_inputs(x, m, kind, rng)
+    labels = rng.integers(0, classes, m)
+    included = rng.random(m) < 0.5
+    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float32
+    return Canaries((inputs.astype(dtype), labels.astype(y.dtype)), included, kind)
+
+
+def _canary_inputs(x: np.ndarray, m: int, kind: str, rng: np.random.Generator) -> np.ndarray:
+    """The ``m`` canary inputs (float64) of ``kind`` for the real inputs ``x`` ``(n, ...)``:
+    one-hot in ``m`` extra features (``"feature"``) or 4 to 8 times the largest input norm
+    away in a random direction (``"far"``, drawn from ``rng``)."""
     flat = x.reshape(len(x), -1).astype(np.float64)
     scale = float(np.max(np.linalg.norm(flat, axis=1))) or 1.0
     if kind == "feature":
         inputs = np.zeros((m, flat.shape[1] + m))
         inputs[np.arange(m), flat.shape[1] + np.arange(m)] = scale
-    else:
-        directions = rng.normal(size=(m, flat.shape[1]))
-        directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-        inputs = (directions * scale * rng.uniform(4.0, 8.0, size=(m, 1))).reshape(m, *x.shape[1:])
-    labels = rng.integers(0, classes, m)
-    included = rng.random(m) < 0.5
-    dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float32
-    return Canaries((inputs.astype(dtype), labels.astype(y.dtype)), included, kind)
+        return inputs
+    directions = rng.normal(size=(m, flat.shape[1]))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    return (directions * scale * rng.uniform(4.0, 8.0, size=(m, 1))).reshape(m, *x.shape[1:])
 
 
 def _p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
@@ -277,7 +284,7 @@ def empirical_epsilon(
 
     Returns:
         The ε lower bound (0 when the run shows no leakage; ``inf`` when every finite ε is
-        rejected, which needs δ = 0).
+            rejected, which needs δ = 0).
 
     Raises:
         TypeError: ``scores``/``included`` of the wrong kind.

@@ -130,7 +130,7 @@ def watch_report_html(report: WatchReport | Mapping[str, Any]) -> str:
 
     Returns:
         The HTML text: the functions (calls, compiles, cache misses), the findings
-        (steady-state recompiles, NaNs, failed donations), the transfers and the times.
+            (steady-state recompiles, NaNs, failed donations), the transfers and the times.
 
     Raises:
         ValueError: a document that is not a watch report of schema 1.

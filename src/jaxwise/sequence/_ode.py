@@ -97,7 +97,7 @@ def odeint_rk4[Y](
 
     Returns:
         ``(y_T, trajectory)``: the final state and the ``n_steps`` states after
-        each step (``y0`` excluded), each leaf of shape ``(n_steps, *leaf.shape)``.
+            each step (``y0`` excluded), each leaf of shape ``(n_steps, *leaf.shape)``.
 
     Raises:
         TypeError: ``f`` is not callable, ``n_steps`` not an int, or ``t0``/``dt`` not numbers.

@@ -202,7 +202,7 @@ def gae(
 
     Returns:
         ``(T,)`` advantages (add ``values[:-1]`` for the λ-return targets), ``rewards``'
-        floating dtype (float32 for integer rewards).
+            floating dtype (float32 for integer rewards).
 
     Raises:
         TypeError: an input is not a real array, or a rate is not a number.

@@ -76,7 +76,7 @@ def gru_cell(params: dict[str, Array], h: Array, x: Array) -> tuple[Array, Array
 
     Returns:
         ``(h', h')``: the new state (``(..., H)``) as both carry and output, the shape
-        [`run_rnn`][jaxwise.sequence.run_rnn] expects of a cell.
+            [`run_rnn`][jaxwise.sequence.run_rnn] expects of a cell.
 
     Examples:
         >>> p = init_gru(0, 2, 3)

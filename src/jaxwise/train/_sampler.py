@@ -97,7 +97,7 @@ class Sampler(Protocol):
 
         Returns:
             ``(xs, next_key)``: what the scan iterates over (leading axis: steps) and the
-            state's key for after the epoch.
+                state's key for after the epoch.
         """
         ...
 
@@ -110,7 +110,7 @@ class Sampler(Protocol):
 
         Returns:
             ``(indices, mask, metrics)``: int ``(width,)`` rows to gather, bool ``(width,)``
-            real rows (``None`` when all are real), and extra per-step metrics.
+                real rows (``None`` when all are real), and extra per-step metrics.
         """
         ...
 
@@ -216,7 +216,7 @@ class ShuffleSampler:
 
         Returns:
             ``(indices, key)``: int32 ``(steps, batch_size)`` rows of each step, and ``key``
-            unchanged.
+                unchanged.
         """
         steps = self.steps(n)
         order = jnp.argsort(shuffle_hash(key, step, n))

@@ -333,8 +333,8 @@ def make_step(
 
     Returns:
         A [`TrainStep`][jaxwise.train.TrainStep]; ``metrics`` has ``"grad_norm"`` and
-        ``"skipped"``, ``"loss"`` when the gradient computes one (and ``"aux"``,
-        ``"loss_scale"`` and the gradient's own metrics when present).
+            ``"skipped"``, ``"loss"`` when the gradient computes one (and ``"aux"``,
+            ``"loss_scale"`` and the gradient's own metrics when present).
 
     Raises:
         TypeError: ``gradient`` is not callable, ``mesh`` is not a mesh, or a flag is not a
@@ -386,8 +386,8 @@ def make_train_step(
 
     Returns:
         A [`TrainStep`][jaxwise.train.TrainStep] (see
-        [`make_step`][jaxwise.train.make_step]); ``metrics`` has ``"loss"``,
-        ``"grad_norm"`` and ``"skipped"`` (and ``"aux"`` with ``has_aux``).
+            [`make_step`][jaxwise.train.make_step]); ``metrics`` has ``"loss"``,
+            ``"grad_norm"`` and ``"skipped"`` (and ``"aux"`` with ``has_aux``).
 
     Raises:
         TypeError: ``loss_fn`` is not callable, ``mesh`` is not a mesh or a flag is not a

@@ -256,7 +256,7 @@ def host_copy(tree: Any) -> Any:
 
     Returns:
         ``tree``'s structure with NumPy copies of the array leaves (other leaves as they
-        are).
+            are).
 
     Examples:
         >>> import jax.numpy as jnp

@@ -193,8 +193,8 @@ def run_script(
 
     Returns:
         The script's exit code; 3 when a NaN stopped it or a ``fail_on`` condition held.
-        After a ``KeyboardInterrupt`` it does not return: the report is written, then the
-        process dies by SIGINT.
+            After a ``KeyboardInterrupt`` it does not return: the report is written, then the
+            process dies by SIGINT.
 
     Examples:
         >>> import io, pathlib, tempfile

@@ -22,7 +22,6 @@ While a watch is active:
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import time
@@ -37,17 +36,17 @@ import jax
 from jaxwise import _events
 from jaxwise._checks import check_bool, check_int
 from jaxwise._frames import short_path, user_frame, user_site
-from jaxwise.compilation import CacheMiss, CompileEvent, Difference, subscribe
+from jaxwise.compilation import CompileEvent, subscribe
 from jaxwise.watch import _arguments, _calls, _donations, _patch
 from jaxwise.watch._names import name_in_frame
 from jaxwise.watch._report import (
     FAIL_ON,
     DonationFinding,
-    FunctionReport,
     NanFinding,
     TransferSite,
     WatchReport,
 )
+from jaxwise.watch._stats import Stats, compile_miss, explain_equinox
 
 __all__ = ["NanStop", "Watch"]
 
@@ -56,8 +55,6 @@ _TRACE_EVENTS = (
     "/jax/core/compile/jaxpr_to_mlir_module_duration",
 )
 _UNUSABLE = "Some donated buffers were not usable"
-_MAX_SIGNATURES = 32  # user-level signatures kept per Equinox function
-_PRIORITY = ("structure", "static", "shape", "dtype", "weak_type")
 _ACTIVE: Watch | None = None
 _now = time.perf_counter
 _LISTENING = False
@@ -74,57 +71,6 @@ class NanStop(BaseException):
     def __init__(self, finding: NanFinding) -> None:
         super().__init__(finding.describe())
         self.finding = finding
-
-
-class _Stats:
-    """Everything recorded for one function (all function objects jitted at one place)."""
-
-    def __init__(self, name: str, where: str | None, tracked: bool) -> None:
-        self.name = name
-        self.where = where
-        self.calls: int | None = 0 if tracked else None
-        self.live = True  # read by every counted call: False once the watch has ended
-        self.timed_calls = 0  # calls timed: checked ones, then a sample of counted ones
-        self.timed_seconds = 0.0  # inside the timed calls
-        self.timed_compile = 0.0  # tracing and compiling inside timed calls
-        self.untimed_compile = 0.0  # tracing and compiling inside calls not timed
-        self.compile_seconds = 0.0
-        self.misses: list[CacheMiss] = []
-        self.unusable: set[str] = set()  # avals JAX said it could not reuse
-        self.nan_checked = False
-        self.signatures: list[_arguments.Signature] = []  # Equinox: the user's arguments
-
-    @property
-    def call_seconds(self) -> float:
-        """Time inside the calls: the timed calls, plus for the others their compiles and the
-        timed calls' mean time outside compiling (`Tracked` times a sample of its calls)."""
-        untimed = (self.calls or 0) - self.timed_calls
-        if untimed <= 0 or not self.timed_calls:
-            return self.timed_seconds + self.untimed_compile
-        steady = max(0.0, self.timed_seconds - self.timed_compile) / self.timed_calls
-        return self.timed_seconds + self.untimed_compile + untimed * steady
-
-    def charge(self, seconds: float, timed: bool | None, compile: bool = True) -> None:
-        """Count ``seconds`` of tracing or compiling (``compile``: this function's), spent
-        inside a call (timed or not) or outside any (``timed`` is ``None``)."""
-        if compile:
-            self.compile_seconds += seconds
-        if timed:
-            self.timed_compile += seconds
-        elif timed is not None:
-            self.untimed_compile += seconds
-
-    def report(self, warmup: int) -> FunctionReport:
-        return FunctionReport(
-            self.name,
-            self.where,
-            self.calls,
-            len(self.misses),
-            self.compile_seconds,
-            self.call_seconds,
-            tuple(self.misses),
-            warmup,
-        )
 
 
 def _duration_listener(event: str, duration_secs: float, **kwargs: Any) -> None:
@@ -201,7 +147,7 @@ class Watch:
         self.passthrough = True  # read by every watched call: True when not watching
         self._active = False
         self._internal = 0
-        self._stats: dict[tuple[str, str | None, bool], _Stats] = {}
+        self._stats: dict[tuple[str, str | None, bool], Stats] = {}
         self._eager_seconds = 0.0
         self._compiling = 0.0
         self._nans: list[NanFinding] = []
@@ -303,7 +249,7 @@ class Watch:
         key = (tracked.name, where, True)
         stats = self._stats.get(key)
         if stats is None:
-            stats = self._stats[key] = _Stats(tracked.name, where, True)
+            stats = self._stats[key] = Stats(tracked.name, where, True)
         tracked.stats = stats
         tracked.plan = plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
         tracked.counted = not (plan.donates or self.transfers or self.nans)
@@ -321,7 +267,7 @@ class Watch:
             The jitted function's output.
         """
         plan: _calls.CallPlan = tracked.plan
-        stats: _Stats = tracked.stats
+        stats: Stats = tracked.stats
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
         if self.transfers:
             self._count_transfers(tracked, args, kwargs)
@@ -342,7 +288,7 @@ class Watch:
     ) -> Any:
         """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted (compiles
         find it by its frame)."""
-        stats: _Stats = tracked.stats
+        stats: Stats = tracked.stats
         start = _now()
         try:
             return run(*args, **kwargs)
@@ -411,17 +357,17 @@ class Watch:
                 tracked.stats.charge(event.seconds, timed, compile=False)
             return
         where = user_site(sys._getframe(1))
-        miss = _miss(event, where)
+        miss = compile_miss(event, where)
         if tracked is not None:
             stats = tracked.stats
             if tracked.equinox and args is not None:
-                miss = _explain_equinox(stats, miss, args, kwargs or {})
+                miss = explain_equinox(stats, miss, args, kwargs or {})
         else:
             defined = short_path(event.defined_at) if event.defined_at else None
             key = (event.function or event.fun_name, defined, False)
             stats = self._stats.get(key)
             if stats is None:
-                stats = self._stats[key] = _Stats(key[0], defined, False)
+                stats = self._stats[key] = Stats(key[0], defined, False)
         stats.charge(event.seconds, timed)
         stats.misses.append(miss)
 
@@ -641,36 +587,3 @@ class _Sink:
 
     def record(self, event: CompileEvent) -> None:
         self._watch._on_compile(event)
-
-
-def _miss(event: CompileEvent, where: str | None) -> CacheMiss:
-    """The compile's `CacheMiss`, its ``call_site`` the user's line that compiled."""
-    miss = event.miss
-    if miss.kind == "eager":  # a pmap-ed program: defined inside JAX, called by the user
-        miss = dataclasses.replace(miss, kind="other")
-    return dataclasses.replace(miss, call_site=where)
-
-
-def _explain_equinox(stats: _Stats, miss: CacheMiss, args: tuple, kwargs: dict) -> CacheMiss:
-    """``miss`` told by the user's arguments of an Equinox ``filter_jit`` call."""
-    arguments = _arguments.user_arguments(args, kwargs)
-    if arguments is None:
-        return miss
-    current = _arguments.signature(arguments)
-    diffs = _arguments.explain(stats.signatures, current) if stats.signatures else []
-    stats.signatures = [*stats.signatures[-_MAX_SIGNATURES + 1 :], current]
-    if not diffs or miss.kind in ("first", "new_function", "config"):
-        return miss
-    diffs.sort(key=lambda d: _PRIORITY.index(d.kind) if d.kind in _PRIORITY else len(_PRIORITY))
-    head: Difference = diffs[0]
-    reasons = tuple(d.describe() for d in diffs)
-    return dataclasses.replace(
-        miss,
-        kind=head.kind,
-        argument=head.argument,
-        old=head.old,
-        new=head.new,
-        differences=tuple(diffs),
-        reasons=reasons,
-        text=f"{miss.function} recompiled: " + "; ".join(reasons),
-    )
