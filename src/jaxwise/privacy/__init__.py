@@ -32,6 +32,7 @@ Example (MNIST-sized: 60,000 examples, batches of 256, 60 epochs):
     2.6
 """
 
+from jaxwise.privacy._accounting import epoch_epsilon as epoch_epsilon
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
 from jaxwise.privacy._adaptive import AdaptiveClip as AdaptiveClip
@@ -53,6 +54,8 @@ from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
 from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
 from jaxwise.privacy._mechanism import DPGradientFn as DPGradientFn
 from jaxwise.privacy._mechanism import NoiseMechanism as NoiseMechanism
+from jaxwise.privacy._mechanism import PairingError as PairingError
+from jaxwise.privacy._mechanism import SeparatedSampler as SeparatedSampler
 from jaxwise.privacy._mechanism import dp_gradient_fn as dp_gradient_fn
 from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
@@ -75,7 +78,9 @@ __all__ = [
     "DPGradient",
     "DPGradientFn",
     "NoiseMechanism",
+    "PairingError",
     "PoissonSampler",
+    "SeparatedSampler",
     "add_dp_noise",
     "audit_canaries",
     "bandmf_strategy",
@@ -85,6 +90,7 @@ __all__ = [
     "dp_gradient_accumulated",
     "dp_gradient_fn",
     "empirical_epsilon",
+    "epoch_epsilon",
     "epsilon",
     "make_dp_train_epoch",
     "noise_multiplier_for",

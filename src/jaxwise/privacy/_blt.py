@@ -188,6 +188,15 @@ class BLT:
         _check(self.buffers, self.steps, self.min_sep, self.momentum)
 
     @property
+    def min_separation(self) -> int:
+        """``min_sep``: the sensitivity assumes an example joins at most every ``min_sep`` steps.
+
+        Returns:
+            ``min_sep``.
+        """
+        return self.min_sep
+
+    @property
     def strategy(self) -> BLTStrategy:
         """The optimised strategy (cached)."""
         return blt_strategy(self.buffers, self.steps, min_sep=self.min_sep, momentum=self.momentum)
