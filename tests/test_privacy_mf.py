@@ -608,6 +608,12 @@ def test_bandmf_resume_is_bit_identical_and_another_mechanism_is_refused(tmp_pat
     _, other = _wired(BLT(2, steps=16), AdaptiveClip(1.0), 1)
     with pytest.raises(CheckpointError, match="gradient_state"):
         restore(tmp_path / "ck", like=other)
+    _, fewer = _wired(BandMF(2, steps=16), AdaptiveClip(1.0), 2)  # other bands: other buffers
+    with pytest.raises(CheckpointError, match=r"gradient_state\.noise\.buffers\.w"):
+        restore(tmp_path / "ck", like=fewer)
+    _, fixed = _wired(BandMF(4, steps=16), 1.0, 4)  # the adaptive clip's state is missing
+    with pytest.raises(CheckpointError, match="gradient_state"):
+        restore(tmp_path / "ck", like=fixed)
 
 
 # ---------------------------------------------------------------------------
