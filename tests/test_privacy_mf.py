@@ -712,3 +712,21 @@ def test_epoch_epsilon_counts_the_adaptive_clip_and_refuses_other_epochs():
         privacy.epoch_epsilon(plain, 64, steps=16, delta=1e-5)
     with pytest.raises(TypeError, match="`epoch`"):
         privacy.epoch_epsilon("epoch", 64, steps=16, delta=1e-5)  # type: ignore[arg-type]
+
+
+def test_a_skipped_step_still_counts_and_moves_the_noise_stream_on():
+    # a poisoned row makes the steps that sample it non-finite: they are skipped, but the step
+    # counter, the key and BandMF's buffers advance exactly as in the clean run (the noise
+    # stream does not depend on the data), so no draw is reused and the cyclic groups of the
+    # next epoch stay `groups` steps apart
+    clean, poisoned = _wire_data(), _wire_data()
+    poisoned = {**poisoned, "x": poisoned["x"].at[5].set(jnp.nan)}
+    epoch, a = _wired(BandMF(4, steps=16), 1.0, 4)
+    _, b = _wired(BandMF(4, steps=16), 1.0, 4)
+    a, _ = epoch(a, clean)
+    b, metrics = epoch(b, poisoned)
+    skipped = int(np.asarray(metrics["skipped"]).sum())
+    assert skipped >= 1  # row 5 is in group 1: sampled in some step with high probability
+    assert int(a.step) == int(b.step) == epoch.steps_per_epoch(64)
+    assert _bits(a.gradient_state) == _bits(b.gradient_state) and _bits(a.key) == _bits(b.key)
+    assert np.isfinite(np.asarray(b.params["w"])).all()
