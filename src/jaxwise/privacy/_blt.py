@@ -229,9 +229,11 @@ class BLT:
         shape = (self.buffers,)
 
         def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
-            scales = jnp.asarray(s.scales, buf.dtype).reshape(shape + (1,) * zi.ndim)
+            # Σ ω_i s_i as a contraction over the buffer axis (a dot, not a reduce: XLA:CPU
+            # runs a reduction over the leading axis element by element)
+            inner = jnp.tensordot(jnp.asarray(s.scales, buf.dtype), buf, axes=1)
+            x = zi - inner.astype(zi.dtype)
             decays = jnp.asarray(s.decays, buf.dtype).reshape(shape + (1,) * zi.ndim)
-            x = zi - jnp.sum(scales * buf, axis=0).astype(zi.dtype)
             new = decays * buf + x[None].astype(buf.dtype)
             return x * jnp.asarray(s.sensitivity, zi.dtype), new
 
