@@ -137,8 +137,8 @@ def run() -> None:
         "over the rounds of the round's ratio to DP-SGD (a load change between rounds cancels), "
         "the milliseconds are medians. The machine was a shared 2-core CPU with other jobs "
         "running (load average about 10): read the ratios, not the milliseconds. Before this "
-        "round's changes the same epochs measured BandMF(8) 3.33x and BLT(3) 4.03x (a quick run) (a copy of "
-        "the noise buffers per step for the NaN guard's skipped-step state, and BLT's "
+        "round's changes a quick run of the same epochs measured BandMF(8) 3.33x and BLT(3) "
+        "4.03x (a copy of the noise buffers per step for the NaN guard's skipped-step state, and BLT's "
         "reduction over the buffer axis, which XLA:CPU ran element by element)."
     )
     write_section("mf_cost", "Correlated-noise DP: the cost of the noise in an epoch", body)
