@@ -138,8 +138,8 @@ def run() -> None:
         "the milliseconds are medians. The machine was a shared 2-core CPU with other jobs "
         "running (load average about 10): read the ratios, not the milliseconds. Before this "
         "round's changes a quick run of the same epochs measured BandMF(8) 3.33x and BLT(3) "
-        "4.03x (a copy of the noise buffers per step for the NaN guard's skipped-step state, and BLT's "
-        "reduction over the buffer axis, which XLA:CPU ran element by element)."
+        "4.03x (a copy of the noise buffers per step for the NaN guard's skipped-step state, "
+        "and BLT's reduction over the buffer axis, which XLA:CPU ran element by element)."
     )
     write_section("mf_cost", "Correlated-noise DP: the cost of the noise in an epoch", body)
 
