@@ -157,3 +157,12 @@ def test_train_bandmf_resume_is_bit_identical_and_other_mechanisms_are_refused(
     assert first["params_sha256"] == second["params_sha256"]  # the buffers and clip resumed
     assert first["dp"]["epsilon"] == second["dp"]["epsilon"]
     assert np.isfinite(first["dp"]["epsilon"]) and first["dp"]["bands"] == 3
+
+
+def test_spiral_table_names_the_noise(tmp_path, capsys):
+    pytest.importorskip("rich")
+    args = ["spiral", "--dp", "--epochs", "2", "--no-plots", "--out", str(tmp_path)]
+    code, out, err = run_cli([*args, "--mechanism", "bandmf", "--bands", "2"], capsys)
+    assert code == 0, err
+    row = [line for line in out.splitlines() if "privacy noise" in line]
+    assert row and "BandMF, 2 bands" in row[0]  # a long cell wraps onto the next lines
