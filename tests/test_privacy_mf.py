@@ -480,8 +480,8 @@ def test_mechanism_scans_with_one_compile(mech):
 
 
 @pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
-def test_correlated_noise_is_dpsgd_bit_for_bit(noise):
-    from jaxwise.privacy._correlated import add_correlated_noise
+def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
+    from jaxwise.privacy._mechanism import add_noise
 
     summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
     key = jax.random.key(11)
@@ -489,9 +489,7 @@ def test_correlated_noise_is_dpsgd_bit_for_bit(noise):
 
     @jax.jit
     def both(summed, key):
-        ours, _ = add_correlated_noise(
-            summed, key, state, noise=noise, clip_norm=0.7, noise_multiplier=1.3, batch_size=5.0
-        )
+        ours, _ = add_noise(summed, key, state, noise=noise, std=0.7 * 1.3, batch_size=5.0)
         return ours, privacy.add_dp_noise(summed, key, 0.7, 1.3, 5.0)
 
     ours, theirs = both(summed, key)
@@ -499,21 +497,24 @@ def test_correlated_noise_is_dpsgd_bit_for_bit(noise):
         assert np.array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_correlated_noise_adds_the_streamed_noise():
-    from jaxwise.privacy._correlated import _standard_normal, add_correlated_noise
+def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
+    from jaxwise.privacy._mechanism import add_noise
+    from jaxwise.privacy._noise import standard_normal
 
     mech = BandMF(bands=3, steps=6)
     summed = {"w": jnp.zeros(5)}
-    state, ref_state = mech.init(summed), mech.init(summed)
-    for t in range(4):
+    state = mech.init(summed)
+    zs, outs = [], []
+    for t in range(6):
         key = jax.random.key(t)
         clip = jnp.float32(0.5 + t)  # a traced clip norm, as an adaptive policy gives
-        noisy, state = add_correlated_noise(
-            summed, key, state, noise=mech, clip_norm=clip, noise_multiplier=2.0, batch_size=4.0
-        )
-        ref, ref_state = mech.correlate(ref_state, _standard_normal(summed, key))
-        expected = 2.0 * (0.5 + t) * np.asarray(ref["w"]) / 4.0
-        np.testing.assert_allclose(np.asarray(noisy["w"]), expected, rtol=1e-6)
+        noisy, state = add_noise(summed, key, state, noise=mech, std=2.0 * clip, batch_size=4.0)
+        zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
+        outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
+    # the dense float64 referee: x = C⁻¹ z with C the banded Toeplitz matrix of the strategy
+    coefs = mech.strategy.coefs
+    c = sum(np.diag(np.full(6 - k, coefs[k]), -k) for k in range(3))
+    np.testing.assert_allclose(np.stack(outs), np.linalg.solve(c, np.stack(zs)), rtol=2e-5)
 
 
 # ---------------------------------------------------------------------------
@@ -607,3 +608,125 @@ def test_bandmf_resume_is_bit_identical_and_another_mechanism_is_refused(tmp_pat
     _, other = _wired(BLT(2, steps=16), AdaptiveClip(1.0), 1)
     with pytest.raises(CheckpointError, match="gradient_state"):
         restore(tmp_path / "ck", like=other)
+    _, fewer = _wired(BandMF(2, steps=16), AdaptiveClip(1.0), 2)  # other bands: other buffers
+    with pytest.raises(CheckpointError, match=r"gradient_state\.noise\.buffers\.w"):
+        restore(tmp_path / "ck", like=fewer)
+    _, fixed = _wired(BandMF(4, steps=16), 1.0, 4)  # the adaptive clip's state is missing
+    with pytest.raises(CheckpointError, match="gradient_state"):
+        restore(tmp_path / "ck", like=fixed)
+
+
+# ---------------------------------------------------------------------------
+# Mechanism × sampler pairing: refused when the epoch is made, read by the accountant
+# ---------------------------------------------------------------------------
+
+
+def _dp(noise: Any, clip: Any = 1.0) -> Any:
+    return privacy.dp_gradient_fn(_wire_loss, clip_norm=clip, noise_multiplier=1.0, noise=noise)
+
+
+@pytest.mark.parametrize(
+    "noise, sampler",
+    [
+        (BandMF(4, steps=16), privacy.PoissonSampler(8)),
+        (BandMF(4, steps=16), CyclicPoissonSampler(8, groups=3)),
+        (BLT(2, steps=16, min_sep=4), CyclicPoissonSampler(8, groups=2)),
+        (BandMF(2, steps=16), "shuffle"),
+    ],
+    ids=["bandmf-poisson", "bandmf-too-few-groups", "blt-too-few-groups", "bandmf-shuffle"],
+)
+def test_a_mismatched_mechanism_and_sampler_is_refused_at_construction(noise, sampler):
+    from jaxwise import train
+
+    if sampler == "shuffle":
+        sampler = train.ShuffleSampler(8)
+    with pytest.raises(privacy.PairingError, match=r"at most once every \d+ steps.*groups="):
+        train.make_epoch(_dp(noise), sampler)
+    with pytest.raises(ValueError):  # a PairingError is a ValueError
+        _dp(noise).check_sampler(sampler)
+
+
+@pytest.mark.parametrize(
+    "noise, sampler",
+    [
+        (None, privacy.PoissonSampler(8)),
+        (None, CyclicPoissonSampler(8, groups=4)),
+        (BandMF(1, steps=16), privacy.PoissonSampler(8)),
+        (BandMF(4, steps=16), CyclicPoissonSampler(8, groups=4)),
+        (BandMF(4, steps=16), CyclicPoissonSampler(8, groups=6)),
+        (BLT(2, steps=16, min_sep=2), CyclicPoissonSampler(8, groups=2)),
+    ],
+)
+def test_valid_pairings_are_accepted_and_accounted_from_the_objects(noise, sampler):
+    from jaxwise import train
+
+    epoch = train.make_epoch(_dp(noise), sampler)
+    n, steps = 64, 16
+    ours = privacy.epoch_epsilon(epoch, n, steps=steps, delta=1e-5)
+    expected = privacy.epsilon(
+        noise_multiplier=1.0,
+        sample_rate=sampler.sample_rate(n),
+        steps=steps,
+        delta=1e-5,
+        mechanism=noise,
+    )
+    assert ours == expected
+    assert sampler.min_separation >= (1 if noise is None else noise.min_separation)
+
+
+def test_bandmf_accounting_reads_the_mechanisms_separation():
+    # amplified BandMF: DP-SGD's Poisson event at the group's rate over ceil(T / bands) steps
+    q, steps = 0.05, 30
+    for bands in (1, 3, 7):
+        mech = BandMF(bands, steps=steps)
+        ours = privacy.epsilon(
+            noise_multiplier=1.2, sample_rate=q, steps=steps, delta=1e-5, mechanism=mech
+        )
+        event = dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.2)),
+            math.ceil(steps / mech.min_separation),
+        )
+        acc = dp_accounting.rdp.RdpAccountant()
+        acc.compose(event)
+        assert ours == pytest.approx(acc.get_epsilon(1e-5), rel=1e-12)
+
+
+def test_epoch_epsilon_counts_the_adaptive_clip_and_refuses_other_epochs():
+    from jaxwise import train
+
+    clip = AdaptiveClip(1.0, count_noise=2.0)
+    sampler = CyclicPoissonSampler(8, groups=4)
+    epoch = train.make_epoch(_dp(BandMF(4, steps=16), clip), sampler)
+    ours = privacy.epoch_epsilon(epoch, 64, steps=16, delta=1e-5)
+    expected = privacy.epsilon(
+        noise_multiplier=1.0,
+        sample_rate=sampler.sample_rate(64),
+        steps=16,
+        delta=1e-5,
+        mechanism=BandMF(4, steps=16),
+        clip=clip,
+    )
+    assert ours == expected
+    plain = train.make_epoch(train.value_and_grad(lambda p, b: jnp.sum(p)), train.ShuffleSampler(8))
+    with pytest.raises(TypeError, match="`epoch`"):
+        privacy.epoch_epsilon(plain, 64, steps=16, delta=1e-5)
+    with pytest.raises(TypeError, match="`epoch`"):
+        privacy.epoch_epsilon("epoch", 64, steps=16, delta=1e-5)  # type: ignore[arg-type]
+
+
+def test_a_skipped_step_still_counts_and_moves_the_noise_stream_on():
+    # a poisoned row makes the steps that sample it non-finite: they are skipped, but the step
+    # counter, the key and BandMF's buffers advance exactly as in the clean run (the noise
+    # stream does not depend on the data), so no draw is reused and the cyclic groups of the
+    # next epoch stay `groups` steps apart
+    clean, poisoned = _wire_data(), _wire_data()
+    poisoned = {**poisoned, "x": poisoned["x"].at[5].set(jnp.nan)}
+    epoch, a = _wired(BandMF(4, steps=16), 1.0, 4)
+    _, b = _wired(BandMF(4, steps=16), 1.0, 4)
+    a, _ = epoch(a, clean)
+    b, metrics = epoch(b, poisoned)
+    skipped = int(np.asarray(metrics["skipped"]).sum())
+    assert skipped >= 1  # row 5 is in group 1: sampled in some step with high probability
+    assert int(a.step) == int(b.step) == epoch.steps_per_epoch(64)
+    assert _bits(a.gradient_state) == _bits(b.gradient_state) and _bits(a.key) == _bits(b.key)
+    assert np.isfinite(np.asarray(b.params["w"])).all()

@@ -176,6 +176,8 @@ def test_stateful_gradient_refuses_a_state_of_another_structure():
 class UnitNoise:
     """A test NoiseMechanism: the noise is z, doubled from the second step on (a counter)."""
 
+    min_separation = 1  # accounted as DP-SGD: any sampler
+
     def init(self, params):
         del params
         return jnp.zeros((), jnp.int32)

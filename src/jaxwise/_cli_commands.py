@@ -72,6 +72,12 @@ def _require_extras(args: argparse.Namespace, *, plots: bool, checkpoints: bool)
         require("dp_accounting", extra="privacy", feature=f"{command} --dp")
 
 
+def _dp_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--mechanism``, ``--bands``, ``--adaptive-clip`` (``None`` where not given)."""
+    keys = ("mechanism", "bands", "adaptive_clip")
+    return {k: getattr(args, k, None) for k in keys}
+
+
 def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
     return {"cache": not args.no_cache}
 
@@ -91,6 +97,7 @@ def cmd_spiral(args: argparse.Namespace) -> int:
         clip_norm=args.clip_norm,
         noise_multiplier=args.noise_multiplier,
         audit=args.audit,
+        **_dp_options(args),
         progress=not args.no_progress,
         plots=not args.no_plots,
         **_cache_options(args),
@@ -122,6 +129,7 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
         clip_norm=args.clip_norm,
         noise_multiplier=args.noise_multiplier,
         audit=getattr(args, "audit", None),
+        **_dp_options(args),
         progress=not args.no_progress,
         plots=not getattr(args, "no_plots", False),
         early_stopping=getattr(args, "early_stopping", None),

@@ -79,6 +79,8 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
                 f"q = {dp['sample_rate']:.4f}, {dp['steps']} steps)",
             )
         )
+        if dp.get("mechanism", "dpsgd") != "dpsgd" or "adaptive_clip" in dp:
+            rows.append(("privacy noise", _noise_line(dp)))
         if "epsilon_audit_lower_bound" in dp:
             rows.append(
                 (
@@ -90,6 +92,23 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
             )
     rows += [(key.replace("_", " "), str(path)) for key, path in summary.get("outputs", {}).items()]
     return rows
+
+
+def _noise_line(dp: dict[str, Any]) -> str:
+    """``BandMF, 4 bands (cyclic Poisson, 4 groups): expected error 0.84x DP-SGD's at this ε``."""
+    mechanism = dp.get("mechanism", "dpsgd")
+    if mechanism == "bandmf":
+        what = f"BandMF, {dp['bands']} bands (cyclic Poisson, {dp['groups']} groups)"
+    elif mechanism == "blt":
+        what = f"BLT, {dp['buffers']} buffers (cyclic Poisson, {dp['groups']} groups)"
+    else:
+        what = "DP-SGD (independent noise)"
+    line = f"{what}: expected error {dp['expected_error_vs_dpsgd']:.2f}x DP-SGD's at this ε"
+    if dp.get("mechanism_option") == "auto":
+        line += " (chosen by --mechanism auto)"
+    if "adaptive_clip" in dp:
+        line += f"; adaptive clip at the {dp['adaptive_clip']['target_quantile']:g} quantile"
+    return line
 
 
 def _phase_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:

@@ -117,6 +117,7 @@ def _add_training_options(p: argparse.ArgumentParser, epochs: int, batch_help: s
         default=1.1,
         help="DP-SGD noise multiplier σ >= 0 (default 1.1)",
     )
+    _add_dp_mechanism(p)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument(
         "--no-cache",
@@ -124,6 +125,34 @@ def _add_training_options(p: argparse.ArgumentParser, epochs: int, batch_help: s
         help="no persistent compilation cache (default: on, in $XDG_CACHE_HOME/jaxwise)",
     )
     _add_common(p)
+
+
+def _add_dp_mechanism(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--mechanism",
+        choices=("dpsgd", "bandmf", "blt", "auto"),
+        default=None,
+        help="with --dp: the noise: dpsgd (independent, default), bandmf (banded matrix "
+        "factorization, cyclic Poisson sampling), blt (2 decaying buffers) or auto (the lowest "
+        "expected error at the ε that --noise-multiplier gives DP-SGD)",
+    )
+    p.add_argument(
+        "--bands",
+        type=int,
+        default=None,
+        metavar="B",
+        help="with --mechanism bandmf: the bands (memory (B-1)·|params|; default: chosen)",
+    )
+    p.add_argument(
+        "--adaptive-clip",
+        type=float,
+        nargs="?",
+        const=0.5,
+        default=None,
+        metavar="Q",
+        help="with --dp: the clip norm tracks the Q-quantile of the gradient norms (default "
+        "Q 0.5), starting at --clip-norm; its noised count is in ε",
+    )
 
 
 def _add_csv_options(p: argparse.ArgumentParser) -> None:

@@ -34,10 +34,11 @@ from jaxwise._cli_options import (
 )
 from jaxwise._errors import JaxwiseError
 from jaxwise._progress import progress_bar
+from jaxwise.jobs import _dp
 from jaxwise.models import mlp_apply
 from jaxwise.tree import mask_by_path
 
-DELTA = 1e-5
+DELTA = _dp.DELTA
 
 
 class RunFailed(JaxwiseError):
@@ -154,13 +155,22 @@ def to_device(*arrays: np.ndarray) -> Any:
     return placed[0] if len(placed) == 1 else placed
 
 
-def initial_state(tx: Any, sizes: tuple[int, ...], seed: int) -> Any:
-    """The initial state: keys, He-initialised MLP, optimizer state (one program under ``jit``)."""
+def initial_state(tx: Any, sizes: tuple[int, ...], seed: int, gradient: Any = None) -> Any:
+    """The initial state: keys, He-initialised MLP, optimizer state (one program under ``jit``).
+
+    ``gradient``: a stateful DP gradient (correlated noise, adaptive clip) whose state
+    (`_dp.state_gradient`) the `TrainState` holds from the start.
+    """
     from jaxwise.models import init_mlp
     from jaxwise.train import TrainState
 
     init_key, state_key = jax.random.split(jax.random.key(seed))
-    return TrainState.create(init_mlp(init_key, sizes), tx, state_key)
+    return TrainState.create(init_mlp(init_key, sizes), tx, state_key, gradient=gradient)
+
+
+def state_gradient(cfg: Any, n_train: int) -> Any:
+    """The DP gradient whose state the run's `TrainState` holds, or ``None`` (see `_dp`)."""
+    return _dp.state_gradient(cfg, n_train, per_example_loss()) if cfg.dp else None
 
 
 def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
@@ -200,24 +210,22 @@ def schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> j
     return jax.vmap(schedule)(jnp.arange(steps))
 
 
-def make_epoch(cfg: Any, *, accuracy: bool = False) -> Any:
-    """The compiled epoch: plain (shuffled batches) or DP-SGD (Poisson sampling, ghost clipping).
+def make_epoch(cfg: Any, *, accuracy: bool = False, n_train: int | None = None) -> Any:
+    """The compiled epoch: plain (shuffled batches) or DP (ghost clipping, `_dp.dp_plan`).
 
+    A DP epoch over ``n_train`` examples: the ``--mechanism``'s noise with the sampler its
+    accounting needs (Poisson; cyclic Poisson for BandMF/BLT), the fixed or adaptive clip.
     With ``accuracy``, the plain epoch's metrics include ``"aux"``: each step's mini-batch
     accuracy (see `epoch_progress`).
     """
     from jaxwise.train import make_train_epoch
 
     if cfg.dp:
-        from jaxwise.privacy import make_dp_train_epoch
+        from jaxwise.train import make_epoch as compose
 
-        return make_dp_train_epoch(
-            per_example_loss(),
-            cfg.batch_size,
-            clip_norm=cfg.clip_norm,
-            noise_multiplier=cfg.noise_multiplier,
-            method="ghost",
-        )
+        assert n_train is not None, "a DP epoch needs the number of training examples"
+        plan = _dp.dp_plan(cfg, n_train)
+        return compose(_dp.dp_gradient(cfg, n_train, per_example_loss()), plan.sampler)
     if accuracy:
         return make_train_epoch(batch_loss_and_accuracy, cfg.batch_size, has_aux=True)
     return make_train_epoch(batch_loss, cfg.batch_size)
@@ -243,24 +251,13 @@ def steps_per_epoch(n_train: int, cfg: Any) -> int:
 
 
 def dp_report(cfg: Any, n_train: int, steps: int) -> dict[str, Any]:
-    """ε at δ = 1e-5 from dp-accounting for the Poisson-sampled run, with its parameters."""
-    from jaxwise.privacy import epsilon
+    """ε at δ = 1e-5 from dp-accounting for the run, its mechanism and parameters."""
+    return _dp.dp_summary(cfg, n_train, steps)
 
-    q = cfg.batch_size / n_train
-    eps = (
-        epsilon(noise_multiplier=cfg.noise_multiplier, sample_rate=q, steps=steps, delta=DELTA)
-        if cfg.noise_multiplier and steps
-        else math.inf
-    )
-    return {
-        "epsilon": eps,
-        "delta": DELTA,
-        "noise_multiplier": cfg.noise_multiplier,
-        "clip_norm": cfg.clip_norm,
-        "sample_rate": q,
-        "steps": steps,
-        "sampling": "poisson",
-    }
+
+def check_dp_options(cfg: Any) -> None:
+    """``--mechanism``, ``--bands``, ``--adaptive-clip``: only with ``--dp``, in range."""
+    _dp.check_dp_options(cfg)
 
 
 def check_audit_option(cfg: Any) -> None:
@@ -412,12 +409,14 @@ __all__ = [
     "check_training_options",
     "audit_canaries_for",
     "check_audit_option",
+    "check_dp_options",
     "audit_run",
     "dp_report",
     "epoch_progress",
     "evaluate",
     "evaluate_splits",
     "initial_state",
+    "state_gradient",
     "float64_check",
     "jsonable",
     "make_epoch",

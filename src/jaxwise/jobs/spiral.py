@@ -50,6 +50,11 @@ class SpiralConfig:
         clip_norm: the per-example clipping norm with ``dp``.
         noise_multiplier: the noise multiplier σ with ``dp``.
         audit: ``--audit M``: audit the DP run with M canaries (``None``: no audit).
+        mechanism: ``--mechanism``: ``dpsgd``, ``bandmf``, ``blt`` or ``auto`` (``None``:
+            DP-SGD).
+        bands: ``--bands``: BandMF's bands (``None``: chosen).
+        adaptive_clip: ``--adaptive-clip Q``: the clip norm tracks the Q-quantile of the
+            gradient norms, starting at ``clip_norm`` (``None``: a fixed clip).
         n_per_class: points per spiral arm.
         hidden: widths of the hidden layers.
         lr: peak learning rate (after the warm-up).
@@ -71,6 +76,9 @@ class SpiralConfig:
     clip_norm: float = 1.0
     noise_multiplier: float = 1.1
     audit: int | None = None
+    mechanism: str | None = None
+    bands: int | None = None
+    adaptive_clip: float | None = None
     n_per_class: int = 600
     hidden: tuple[int, ...] = (64, 64)
     lr: float = 1e-2
@@ -90,6 +98,7 @@ class SpiralConfig:
         """
         C.check_training_options(self)
         C.option_float(self.noise, "--noise", min_value=0.0, max_value=10.0, max_inclusive=False)
+        C.check_dp_options(self)
         C.check_audit_option(self)
 
 
@@ -181,7 +190,8 @@ def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor, out: RunDir | Non
         cfg.epochs * run.steps_per_epoch, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr
     )
     sizes = (fit_x.shape[1], *cfg.hidden, 3)  # with --audit: one input per canary feature
-    build = jax.jit(functools.partial(C.initial_state, run.tx, sizes, cfg.seed))
+    gradient = C.state_gradient(cfg, len(fit_x))  # the DP noise buffers / adaptive clip
+    build = jax.jit(functools.partial(C.initial_state, run.tx, sizes, cfg.seed, gradient))
     run.state_shape = jax.eval_shape(build)
     run.pending_state = background.submit(lambda: compile_one_shot(build)())
     run.train_data, run.test_data = C.to_device(xtr, ytr), C.to_device(xte, yte)
@@ -208,7 +218,7 @@ def fit(run: _Run) -> None:
     report no loss, so the training set is evaluated after each of them.
     """
     cfg = run.cfg
-    epoch = C.make_epoch(cfg, accuracy=True)
+    epoch = C.make_epoch(cfg, accuracy=True, n_train=len(run.fit_data[1]))
     losses = []
     t_train = time.perf_counter()
     with run.tally.measure():  # the epoch program, compiled while the state is built

@@ -70,6 +70,11 @@ class TabularConfig:
         clip_norm: the per-example clipping norm with ``dp``.
         noise_multiplier: the noise multiplier σ with ``dp``.
         audit: ``--audit M``: audit the DP run with M canaries (``None``: no audit).
+        mechanism: ``--mechanism``: ``dpsgd``, ``bandmf``, ``blt`` or ``auto`` (``None``:
+            DP-SGD).
+        bands: ``--bands``: BandMF's bands (``None``: chosen).
+        adaptive_clip: ``--adaptive-clip Q``: the clip norm tracks the Q-quantile of the
+            gradient norms, starting at ``clip_norm`` (``None``: a fixed clip).
         progress: show a progress bar.
         plots: write the PNG plots.
         early_stopping: patience in epochs (keeps the best checkpoint by validation loss).
@@ -99,6 +104,9 @@ class TabularConfig:
     clip_norm: float = 1.0
     noise_multiplier: float = 1.1
     audit: int | None = None
+    mechanism: str | None = None
+    bands: int | None = None
+    adaptive_clip: float | None = None
     progress: bool = True
     plots: bool = True
     early_stopping: int | None = None
@@ -129,6 +137,7 @@ class TabularConfig:
             C.option_int(self.early_stopping, "--early-stopping", min_value=1)
         if self.resume and not (self.out and self.checkpoint):
             raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
+        C.check_dp_options(self)
         C.check_audit_option(self)
         if self.audit and (self.resume or self.stop_after or self.early_stopping):
             raise UserError(
@@ -158,6 +167,9 @@ class TabularConfig:
             "dp",
             "clip_norm",
             "noise_multiplier",
+            "mechanism",
+            "bands",
+            "adaptive_clip",
             "drop_na",
             "early_stopping",
         )
@@ -432,7 +444,8 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     tx, schedule = _optimizer(prep, spe)
     n_in = train[0].shape[1]  # with --audit: one extra input feature per canary
     sizes = (n_in, *cfg.hidden, len(prep.table.classes))
-    build = jax.jit(functools.partial(C.initial_state, tx, sizes, cfg.seed))
+    gradient = C.state_gradient(run_cfg, fit_rows)  # the DP noise buffers / adaptive clip
+    build = jax.jit(functools.partial(C.initial_state, tx, sizes, cfg.seed, gradient))
     state_shape = jax.eval_shape(build)
     pending_state, lrs = _warm_up(
         prep,
@@ -467,7 +480,7 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     last_epoch = max(cfg.stop_after if cfg.stop_after is not None else cfg.epochs, start_epoch)
     if progress_meta["stopped_early"]:
         last_epoch = start_epoch
-    loop = EpochLoop(prep, C.make_epoch(run_cfg), spe, lrs, progress_meta)
+    loop = EpochLoop(prep, C.make_epoch(run_cfg, n_train=fit_rows), spe, lrs, progress_meta)
     loop.train_data, loop.val_data = train, val
     if last_epoch > start_epoch:
         with loop.tally.measure():  # the epoch program, compiled while the state is built

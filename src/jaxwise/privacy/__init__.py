@@ -34,6 +34,7 @@ Examples:
     2.6
 """
 
+from jaxwise.privacy._accounting import epoch_epsilon as epoch_epsilon
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
 from jaxwise.privacy._adaptive import AdaptiveClip as AdaptiveClip
@@ -55,6 +56,8 @@ from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
 from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
 from jaxwise.privacy._mechanism import DPGradientFn as DPGradientFn
 from jaxwise.privacy._mechanism import NoiseMechanism as NoiseMechanism
+from jaxwise.privacy._mechanism import PairingError as PairingError
+from jaxwise.privacy._mechanism import SeparatedSampler as SeparatedSampler
 from jaxwise.privacy._mechanism import dp_gradient_fn as dp_gradient_fn
 from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
@@ -77,7 +80,9 @@ __all__ = [
     "DPGradient",
     "DPGradientFn",
     "NoiseMechanism",
+    "PairingError",
     "PoissonSampler",
+    "SeparatedSampler",
     "add_dp_noise",
     "audit_canaries",
     "bandmf_strategy",
@@ -87,6 +92,7 @@ __all__ = [
     "dp_gradient_accumulated",
     "dp_gradient_fn",
     "empirical_epsilon",
+    "epoch_epsilon",
     "epsilon",
     "make_dp_train_epoch",
     "noise_multiplier_for",

@@ -18,9 +18,11 @@ from jaxwise._extras import require
 from jaxwise.privacy._adaptive import AdaptiveClip
 from jaxwise.privacy._bandmf import BandMF
 from jaxwise.privacy._blt import BLT
+from jaxwise.privacy._mechanism import DPGradientFn, check_pairing
 from jaxwise.privacy._noise import check_noise
+from jaxwise.train import TrainEpoch
 
-__all__ = ["epsilon", "noise_multiplier_for"]
+__all__ = ["epoch_epsilon", "epsilon", "noise_multiplier_for"]
 
 Accountant = Literal["rdp", "pld"]
 ACCOUNTANTS = ("rdp", "pld")
@@ -44,7 +46,7 @@ def _check_mechanism(mechanism: Any, clip: Any, steps: int) -> None:
 def _participations(mechanism: Mechanism, steps: int) -> int:
     """Count releases per accounted release: BLT's participations, else 1."""
     if isinstance(mechanism, BLT):
-        return -(-int(steps) // mechanism.min_sep)
+        return -(-int(steps) // mechanism.min_separation)
     return 1
 
 
@@ -84,8 +86,8 @@ def _event(
     if isinstance(mechanism, BLT):
         return dp_accounting.GaussianDpEvent(noise_multiplier)
     compositions = int(steps)
-    if isinstance(mechanism, BandMF):
-        compositions = -(-compositions // mechanism.bands)
+    if isinstance(mechanism, BandMF):  # one example's participations: every min_separation steps
+        compositions = -(-compositions // mechanism.min_separation)
     return dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(
             sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)
@@ -256,3 +258,68 @@ def _calibrate(
             tol=1e-4,
         )
     return float(sigma)
+
+
+def epoch_epsilon(
+    epoch: TrainEpoch,
+    n: int,
+    *,
+    steps: int | np.integer,
+    delta: float,
+    accountant: Accountant = "rdp",
+) -> float:
+    """ε of ``steps`` steps of a DP epoch, every number read from the epoch's own objects.
+
+    The noise multiplier, the mechanism and the clip policy come from ``epoch.gradient`` (a
+    [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn]), the sample rate from
+    ``epoch.sampler.sample_rate(n)``; the pairing is checked again (a mechanism whose
+    ``min_separation`` the sampler does not guarantee raises `PairingError`), then
+    [`epsilon`][jaxwise.privacy.epsilon] accounts it.
+
+    Args:
+        epoch: a [`TrainEpoch`][jaxwise.train.TrainEpoch] of a DP gradient.
+        n: the dataset size the epoch runs over.
+        steps: the noisy steps taken (e.g. ``epochs * epoch.steps_per_epoch(n)``).
+        delta: δ in (0, 1).
+        accountant: ``"rdp"`` or ``"pld"``.
+
+    Returns:
+        ε as a float (``inf`` without noise).
+
+    Raises:
+        TypeError: ``epoch`` is not a DP epoch, or its clip policy is not an `AdaptiveClip`.
+        PairingError: the epoch's sampler does not separate participations as its
+            mechanism assumes.
+        ValueError: an argument out of range.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> from jaxwise.privacy import CyclicPoissonSampler, BandMF, dp_gradient_fn
+        >>> from jaxwise.train import make_epoch
+        >>> gradient = dp_gradient_fn(lambda w, x: jnp.sum(w * x), clip_norm=1.0,
+        ...     noise_multiplier=1.0, noise=BandMF(bands=4, steps=100))
+        >>> epoch = make_epoch(gradient, CyclicPoissonSampler(10, groups=4))
+        >>> eps = epoch_epsilon(epoch, 1000, steps=100, delta=1e-5)
+        >>> eps == epsilon(noise_multiplier=1.0, sample_rate=10 / 250, steps=100, delta=1e-5,
+        ...                mechanism=BandMF(bands=4, steps=100))
+        True
+    """
+    if not isinstance(epoch, TrainEpoch) or not isinstance(epoch.gradient, DPGradientFn):
+        raise TypeError(
+            "`epoch` must be a TrainEpoch of a privacy.dp_gradient_fn gradient, got "
+            f"{type(epoch).__name__}"
+        )
+    gradient = epoch.gradient
+    check_pairing(gradient.noise, epoch.sampler)
+    n = check_int(n, "n", min_value=1)
+    clip: Any = None if isinstance(gradient.clip_norm, float) else gradient.clip_norm
+    mechanism: Any = gradient.noise
+    return epsilon(
+        noise_multiplier=gradient.noise_multiplier,
+        sample_rate=epoch.sampler.sample_rate(n),
+        steps=steps,
+        delta=delta,
+        accountant=accountant,
+        mechanism=mechanism,
+        clip=clip,  # another ClipPolicy than AdaptiveClip: a TypeError naming `clip`
+    )

@@ -179,6 +179,15 @@ class BandMF:
         check_float(self.momentum, "momentum", min_value=0.0, max_value=1.0, max_inclusive=False)
 
     @property
+    def min_separation(self) -> int:
+        """``bands``: the accounting assumes an example joins at most once every ``bands`` steps.
+
+        Returns:
+            ``bands``.
+        """
+        return self.bands
+
+    @property
     def strategy(self) -> BandMFStrategy:
         """The optimised strategy (cached)."""
         return bandmf_strategy(self.steps, self.bands, momentum=self.momentum)

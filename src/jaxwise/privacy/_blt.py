@@ -188,6 +188,15 @@ class BLT:
         _check(self.buffers, self.steps, self.min_sep, self.momentum)
 
     @property
+    def min_separation(self) -> int:
+        """``min_sep``: the sensitivity assumes an example joins at most every ``min_sep`` steps.
+
+        Returns:
+            ``min_sep``.
+        """
+        return self.min_sep
+
+    @property
     def strategy(self) -> BLTStrategy:
         """The optimised strategy (cached)."""
         return blt_strategy(self.buffers, self.steps, min_sep=self.min_sep, momentum=self.momentum)
@@ -220,9 +229,11 @@ class BLT:
         shape = (self.buffers,)
 
         def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
-            scales = jnp.asarray(s.scales, buf.dtype).reshape(shape + (1,) * zi.ndim)
+            # Σ ω_i s_i as a contraction over the buffer axis (a dot, not a reduce: XLA:CPU
+            # runs a reduction over the leading axis element by element)
+            inner = jnp.tensordot(jnp.asarray(s.scales, buf.dtype), buf, axes=1)
+            x = zi - inner.astype(zi.dtype)
             decays = jnp.asarray(s.decays, buf.dtype).reshape(shape + (1,) * zi.ndim)
-            x = zi - jnp.sum(scales * buf, axis=0).astype(zi.dtype)
             new = decays * buf + x[None].astype(buf.dtype)
             return x * jnp.asarray(s.sensitivity, zi.dtype), new
 

@@ -53,6 +53,15 @@ class CyclicPoissonSampler:
         check_int(self.groups, "groups", min_value=1)
         self._poisson()  # validates the other fields
 
+    @property
+    def min_separation(self) -> int:
+        """``groups``: an example's participations lie at least ``groups`` steps apart.
+
+        Returns:
+            ``groups``.
+        """
+        return self.groups
+
     def _poisson(self) -> PoissonSampler:
         return PoissonSampler(self.batch_size, self.multiple, self.buckets)
 

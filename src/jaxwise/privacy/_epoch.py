@@ -66,6 +66,15 @@ class PoissonSampler:
         check_int(self.multiple, "multiple", min_value=1)
         check_int(self.buckets, "buckets", min_value=1, max_value=16)
 
+    @property
+    def min_separation(self) -> int:
+        """1: an example may join two consecutive steps (what the DP-SGD accountant assumes).
+
+        Returns:
+            1.
+        """
+        return 1
+
     def check(self, n: int) -> None:
         """``ValueError`` if the batch size exceeds the ``n`` examples.
 

@@ -7,6 +7,10 @@ divides by the sampler's expected batch size. ``noise`` comes from a `NoiseMecha
 ``z`` into the noise (correlated across steps for matrix-factorization mechanisms); ``C``
 from a float or a `ClipPolicy` (adaptive clipping). Its state, ``{"noise": mechanism state,
 "clip": policy state}`` (``()`` for an absent part), lives in ``TrainState.gradient_state``.
+
+A mechanism states the participation its accounting assumes (``min_separation``: an example
+joins at most once in that many steps) and a `SeparatedSampler` the separation it guarantees;
+`make_epoch` refuses a pairing where the sampler guarantees less with a `PairingError`.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_bool, check_callable
+from jaxwise._errors import JaxwiseError
 from jaxwise._losses import (
     ChunkSize,
     Method,
@@ -36,7 +41,32 @@ from jaxwise.privacy._noise import (
 from jaxwise.privacy._state import NO_MODEL_STATE
 from jaxwise.train import Gradients, Sampler
 
-__all__ = ["ClipPolicy", "DPGradientFn", "NoiseMechanism", "dp_gradient_fn"]
+__all__ = [
+    "ClipPolicy",
+    "DPGradientFn",
+    "NoiseMechanism",
+    "PairingError",
+    "SeparatedSampler",
+    "add_noise",
+    "check_pairing",
+    "dp_gradient_fn",
+]
+
+
+class PairingError(JaxwiseError, ValueError):
+    """A noise mechanism paired with a sampler its privacy accounting does not cover.
+
+    BandMF's amplified accounting assumes every example joins at most once every ``bands``
+    steps (BLT: every ``min_sep`` steps); a sampler that may put an example in two closer
+    steps (Poisson, shuffled batches) voids the guarantee, so the pairing is refused when
+    the epoch is made.
+
+    Examples:
+        >>> issubclass(PairingError, ValueError)
+        True
+    """
+
+    __module__ = "jaxwise.privacy"
 
 
 @runtime_checkable
@@ -46,8 +76,19 @@ class NoiseMechanism(Protocol):
     ``init(params)`` is the state before the first step (a pytree of arrays, e.g. the
     buffers of earlier draws); ``correlate(state, z)`` returns ``(noise, new_state)`` with
     ``noise`` a tree like ``z`` (and ``params``), for a unit clip norm and unit noise
-    multiplier: the gradient adds ``noise_multiplier · C · noise``.
+    multiplier: the gradient adds ``noise_multiplier · C · noise``. ``min_separation`` is the
+    fewest steps between two participations of one example that its accounting assumes (1:
+    any sampler); `make_epoch` refuses a sampler that guarantees fewer (`PairingError`).
     """
+
+    @property
+    def min_separation(self) -> int:
+        """Steps between two participations of an example that the accounting assumes.
+
+        Returns:
+            An int >= 1.
+        """
+        ...
 
     def init(self, params: Any) -> Any:
         """The state before the first step.
@@ -71,6 +112,85 @@ class NoiseMechanism(Protocol):
             ``(noise, new_state)``.
         """
         ...
+
+
+@runtime_checkable
+class SeparatedSampler(Protocol):
+    """A sampler that guarantees a minimum separation between an example's participations.
+
+    ``min_separation`` steps at least lie between two batches holding the same example
+    (`PoissonSampler`: 1; ``CyclicPoissonSampler(groups=g)``: ``g``). A sampler that is not
+    one (``train.ShuffleSampler``) guarantees 1.
+    """
+
+    @property
+    def min_separation(self) -> int:
+        """The fewest steps between two participations of one example.
+
+        Returns:
+            An int >= 1.
+        """
+        ...
+
+
+def _separation(sampler: Any) -> int:
+    return int(sampler.min_separation) if isinstance(sampler, SeparatedSampler) else 1
+
+
+def check_pairing(noise: NoiseMechanism | None, sampler: Any) -> None:
+    """`PairingError` unless ``sampler`` separates participations as ``noise`` assumes.
+
+    Args:
+        noise: the noise mechanism (``None``: DP-SGD, any sampler).
+        sampler: the epoch's sampler.
+
+    Raises:
+        PairingError: the sampler guarantees fewer steps between an example's
+            participations than the mechanism's ``min_separation``.
+    """
+    need = 1 if noise is None else int(noise.min_separation)
+    have = _separation(sampler)
+    if have < need:
+        raise PairingError(
+            f"`noise` {noise} needs every example to join at most once every {need} steps "
+            f"(its privacy accounting assumes it), but `sampler` {type(sampler).__name__} "
+            f"guarantees {have}: train it with privacy.CyclicPoissonSampler(batch_size, "
+            f"groups={need}) (or more groups)"
+        )
+
+
+def add_noise(
+    summed: Any,
+    key: jax.Array,
+    state: Any,
+    *,
+    noise: NoiseMechanism | None,
+    std: Any,
+    batch_size: Any,
+) -> tuple[Any, Any]:
+    """``((summed + std · noise) / batch_size, new mechanism state)``: the one noising step.
+
+    ``z`` is one standard-normal draw over all parameters (`standard_normal`, as
+    `add_dp_noise`), turned into this step's noise by ``noise.correlate`` (``None``: ``z``
+    itself, DP-SGD bit for bit); ``std = 0`` adds none and leaves the state as it is.
+
+    Args:
+        summed: the sum of clipped per-example gradients (a pytree of float arrays).
+        key: this step's noise key.
+        state: the mechanism's state (``()`` for ``noise=None``).
+        noise: a `NoiseMechanism`, or ``None``.
+        std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
+        batch_size: the divisor (the expected batch size).
+
+    Returns:
+        ``(noisy mean like summed, new state)``.
+    """
+    if isinstance(std, (int, float)) and not std:
+        return noisy_mean(summed, None, 0.0, batch_size), state
+    z = standard_normal(key, summed)
+    if noise is not None:
+        z, state = noise.correlate(state, z)
+    return noisy_mean(summed, z, std, batch_size), state
 
 
 @runtime_checkable
@@ -175,6 +295,18 @@ class DPGradientFn:
         """
         return dataclasses.replace(self, expected_batch_size=sampler.sample_rate(n) * n)
 
+    def check_sampler(self, sampler: Sampler) -> None:
+        """`PairingError` unless ``sampler`` separates participations as ``noise`` assumes.
+
+        Args:
+            sampler: the epoch's sampler.
+
+        Raises:
+            PairingError: e.g. ``BandMF(bands=4)`` with a ``PoissonSampler`` (use
+                ``CyclicPoissonSampler(batch_size, groups>=4)``).
+        """
+        check_pairing(self.noise, sampler)
+
     def __call__(
         self,
         params: Any,
@@ -214,12 +346,9 @@ class DPGradientFn:
         )
         new_state = dict(state)
         std = self.noise_multiplier * clip if self.noise_multiplier else 0.0
-        noise = None
-        if self.noise_multiplier:
-            noise = standard_normal(key, summed)
-            if self.noise is not None:
-                noise, new_state["noise"] = self.noise.correlate(state["noise"], noise)
-        grads = noisy_mean(summed, noise, std, denominator)
+        grads, new_state["noise"] = add_noise(
+            summed, key, state["noise"], noise=self.noise, std=std, batch_size=denominator
+        )
         if policy is not None:
             assert clip_key is not None
             new_state["clip"] = policy.update(state["clip"], norms, mask, clip_key, denominator)

@@ -132,7 +132,9 @@ def noisy_mean(summed: Any, noise: Any, std: Any, batch_size: Any) -> Any:
     if noise is None:
         return jax.tree.map(lambda x: x / jnp.asarray(batch_size, x.dtype), summed)
     return jax.tree.map(
-        lambda x, z: (x + std * z) / jnp.asarray(batch_size, x.dtype), summed, noise
+        lambda x, z: (x + (std * z).astype(x.dtype)) / jnp.asarray(batch_size, x.dtype),
+        summed,
+        noise,
     )
 
 

@@ -26,6 +26,7 @@ from jaxwise.train._gradient import (
     GradientFn,
     Gradients,
     SamplerAware,
+    SamplerChecked,
     StatefulGradientFn,
     value_and_grad,
 )
@@ -225,8 +226,10 @@ def make_epoch(
     Raises:
         TypeError: ``gradient`` is not callable, ``sampler`` is not a ``Sampler``, ``mesh``
             is not a mesh or a flag is not a bool.
-        ValueError: ``mesh`` has no ``"data"`` axis; on a call, a dataset the sampler cannot
-            use or a batch width not divisible by the mesh's ``"data"`` axis.
+        ValueError: ``mesh`` has no ``"data"`` axis; a gradient function that refuses the
+            sampler (a [`SamplerChecked`][jaxwise.train.SamplerChecked], e.g. BandMF noise
+            without cyclic sampling); on a call, a dataset the sampler cannot use or a batch
+            width not divisible by the mesh's ``"data"`` axis.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -247,6 +250,8 @@ def make_epoch(
         )
     check_flags(donate=donate, audit=audit)
     check_mesh(mesh)
+    if isinstance(gradient, SamplerChecked):
+        gradient.check_sampler(sampler)
     return TrainEpoch(gradient, sampler, donate=bool(donate), mesh=mesh, audit=bool(audit))
 
 

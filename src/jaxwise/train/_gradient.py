@@ -35,6 +35,7 @@ __all__ = [
     "Gradients",
     "MixedPrecision",
     "SamplerAware",
+    "SamplerChecked",
     "StatefulGradientFn",
     "ValueAndGrad",
     "gradient_loss",
@@ -158,6 +159,27 @@ class SamplerAware(Protocol):
 
         Returns:
             A gradient function of the same kind.
+        """
+        ...
+
+
+@runtime_checkable
+class SamplerChecked(Protocol):
+    """A gradient function that only some samplers may feed (e.g. correlated DP noise).
+
+    `make_epoch` calls ``check_sampler(sampler)`` once, when the epoch is made, so a pairing
+    the gradient cannot be trained with (BandMF's noise with a sampler that may put an
+    example in two nearby steps) is refused before anything is compiled or run.
+    """
+
+    def check_sampler(self, sampler: Sampler) -> None:
+        """Refuse a sampler this gradient function cannot be trained with.
+
+        Args:
+            sampler: the epoch's sampler.
+
+        Raises:
+            ValueError: the pairing is not allowed (the message names both and the fix).
         """
         ...
 

@@ -313,7 +313,8 @@ def make_step(
     The step computes ``gradient(params, model_state, batch, key=..., mask=None)`` and applies
     the state's own optimizer (``state.tx``). A step whose loss, gradient or update is not
     finite returns the input state unchanged (bit-identical) with ``metrics["skipped"] = 1``:
-    the NaN guard is always on (it costs one scalar test).
+    the NaN guard is always on (it costs one scalar test). A stateful (DP) gradient's skipped
+    step still counts: the step, the key and the gradient state move on, the rest is kept.
 
     Every call audits donation: a deleted state leaf (a state used after it was donated), a
     batch leaf that is a state leaf, or a donated leaf still alive after the call (a live NumPy

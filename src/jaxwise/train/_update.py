@@ -9,6 +9,7 @@ The optimizer is the state's own (``TrainState.tx``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -73,13 +74,20 @@ def _finite_sum(tree: Any) -> jax.Array:
     return jnp.isfinite(total)
 
 
-def _apply(state: TrainState, grads: Any, key: Any, model_state: Any, gradient_state: Any):
+def _apply(
+    state: TrainState,
+    grads: Any,
+    key: Any,
+    model_state: Any,
+    gradient_state: Any,
+    step_increment: int = 1,
+):
     tx = state.tx
     assert tx is not None  # checked before tracing
     updates, opt_state = tx.update(grads, state.opt_state, state.params)
     new = dataclasses.replace(
         state,
-        step=state.step + 1,
+        step=state.step + step_increment,
         params=apply_updates(state.params, updates),
         opt_state=opt_state,
         key=key,
@@ -89,8 +97,10 @@ def _apply(state: TrainState, grads: Any, key: Any, model_state: Any, gradient_s
     return new, updates
 
 
-def _guarded(state: TrainState, *new_parts: Any) -> tuple[TrainState, jax.Array]:
-    new, updates = _apply(state, *new_parts)
+def _guarded(
+    state: TrainState, *new_parts: Any, step_increment: int = 1
+) -> tuple[TrainState, jax.Array]:
+    new, updates = _apply(state, *new_parts, step_increment=step_increment)
     ok = _finite_sum(updates)
     return jax.lax.cond(ok, lambda: new, lambda: state), ok
 
@@ -118,7 +128,11 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Update:
     A step whose loss, gradient or *update* is not finite returns the input state
     bit-identical (the update too: ``adam(eps=0)`` turns a zero gradient into 0/0; the key and
     the gradient state too) and ``skipped = 1``. Dynamic loss scaling adjusts its scale even
-    on a skipped step.
+    on a skipped step. With a stateful gradient (DP: its noise buffers and clip policy record
+    what was released) a skipped step keeps the parameters, optimizer and model state but
+    counts the step and moves the key and the gradient state on: no noise draw is used twice,
+    a cyclic sampler's groups stay ``groups`` steps apart, and the step counter equals the
+    steps the accountant counts.
 
     The guard is two nested ``lax.cond``: the optimizer runs only for a finite gradient, and
     its result is kept only when the update is finite. Selecting every state leaf with
@@ -143,9 +157,16 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Update:
         gradient_state = state.gradient_state
         if plan.stateful and (gradient_state is not None or jax.tree.leaves(g.state)):
             gradient_state = g.state
+        if plan.stateful:
+            # a stateful gradient's state records what it released (DP noise buffers, the clip
+            # policy): it, the key and the step counter move on even when the update is
+            # skipped, so no noise draw is used twice and a cyclic sampler's groups stay
+            # `groups` steps apart; the old buffers die here (no copy of them per step)
+            state = state.replace(step=state.step + 1, key=key, gradient_state=gradient_state)
         new, ok = jax.lax.cond(
             ok,
-            _guarded,
+            # a stateful gradient's step was counted above
+            functools.partial(_guarded, step_increment=0 if plan.stateful else 1),
             lambda s, *_: (s, jnp.zeros((), bool)),  # skipped: bit-identical state
             state,
             g.grads,
