@@ -607,3 +607,25 @@ def test_bandmf_resume_is_bit_identical_and_another_mechanism_is_refused(tmp_pat
     _, other = _wired(BLT(2, steps=16), AdaptiveClip(1.0), 1)
     with pytest.raises(CheckpointError, match="gradient_state"):
         restore(tmp_path / "ck", like=other)
+
+
+def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
+    # A step samples one group: the expected batch is batch_size (sample_rate · n / groups),
+    # not sample_rate · n (groups times larger, which silently divided BandMF's learning
+    # rate by `groups`). Without noise and clipping, the update is the batch sum over B.
+    from jaxwise import optim, train
+
+    def linear(p, ex):
+        return -jnp.dot(p["w"], ex["x"])  # every example's gradient is -x = -(1, 1, 1)
+
+    n, batch, groups = 400, 20, 4
+    sampler = privacy.CyclicPoissonSampler(batch, groups=groups)
+    gradient = privacy.dp_gradient_fn(linear, clip_norm=100.0, noise_multiplier=0.0)
+    assert gradient.for_sampler(sampler, n).expected_batch_size == pytest.approx(batch)
+    assert sampler.expected_batch_size(n) == pytest.approx(batch)
+    plain = gradient.for_sampler(privacy.PoissonSampler(batch), n).expected_batch_size
+    assert plain == pytest.approx(batch)
+    state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(1.0), 0, gradient=gradient)
+    state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})
+    total = float(np.asarray(metrics["batch_size"]).sum())
+    np.testing.assert_allclose(np.asarray(state.params["w"]), total / batch, rtol=1e-5)
