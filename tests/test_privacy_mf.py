@@ -82,6 +82,24 @@ def test_strategy_matches_dense_float64_referee(n, bands, momentum):
             assert dense_loss(moved, n, momentum) >= s.loss * (1 - 1e-12)
 
 
+@pytest.mark.parametrize("momentum", [0.5, 0.9])
+def test_two_band_momentum_strategy_is_the_grid_optimum_without_overflow(momentum):
+    # Long momentum workloads: a line-search trial with c_1 > c_0 makes the recurrence C⁻¹
+    # grow like (c_1/c_0)^n; it once overflowed (a RuntimeWarning) and L-BFGS stopped at its
+    # starting point, 10% above the optimum. Referee: a fine grid over c_1/c_0 in float64.
+    from jaxwise.privacy import _toeplitz
+
+    n = 1050
+    s = bandmf_strategy(n, 2, momentum=momentum)  # filterwarnings=error: no overflow
+    workload = _toeplitz.workload_coefs(n, momentum)
+    grid = min(
+        _toeplitz.loss_and_grad(np.array([1.0, a]), workload)[0]
+        for a in np.linspace(0.0, 1.0, 4001)
+    )
+    assert s.loss <= grid * (1 + 1e-9)
+    assert 0.0 < s.coefs[1] < s.coefs[0]
+
+
 def test_strategy_one_band_is_dpsgd():
     s = bandmf_strategy(50, 1)
     assert s.coefs.tolist() == [1.0]
