@@ -446,9 +446,28 @@ def test_adaptive_clip_update_matches_numpy():
     key = jax.random.key(7)
     new = policy.update(policy.init(), norms, mask, key, 5.0)
     noise = 4.0 * float(jax.random.normal(key, (), jnp.float32))
-    fraction = (4 + noise) / 5.0  # 0.5, 1.0, 0.1, 2.0 are <= 2.0; 9.0 is padding
+    # 0.5, 1.0, 0.1, 2.0 are <= 2.0 (+1/2 each), 3.0 is above (-1/2); 9.0 is padding
+    fraction = min(1.0, max(0.0, (4 * 0.5 - 0.5 + noise) / 5.0 + 0.5))
     expected = 2.0 * math.exp(-0.5 * (fraction - 0.3))
     assert math.isclose(float(policy.norm(new)), expected, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("removed", [0, 5], ids=["unclipped", "clipped"])
+def test_adaptive_clip_count_has_the_accounted_sensitivity_one_half(removed):
+    # The accountant (effective_noise_multiplier) treats the count as a Gaussian query of
+    # sensitivity 1/2 (the (2·count_noise)⁻² term, Andrew et al.; TF Privacy centres the
+    # indicators at ±1/2). Removing any one example must move the released sum by exactly 1/2
+    # (an uncentred 0/1 count moved by 1 for an unclipped example: ε under-reported).
+    policy = AdaptiveClip(initial=1.0, target_quantile=0.5, learning_rate=1.0, count_noise=1.0)
+    norms = jnp.asarray([0.5] * 5 + [2.0] * 5)
+    key, expected = jax.random.key(3), 10.0
+
+    def released(mask):  # the noisy sum, recovered from the geometric update
+        new = float(policy.norm(policy.update(policy.init(), norms, mask, key, expected)))
+        return (0.5 - math.log(new)) * expected - 0.5 * expected
+
+    full = jnp.ones(10, bool)
+    assert abs(released(full) - released(full.at[removed].set(False))) == pytest.approx(0.5, rel=1e-4)
 
 
 def test_adaptive_clip_tracks_the_quantile():
