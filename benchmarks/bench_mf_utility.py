@@ -118,7 +118,8 @@ def run() -> None:
     minutes = (time.perf_counter() - t0) / 60
     body = (
         f"Setup: {setup}, B = {BATCH}, clip 1, SGD momentum {MOMENTUM}, δ = {DELTA:g}; "
-        "learning rate from the grid {" + ", ".join(f"{x:g}" for x in LEARNING_RATES) + "} chosen on the validation split per "
+        f"learning rate from the grid {{{', '.join(f'{x:g}' for x in LEARNING_RATES)}}} "
+        "chosen on the validation split per "
         f"mechanism; test accuracy %, mean ± std over {len(SEEDS)} seeds. Every run through "
         "`train.make_epoch(privacy.dp_gradient_fn(..., noise=...), sampler)`. "
         f"Total {minutes:.1f} min on a machine shared by several engineers.\n\n"
