@@ -147,6 +147,45 @@ def test_noise_switched_off_is_detected_far_above_the_claimed_epsilon():
     assert claimed < 1.0 and bound > 3.0 * claimed and bound > 2.5
 
 
+def audited_bandmf_run(sigma, seed, bands=4, m=200, epochs=3, batch_size=32):
+    """BandMF through make_epoch (cyclic Poisson, ``bands`` groups) with canaries: (bound, ε)."""
+    from jaxwise import privacy, train
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(256, 4)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int32) + (x[:, 1] > 0).astype(np.int32)
+    canaries = audit_canaries((x, y), m, seed=seed)
+    data = tuple(jnp.asarray(a) for a in canaries.train_data((x, y)))
+    n = len(data[1])
+    sampler = privacy.CyclicPoissonSampler(batch_size, groups=bands)
+    steps = epochs * sampler.steps(n)
+    mechanism = privacy.BandMF(bands, steps=steps)
+    gradient = privacy.dp_gradient_fn(
+        linear_loss, clip_norm=1.0, noise_multiplier=sigma, noise=mechanism, method="vmap"
+    )
+    state = TrainState.create(jnp.zeros((4 + m, 3)), optim.sgd(2.0), seed, gradient=gradient)
+    epoch = train.make_epoch(gradient, sampler)
+    for _ in range(epochs):
+        state, _ = epoch(state, data)
+    cx, cy = (jnp.asarray(a) for a in canaries.examples)
+    scores = -np.asarray(jax.vmap(linear_loss, in_axes=(None, 0))(state.params, (cx, cy)))
+    q = sampler.sample_rate(n)
+    claimed = sigma or 4.0  # the noise-off run claims σ = 4
+    theory = epsilon(
+        noise_multiplier=claimed, sample_rate=q, steps=steps, delta=1e-5, mechanism=mechanism
+    )
+    return empirical_epsilon(scores, canaries.included, delta=1e-5), theory
+
+
+@pytest.mark.slow
+def test_bandmf_runs_audit_below_their_theoretical_epsilon_and_noise_off_is_caught():
+    for seed in range(4):
+        bound, theory = audited_bandmf_run(2.0, seed)
+        assert 0.0 <= bound <= theory, (seed, bound, theory)
+    bound, claimed = audited_bandmf_run(0.0, 3)
+    assert bound > 2.0 * claimed, (bound, claimed)
+
+
 # ---------------------------------------------------------------------------
 # Canaries and the API
 # ---------------------------------------------------------------------------

@@ -82,6 +82,24 @@ def test_strategy_matches_dense_float64_referee(n, bands, momentum):
             assert dense_loss(moved, n, momentum) >= s.loss * (1 - 1e-12)
 
 
+@pytest.mark.parametrize("momentum", [0.5, 0.9])
+def test_two_band_momentum_strategy_is_the_grid_optimum_without_overflow(momentum):
+    # Long momentum workloads: a line-search trial with c_1 > c_0 makes the recurrence C⁻¹
+    # grow like (c_1/c_0)^n; it once overflowed (a RuntimeWarning) and L-BFGS stopped at its
+    # starting point, 10% above the optimum. Referee: a fine grid over c_1/c_0 in float64.
+    from jaxwise.privacy import _toeplitz
+
+    n = 1050
+    s = bandmf_strategy(n, 2, momentum=momentum)  # filterwarnings=error: no overflow
+    workload = _toeplitz.workload_coefs(n, momentum)
+    grid = min(
+        _toeplitz.loss_and_grad(np.array([1.0, a]), workload)[0]
+        for a in np.linspace(0.0, 1.0, 4001)
+    )
+    assert s.loss <= grid * (1 + 1e-9)
+    assert 0.0 < s.coefs[1] < s.coefs[0]
+
+
 def test_strategy_one_band_is_dpsgd():
     s = bandmf_strategy(50, 1)
     assert s.coefs.tolist() == [1.0]
@@ -428,9 +446,29 @@ def test_adaptive_clip_update_matches_numpy():
     key = jax.random.key(7)
     new = policy.update(policy.init(), norms, mask, key, 5.0)
     noise = 4.0 * float(jax.random.normal(key, (), jnp.float32))
-    fraction = (4 + noise) / 5.0  # 0.5, 1.0, 0.1, 2.0 are <= 2.0; 9.0 is padding
+    # 0.5, 1.0, 0.1, 2.0 are <= 2.0 (+1/2 each), 3.0 is above (-1/2); 9.0 is padding
+    fraction = min(1.0, max(0.0, (4 * 0.5 - 0.5 + noise) / 5.0 + 0.5))
     expected = 2.0 * math.exp(-0.5 * (fraction - 0.3))
     assert math.isclose(float(policy.norm(new)), expected, rel_tol=1e-5)
+
+
+@pytest.mark.parametrize("removed", [0, 5], ids=["unclipped", "clipped"])
+def test_adaptive_clip_count_has_the_accounted_sensitivity_one_half(removed):
+    # The accountant (effective_noise_multiplier) treats the count as a Gaussian query of
+    # sensitivity 1/2 (the (2·count_noise)⁻² term, Andrew et al.; TF Privacy centres the
+    # indicators at ±1/2). Removing any one example must move the released sum by exactly 1/2
+    # (an uncentred 0/1 count moved by 1 for an unclipped example: ε under-reported).
+    policy = AdaptiveClip(initial=1.0, target_quantile=0.5, learning_rate=1.0, count_noise=1.0)
+    norms = jnp.asarray([0.5] * 5 + [2.0] * 5)
+    key, expected = jax.random.key(3), 10.0
+
+    def released(mask):  # the noisy sum, recovered from the geometric update
+        new = float(policy.norm(policy.update(policy.init(), norms, mask, key, expected)))
+        return (0.5 - math.log(new)) * expected - 0.5 * expected
+
+    full = jnp.ones(10, bool)
+    change = abs(released(full) - released(full.at[removed].set(False)))
+    assert change == pytest.approx(0.5, rel=1e-4)
 
 
 def test_adaptive_clip_tracks_the_quantile():
@@ -730,3 +768,25 @@ def test_a_skipped_step_still_counts_and_moves_the_noise_stream_on():
     assert int(a.step) == int(b.step) == epoch.steps_per_epoch(64)
     assert _bits(a.gradient_state) == _bits(b.gradient_state) and _bits(a.key) == _bits(b.key)
     assert np.isfinite(np.asarray(b.params["w"])).all()
+
+
+def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
+    # A step samples one group: the expected batch is batch_size (sample_rate · n / groups),
+    # not sample_rate · n (groups times larger, which silently divided BandMF's learning
+    # rate by `groups`). Without noise and clipping, the update is the batch sum over B.
+    from jaxwise import optim, train
+
+    def linear(p, ex):
+        return -jnp.dot(p["w"], ex["x"])  # every example's gradient is -x = -(1, 1, 1)
+
+    n, batch, groups = 400, 20, 4
+    sampler = privacy.CyclicPoissonSampler(batch, groups=groups)
+    gradient = privacy.dp_gradient_fn(linear, clip_norm=100.0, noise_multiplier=0.0)
+    assert gradient.for_sampler(sampler, n).expected_batch_size == pytest.approx(batch)
+    assert sampler.expected_batch_size(n) == pytest.approx(batch)
+    plain = gradient.for_sampler(privacy.PoissonSampler(batch), n).expected_batch_size
+    assert plain == pytest.approx(batch)
+    state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(1.0), 0, gradient=gradient)
+    state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})
+    total = float(np.asarray(metrics["batch_size"]).sum())
+    np.testing.assert_allclose(np.asarray(state.params["w"]), total / batch, rtol=1e-5)

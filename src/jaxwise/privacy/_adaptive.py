@@ -18,9 +18,10 @@ __all__ = ["AdaptiveClip"]
 class AdaptiveClip:
     """A clip policy (``dp_gradient_fn(clip_norm=AdaptiveClip(...))``) after Andrew et al. 2021.
 
-    Each step counts the real examples whose gradient norm is at most the current clip norm
-    ``C``, adds Gaussian noise of std ``count_noise`` and divides by the expected batch size:
-    ``b̃ ≈`` the fraction unclipped. The clip norm then moves geometrically towards the
+    Each step sums ``1/2`` for every real example whose gradient norm is at most the current
+    clip norm ``C`` and ``−1/2`` for the others (sensitivity 1/2), adds Gaussian noise of std
+    ``count_noise``, divides by the expected batch size and adds ``1/2``: ``b̃ ≈`` the
+    fraction unclipped, clipped to ``[0, 1]``. The clip norm then moves geometrically towards the
     ``target_quantile`` of the norms: ``C ← C · exp(−learning_rate · (b̃ − target_quantile))``.
     The count is a second release each step; together with the gradient's noise multiplier
     ``σ`` it is one Gaussian mechanism of multiplier ``(σ⁻² + (2·count_noise)⁻²)^{−1/2}``,
@@ -111,11 +112,14 @@ class AdaptiveClip:
             The new state.
         """
         clip = state["clip_norm"]
-        below = (norms <= clip).astype(jnp.float32)
+        # centred at 0 (±1/2 an example): adding or removing one changes the sum by 1/2,
+        # the sensitivity `effective_noise_multiplier` accounts (as TF Privacy's query)
+        below = (norms <= clip).astype(jnp.float32) - 0.5
         if mask is not None:
             below = below * mask.astype(jnp.float32)
         noisy = jnp.sum(below) + self.count_noise * jax.random.normal(key, (), jnp.float32)
-        fraction = noisy / jnp.asarray(expected_batch_size, jnp.float32)
+        fraction = noisy / jnp.asarray(expected_batch_size, jnp.float32) + 0.5
+        fraction = jnp.clip(fraction, 0.0, 1.0)
         step = jnp.exp(-self.learning_rate * (fraction - self.target_quantile))
         return {"clip_norm": (clip * step).astype(jnp.float32)}
 

@@ -77,17 +77,29 @@ def _initial(bands: int) -> np.ndarray:
     return out
 
 
+def _finite_loss_and_grad(coefs: np.ndarray, workload: np.ndarray) -> tuple[float, np.ndarray]:
+    """`_toeplitz.loss_and_grad`, ``(inf, 0)`` where the unstable recurrence overflows."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, grad = _toeplitz.loss_and_grad(coefs, workload)
+    if not (np.isfinite(loss) and np.all(np.isfinite(grad))):
+        return float("inf"), np.zeros_like(coefs)
+    return loss, grad
+
+
 @functools.lru_cache(maxsize=64)
 def _optimise(steps: int, bands: int, momentum: float) -> BandMFStrategy:
     workload = _toeplitz.workload_coefs(steps, momentum)
     coefs = _initial(bands)
     if bands > 1:
         optimize = require("scipy.optimize", extra="privacy", feature="bandmf_strategy")
+        # scale-free: c_0 is fixed at 1 and the others kept in [0, 1]; a line-search trial
+        # whose recurrence C⁻¹ blows up (e.g. c_1 > c_0) is an infinite loss, not an overflow
         result = optimize.minimize(
-            lambda c: _toeplitz.loss_and_grad(c, workload),
+            lambda c: _finite_loss_and_grad(c, workload),
             coefs,
             jac=True,
             method="L-BFGS-B",
+            bounds=[(1.0, 1.0)] + [(0.0, 1.0)] * (bands - 1),
             options={"maxiter": 2000, "ftol": 1e-16, "gtol": 1e-13},
         )
         coefs = np.asarray(result.x, np.float64)

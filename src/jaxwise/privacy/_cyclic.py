@@ -127,6 +127,20 @@ class CyclicPoissonSampler:
         """
         return min(1.0, self.batch_size / max(1, n // self.groups))
 
+    def expected_batch_size(self, n: int) -> float:
+        """The expected size of a step's batch, ``sample_rate(n) · n / groups``.
+
+        A step samples one group (about ``n / groups`` examples) at `sample_rate`, so this
+        is about ``batch_size``, not ``sample_rate(n) · n``: the DP gradient's denominator.
+
+        Args:
+            n: the dataset size.
+
+        Returns:
+            The expected batch size (a data-independent constant).
+        """
+        return self.sample_rate(n) * n / self.groups
+
     def plan(self, key: jax.Array, step: jax.Array, n: int) -> tuple[Any, jax.Array]:
         """Per step of the epoch: a sampling key and the group; and the state's next key.
 

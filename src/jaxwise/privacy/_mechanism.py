@@ -243,6 +243,13 @@ class ClipPolicy(Protocol):
         ...
 
 
+@runtime_checkable
+class _BatchSized(Protocol):
+    """A sampler whose expected batch is not ``sample_rate(n) · n`` (one group a step)."""
+
+    def expected_batch_size(self, n: int) -> float: ...
+
+
 @dataclasses.dataclass(frozen=True)
 class DPGradientFn:
     """The DP-SGD gradient function (a `StatefulGradientFn`); made by `dp_gradient_fn`.
@@ -291,8 +298,12 @@ class DPGradientFn:
             n: the number of examples.
 
         Returns:
-            A copy with ``expected_batch_size = sampler.sample_rate(n) * n``.
+            A copy with ``expected_batch_size`` the sampler's ``expected_batch_size(n)``
+                where it has one (a `CyclicPoissonSampler`: its group's rate times the
+                group's size), else ``sampler.sample_rate(n) * n``.
         """
+        if isinstance(sampler, _BatchSized):
+            return dataclasses.replace(self, expected_batch_size=sampler.expected_batch_size(n))
         return dataclasses.replace(self, expected_batch_size=sampler.sample_rate(n) * n)
 
     def check_sampler(self, sampler: Sampler) -> None:

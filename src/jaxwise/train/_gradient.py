@@ -146,8 +146,9 @@ class SamplerAware(Protocol):
     """A gradient function that depends on the epoch's sampler (e.g. DP-SGD's denominator).
 
     `make_epoch` calls ``for_sampler(sampler, n)`` once per trace and runs the gradient
-    function it returns (DP-SGD divides the noisy sum by the sampler's *expected* batch size
-    ``sampler.sample_rate(n) * n``, a data-independent constant).
+    function it returns (DP-SGD divides the noisy sum by the sampler's *expected* batch size,
+    a data-independent constant: ``sampler.sample_rate(n) * n``, or one group's expected batch
+    for a sampler that draws each step from one group of the data).
     """
 
     def for_sampler(self, sampler: Sampler, n: int) -> GradientFn:
