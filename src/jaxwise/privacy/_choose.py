@@ -12,7 +12,12 @@ from jaxwise.privacy._blt import BLT
 
 __all__ = ["MechanismCandidate", "MechanismChoice", "choose_mechanism"]
 
-DEFAULT_BANDS = (1, 2, 4, 8, 16, 32, 64)
+# At most 8 bands by default: the expected error compared here is that of the prefix sums (a
+# model that never forgets noise). Under a loss with curvature, parameters forget noise older
+# than ~1/(lr·h) steps and many bands lose their cancellation: at lr·h = 0.003 the 32 and 64
+# bands this comparison prefers are worse than DP-SGD while 4-8 keep most of their gain
+# (benchmarks/results/mf_why.md; the spiral lost 4.7 points with 32 bands, ties with 8).
+DEFAULT_BANDS = (1, 2, 4, 8)
 
 
 class MechanismCandidate(NamedTuple):
@@ -84,7 +89,8 @@ def choose_mechanism(
         delta: δ in (0, 1).
         n: the dataset size.
         batch_size: the expected batch size.
-        bands: the band counts to try (1 = DP-SGD is always added).
+        bands: the band counts to try (1 = DP-SGD is always added); more than 8 bands only
+            help models that forget noise slowly (see the privacy guide).
         blt_buffers: the BLT buffer counts to try (empty: none).
         momentum: the workload's momentum (see `bandmf_strategy`).
         accountant: ``"rdp"`` or ``"pld"``.
