@@ -70,6 +70,9 @@ def _require_extras(args: argparse.Namespace, *, plots: bool, checkpoints: bool)
         require("orbax.checkpoint", extra="checkpoint", feature=f"the checkpoints of {command}")
     if getattr(args, "dp", False):
         require("dp_accounting", extra="privacy", feature=f"{command} --dp")
+    for name, module in (("tensorboard", "tensorboardX"), ("mlflow", "mlflow")):
+        if name in getattr(args, "log", ()):
+            require(module, extra=name, feature=f"{command} --log {name}")
 
 
 def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -125,6 +128,8 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
         progress=not args.no_progress,
         plots=not getattr(args, "no_plots", False),
         early_stopping=getattr(args, "early_stopping", None),
+        log=tuple(n for n in getattr(args, "log", ()) if n != "jsonl"),
+        checkpoint_every=getattr(args, "checkpoint_every", 1),
         **_cache_options(args),
     )
 

@@ -56,6 +56,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+_LOGS = ("jsonl", "tensorboard", "mlflow")  # --log's writers (as jobs._fitting.LOGS)
+
+
+def _logs(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    unknown = [n for n in names if n not in _LOGS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown writer {', '.join(map(repr, unknown or [text]))}; expected a "
+            f"comma-separated list of {', '.join(_LOGS)}"
+        )
+    return names
+
+
 def _codes(text: str) -> list[str]:
     from jaxwise.lint import RULES
 
@@ -148,6 +162,18 @@ def _add_csv_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_log(p: argparse.ArgumentParser, where: str) -> None:
+    p.add_argument(
+        "--log",
+        type=_logs,
+        default=("jsonl",),
+        metavar="WRITERS",
+        help=f"where each epoch's metrics go, comma-separated among {','.join(_LOGS)}: "
+        f"{where}/metrics.jsonl (always), {where}/tensorboard (`tensorboard --logdir`; the "
+        f"tensorboard extra), {where}/mlruns (`mlflow ui`; the mlflow extra) (default jsonl)",
+    )
+
+
 def _add_spiral(sub: Any) -> None:
     spiral = sub.add_parser(
         "spiral", help="the main job: train the spiral classifier with every check in place"
@@ -211,6 +237,15 @@ def _add_train(sub: Any) -> None:
         metavar="PATIENCE",
         help="stop after PATIENCE epochs without a lower validation loss; keep the best",
     )
+    train.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=1,
+        metavar="EPOCHS",
+        help="save a checkpoint every EPOCHS epochs, in the background, and at the end "
+        "(default 1: a killed run loses at most the epoch in progress)",
+    )
+    _add_log(train, "OUT")
     train.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     _add_audit(train)
     train.set_defaults(run=commands.cmd_train)
@@ -250,6 +285,7 @@ def _add_label_errors(sub: Any) -> None:
         default="runs/label-errors",
         help="directory for metrics and plots; re-runs may reuse it (default runs/label-errors)",
     )
+    _add_log(errors, "RUN_DIR")
     errors.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     errors.set_defaults(run=commands.cmd_label_errors)
 
