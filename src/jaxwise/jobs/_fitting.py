@@ -36,6 +36,7 @@ __all__ = [
 ]
 
 LOGS = ("jsonl", "tensorboard", "mlflow")  # the writers of --log (JSONL is always written)
+RECORD = ("loss", "accuracy", "val_loss", "val_accuracy", "lr", "skipped", "seconds")
 LOG_DIRS = {"tensorboard": "tensorboard", "mlflow": "mlruns"}  # their places in a run directory
 
 
@@ -102,8 +103,8 @@ class EpochLog:
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         values: dict[str, Any] = {"epoch": int(step)}
-        for key, value in scalars.items():
-            values[key] = int(value) if key == "skipped" else value
+        for key in sorted(scalars, key=lambda k: RECORD.index(k) if k in RECORD else len(RECORD)):
+            values[key] = int(scalars[key]) if key == "skipped" else scalars[key]
         record = C.jsonable(values)
         self.history.append(record)
         if self.path is not None:

@@ -508,6 +508,8 @@ def report(
         if cfg.checkpoint and fitted.audit is None:  # an audited run writes no checkpoint
             outputs["checkpoint"] = str(prep.out.path / "checkpoint")
         outputs["metrics"] = str(prep.out.path / "metrics.jsonl")
+        for name in cfg.log:  # the --log writers' directories
+            outputs[name] = str(prep.out.path / LOG_DIRS[name])
     val_acc = float((pred == yva).mean())
     summary: dict[str, Any] = {
         "schema": 1,
