@@ -97,7 +97,7 @@ def test_without_callbacks_fit_is_unchanged_by_them():
     step, state, batches = _regression()
     _, plain = fit(step, state, batches, prefetch=0)
     step, state, batches = _regression()
-    _, called = fit(step, state, batches, prefetch=0, callbacks=[lambda s, b, m: None])
+    _, called = fit(step, state, batches, prefetch=0, callbacks=[lambda state, batch, scalars: None])
     np.testing.assert_array_equal(plain.losses, called.losses)
 
 
@@ -156,7 +156,9 @@ def mlflow_scalars(out):
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=(out / "mlruns").resolve().as_uri())
-    (run,) = client.search_runs([client.get_experiment_by_name("jaxwise").experiment_id])
+    experiment = client.get_experiment_by_name("jaxwise")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
     return {
         key: sorted((m.step, m.value) for m in client.get_metric_history(run.info.run_id, key))
         for key in run.data.metrics
