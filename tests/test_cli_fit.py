@@ -97,7 +97,8 @@ def test_without_callbacks_fit_is_unchanged_by_them():
     step, state, batches = _regression()
     _, plain = fit(step, state, batches, prefetch=0)
     step, state, batches = _regression()
-    _, called = fit(step, state, batches, prefetch=0, callbacks=[lambda state, batch, scalars: None])
+    nothing = lambda state, batch, scalars: None  # noqa: E731
+    _, called = fit(step, state, batches, prefetch=0, callbacks=[nothing])
     np.testing.assert_array_equal(plain.losses, called.losses)
 
 

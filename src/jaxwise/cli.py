@@ -70,6 +70,37 @@ def _logs(text: str) -> tuple[str, ...]:
     return names
 
 
+_NEEDS = {  # an option -> the option without which it has no effect
+    "--clip-norm": "--dp",
+    "--noise-multiplier": "--dp",
+}
+
+
+def _without_effect(args: argparse.Namespace, argv: Sequence[str]) -> str | None:
+    """The first option given that has no effect without another one, as an error message.
+
+    "Given" as argparse read it (an abbreviation too): the arguments are parsed again with
+    those options' defaults unset.
+    """
+    dest = {option: option.lstrip("-").replace("-", "_") for option in (*_NEEDS, *_NEEDS.values())}
+    idle = [
+        o
+        for o, needed in _NEEDS.items()
+        if hasattr(args, dest[o]) and not getattr(args, dest[needed])
+    ]
+    if not idle:
+        return None
+    probe, commands = _parser_and_commands()
+    unset = object()
+    commands[args.command].set_defaults(**{dest[o]: unset for o in idle})
+    again = probe.parse_args(argv)
+    for option in idle:
+        if getattr(again, dest[option]) is not unset:
+            needed = _NEEDS[option]
+            return f"{option} has no effect without {needed}: add {needed} or drop {option}"
+    return None
+
+
 def _codes(text: str) -> list[str]:
     from jaxwise.lint import RULES
 
@@ -452,6 +483,11 @@ def build_parser() -> argparse.ArgumentParser:
     Returns:
         The ``argparse`` parser of the ``jaxwise`` command; each subcommand sets ``run``.
     """
+    return _parser_and_commands()[0]
+
+
+def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    """The argument parser and its subcommands' parsers (by name)."""
     parser = _Parser(
         prog="jaxwise",
         description="JAX training that compiles once, stays finite and is verified in float64.",
@@ -469,7 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools(sub)
     _add_watch(sub)
     _add_report(sub)
-    return parser
+    return parser, sub.choices
 
 
 # --------------------------------------------------------------------------
@@ -552,6 +588,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = explicit_nans(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    unused = _without_effect(args, argv)
+    if unused is not None:
+        print(f"jaxwise {args.command}: error: {unused} (see jaxwise {args.command} --help)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     debug = bool(getattr(args, "debug", False))
     if args.command not in ("lint", "bench", "watch", "report"):
         _quiet()

@@ -179,6 +179,32 @@ def run_dir(cfg: TabularConfig, names: tuple[str, ...], job: str) -> Any:
     return RunDir(cfg.out, cfg.out_option, names, job)
 
 
+def _check_class_rows(cfg: TabularConfig, table: data.Table) -> None:
+    """Every class needs two rows: one to train on, one to validate with."""
+    counts = np.bincount(table.y, minlength=len(table.classes))
+    few = [(c, int(k)) for c, k in zip(table.classes, counts) if k < 2]
+    if few:
+        name, count = few[0]
+        others = f" (and {len(few) - 1} more such classes)" if len(few) > 1 else ""
+        raise UserError(
+            f"{cfg.path}: class {name!r} of --label {cfg.label} has {count} row{others}; "
+            "each class needs at least 2 rows (training and validation): add rows or drop "
+            "the class"
+        )
+
+
+def _check_split(cfg: TabularConfig, table: data.Table, train_idx: np.ndarray) -> None:
+    """Every class must have rows in the training split (else the model never sees it)."""
+    present = np.bincount(table.y[train_idx], minlength=len(table.classes))
+    absent = [c for c, k in zip(table.classes, present) if k == 0]
+    if absent:
+        raise UserError(
+            f"{cfg.path}: the {cfg.val_fraction:.0%} validation split (--seed {cfg.seed}) "
+            f"leaves no training row of class {absent[0]!r}; add rows of that class, lower "
+            "--val-fraction or choose another --seed"
+        )
+
+
 def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
     """Read, split and standardise the CSV; resolve ``--batch-size``; claim ``out`` (locked)."""
     try:
@@ -189,9 +215,11 @@ def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
     n = len(table.y)
     if n < 2:
         raise UserError(f"{cfg.path}: {n} data row; need at least 2 (training and validation)")
+    _check_class_rows(cfg, table)
     order = np.random.default_rng(cfg.seed).permutation(n)
     n_val = min(n - 1, max(1, int(round(n * cfg.val_fraction))))
     val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
+    _check_split(cfg, table, train_idx)
     batch_size = cfg.batch_size if cfg.batch_size is not None else min(128, len(train_idx))
     if len(train_idx) < batch_size:
         raise UserError(
