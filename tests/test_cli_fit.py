@@ -311,3 +311,21 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(blobs, straight, tmp_p
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert json.loads(resumed.stdout)["resumed_from_epoch"] <= at_epoch
     assert_same_steps(out, straight[1])
+
+
+def test_the_readme_tensorboard_block_runs(blobs, tmp_path, monkeypatch, capsys):
+    import shlex
+
+    from jaxwise.cli import main
+
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    block = text.split("### Watch a run in TensorBoard or MLflow", 1)[1]
+    block = block.split("```console\n", 1)[1].split("```", 1)[0]
+    train, board, ui = (shlex.split(line) for line in block.strip().splitlines())
+    assert train[:2] == ["jaxwise", "train"] and board[:2] == ["tensorboard", "--logdir"]
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / train[2]).write_bytes(blobs.read_bytes().replace(b"colour", b"kind"))
+    assert main([*train[1:], "--epochs", "2", "--hidden", "8", *QUIET]) == 0, capsys.readouterr()
+    scalars = tb_scalars(tmp_path / board[2])
+    assert [s for s, _ in scalars["val_loss"]] == [1, 2]
+    assert ui[-1] == "runs/mine/mlruns" and mlflow_scalars(tmp_path / "runs/mine")["loss"]
