@@ -538,11 +538,6 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that every ``finally`` runs (locks, files)."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    del signum, frame
-    raise _Terminated
-
-
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text or type(err).__name__
@@ -560,15 +555,6 @@ def _disk_full(err: BaseException) -> str | None:
             "(what was saved before is intact)"
         )
     return None
-
-
-def _sigterm_handler() -> Any:
-    import signal
-
-    try:
-        return signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -599,7 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jaxwise._lock import set_command
 
     set_command(["jaxwise", *(sys.argv[1:] if argv is None else argv)])
-    previous = _sigterm_handler()
+    from jaxwise._interrupt import raise_on_sigterm
+
+    restore = raise_on_sigterm(_Terminated)
     try:
         return args.run(args)
     except _Terminated:
@@ -636,10 +624,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGTERM, previous)
+        if restore is not None:
+            restore()
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ import contextlib
 import dataclasses
 import itertools
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from typing import Any, Protocol, runtime_checkable
@@ -15,6 +14,7 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int
+from jaxwise._interrupt import sigterm_raises
 from jaxwise._prefetch import prefetch_to_device
 from jaxwise._progress import progress_bar
 from jaxwise.train._data_state import DataPosition, StatefulIterator
@@ -74,39 +74,30 @@ class Terminated(SystemExit):
         super().__init__(128 + signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Any:
-    """Within the block, SIGTERM raises `Terminated` (main thread, default handler only)."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def terminate(signum: int, frame: Any) -> None:
-        del signum, frame
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _finish_saves(checkpointer: Any, failure: BaseException | None) -> None:
-    """Wait for the checkpointer's save in flight; its error is raised, or noted on ``failure``."""
+    """Wait for the checkpointer's save in flight; its error is raised, or noted on ``failure``.
+
+    A signal that interrupts the wait (Ctrl-C, SIGTERM raised as an exception) does not cut
+    the save short: the wait goes on, then the interruption is raised.
+    """
     wait = getattr(checkpointer, "wait", None)
     if wait is None:
         return
-    if failure is None:
-        wait()
-        return
-    try:
-        wait()
-    except Exception as err:  # the loop's own failure comes first; the save's is noted on it
-        failure.add_note(f"and the checkpoint save in flight failed: {err}")
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            wait()
+            break
+        except (KeyboardInterrupt, SystemExit) as err:  # the save completes first
+            interrupted = interrupted or err
+        except Exception as err:
+            first = failure or interrupted
+            if first is None:
+                raise
+            first.add_note(f"and the checkpoint save in flight failed: {err}")
+            break
+    if interrupted is not None:
+        raise interrupted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,7 +343,7 @@ def fit(
     position = DataPosition.start(batches, resume_from, int(state.step))
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_sigterm_raises())
+        stack.enter_context(sigterm_raises(Terminated, only_default=True))
         feed = _feed(stack, position.source, steps, prefetch, getattr(step, "mesh", None))
         log = _Log(outs, log_every, position.first, stack.enter_context(_bar(progress, total)))
         loop = _Loop(step, log, position, (checkpointer, checkpoint_every, metadata), hooks)
