@@ -167,6 +167,10 @@ def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in jax.device_get(chosen).items()}
 
 
+def _loss_and_skipped(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: metrics[k] for k in ("loss", "skipped") if k in metrics}
+
+
 class _Log:
     """The loop's record: losses, skipped steps, the progress bar and the metric writers."""
 
@@ -183,14 +187,21 @@ class _Log:
         return self.first + len(self.losses)
 
     def record(self, metrics: dict[str, Any], scalars: dict[str, float] | None = None) -> None:
-        """Record one step's metrics (``scalars``: already read from them, or None)."""
-        self.losses.append(float(scalars["loss"] if scalars else metrics["loss"]))
-        self.skipped += int(scalars.get("skipped", 0) if scalars else metrics.get("skipped", 0))
+        """Record one step's metrics (``scalars``: already read from them, or None).
+
+        One transfer from the device per step: the scalars a writer needs, or the loss and
+        the skipped count.
+        """
+        batch = self.batch + 1
+        due = bool(self.writers) and batch % self.log_every == 0
+        if scalars is None:
+            scalars = _scalars(metrics if due else _loss_and_skipped(metrics))
+        self.losses.append(float(scalars["loss"]))
+        self.skipped += int(scalars.get("skipped", 0))
         self.advance(loss=self.losses[-1], skipped=self.skipped)
-        if self.writers and self.batch % self.log_every == 0:
-            scalars = scalars if scalars is not None else _scalars(metrics)
+        if due:
             for w in self.writers:
-                w.write(self.batch, scalars)
+                w.write(batch, scalars)
 
     def flush(self) -> None:
         for w in self.writers:
