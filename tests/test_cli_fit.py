@@ -329,3 +329,22 @@ def test_the_readme_tensorboard_block_runs(blobs, tmp_path, monkeypatch, capsys)
     scalars = tb_scalars(tmp_path / board[2])
     assert [s for s, _ in scalars["val_loss"]] == [1, 2]
     assert ui[-1] == "runs/mine/mlruns" and mlflow_scalars(tmp_path / "runs/mine")["loss"]
+
+
+def test_spiral_logs_every_epoch_to_every_writer(tmp_path, capsys):
+    from jaxwise.cli import main
+
+    out = tmp_path / "spiral"
+    args = ["spiral", "--epochs", "3", "--batch-size", "64", "--out", str(out), *QUIET]
+    assert main([*args, "--log", "tensorboard,mlflow"]) in (0, 1)  # 3 epochs: checks may fail
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["outputs"]["metrics"] == str(out / "metrics.jsonl")
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2, 3]
+    assert sum(r["skipped"] for r in records) == summary["skipped"]
+    scalars = tb_scalars(out / "tensorboard")
+    assert scalars["loss"] == [(r["epoch"], float(np.float32(r["loss"]))) for r in records]
+    assert [s for s, _ in mlflow_scalars(out)["accuracy"]] == [1, 2, 3]
+    assert main([*args]) in (0, 1)  # a re-run replaces the history, never appends to it
+    capsys.readouterr()
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 3

@@ -96,6 +96,7 @@ def cmd_spiral(args: argparse.Namespace) -> int:
         audit=args.audit,
         progress=not args.no_progress,
         plots=not args.no_plots,
+        log=tuple(n for n in args.log if n != "jsonl"),
         **_cache_options(args),
     )
     summary = run_spiral(cfg)

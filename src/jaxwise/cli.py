@@ -217,6 +217,7 @@ def _add_spiral(sub: Any) -> None:
         "--out", default="runs/spiral", help="directory for the PNG plots (default runs/spiral)"
     )
     spiral.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    _add_log(spiral, "OUT")
     _add_audit(spiral)
     spiral.set_defaults(run=commands.cmd_spiral)
 

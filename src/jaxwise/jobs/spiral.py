@@ -27,8 +27,8 @@ from jaxwise import data, numerics
 from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._fitting import Progress
-from jaxwise.jobs._outputs import SUMMARY, RunDir, hold_for_tests, write_summary
+from jaxwise.jobs._fitting import LOG_DIRS, EpochLog, Progress, check_logs, open_writers
+from jaxwise.jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
 from jaxwise.models import mlp_apply
@@ -37,7 +37,7 @@ from jaxwise.tree import param_table
 
 __all__ = ["SpiralConfig", "run_spiral"]
 
-OUTPUT_NAMES = ("loss.png", "decision_boundary.png", SUMMARY)
+OUTPUT_NAMES = ("loss.png", "decision_boundary.png", SUMMARY, "metrics.jsonl", *LOG_DIRS.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,6 +64,8 @@ class SpiralConfig:
         plots: write the PNG plots.
         cache: use the persistent compilation cache.
         cache_dir: its directory (``None``: `default_cache_dir`).
+        log: ``--log``: the metric writers besides ``metrics.jsonl`` (``"tensorboard"``,
+            ``"mlflow"``), in ``out``.
     """
 
     epochs: int = 150
@@ -85,6 +87,7 @@ class SpiralConfig:
     plots: bool = True
     cache: bool = True
     cache_dir: str | None = None
+    log: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Check every setting (before any work).
@@ -95,6 +98,7 @@ class SpiralConfig:
         C.check_training_options(self)
         C.option_float(self.noise, "--noise", min_value=0.0, max_value=10.0, max_inclusive=False)
         C.check_audit_option(self)
+        check_logs(self.log)
 
 
 @dataclasses.dataclass
@@ -149,7 +153,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     )
     out_dir = (
         RunDir(cfg.out, "--out", OUTPUT_NAMES, "spiral")
-        if cfg.out and cfg.plots
+        if cfg.out and (cfg.plots or cfg.log)
         else contextlib.nullcontext(None)
     )
     with out_dir as out, persistent_cache(cache_dir) as cache_dir, overlapped() as background:
@@ -243,13 +247,17 @@ def fit(run: _Run) -> None:
     assert run.pending_state is not None
     run.state = run.pending_state.result()
     run.initial_buffers = jax.tree.leaves(run.state.params)
-    with C.progress(cfg.progress, cfg.epochs, "spiral") as advance:
+    with (
+        C.progress(cfg.progress, cfg.epochs, "spiral") as advance,
+        contextlib.ExitStack() as stack,
+    ):
         run.state, report = train_fit(
             step,
             run.state,
             itertools.repeat(run.fit_data),
             steps=cfg.epochs,
             prefetch=0,
+            writers=_writers(run, stack),
             callbacks=[Progress(advance)],
         )
     run.train_seconds = report.seconds
@@ -258,6 +266,19 @@ def fit(run: _Run) -> None:
     if run.canaries is not None:  # score the canaries, then drop their input features
         run.audit, params = C.audit_run(run.state.params, run.canaries, run.xtr.shape[1])
         run.state = run.state.replace(params=params)
+
+
+def _writers(run: _Run, stack: contextlib.ExitStack) -> list[Any]:
+    """``OUT/metrics.jsonl`` (a new run's: a re-run replaces it) and the ``--log`` writers."""
+    if run.out is None:
+        return []
+    out = run.out
+    atomic_write(out / "metrics.jsonl", lambda f: f.write(""))
+    writers = [EpochLog(out / "metrics.jsonl", [])]
+    writers += open_writers(run.cfg.log, lambda name: out / name, out.run_id or "spiral", {})
+    for w in writers:
+        stack.callback(w.close)
+    return writers
 
 
 def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
@@ -332,7 +353,11 @@ def report(
     """Plots (unless ``--no-plots``) and the JSON-ready summary."""
     cfg, params = run.cfg, run.state.params
     train_acc, test_acc = f64.pop("train_accuracy"), f64.pop("test_accuracy")
-    outputs = _plots(run, hard, test_acc) if run.out is not None else {}
+    outputs = _plots(run, hard, test_acc) if run.out is not None and cfg.plots else {}
+    if run.out is not None:
+        outputs["metrics"] = str(run.out.path / "metrics.jsonl")
+        for name in cfg.log:  # the --log writers' directories
+            outputs[name] = str(run.out.path / LOG_DIRS[name])
     total_steps = cfg.epochs * run.steps_per_epoch
     summary: dict[str, Any] = {
         "schema": 1,
