@@ -5,7 +5,8 @@ import csv
 import numpy as np
 import pytest
 
-from jaxwise.cli import _without_effect, build_parser, main
+from jaxwise._cli_needs import without_effect
+from jaxwise.cli import _parser_and_commands, build_parser, main
 
 
 def run(args, capsys):
@@ -61,7 +62,7 @@ def test_a_dp_option_without_dp_is_one_line_exit_2(tmp_path, capsys, extra, opti
     ],
 )
 def test_options_with_their_effect_are_accepted(argv):
-    assert _without_effect(build_parser().parse_args(argv), argv) is None
+    assert without_effect(build_parser().parse_args(argv), argv, _parser_and_commands) is None
 
 
 def test_a_two_row_csv_is_refused_by_name(tmp_path, capsys):

@@ -29,6 +29,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
+from jaxwise._cli_needs import LOGS as _LOGS
+from jaxwise._cli_needs import log_writers as _logs
+from jaxwise._cli_needs import without_effect as _without_effect
 from jaxwise._errors import JaxwiseError
 
 __all__ = ["build_parser", "main"]
@@ -54,51 +57,6 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
-
-
-_LOGS = ("jsonl", "tensorboard", "mlflow")  # --log's writers (as jobs._fitting.LOGS)
-
-
-def _logs(text: str) -> tuple[str, ...]:
-    names = tuple(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
-    unknown = [n for n in names if n not in _LOGS]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(
-            f"unknown writer {', '.join(map(repr, unknown or [text]))}; expected a "
-            f"comma-separated list of {', '.join(_LOGS)}"
-        )
-    return names
-
-
-_NEEDS = {  # an option -> the option without which it has no effect
-    "--clip-norm": "--dp",
-    "--noise-multiplier": "--dp",
-}
-
-
-def _without_effect(args: argparse.Namespace, argv: Sequence[str]) -> str | None:
-    """The first option given that has no effect without another one, as an error message.
-
-    "Given" as argparse read it (an abbreviation too): the arguments are parsed again with
-    those options' defaults unset.
-    """
-    dest = {option: option.lstrip("-").replace("-", "_") for option in (*_NEEDS, *_NEEDS.values())}
-    idle = [
-        o
-        for o, needed in _NEEDS.items()
-        if hasattr(args, dest[o]) and not getattr(args, dest[needed])
-    ]
-    if not idle:
-        return None
-    probe, commands = _parser_and_commands()
-    unset = object()
-    commands[args.command].set_defaults(**{dest[o]: unset for o in idle})
-    again = probe.parse_args(argv)
-    for option in idle:
-        if getattr(again, dest[option]) is not unset:
-            needed = _NEEDS[option]
-            return f"{option} has no effect without {needed}: add {needed} or drop {option}"
-    return None
 
 
 def _codes(text: str) -> list[str]:
@@ -575,7 +533,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = explicit_nans(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
-    unused = _without_effect(args, argv)
+    unused = _without_effect(args, argv, _parser_and_commands)
     if unused is not None:
         print(f"jaxwise {args.command}: error: {unused} (see jaxwise {args.command} --help)",
               file=sys.stderr)  # fmt: skip

@@ -136,6 +136,18 @@ def _check(state: Any, steps: Any, checkpointer: Any, checkpoint_every: Any, pre
     check_int(prefetch, "prefetch", min_value=0)
 
 
+def _check_all(
+    step: Any, state: Any, batches: Any, saving: tuple[Any, Any, Any], rest: tuple[Any, ...]
+) -> tuple[tuple[_Writer, ...], tuple[FitCallback, ...]]:
+    """`fit`'s arguments checked: the writers and callbacks, as tuples."""
+    prefetch, writers, log_every, callbacks = rest
+    check_callable(step, "step")
+    _check(state, *saving, prefetch)
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
+    return _check_writers(writers, log_every), _check_callbacks(callbacks)
+
+
 def _check_writers(writers: Any, log_every: Any) -> tuple[_Writer, ...]:
     if not isinstance(writers, (list, tuple)):
         raise TypeError(f"`writers` must be a list of metric writers, got {type(writers).__name__}")
@@ -267,6 +279,10 @@ class _Loop:
             stop = bool(callback(state, self.log.batch, dict(scalars or {}))) or stop
         return stop
 
+    def report(self, seconds: float) -> FitReport:
+        losses = np.asarray(self.log.losses, np.float64)
+        return FitReport(len(losses), self.log.skipped, losses, tuple(self.saved), seconds)
+
     def _checkpoint(self, state: TrainState) -> None:
         self.log.flush()  # the writers hold every step a checkpoint holds
         if self.checkpointer is not None and int(state.step) not in self.saved:  # else: nothing
@@ -298,10 +314,9 @@ def fit(
     axis when it has one); a step's metrics are read after the next step is dispatched. With
     a ``checkpointer`` the state is saved (asynchronously, at most one save in flight) every
     ``checkpoint_every`` steps and at the end, with ``metadata`` as it is at that save plus
-    ``"fit"``: the batch count and a `StatefulIterator`'s position (pass it back as
-    ``resume_from`` to continue exactly). The writers are flushed before each save; the
-    save in flight is finished on return and on any exception; SIGTERM (default handler,
-    main thread) stops the loop that way and raises `Terminated`.
+    ``"fit"`` (the batch count, a `StatefulIterator`'s position: pass it back as ``resume_from``
+    to continue exactly). Writers are flushed before each save; the save in flight is finished
+    on return and on any exception; SIGTERM (default handler) does that and raises `Terminated`.
 
     Args:
         step: a ``step(state, batch) -> (state, metrics)`` whose metrics have ``"loss"``
@@ -310,8 +325,7 @@ def fit(
         batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
             each process's own rows.
         steps: stop after this many batches (default: when ``batches`` ends).
-        checkpointer: a `jaxwise.checkpoint.Checkpointer` (``save(state, metadata)``), left
-            open; ``None``: no checkpoints.
+        checkpointer: a `jaxwise.checkpoint.Checkpointer` (left open), or ``None``.
         checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
         metadata: JSON metadata of every checkpoint, read at each save.
         prefetch: batches kept ready on the devices (0: transfer in the loop).
@@ -345,11 +359,8 @@ def fit(
         >>> report.steps, report.skipped, bool(report.losses[-1] < 1e-3)
         (200, 0, True)
     """
-    check_callable(step, "step")
-    _check(state, steps, checkpointer, checkpoint_every, prefetch)
-    outs, hooks = _check_writers(writers, log_every), _check_callbacks(callbacks)
-    if not isinstance(batches, Iterable):
-        raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
+    outs, hooks = _check_all(step, state, batches, (steps, checkpointer, checkpoint_every),
+                             (prefetch, writers, log_every, callbacks))  # fmt: skip
     total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
     position = DataPosition.start(batches, resume_from, int(state.step))
     started = time.perf_counter()
@@ -359,9 +370,7 @@ def fit(
         log = _Log(outs, log_every, position.first, stack.enter_context(_bar(progress, total)))
         loop = _Loop(step, log, position, (checkpointer, checkpoint_every, metadata), hooks)
         state = loop.run(state, feed)
-    seconds = time.perf_counter() - started
-    losses = np.asarray(log.losses, np.float64)
-    return state, FitReport(len(losses), log.skipped, losses, tuple(loop.saved), seconds)
+    return state, loop.report(time.perf_counter() - started)
 
 
 def _feed(
