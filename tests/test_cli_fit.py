@@ -348,3 +348,19 @@ def test_spiral_logs_every_epoch_to_every_writer(tmp_path, capsys):
     assert main([*args]) in (0, 1)  # a re-run replaces the history, never appends to it
     capsys.readouterr()
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_label_errors_logs_its_final_models_epochs(blobs, tmp_path, capsys):
+    from jaxwise.cli import main
+
+    run_dir = tmp_path / "le"
+    args = ["label-errors", str(blobs), *TRAIN, "--epochs", "2", "--method", "gradnorm"]
+    args += ["--run-dir", str(run_dir), "--out", str(tmp_path / "s.csv"), *QUIET]
+    assert main([*args, "--log", "tensorboard"]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["outputs"]["tensorboard"] == str(
+        run_dir / "tensorboard"
+    )
+    records = history(run_dir)
+    assert [e for e, _ in records] == [1, 2]
+    scalars = tb_scalars(run_dir / "tensorboard")
+    assert scalars["val_loss"] == [(e, float(np.float32(r["val_loss"]))) for e, r in records]
