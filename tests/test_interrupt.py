@@ -61,14 +61,16 @@ def test_a_signal_while_fit_waits_for_a_save_lets_the_save_finish_first():
     from jaxwise.train._loop import _finish_saves
 
     waiting, signalled, written = threading.Event(), threading.Event(), []
+    main = threading.main_thread().ident
+    assert main is not None
 
     def halt():
         signalled.set()
         return Halt()
 
     def write():  # the save in flight: the signal arrives in its middle, while fit waits
-        waiting.wait()
-        os.kill(os.getpid(), signal.SIGTERM)
+        waiting.wait()  # to the main thread itself (a process-wide kill may land on any thread)
+        signal.pthread_kill(main, signal.SIGTERM)
         signalled.wait()  # the main thread's wait was interrupted by now
         written.append("step 7")
 
