@@ -54,28 +54,32 @@ def test_signals_held_delivers_after_the_block():
     assert order == ["block finished"]
 
 
-def test_a_signal_while_fit_waits_for_a_save_lets_the_save_finish_first():
+def test_an_interrupted_wait_for_a_save_waits_again_then_raises():
+    """A signal handler's exception inside the wait (simulated: real delivery to the main
+    thread's wait is up to the OS; the CLI's signal tests send real ones) does not cut the
+    save in flight short: `fit` waits again, then raises it."""
     from types import SimpleNamespace
 
     from jaxwise.checkpoint._async import SaveQueue
     from jaxwise.train._loop import _finish_saves
 
-    waiting, signalled, written = threading.Event(), threading.Event(), []
-    main = threading.main_thread().ident
-    assert main is not None
+    release, written = threading.Event(), []
 
-    def halt():
-        signalled.set()
-        return Halt()
-
-    def write():  # the save in flight: the signal arrives in its middle, while fit waits
-        waiting.wait()  # to the main thread itself (a process-wide kill may land on any thread)
-        signal.pthread_kill(main, signal.SIGTERM)
-        signalled.wait()  # the main thread's wait was interrupted by now
+    def write():  # the save in flight: still writing when the wait is interrupted
+        release.wait()
         written.append("step 7")
 
-    queue = SaveQueue()
-    with pytest.raises(Halt), sigterm_raises(halt):
-        queue.submit(7, write)
-        _finish_saves(SimpleNamespace(wait=lambda: (waiting.set(), queue.wait())), None)
+    queue, calls = SaveQueue(), []
+
+    def wait():
+        calls.append(len(written))
+        if len(calls) == 1:  # the first wait is interrupted while the save is in flight
+            release.set()
+            raise Halt()
+        queue.wait()
+
+    queue.submit(7, write)
+    with pytest.raises(Halt):
+        _finish_saves(SimpleNamespace(wait=wait), None)
+    assert len(calls) == 2 and calls[0] == 0  # waited again after the interruption
     assert written == ["step 7"] and not queue.busy
