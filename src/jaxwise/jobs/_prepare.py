@@ -193,18 +193,6 @@ def _check_class_rows(cfg: TabularConfig, table: data.Table) -> None:
         )
 
 
-def _check_split(cfg: TabularConfig, table: data.Table, train_idx: np.ndarray) -> None:
-    """Every class must have rows in the training split (else the model never sees it)."""
-    present = np.bincount(table.y[train_idx], minlength=len(table.classes))
-    absent = [c for c, k in zip(table.classes, present) if k == 0]
-    if absent:
-        raise UserError(
-            f"{cfg.path}: the {cfg.val_fraction:.0%} validation split (--seed {cfg.seed}) "
-            f"leaves no training row of class {absent[0]!r}; add rows of that class, lower "
-            "--val-fraction or choose another --seed"
-        )
-
-
 def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
     """Read, split and standardise the CSV; resolve ``--batch-size``; claim ``out`` (locked)."""
     try:
@@ -219,7 +207,6 @@ def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
     order = np.random.default_rng(cfg.seed).permutation(n)
     n_val = min(n - 1, max(1, int(round(n * cfg.val_fraction))))
     val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
-    _check_split(cfg, table, train_idx)
     batch_size = cfg.batch_size if cfg.batch_size is not None else min(128, len(train_idx))
     if len(train_idx) < batch_size:
         raise UserError(
