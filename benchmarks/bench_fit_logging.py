@@ -45,7 +45,8 @@ def run(with_tb: bool) -> tuple[float, float]:
     return dt, dc
 
 
-run(False), run(True)  # warm-up
+run(False)  # warm-up
+run(True)
 times: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
 for _ in range(REPEATS):
     for flag in (False, True):
