@@ -620,7 +620,7 @@ def test_orbax_meeting_a_full_disk_prints_nothing_and_leaves_nothing(small_disk)
 def test_signals_during_a_write_are_delivered_after_it():
     import signal
 
-    from jaxwise.checkpoint._safety import signals_held
+    from jaxwise._interrupt import signals_held
 
     done = []
     with pytest.raises(KeyboardInterrupt):

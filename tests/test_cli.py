@@ -290,7 +290,12 @@ def test_label_errors_recall_and_csv(tmp_path, capsys):
         ("a,b,colour\n1,2,x\n3,y,z\n", [], "value 'y' in data row 1 (line 3), column 'b'"),
         ("a,b,colour\n1,2,x\n3,,z\n", [], "missing value in data row 1"),
         ("a,b,colour\n1,2,x\n3,4,x\n", [], "single class"),
-        ("a,b,colour\n1,2,x\n3,4,z\n", ["--batch-size", "4"], "fewer than --batch-size"),
+        (
+            "a,b,colour\n1,2,x\n3,4,z\n5,6,x\n7,8,z\n",
+            ["--batch-size", "4"],
+            "fewer than --batch-size",
+        ),
+        ("a,b,colour\n1,2,x\n3,4,z\n", [], "class 'x' of --label colour has 1 row"),
     ],
 )
 def test_bad_csv_exits_2_with_one_line(tmp_path, capsys, content, extra, match):

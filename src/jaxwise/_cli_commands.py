@@ -70,6 +70,9 @@ def _require_extras(args: argparse.Namespace, *, plots: bool, checkpoints: bool)
         require("orbax.checkpoint", extra="checkpoint", feature=f"the checkpoints of {command}")
     if getattr(args, "dp", False):
         require("dp_accounting", extra="privacy", feature=f"{command} --dp")
+    for name, module in (("tensorboard", "tensorboardX"), ("mlflow", "mlflow")):
+        if name in getattr(args, "log", ()):
+            require(module, extra=name, feature=f"{command} --log {name}")
 
 
 def _dp_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -100,6 +103,7 @@ def cmd_spiral(args: argparse.Namespace) -> int:
         **_dp_options(args),
         progress=not args.no_progress,
         plots=not args.no_plots,
+        log=tuple(n for n in args.log if n != "jsonl"),
         **_cache_options(args),
     )
     summary = run_spiral(cfg)
@@ -133,6 +137,8 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
         progress=not args.no_progress,
         plots=not getattr(args, "no_plots", False),
         early_stopping=getattr(args, "early_stopping", None),
+        log=tuple(n for n in getattr(args, "log", ()) if n != "jsonl"),
+        checkpoint_every=getattr(args, "checkpoint_every", 1),
         **_cache_options(args),
     )
 

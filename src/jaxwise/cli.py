@@ -29,6 +29,9 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
+from jaxwise._cli_needs import LOGS as _LOGS
+from jaxwise._cli_needs import log_writers as _logs
+from jaxwise._cli_needs import without_effect as _without_effect
 from jaxwise._errors import JaxwiseError
 
 __all__ = ["build_parser", "main"]
@@ -177,6 +180,18 @@ def _add_csv_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_log(p: argparse.ArgumentParser, where: str) -> None:
+    p.add_argument(
+        "--log",
+        type=_logs,
+        default=("jsonl",),
+        metavar="WRITERS",
+        help=f"where each epoch's metrics go, comma-separated among {','.join(_LOGS)}: "
+        f"{where}/metrics.jsonl (always), {where}/tensorboard (`tensorboard --logdir`; the "
+        f"tensorboard extra), {where}/mlruns (`mlflow ui`; the mlflow extra) (default jsonl)",
+    )
+
+
 def _add_spiral(sub: Any) -> None:
     spiral = sub.add_parser(
         "spiral", help="the main job: train the spiral classifier with every check in place"
@@ -189,6 +204,7 @@ def _add_spiral(sub: Any) -> None:
         "--out", default="runs/spiral", help="directory for the PNG plots (default runs/spiral)"
     )
     spiral.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    _add_log(spiral, "OUT")
     _add_audit(spiral)
     spiral.set_defaults(run=commands.cmd_spiral)
 
@@ -240,6 +256,15 @@ def _add_train(sub: Any) -> None:
         metavar="PATIENCE",
         help="stop after PATIENCE epochs without a lower validation loss; keep the best",
     )
+    train.add_argument(
+        "--checkpoint-every",
+        type=_positive_int,
+        default=1,
+        metavar="EPOCHS",
+        help="save a checkpoint every EPOCHS epochs, in the background, and at the end "
+        "(default 1: a killed run loses at most the epoch in progress)",
+    )
+    _add_log(train, "OUT")
     train.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     _add_audit(train)
     train.set_defaults(run=commands.cmd_train)
@@ -279,6 +304,7 @@ def _add_label_errors(sub: Any) -> None:
         default="runs/label-errors",
         help="directory for metrics and plots; re-runs may reuse it (default runs/label-errors)",
     )
+    _add_log(errors, "RUN_DIR")
     errors.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     errors.set_defaults(run=commands.cmd_label_errors)
 
@@ -445,6 +471,11 @@ def build_parser() -> argparse.ArgumentParser:
     Returns:
         The ``argparse`` parser of the ``jaxwise`` command; each subcommand sets ``run``.
     """
+    return _parser_and_commands()[0]
+
+
+def _parser_and_commands() -> tuple[argparse.ArgumentParser, dict[str, Any]]:
+    """The argument parser and its subcommands' parsers (by name)."""
     parser = _Parser(
         prog="jaxwise",
         description="JAX training that compiles once, stays finite and is verified in float64.",
@@ -462,7 +493,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools(sub)
     _add_watch(sub)
     _add_report(sub)
-    return parser
+    return parser, sub.choices
 
 
 # --------------------------------------------------------------------------
@@ -495,11 +526,6 @@ class _Terminated(KeyboardInterrupt):
     """SIGTERM, raised in the main thread so that every ``finally`` runs (locks, files)."""
 
 
-def _on_sigterm(signum: int, frame: Any) -> None:
-    del signum, frame
-    raise _Terminated
-
-
 def _one_line(err: BaseException) -> str:
     text = " ".join(str(err).split())
     return text or type(err).__name__
@@ -519,15 +545,6 @@ def _disk_full(err: BaseException) -> str | None:
     return None
 
 
-def _sigterm_handler() -> Any:
-    import signal
-
-    try:
-        return signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread: leave SIGTERM alone
-        return None
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``jaxwise`` console script.
 
@@ -545,13 +562,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = explicit_nans(argv)
     parser = build_parser()
     args = parser.parse_args(argv)
+    unused = _without_effect(args, argv, _parser_and_commands)
+    if unused is not None:
+        print(f"jaxwise {args.command}: error: {unused} (see jaxwise {args.command} --help)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     debug = bool(getattr(args, "debug", False))
     if args.command not in ("lint", "bench", "watch", "report"):
         _quiet()
     from jaxwise._lock import set_command
 
     set_command(["jaxwise", *(sys.argv[1:] if argv is None else argv)])
-    previous = _sigterm_handler()
+    from jaxwise._interrupt import raise_on_sigterm
+
+    restore = raise_on_sigterm(_Terminated)
     try:
         return args.run(args)
     except _Terminated:
@@ -588,10 +612,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 1
     finally:
-        if previous is not None:
-            import signal
-
-            signal.signal(signal.SIGTERM, previous)
+        if restore is not None:
+            restore()
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ class SaveQueue:
 
     def __init__(self) -> None:
         self._thread: threading.Thread | None = None
+        self._done = threading.Event()  # set when the save in flight has ended
         self._step: int | None = None
         self._error: BaseException | None = None
 
@@ -56,6 +57,7 @@ class SaveQueue:
         """Wait for the save in flight (raising its error), then start ``write`` in a thread."""
         self.wait()
         self._step = step
+        self._done = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(write,), name=f"jaxwise-checkpoint-step-{step}"
         )
@@ -66,12 +68,17 @@ class SaveQueue:
             write()
         except BaseException as err:  # kept for the caller: raised by the next wait()
             self._error = err
+        finally:
+            self._done.set()
 
     def wait(self) -> None:
         """Block until the save in flight is written; a failure raises `CheckpointError`."""
         thread = self._thread
         if thread is None:
             return
+        # an Event, not only join(): a join interrupted by a signal handler's exception marks
+        # the thread as stopped in CPython 3.12 (bpo-45274), so a second wait would not wait
+        self._done.wait()
         thread.join()
         self._thread = None
         error, self._error = self._error, None

@@ -20,6 +20,7 @@ import numpy as np
 
 from jaxwise._checks import check_int, check_path
 from jaxwise._disk import disk_full_error, is_disk_full
+from jaxwise._interrupt import signals_held
 from jaxwise._lock import describe_holder
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
@@ -244,7 +245,7 @@ class Checkpointer:
             size = sum(len(b) for b in data)
             safety.check_space(target, int(size * 1.05) + 4 * 200 * (len(rows) + 8))
             self._clear_slot(step, target)
-            with safety.signals_held():
+            with signals_held():
                 try:
                     native.write_step(target, rows, data, doc)
                 except Exception as err:
@@ -259,7 +260,7 @@ class Checkpointer:
         args = ocp.args.Composite(
             **{fmt.STATE: ocp.args.StandardSave(tree), fmt.META: ocp.args.JsonSave(sealed)}
         )
-        with safety.signals_held():
+        with signals_held():
             self._pending = step
             try:
                 assert self._writer is not None
@@ -321,7 +322,7 @@ class Checkpointer:
         finish = getattr(self._writer, "wait_until_finished", None)
         if finish is not None:  # an AsyncCheckpointer
             try:
-                with safety.signals_held():
+                with signals_held():
                     finish()
             except Exception as err:
                 self._failed(self._pending, self.path / str(self._pending), err)

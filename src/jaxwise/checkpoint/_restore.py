@@ -16,9 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_int, check_path, is_key
+from jaxwise._interrupt import signals_held
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _native as native
-from jaxwise.checkpoint import _safety as safety
 from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning, Damaged
 from jaxwise.checkpoint._leaves import check_static, check_structure, signature
 from jaxwise.checkpoint._native import sharding_of
@@ -221,7 +221,7 @@ def restore(
     for number, step_dir in candidates(root, step):
         label = "the checkpoint" if number is None else f"checkpoint step {number}"
         try:
-            with safety.signals_held():
+            with signals_held():
                 tree = _restore_one(step_dir, number, like, run_id)
         except (Damaged, Foreign) as err:
             if step is not None or number is None:

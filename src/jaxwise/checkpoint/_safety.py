@@ -17,15 +17,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import jax
@@ -96,38 +91,6 @@ def remove_leftovers(root: Path, step: int | None = None) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- signals
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block is done, then deliver them (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    received: list[int] = []
-
-    def hold(signum: int, frame: FrameType | None) -> None:
-        del frame
-        received.append(signum)
-
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        try:
-            previous[sig] = signal.signal(sig, hold)
-        except (ValueError, OSError):  # not settable here (an embedded interpreter)
-            pass
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if received:
-            signum = received[0]
-            handler = previous.get(signum, signal.SIG_DFL)
-            if callable(handler):
-                handler(signum, None)
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(signum)
 
 
 # ----------------------------------------------------------------------------- orbax's noise

@@ -24,6 +24,7 @@ from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs import tabular
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
+from jaxwise.jobs._fitting import LOG_DIRS
 from jaxwise.jobs._outputs import SUMMARY, OutputFile, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import overlapped
 
@@ -39,7 +40,14 @@ COLUMNS = (
     "loss",
     "suggested_label",
 )
-RUN_OUTPUTS = ("metrics.jsonl", "loss.png", "curves.png", "confusion.png", SUMMARY)
+RUN_OUTPUTS = (
+    "metrics.jsonl",
+    "loss.png",
+    "curves.png",
+    "confusion.png",
+    SUMMARY,
+    *LOG_DIRS.values(),
+)
 DEFAULT_TOP = 20  # --top of --method gradnorm (no estimate of the number of wrong labels)
 
 

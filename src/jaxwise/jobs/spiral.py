@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import itertools
+import math
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -25,15 +27,17 @@ from jaxwise import data, numerics
 from jaxwise._checks import UserError
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import SUMMARY, RunDir, hold_for_tests, write_summary
+from jaxwise.jobs._fitting import LOG_DIRS, EpochLog, Progress, check_logs, open_writers
+from jaxwise.jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
 from jaxwise.models import mlp_apply
+from jaxwise.train import fit as train_fit
 from jaxwise.tree import param_table
 
 __all__ = ["SpiralConfig", "run_spiral"]
 
-OUTPUT_NAMES = ("loss.png", "decision_boundary.png", SUMMARY)
+OUTPUT_NAMES = ("loss.png", "decision_boundary.png", SUMMARY, "metrics.jsonl", *LOG_DIRS.values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +69,8 @@ class SpiralConfig:
         plots: write the PNG plots.
         cache: use the persistent compilation cache.
         cache_dir: its directory (``None``: `default_cache_dir`).
+        log: ``--log``: the metric writers besides ``metrics.jsonl`` (``"tensorboard"``,
+            ``"mlflow"``), in ``out``.
     """
 
     epochs: int = 150
@@ -89,6 +95,7 @@ class SpiralConfig:
     plots: bool = True
     cache: bool = True
     cache_dir: str | None = None
+    log: tuple[str, ...] = ()
 
     def validate(self) -> None:
         """Check every setting (before any work).
@@ -100,6 +107,7 @@ class SpiralConfig:
         C.option_float(self.noise, "--noise", min_value=0.0, max_value=10.0, max_inclusive=False)
         C.check_dp_options(self)
         C.check_audit_option(self)
+        check_logs(self.log)
 
 
 @dataclasses.dataclass
@@ -154,7 +162,7 @@ def run_spiral(cfg: SpiralConfig = SpiralConfig()) -> dict[str, Any]:
     )
     out_dir = (
         RunDir(cfg.out, "--out", OUTPUT_NAMES, "spiral")
-        if cfg.out and cfg.plots
+        if cfg.out and (cfg.plots or cfg.log)
         else contextlib.nullcontext(None)
     )
     with out_dir as out, persistent_cache(cache_dir) as cache_dir, overlapped() as background:
@@ -210,44 +218,77 @@ def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor, out: RunDir | Non
     return run
 
 
-def fit(run: _Run) -> None:
-    """The epochs: one compiled program, counted (compiled vs loaded from the cache).
+class _Epoch:
+    """One spiral epoch as a `train.fit` step: the compiled epoch, its losses kept for the plot.
 
-    The progress bar shows each epoch's mean mini-batch loss and accuracy, from the epoch
-    program's own metrics (no second program, no extra pass over the data); DP-SGD epochs
-    report no loss, so the training set is evaluated after each of them.
+    Its metrics are the epoch's mean mini-batch loss and accuracy, from the epoch program's own
+    metrics (no second program, no extra pass over the data); DP-SGD epochs report no loss, so
+    the training set is evaluated after each of them.
     """
+
+    def __init__(self, run: _Run, epoch: Any) -> None:
+        self.run, self.epoch = run, epoch
+        self.losses: list[np.ndarray] = []
+
+    def __call__(self, state: Any, data: Any) -> tuple[Any, dict[str, Any]]:
+        run = self.run
+        with run.tally.measure():
+            state, metrics = self.epoch(state, data)
+        step_losses, skipped = C.step_metrics(metrics, run.steps_per_epoch)
+        if step_losses is None:  # DP epochs report no loss: evaluate the training set
+            loss, acc = (float(v) for v in C.evaluate(state.params, *run.fit_data))
+            step_losses, fields = np.full(run.steps_per_epoch, loss), {"loss": loss, "acc": acc}
+        else:
+            fields = C.epoch_progress(metrics, step_losses)
+        self.losses.append(step_losses)
+        return state, {
+            "loss": fields["loss"],
+            "accuracy": fields.get("acc", math.nan),
+            "skipped": skipped,
+        }
+
+
+def fit(run: _Run) -> None:
+    """The epochs through `train.fit`: one compiled program, counted (compiled vs from cache)."""
     cfg = run.cfg
-    epoch = C.make_epoch(cfg, accuracy=True, n_train=len(run.fit_data[1]))
-    losses = []
-    t_train = time.perf_counter()
+    step = _Epoch(run, C.make_epoch(cfg, accuracy=True, n_train=len(run.fit_data[1])))
     with run.tally.measure():  # the epoch program, compiled while the state is built
-        precompile(epoch.jitted, run.state_shape, run.fit_data)
+        precompile(step.epoch.jitted, run.state_shape, run.fit_data)
     assert run.pending_state is not None
     run.state = run.pending_state.result()
     run.initial_buffers = jax.tree.leaves(run.state.params)
-    with C.progress(cfg.progress, cfg.epochs, "spiral") as advance:
-        for _ in range(cfg.epochs):
-            with run.tally.measure():
-                run.state, metrics = epoch(run.state, run.fit_data)
-            step_losses, skipped = C.step_metrics(metrics, run.steps_per_epoch)
-            if step_losses is None:  # DP epochs report no loss: evaluate the training set
-                loss, acc = (float(v) for v in C.evaluate(run.state.params, *run.fit_data))
-                step_losses, progress = (
-                    np.full(run.steps_per_epoch, loss),
-                    {"loss": loss, "acc": acc},
-                )
-            else:
-                progress = C.epoch_progress(metrics, step_losses)
-            losses.append(step_losses)
-            run.skipped += skipped
-            advance(**progress)
-    jax.block_until_ready(run.state)
-    run.train_seconds = time.perf_counter() - t_train
-    run.step_losses = np.concatenate(losses)
+    with (
+        C.progress(cfg.progress, cfg.epochs, "spiral") as advance,
+        contextlib.ExitStack() as stack,
+    ):
+        run.state, report = train_fit(
+            step,
+            run.state,
+            itertools.repeat(run.fit_data),
+            steps=cfg.epochs,
+            prefetch=0,
+            writers=_writers(run, stack),
+            callbacks=[Progress(advance)],
+        )
+    run.train_seconds = report.seconds
+    run.skipped = report.skipped
+    run.step_losses = np.concatenate(step.losses)
     if run.canaries is not None:  # score the canaries, then drop their input features
         run.audit, params = C.audit_run(run.state.params, run.canaries, run.xtr.shape[1])
         run.state = run.state.replace(params=params)
+
+
+def _writers(run: _Run, stack: contextlib.ExitStack) -> list[Any]:
+    """``OUT/metrics.jsonl`` (a new run's: a re-run replaces it) and the ``--log`` writers."""
+    if run.out is None:
+        return []
+    out = run.out
+    atomic_write(out / "metrics.jsonl", lambda f: f.write(""))
+    writers = [EpochLog(out / "metrics.jsonl", [])]
+    writers += open_writers(run.cfg.log, lambda name: out / name, out.run_id or "spiral", {})
+    for w in writers:
+        stack.callback(w.close)
+    return writers
 
 
 def verify(run: _Run) -> tuple[dict[str, dict[str, Any]], dict[str, Any], list[dict[str, Any]]]:
@@ -322,7 +363,11 @@ def report(
     """Plots (unless ``--no-plots``) and the JSON-ready summary."""
     cfg, params = run.cfg, run.state.params
     train_acc, test_acc = f64.pop("train_accuracy"), f64.pop("test_accuracy")
-    outputs = _plots(run, hard, test_acc) if run.out is not None else {}
+    outputs = _plots(run, hard, test_acc) if run.out is not None and cfg.plots else {}
+    if run.out is not None:
+        outputs["metrics"] = str(run.out.path / "metrics.jsonl")
+        for name in cfg.log:  # the --log writers' directories
+            outputs[name] = str(run.out.path / LOG_DIRS[name])
     total_steps = cfg.epochs * run.steps_per_epoch
     summary: dict[str, Any] = {
         "schema": 1,

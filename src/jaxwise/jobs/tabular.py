@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import functools
 import importlib
+import itertools
 import json
 import math
 import time
@@ -25,179 +26,40 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise import data
 from jaxwise._checks import UserError
 from jaxwise.checkpoint import (
+    Checkpointer,
     CheckpointError,
-    data_fingerprint,
     latest_step,
     load_metadata,
-    save,
 )
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
-from jaxwise.jobs._loop import EpochLoop, checkpoint_meta
-from jaxwise.jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests, write_summary
+from jaxwise.jobs._fitting import (
+    LOG_DIRS,
+    EarlyStopping,
+    EpochCount,
+    EpochLog,
+    EvaluatedEpoch,
+    Progress,
+    open_writers,
+)
+from jaxwise.jobs._outputs import SUMMARY, atomic_write, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
-from jaxwise.train import TrainState
+from jaxwise.jobs._prepare import Prepared, TabularConfig, prepare, run_dir
+from jaxwise.train import FitReport, TrainState
+from jaxwise.train import fit as train_fit
 
-__all__ = ["TabularConfig", "fit", "prepare", "run_train"]
+__all__ = ["Prepared", "TabularConfig", "fit", "prepare", "run_dir", "run_train"]
 
 TRAIN_OUTPUTS = ("checkpoint", "best", "metrics.jsonl", "loss.png", "curves.png", "confusion.png")
-TRAIN_OUTPUTS += (SUMMARY,)
-
-
-@dataclasses.dataclass(frozen=True)
-class TabularConfig:
-    """Settings of ``jaxwise train``/``label-errors`` (``batch_size=None``: min(128, rows)).
-
-    Attributes:
-        path: the CSV file.
-        label: its label column.
-        hidden: widths of the hidden layers.
-        epochs: training epochs.
-        batch_size: mini-batch size (``None``: min(128, training rows)).
-        lr: learning rate.
-        weight_decay: AdamW's decoupled weight decay.
-        val_fraction: share of the rows held out for validation, in (0, 0.9).
-        seed: seed of the split, the initialisation and the shuffles.
-        out: the output directory (``None``: write nothing).
-        drop_na: drop rows with missing cells (counted) instead of failing.
-        resume: continue from the checkpoint in ``out``.
-        allow_different_data: resume even when the data's fingerprint changed.
-        stop_after: stop after this many epochs (a checkpoint to resume from).
-        dp: train with DP-SGD (``--dp``).
-        clip_norm: the per-example clipping norm with ``dp``.
-        noise_multiplier: the noise multiplier σ with ``dp``.
-        audit: ``--audit M``: audit the DP run with M canaries (``None``: no audit).
-        mechanism: ``--mechanism``: ``dpsgd``, ``bandmf``, ``blt`` or ``auto`` (``None``:
-            DP-SGD).
-        bands: ``--bands``: BandMF's bands (``None``: chosen).
-        adaptive_clip: ``--adaptive-clip Q``: the clip norm tracks the Q-quantile of the
-            gradient norms, starting at ``clip_norm`` (``None``: a fixed clip).
-        progress: show a progress bar.
-        plots: write the PNG plots.
-        early_stopping: patience in epochs (keeps the best checkpoint by validation loss).
-        checkpoint: write checkpoints in ``out``.
-        cache: use the persistent compilation cache.
-        cache_dir: its directory (``None``: `default_cache_dir`).
-        force: ``--force``: start afresh in a run directory of another configuration.
-        out_option: the option that named ``out``, for messages (``--out``/``--run-dir``).
-    """
-
-    path: str
-    label: str
-    hidden: tuple[int, ...] = (64, 64)
-    epochs: int = 50
-    batch_size: int | None = None
-    lr: float = 1e-2
-    weight_decay: float = 1e-4
-    val_fraction: float = 0.2
-    seed: int = 0
-    out: str | None = "runs/train"
-    drop_na: bool = False
-    resume: bool = False
-    force: bool = False
-    allow_different_data: bool = False
-    stop_after: int | None = None
-    dp: bool = False
-    clip_norm: float = 1.0
-    noise_multiplier: float = 1.1
-    audit: int | None = None
-    mechanism: str | None = None
-    bands: int | None = None
-    adaptive_clip: float | None = None
-    progress: bool = True
-    plots: bool = True
-    early_stopping: int | None = None
-    checkpoint: bool = True
-    cache: bool = True
-    cache_dir: str | None = None
-    out_option: str = "--out"
-
-    def validate(self) -> None:
-        """Check every setting (before any work).
-
-        Raises:
-            UserError: a setting is out of range or options conflict; the message names the
-                option.
-        """
-        C.check_training_options(self)
-        C.option_float(
-            self.val_fraction,
-            "--val-fraction",
-            min_value=0.0,
-            max_value=0.9,
-            min_inclusive=False,
-            max_inclusive=False,
-        )
-        if self.stop_after is not None:
-            C.option_int(self.stop_after, "--stop-after", min_value=1, max_value=self.epochs)
-        if self.early_stopping is not None:
-            C.option_int(self.early_stopping, "--early-stopping", min_value=1)
-        if self.resume and not (self.out and self.checkpoint):
-            raise UserError("--resume needs --out (the checkpoint lives in OUT/checkpoint)")
-        C.check_dp_options(self)
-        C.check_audit_option(self)
-        if self.audit and (self.resume or self.stop_after or self.early_stopping):
-            raise UserError(
-                "--audit audits one whole run: it cannot be combined with --resume, "
-                "--stop-after or --early-stopping"
-            )
-        if self.resume and self.force:
-            raise UserError(
-                "--resume continues the run in --out, --force starts it afresh: not both"
-            )
-
-    def fingerprint(self) -> dict[str, Any]:
-        """The settings a resumed run must share with the checkpoint.
-
-        Returns:
-            ``{setting: value}`` of the settings that decide the model and its training.
-        """
-        keys = (
-            "label",
-            "hidden",
-            "epochs",
-            "batch_size",
-            "lr",
-            "weight_decay",
-            "val_fraction",
-            "seed",
-            "dp",
-            "clip_norm",
-            "noise_multiplier",
-            "mechanism",
-            "bands",
-            "adaptive_clip",
-            "drop_na",
-            "early_stopping",
-        )
-        return {k: C.jsonable(getattr(self, k)) for k in keys}
-
-
-@dataclasses.dataclass
-class Prepared:
-    """The data as the model sees it, and where the run writes."""
-
-    cfg: TabularConfig
-    table: data.Table
-    x_all: np.ndarray  # standardised float32, every row
-    train_idx: np.ndarray
-    val_idx: np.ndarray
-    mean: np.ndarray
-    std: np.ndarray
-    batch_size: int
-    out: RunDir | None
-
-    def split(self, which: str) -> tuple[np.ndarray, np.ndarray]:
-        idx = self.train_idx if which == "train" else self.val_idx
-        return self.x_all[idx], self.table.y[idx]
-
-    @functools.cached_property
-    def fingerprint(self) -> dict[str, Any]:
-        """Shapes, dtypes and SHA-256 of the training rows (refuses resuming on other data)."""
-        return data_fingerprint(self.split("train"))
+TRAIN_OUTPUTS += (SUMMARY, *LOG_DIRS.values())
+PROGRESS: dict[str, Any] = {  # early stopping's count, carried on in the checkpoints
+    "best_val_loss": None,
+    "best_epoch": None,
+    "bad_epochs": 0,
+    "stopped_early": False,
+}
 
 
 @dataclasses.dataclass
@@ -217,57 +79,8 @@ class Fitted:
     best_epoch: int | None = None
     stopped_early: bool = False
     history_complete: bool = True
-    checkpoint_written: Future[Any] | None = None  # the final save, written in the background
     audit: dict[str, Any] | None = None
     train_rows: int = 0  # the rows trained on: the training split and the included canaries
-
-
-def run_dir(cfg: TabularConfig, names: tuple[str, ...], job: str) -> Any:
-    """The locked run directory of ``cfg.out`` (a context manager), or a null context."""
-    if not cfg.out:
-        return contextlib.nullcontext(None)
-    return RunDir(cfg.out, cfg.out_option, names, job)
-
-
-def prepare(cfg: TabularConfig, out: RunDir | None = None) -> Prepared:
-    """Read, split and standardise the CSV; resolve ``--batch-size``; claim ``out`` (locked)."""
-    try:
-        table = data.load_csv(cfg.path, cfg.label, drop_na=cfg.drop_na)
-    except data.DataError as err:
-        raise UserError(str(err)) from None
-    C.check_hidden(cfg.hidden, table.x.shape[1], len(table.classes))
-    n = len(table.y)
-    if n < 2:
-        raise UserError(f"{cfg.path}: {n} data row; need at least 2 (training and validation)")
-    order = np.random.default_rng(cfg.seed).permutation(n)
-    n_val = min(n - 1, max(1, int(round(n * cfg.val_fraction))))
-    val_idx, train_idx = np.sort(order[:n_val]), np.sort(order[n_val:])
-    batch_size = cfg.batch_size if cfg.batch_size is not None else min(128, len(train_idx))
-    if len(train_idx) < batch_size:
-        raise UserError(
-            f"{cfg.path}: {len(train_idx)} training rows "
-            f"(after the {cfg.val_fraction:.0%} validation split) "
-            f"is fewer than --batch-size {batch_size}; lower --batch-size"
-        )
-    x64 = table.x.astype(np.float64)
-    mean = x64[train_idx].mean(0)
-    std = x64[train_idx].std(0)
-    std = np.where(std > 0, std, 1.0)
-    x_all = ((x64 - mean) / std).astype(np.float32)
-    if not np.isfinite(x_all).all():
-        raise UserError(
-            f"{cfg.path}: the standardised features are not finite in float32; rescale the columns"
-        )
-    prep = Prepared(cfg, table, x_all, train_idx, val_idx, mean, std, batch_size, None)
-    if out is not None:
-        out.claim(
-            cfg.fingerprint(),
-            {"sha256": prep.fingerprint["sha256"]},
-            resume=cfg.resume,
-            force=cfg.force,
-        )
-        prep.out = out
-    return prep
 
 
 def run_train(cfg: TabularConfig) -> dict[str, Any]:
@@ -338,6 +151,23 @@ def _warm_up(
         for module in ("matplotlib.figure", "matplotlib.backends.backend_agg"):
             background.submit(importlib.import_module, module)
     return state, rates
+
+
+def checkpoint_meta(prep: Prepared, epoch: int, progress: dict[str, Any]) -> dict[str, Any]:
+    """The metadata of the run's checkpoints: what ``--resume`` and ``predict`` check and need."""
+    return {
+        "epoch": epoch,
+        "config": prep.cfg.fingerprint(),
+        "classes": list(prep.table.classes),
+        "feature_names": list(prep.table.feature_names),
+        "label": prep.cfg.label,
+        "hidden": list(prep.cfg.hidden),
+        "mean": prep.mean.tolist(),
+        "std": prep.std.tolist(),
+        "batch_size": prep.batch_size,
+        "data": prep.fingerprint,
+        **progress,
+    }
 
 
 def _run_id(prep: Prepared) -> str | None:
@@ -416,19 +246,22 @@ def _history_so_far(prep: Prepared, start_epoch: int) -> list[dict[str, Any]]:
     return history
 
 
-def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
-    """Train (or continue) the MLP; each epoch's metrics to ``metrics.jsonl``; checkpoints.
+@dataclasses.dataclass
+class _Setup:
+    """The data on the device and what is built for the run (in the background, mostly)."""
 
-    With ``background`` (a `jobs._overlap.overlapped` pool), the initial state and the
-    evaluation programs are built there while the epoch program compiles, and the final
-    checkpoint is written there while the model is verified (``Fitted.checkpoint_written``).
-    """
-    if background is None:
-        with overlapped() as own:
-            fitted = fit(prep, own)
-            if fitted.checkpoint_written is not None:
-                fitted.checkpoint_written.result()
-            return fitted
+    train: Any
+    val: Any
+    canaries: Any
+    steps_per_epoch: int
+    schedule: Any
+    state_shape: Any
+    pending_state: Future[TrainState]
+    lrs: Future[np.ndarray]
+
+
+def _setup(prep: Prepared, background: ThreadPoolExecutor) -> _Setup:
+    """Device data, optimizer, and the initial state and programs started in ``background``."""
     cfg = prep.cfg
     run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
     xtr, ytr = prep.split("train")
@@ -439,12 +272,11 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         train, val = C.to_device(fit_x, fit_y), C.to_device(canaries.pad(xva), yva)
     else:
         train, val = C.to_device(xtr, ytr), C.to_device(*prep.split("val"))
-    fit_rows = len(train[1])
-    spe = C.steps_per_epoch(fit_rows, run_cfg)
+    spe = C.steps_per_epoch(len(train[1]), run_cfg)
     tx, schedule = _optimizer(prep, spe)
     n_in = train[0].shape[1]  # with --audit: one extra input feature per canary
     sizes = (n_in, *cfg.hidden, len(prep.table.classes))
-    gradient = C.state_gradient(run_cfg, fit_rows)  # the DP noise buffers / adaptive clip
+    gradient = C.state_gradient(run_cfg, len(train[1]))  # the DP noise buffers / adaptive clip
     build = jax.jit(functools.partial(C.initial_state, tx, sizes, cfg.seed, gradient))
     state_shape = jax.eval_shape(build)
     pending_state, lrs = _warm_up(
@@ -455,73 +287,159 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         lambda: np.asarray(C.schedule_values(schedule, cfg.epochs * spe)),
         (train, val),
     )
-    # an audited run's model has canary features: it is not checkpointed (predict needs d)
-    checkpoints = cfg.checkpoint and canaries is None
-    ckpt = prep.out / "checkpoint" if prep.out is not None and checkpoints else None
-    progress_meta: dict[str, Any] = {
-        "best_val_loss": None,
-        "best_epoch": None,
-        "bad_epochs": 0,
-        "stopped_early": False,
-    }
+    return _Setup(train, val, canaries, spe, schedule, state_shape, pending_state, lrs)
+
+
+def _start(prep: Prepared, setup: _Setup, ckpt: Path | None) -> tuple[TrainState | None, dict]:
+    """The restored state (``None``: a new run) and the checkpoint metadata to continue."""
+    cfg = prep.cfg
+    meta = checkpoint_meta(prep, 0, dict(PROGRESS))
     if ckpt is not None and not cfg.resume and latest_step(ckpt) is not None:
         raise UserError(
             f"{ckpt} already holds a checkpoint; pass --resume to continue it, --force to start "
             f"afresh, or choose another {cfg.out_option}"
         )
-    start_epoch, resumed = 0, None
-    if cfg.resume and ckpt is not None:
-        _check_resumable(prep, ckpt)
-        # onto the default device, like a new one
-        resumed, meta = _restore(ckpt, state_shape, _run_id(prep))
-        progress_meta.update({k: meta.get(k, v) for k, v in progress_meta.items()})
-        start_epoch = int(meta["epoch"])
+    if not (cfg.resume and ckpt is not None):
+        return None, meta
+    _check_resumable(prep, ckpt)
+    # onto the default device, like a new one
+    resumed, saved = _restore(ckpt, setup.state_shape, _run_id(prep))
+    meta.update({k: saved.get(k, v) for k, v in PROGRESS.items()}, epoch=int(saved["epoch"]))
+    return resumed, meta
+
+
+def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
+    """Train (or continue) the MLP with `train.fit`: one compiled program per epoch.
+
+    Each epoch's record goes to ``metrics.jsonl`` (and the ``--log`` writers); the state is
+    checkpointed every ``checkpoint_every`` epochs and at the end (asynchronously), the best
+    one by validation loss with ``--early-stopping``. With ``background`` (a
+    `jobs._overlap.overlapped` pool), the initial state and the evaluation programs are built
+    there while the epoch program compiles.
+    """
+    if background is None:
+        with overlapped() as own:
+            return fit(prep, own)
+    cfg = prep.cfg
+    setup = _setup(prep, background)
+    # an audited run's model has canary features: it is not checkpointed (predict needs d)
+    checkpoints = cfg.checkpoint and setup.canaries is None
+    ckpt = prep.out / "checkpoint" if prep.out is not None and checkpoints else None
+    resumed, meta = _start(prep, setup, ckpt)
+    start_epoch = int(meta["epoch"])
     history = _history_so_far(prep, start_epoch)
     last_epoch = max(cfg.stop_after if cfg.stop_after is not None else cfg.epochs, start_epoch)
-    if progress_meta["stopped_early"]:
+    if meta["stopped_early"]:
         last_epoch = start_epoch
-    loop = EpochLoop(prep, C.make_epoch(run_cfg, n_train=fit_rows), spe, lrs, progress_meta)
-    loop.train_data, loop.val_data = train, val
+    run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
+    step = EvaluatedEpoch(
+        C.make_epoch(run_cfg, n_train=len(setup.train[1])),
+        setup.steps_per_epoch,
+        setup.lrs,
+        (setup.train, setup.val),
+        start_epoch,
+    )
     if last_epoch > start_epoch:
-        with loop.tally.measure():  # the epoch program, compiled while the state is built
-            precompile(loop.epoch.jitted, state_shape, loop.train_data)
-    state = pending_state.result() if resumed is None else resumed
-    state = loop.run(state, start_epoch, last_epoch, history)
-    written = None
-    run_id = _run_id(prep)
-    if ckpt is not None and latest_step(ckpt, run_id=run_id) != int(state.step):
-        meta = checkpoint_meta(prep, loop.epochs_done, loop.progress_meta)
-        written = background.submit(functools.partial(save, run_id=run_id), ckpt, state, meta)
-    params = state.params
-    if (
-        cfg.early_stopping is not None
-        and prep.out is not None
-        and latest_step(prep.out.path / "best", run_id=run_id) is not None
-    ):
-        params = C.restore_reporting(prep.out.path / "best", state, run_id)[0].params
-    elif cfg.early_stopping is not None and loop.best_params is not None:
-        params = loop.best_params
+        with step.tally.measure():  # the epoch program, compiled while the state is built
+            precompile(step.epoch.jitted, setup.state_shape, setup.train)
+    state = setup.pending_state.result() if resumed is None else resumed
+    best = _Best(prep, meta)
+    state, report = _epochs(prep, step, state, ckpt, meta, history, last_epoch, best)
+    params = best.params(state) if cfg.early_stopping is not None else state.params
     audit = None
-    if canaries is not None:  # score the canaries, then drop their input features
-        audit, params = C.audit_run(params, canaries, xtr.shape[1])
+    if setup.canaries is not None:  # score the canaries, then drop their input features
+        audit, params = C.audit_run(params, setup.canaries, prep.split("train")[0].shape[1])
+    done = int(meta["epoch"])
     return Fitted(
         params,
         history,
         start_epoch,
-        loop.epochs_done,
-        spe,
-        schedule,
-        loop.tally,
-        loop.skipped,
-        (loop.epochs_done - start_epoch) * spe,
-        loop.seconds,
-        loop.progress_meta["best_epoch"],
-        bool(loop.progress_meta["stopped_early"]),
-        history_complete=len(history) == loop.epochs_done,
-        checkpoint_written=written,
+        done,
+        setup.steps_per_epoch,
+        setup.schedule,
+        step.tally,
+        report.skipped if report else 0,
+        (done - start_epoch) * setup.steps_per_epoch,
+        report.seconds if report else 0.0,
+        meta["best_epoch"],
+        bool(meta["stopped_early"]),
+        history_complete=len(history) == done,
         audit=audit,
-        train_rows=fit_rows,
+        train_rows=len(setup.train[1]),
     )
+
+
+class _Best:
+    """The best state by validation loss (``--early-stopping``): in ``OUT/best``, or in memory."""
+
+    def __init__(self, prep: Prepared, meta: dict[str, Any]) -> None:
+        self.prep, self.meta = prep, meta
+        self.kept: Any = None
+
+    def save(self, state: TrainState, epoch: int) -> None:
+        out = self.prep.out
+        if out is None or not self.prep.cfg.checkpoint:
+            self.kept = jax.tree.map(np.array, state.params)
+            return
+        C.save_reporting(out / "best", state, dict(self.meta, epoch=epoch), out.run_id)
+
+    def params(self, state: TrainState) -> Any:
+        """The best parameters (the final ones when no epoch improved)."""
+        out, run_id = self.prep.out, _run_id(self.prep)
+        if out is not None and latest_step(out.path / "best", run_id=run_id) is not None:
+            return C.restore_reporting(out.path / "best", state, run_id)[0].params
+        return self.kept if self.kept is not None else state.params
+
+
+def _epochs(
+    prep: Prepared,
+    step: EvaluatedEpoch,
+    state: TrainState,
+    ckpt: Path | None,
+    meta: dict[str, Any],
+    history: list[dict[str, Any]],
+    last_epoch: int,
+    best: _Best,
+) -> tuple[TrainState, FitReport | None]:
+    """The epochs ``meta["epoch"] + 1 … last_epoch`` through `train.fit`."""
+    cfg, first = prep.cfg, int(meta["epoch"])
+    if last_epoch <= first:
+        return state, None
+    log = EpochLog(prep.out / "metrics.jsonl" if prep.out is not None else None, history)
+    bar = C.progress(cfg.progress, cfg.epochs, Path(cfg.path).name, completed=first)
+    with contextlib.ExitStack() as stack:
+        callbacks: list[Any] = [EpochCount(meta), Progress(stack.enter_context(bar))]
+        if cfg.early_stopping is not None:
+            callbacks.append(EarlyStopping(cfg.early_stopping, meta, best.save))
+        writers = [log, *_log_writers(prep, stack)]
+        saver = None
+        if ckpt is not None:
+            saver = stack.enter_context(Checkpointer(ckpt, run_id=_run_id(prep)))
+        return train_fit(
+            step,
+            state,
+            itertools.repeat(step.train_data),
+            steps=last_epoch - first,
+            checkpointer=saver,
+            checkpoint_every=cfg.checkpoint_every if saver is not None else None,
+            metadata=meta,
+            prefetch=0,
+            writers=writers,
+            resume_from={"fit": {"batches": first}},
+            callbacks=callbacks,
+        )
+
+
+def _log_writers(prep: Prepared, stack: contextlib.ExitStack) -> list[Any]:
+    """The ``--log`` writers besides JSONL (closed with ``stack``)."""
+    if prep.out is None or not prep.cfg.log:
+        return []
+    out = prep.out
+    run_name = out.run_id or out.path.resolve().name  # a run of an older jaxwise has no id
+    writers = open_writers(prep.cfg.log, lambda name: out / name, run_name, prep.cfg.fingerprint())
+    for w in writers:
+        stack.callback(w.close)
+    return writers
 
 
 # --------------------------------------------------------------------------
@@ -586,13 +504,13 @@ def report(
     cfg, table = prep.cfg, prep.table
     (xtr, ytr), (xva, yva) = prep.split("train"), prep.split("val")
     pred, matrix = confusion(fitted.params, xva, yva, len(table.classes))
-    if fitted.checkpoint_written is not None:  # written meanwhile; a full disk leaves the
-        fitted.checkpoint_written.result()  # previous plots as they were: checkpoint first
     outputs = _plots(prep, fitted, matrix) if prep.out is not None and cfg.plots else {}
     if prep.out is not None:
         if cfg.checkpoint and fitted.audit is None:  # an audited run writes no checkpoint
             outputs["checkpoint"] = str(prep.out.path / "checkpoint")
         outputs["metrics"] = str(prep.out.path / "metrics.jsonl")
+        for name in cfg.log:  # the --log writers' directories
+            outputs[name] = str(prep.out.path / LOG_DIRS[name])
     val_acc = float((pred == yva).mean())
     summary: dict[str, Any] = {
         "schema": 1,

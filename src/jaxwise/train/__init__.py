@@ -39,7 +39,7 @@ from jaxwise.train._gradient import (
     mixed_precision,
     value_and_grad,
 )
-from jaxwise.train._loop import FitReport, StatefulIterator, Terminated, fit
+from jaxwise.train._loop import FitCallback, FitReport, StatefulIterator, Terminated, fit
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
 from jaxwise.train._sampler import Sampler, ShuffleSampler
 from jaxwise.train._state import TrainState, type_signature
@@ -48,6 +48,7 @@ from jaxwise.train._step import TrainStep, make_step, make_train_step
 __all__ = [
     "DonationError",
     "DynamicLossScale",
+    "FitCallback",
     "FitReport",
     "GradientFn",
     "Gradients",

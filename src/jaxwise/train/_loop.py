@@ -6,21 +6,21 @@ import contextlib
 import dataclasses
 import itertools
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
 
 from jaxwise._checks import check_callable, check_int
+from jaxwise._interrupt import sigterm_raises
 from jaxwise._prefetch import prefetch_to_device
 from jaxwise._progress import progress_bar
 from jaxwise.train._data_state import DataPosition, StatefulIterator
 from jaxwise.train._state import TrainState
 
-__all__ = ["FitReport", "StatefulIterator", "Terminated", "fit"]
+__all__ = ["FitCallback", "FitReport", "StatefulIterator", "Terminated", "fit"]
 
 
 class _Writer(Protocol):
@@ -41,6 +41,26 @@ class _Saver(Protocol):
     def save(self, tree: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
 
 
+@runtime_checkable
+class FitCallback(Protocol):
+    """What `fit` calls after each batch: early stopping, validation, a progress display, ….
+
+    Called with the state the batch produced, the batch's number (counted across resumed
+    runs, as the writers see it) and its scalar metrics as floats; returning True stops
+    ``fit`` after that batch (it saves a checkpoint then, as at the end of the data).
+
+    Examples:
+        >>> def stop_below(state, batch, scalars):
+        ...     return scalars["loss"] < 1e-3
+        >>> isinstance(stop_below, FitCallback)
+        True
+    """
+
+    def __call__(
+        self, state: TrainState, batch: int, scalars: Mapping[str, float]
+    ) -> bool | None: ...
+
+
 class Terminated(SystemExit):
     """SIGTERM arrived during `fit`: the save in flight was finished, then this is raised.
 
@@ -54,39 +74,30 @@ class Terminated(SystemExit):
         super().__init__(128 + signal.SIGTERM)
 
 
-@contextlib.contextmanager
-def _sigterm_raises() -> Any:
-    """Within the block, SIGTERM raises `Terminated` (main thread, default handler only)."""
-    if (
-        threading.current_thread() is not threading.main_thread()
-        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-    ):
-        yield
-        return
-
-    def terminate(signum: int, frame: Any) -> None:
-        del signum, frame
-        raise Terminated()
-
-    signal.signal(signal.SIGTERM, terminate)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def _finish_saves(checkpointer: Any, failure: BaseException | None) -> None:
-    """Wait for the checkpointer's save in flight; its error is raised, or noted on ``failure``."""
+    """Wait for the checkpointer's save in flight; its error is raised, or noted on ``failure``.
+
+    A signal that interrupts the wait (Ctrl-C, SIGTERM raised as an exception) does not cut
+    the save short: the wait goes on, then the interruption is raised.
+    """
     wait = getattr(checkpointer, "wait", None)
     if wait is None:
         return
-    if failure is None:
-        wait()
-        return
-    try:
-        wait()
-    except Exception as err:  # the loop's own failure comes first; the save's is noted on it
-        failure.add_note(f"and the checkpoint save in flight failed: {err}")
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            wait()
+            break
+        except (KeyboardInterrupt, SystemExit) as err:  # the save completes first
+            interrupted = interrupted or err
+        except Exception as err:
+            first = failure or interrupted
+            if first is None:
+                raise
+            first.add_note(f"and the checkpoint save in flight failed: {err}")
+            break
+    if interrupted is not None:
+        raise interrupted
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +136,18 @@ def _check(state: Any, steps: Any, checkpointer: Any, checkpoint_every: Any, pre
     check_int(prefetch, "prefetch", min_value=0)
 
 
+def _check_all(
+    step: Any, state: Any, batches: Any, saving: tuple[Any, Any, Any], rest: tuple[Any, ...]
+) -> tuple[tuple[_Writer, ...], tuple[FitCallback, ...]]:
+    """`fit`'s arguments checked: the writers and callbacks, as tuples."""
+    prefetch, writers, log_every, callbacks = rest
+    check_callable(step, "step")
+    _check(state, *saving, prefetch)
+    if not isinstance(batches, Iterable):
+        raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
+    return _check_writers(writers, log_every), _check_callbacks(callbacks)
+
+
 def _check_writers(writers: Any, log_every: Any) -> tuple[_Writer, ...]:
     if not isinstance(writers, (list, tuple)):
         raise TypeError(f"`writers` must be a list of metric writers, got {type(writers).__name__}")
@@ -138,10 +161,26 @@ def _check_writers(writers: Any, log_every: Any) -> tuple[_Writer, ...]:
     return tuple(writers)
 
 
+def _check_callbacks(callbacks: Any) -> tuple[FitCallback, ...]:
+    if not isinstance(callbacks, (list, tuple)):
+        raise TypeError(f"`callbacks` must be a list of callables, got {type(callbacks).__name__}")
+    for i, callback in enumerate(callbacks):
+        if not callable(callback):
+            raise TypeError(
+                f"`callbacks[{i}]` must be callable as callback(state, batch, scalars), "
+                f"got {type(callback).__name__}"
+            )
+    return tuple(callbacks)
+
+
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
     """The 0-d numeric entries of a step's metrics, as floats (one transfer for all)."""
     chosen = {k: v for k, v in metrics.items() if isinstance(k, str) and np.ndim(v) == 0}
     return {k: float(v) for k, v in jax.device_get(chosen).items()}
+
+
+def _loss_and_skipped(metrics: dict[str, Any]) -> dict[str, Any]:
+    return {k: metrics[k] for k in ("loss", "skipped") if k in metrics}
 
 
 class _Log:
@@ -159,18 +198,97 @@ class _Log:
         """The number of the last batch recorded, counted over resumed runs."""
         return self.first + len(self.losses)
 
-    def record(self, metrics: dict[str, Any]) -> None:
-        self.losses.append(float(metrics["loss"]))
-        self.skipped += int(metrics.get("skipped", 0))
+    def record(self, metrics: dict[str, Any], scalars: dict[str, float] | None = None) -> None:
+        """Record one step's metrics (``scalars``: already read from them, or None).
+
+        One transfer from the device per step: the scalars a writer needs, or the loss and
+        the skipped count.
+        """
+        batch = self.batch + 1
+        due = bool(self.writers) and batch % self.log_every == 0
+        if scalars is None:
+            scalars = _scalars(metrics if due else _loss_and_skipped(metrics))
+        self.losses.append(float(scalars["loss"]))
+        self.skipped += int(scalars.get("skipped", 0))
         self.advance(loss=self.losses[-1], skipped=self.skipped)
-        if self.writers and self.batch % self.log_every == 0:
-            scalars = _scalars(metrics)
+        if due:
             for w in self.writers:
-                w.write(self.batch, scalars)
+                w.write(batch, scalars)
 
     def flush(self) -> None:
         for w in self.writers:
             w.flush()
+
+
+class _Loop:
+    """One `fit` call: steps, the deferred read of metrics, callbacks and checkpoints."""
+
+    def __init__(
+        self,
+        step: Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]],
+        log: _Log,
+        position: DataPosition,
+        saving: tuple[_Saver | None, int | None, dict[str, Any] | None],
+        callbacks: tuple[FitCallback, ...],
+    ) -> None:
+        self.step, self.log, self.position, self.callbacks = step, log, position, callbacks
+        self.checkpointer, self.every, self.metadata = saving
+        self.saved: list[int] = []
+
+    def run(self, state: TrainState, feed: Iterable[Any]) -> TrainState:
+        """Train over ``feed``; the save in flight is finished before returning or raising."""
+        failure: BaseException | None = None
+        try:
+            return self._steps(state, feed)
+        except BaseException as err:
+            failure = err
+            raise
+        finally:
+            _finish_saves(self.checkpointer, failure)
+            self.log.flush()
+
+    def _steps(self, state: TrainState, feed: Iterable[Any]) -> TrainState:
+        pending, done = None, 0
+        for batch in feed:
+            state, metrics = self.step(state, batch)
+            self.position.consumed()
+            done += 1
+            if pending is not None:
+                self.log.record(pending)  # the previous step's metrics: this step is queued
+            pending = metrics
+            due = bool(self.every) and done % self.every == 0  # type: ignore[operator]
+            if self.callbacks or due:  # read now: the callbacks see this step's state
+                stop = self._call_back(state, pending)
+                pending = None
+                if due:
+                    self._checkpoint(state)
+                if stop:
+                    break
+        if pending is not None:
+            self.log.record(pending)
+        if self.log.losses:
+            self._checkpoint(state)
+        return state
+
+    def _call_back(self, state: TrainState, metrics: dict[str, Any]) -> bool:
+        """Record ``metrics``; then the callbacks, in order: True when one asks to stop."""
+        scalars = _scalars(metrics) if self.callbacks else None
+        self.log.record(metrics, scalars)
+        stop = False
+        for callback in self.callbacks:
+            stop = bool(callback(state, self.log.batch, dict(scalars or {}))) or stop
+        return stop
+
+    def report(self, seconds: float) -> FitReport:
+        losses = np.asarray(self.log.losses, np.float64)
+        return FitReport(len(losses), self.log.skipped, losses, tuple(self.saved), seconds)
+
+    def _checkpoint(self, state: TrainState) -> None:
+        self.log.flush()  # the writers hold every step a checkpoint holds
+        if self.checkpointer is not None and int(state.step) not in self.saved:  # else: nothing
+            metadata = {**(self.metadata or {}), "fit": self.position.saved(self.log.batch)}
+            self.checkpointer.save(state, metadata)
+            self.saved.append(int(state.step))
 
 
 def fit(
@@ -187,135 +305,81 @@ def fit(
     writers: Sequence[_Writer] = (),
     log_every: int = 1,
     resume_from: Mapping[str, Any] | None = None,
+    callbacks: Sequence[FitCallback] = (),
 ) -> tuple[TrainState, FitReport]:
     """Train ``step`` over an iterator of host batches, keeping the device busy.
 
-    Batches are transferred by [`prefetch_to_device`][jaxwise.data.prefetch_to_device] (``prefetch``
-    ahead, in a background thread, sharded over ``step.mesh``'s ``"data"`` axis when
-    the step has a mesh) while the device trains on earlier ones; each step's metrics
-    are read only after the next step is dispatched, so the host never waits for the
-    device in between. The NaN guard's skipped steps are counted; with a
-    ``checkpointer`` (a `jaxwise.checkpoint.Checkpointer`, which holds its directory's
-    writer lock until you close it) the state is saved every ``checkpoint_every`` steps
-    and at the end. The Checkpointer saves asynchronously (a copy of the state is written
-    by a background thread while training goes on, at most one save in flight); ``fit``
-    returns once the last save is complete, and on an exception (Ctrl-C included) it first
-    finishes the save in flight. SIGTERM (with its default handler, in the main thread)
-    stops the loop the same way and raises `Terminated`, a ``SystemExit(143)``.
-
-    Every ``log_every``-th batch's scalar metrics (``loss``, ``skipped``, …) go to each of
-    ``writers`` at its batch number (counted across resumed runs), and the writers are
-    flushed before each checkpoint is saved, so a checkpoint never holds a step the writers
-    lack. A stateful ``batches`` (a `StatefulIterator`: a ``grain`` DataLoader or dataset
-    iterator, or anything with ``get_state``/``set_state``) has its position after each
-    saved batch stored in the checkpoint's metadata (``metadata["fit"]``) beside the state;
-    pass that metadata back as ``resume_from`` (with the restored state) and the run
-    continues with exactly the batches an uninterrupted run would have seen.
+    Batches are transferred ``prefetch`` ahead by
+    [`prefetch_to_device`][jaxwise.data.prefetch_to_device] (over ``step.mesh``'s ``"data"``
+    axis when it has one); a step's metrics are read after the next step is dispatched. With
+    a ``checkpointer`` the state is saved (asynchronously, at most one save in flight) every
+    ``checkpoint_every`` steps and at the end, with ``metadata`` as it is at that save plus
+    ``"fit"`` (the batch count, a `StatefulIterator`'s position: pass it back as ``resume_from``
+    to continue exactly). Writers are flushed before each save; the save in flight is finished
+    on return and on any exception; SIGTERM (default handler) does that and raises `Terminated`.
 
     Args:
-        step: a [`make_train_step`][jaxwise.train.make_train_step] step (or any
-            ``step(state, batch) -> (state, metrics)`` whose metrics have ``"loss"`` and
-            ``"skipped"``).
+        step: a ``step(state, batch) -> (state, metrics)`` whose metrics have ``"loss"``
+            (and ``"skipped"``), e.g. [`make_train_step`][jaxwise.train.make_train_step].
         state: the initial state (donated to the first step, as with ``step``).
         batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
             each process's own rows.
         steps: stop after this many batches (default: when ``batches`` ends).
-        checkpointer: saves the checkpoints, e.g. ``Checkpointer(directory, keep=3)``
-            from `jaxwise.checkpoint` (``None``: no checkpoints). ``fit`` calls its
-            ``save(state, metadata)`` and leaves it open.
-        checkpoint_every: save every this many steps (and at the end); needs
-            ``checkpointer``.
-        metadata: JSON metadata saved with every checkpoint (``fit`` adds its key ``"fit"``).
+        checkpointer: a `jaxwise.checkpoint.Checkpointer` (left open), or ``None``.
+        checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
+        metadata: JSON metadata of every checkpoint, read at each save.
         prefetch: batches kept ready on the devices (0: transfer in the loop).
-        progress: show a progress bar on stderr (loss, skipped steps); needs rich (the
-            ``cli`` extra).
-        writers: `jaxwise.metrics` writers (``JsonlWriter``, ``TensorBoardWriter``,
-            ``MLflowWriter``…); ``fit`` flushes them and leaves them open.
+        progress: show a progress bar on stderr (needs rich, the ``cli`` extra).
+        writers: `jaxwise.metrics` writers, each ``log_every``-th batch's scalar metrics
+            written at its batch number (counted across resumed runs); flushed, left open.
         log_every: write every this many batches.
-        resume_from: the metadata of the checkpoint ``state`` was restored from
-            (``checkpoint.load_metadata``): batch numbering and the data position continue
-            from it.
+        resume_from: the metadata of the checkpoint ``state`` was restored from.
+        callbacks: each called after every batch as ``callback(state, batch, scalars)``
+            with the state that batch produced (the loop waits for it); one returning True
+            stops the loop after that batch (saved, as at the end).
 
     Returns:
         ``(state, report)``: the final state and a [`FitReport`][jaxwise.train.FitReport].
 
     Raises:
-        TypeError: ``step`` is not callable, ``state`` is not a ``TrainState``, ``batches``
-            is not iterable, ``checkpointer`` has no ``save``, a writer has no ``write``, or
-            a count is not an int.
+        TypeError: an argument is not of its type (``state`` a ``TrainState``, a writer
+            without ``write``, a callback not callable, a count not an int).
         ValueError: a count is out of range, ``checkpoint_every`` without a
-            ``checkpointer``, or ``resume_from`` holds a data position that ``batches``
-            cannot take (it has no ``set_state``) or lacks one that a stateful ``batches``
-            needs.
+            ``checkpointer``, or ``resume_from``'s data position does not fit ``batches``.
 
     Examples:
-        >>> import jax, jax.numpy as jnp, numpy as np
+        >>> import jax.numpy as jnp, numpy as np
         >>> from jaxwise import optim
         >>> from jaxwise.train import TrainState, make_train_step
         >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
-        >>> rng = np.random.default_rng(0)
-        >>> def batches():
-        ...     while True:
-        ...         x = rng.normal(size=(16, 3)).astype(np.float32)
-        ...         yield x, x @ np.asarray([1.0, -2.0, 0.5], np.float32)
+        >>> x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+        >>> data = [(x, x @ np.asarray([1.0, -2.0, 0.5], np.float32))] * 200
         >>> state = TrainState.create({"w": jnp.zeros(3)}, optim.adam(0.1), 0)
-        >>> state, report = fit(make_train_step(loss), state, batches(),
-        ...                     steps=200, progress=False)
+        >>> state, report = fit(make_train_step(loss), state, data)
         >>> report.steps, report.skipped, bool(report.losses[-1] < 1e-3)
         (200, 0, True)
     """
-    check_callable(step, "step")
-    _check(state, steps, checkpointer, checkpoint_every, prefetch)
-    outs = _check_writers(writers, log_every)
-    if not isinstance(batches, Iterable):
-        raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
+    outs, hooks = _check_all(step, state, batches, (steps, checkpointer, checkpoint_every),
+                             (prefetch, writers, log_every, callbacks))  # fmt: skip
     total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
     position = DataPosition.start(batches, resume_from, int(state.step))
-    source: Iterable[Any] = position.source
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(sigterm_raises(Terminated, only_default=True))
+        feed = _feed(stack, position.source, steps, prefetch, getattr(step, "mesh", None))
+        log = _Log(outs, log_every, position.first, stack.enter_context(_bar(progress, total)))
+        loop = _Loop(step, log, position, (checkpointer, checkpoint_every, metadata), hooks)
+        state = loop.run(state, feed)
+    return state, loop.report(time.perf_counter() - started)
+
+
+def _feed(
+    stack: contextlib.ExitStack, source: Iterable[Any], steps: int | None, prefetch: int, mesh: Any
+) -> Iterable[Any]:
+    """The batches the loop trains on: at most ``steps``, prefetched to the devices."""
     if steps is not None:
         source = itertools.islice(source, steps)
-    started = time.perf_counter()
-    saved: list[int] = []
-    failure: BaseException | None = None
-    with contextlib.ExitStack() as stack:
-        stack.enter_context(_sigterm_raises())
-        mesh = getattr(step, "mesh", None)
-        feed = (
-            stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
-        )
-        log = _Log(outs, log_every, position.first, stack.enter_context(_bar(progress, total)))
-
-        def checkpoint() -> None:
-            log.flush()  # the writers hold every step a checkpoint holds
-            if checkpointer is not None and int(state.step) not in saved:  # skipped: nothing new
-                checkpointer.save(state, {**(metadata or {}), "fit": position.saved(log.batch)})
-                saved.append(int(state.step))
-
-        pending = None
-        try:
-            for batch in feed:
-                state, metrics = step(state, batch)
-                position.consumed()
-                if pending is not None:
-                    log.record(pending)  # the previous step's metrics: this step is queued
-                pending = metrics
-                if checkpoint_every and (len(log.losses) + 1) % checkpoint_every == 0:
-                    log.record(pending)
-                    pending = None
-                    checkpoint()
-            if pending is not None:
-                log.record(pending)
-            if log.losses:
-                checkpoint()
-        except BaseException as err:
-            failure = err
-            raise
-        finally:
-            _finish_saves(checkpointer, failure)
-            log.flush()
-    seconds = time.perf_counter() - started
-    losses = np.asarray(log.losses, np.float64)
-    return state, FitReport(len(losses), log.skipped, losses, tuple(saved), seconds)
+    return stack.enter_context(prefetch_to_device(source, prefetch, mesh)) if prefetch else source
 
 
 def _bar(progress: Any, total: int | None) -> Any:
