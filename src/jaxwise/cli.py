@@ -30,56 +30,15 @@ from typing import Any, NoReturn
 
 from jaxwise import _cli_commands as commands
 from jaxwise._cli_needs import LOGS as _LOGS
+from jaxwise._cli_needs import fail_conditions as _fail_on
+from jaxwise._cli_needs import hidden_sizes as _hidden
 from jaxwise._cli_needs import log_writers as _logs
+from jaxwise._cli_needs import positive_int as _positive_int
+from jaxwise._cli_needs import rule_codes as _codes
 from jaxwise._cli_needs import without_effect as _without_effect
 from jaxwise._errors import JaxwiseError
 
 __all__ = ["build_parser", "main"]
-
-
-def _hidden(text: str) -> tuple[int, ...]:
-    try:
-        sizes = tuple(int(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated layer widths like 64,64, got {text!r}"
-        ) from None
-    if not sizes or any(s < 1 for s in sizes):
-        raise argparse.ArgumentTypeError(f"expected positive layer widths like 64,64, got {text!r}")
-    return sizes
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _codes(text: str) -> list[str]:
-    from jaxwise.lint import RULES
-
-    codes = [c.strip().upper() for c in text.split(",") if c.strip()]
-    unknown = [c for c in codes if c not in RULES]
-    if unknown:
-        raise argparse.ArgumentTypeError(
-            f"unknown rule code(s) {', '.join(unknown)}; known: {', '.join(RULES)}"
-        )
-    return codes
-
-
-def _fail_on(text: str) -> tuple[str, ...]:
-    known = ("recompile", "nan", "donation")
-    conditions = tuple(c.strip() for c in text.split(",") if c.strip())
-    unknown = [c for c in conditions if c not in known]
-    if unknown or not conditions:
-        raise argparse.ArgumentTypeError(
-            f"expected conditions among {','.join(known)}, got {text!r}"
-        )
-    return conditions
 
 
 # --------------------------------------------------------------------------
@@ -532,9 +491,9 @@ def _one_line(err: BaseException) -> str:
 
 
 def _disk_full(err: BaseException) -> str | None:
-    import errno
+    from jaxwise._disk import FULL
 
-    if isinstance(err, OSError) and err.errno in (errno.ENOSPC, errno.EDQUOT):
+    if isinstance(err, OSError) and err.errno in FULL:
         where = f" writing {err.filename}" if err.filename else ""
         detail = err.strerror or ""
         detail = f" {detail.split('device', 1)[1].strip()}" if "device (" in detail else ""
@@ -553,7 +512,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         The exit code: 0 on success, 2 for a user error (one line on stderr), 1 for a run
-        that produced no usable model, 130 on Ctrl-C.
+            that produced no usable model, 130 on Ctrl-C.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     if "watch" in argv:  # its bare --nans rewritten (_cli_options imports NumPy: only then)

@@ -56,8 +56,8 @@ def persistent_cache(directory: Path | None) -> Iterator[Path | None]:
         directory: the cache directory (created if missing), or ``None`` for no cache.
 
     Yields:
-        The directory in use: ``None`` when off or when the directory cannot be created (the
-        job then runs without the cache).
+        The directory in use: ``None`` when off or when the directory cannot be created
+            (the job then runs without the cache).
     """
     if directory is None:
         yield None
