@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import errno
 import json
 import os
 import shutil
@@ -33,7 +32,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from jaxwise._atomic import temporary_name
 from jaxwise._checks import UserError
+from jaxwise._disk import naming
 from jaxwise._lock import FileLock, LockHeld, describe_holder
 
 MARKER = ".jaxwise-run.json"
@@ -78,14 +79,6 @@ def hold_for_tests() -> None:
         fifo.read()
 
 
-def _disk_full(err: OSError, path: Path) -> OSError:
-    if err.errno in (errno.ENOSPC, errno.EDQUOT):
-        return OSError(err.errno, "No space left on device", str(path))
-    if err.filename is None:
-        return OSError(err.errno, err.strerror, str(path))
-    return err
-
-
 def atomic_write(
     path: Path, write: Callable[[IO[str]], object], *, replace: bool = True, option: str = "--out"
 ) -> Path:
@@ -95,7 +88,7 @@ def atomic_write(
     ``write`` ran): a `UserError`. On any failure the temporary file is removed; a
     full disk is ``OSError(ENOSPC)`` naming ``path``.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    tmp = temporary_name(path)
     try:
         with tmp.open("w", newline="", encoding="utf-8") as f:
             write(f)
@@ -109,7 +102,7 @@ def atomic_write(
             "pass --force to replace it"
         ) from None
     except OSError as err:
-        raise _disk_full(err, path) from None
+        raise naming(err, path) from None
     finally:
         tmp.unlink(missing_ok=True)
     return path
@@ -124,7 +117,7 @@ def append_line(path: Path, line: str) -> None:
     except OSError as err:
         with contextlib.suppress(OSError):
             os.truncate(path, size)
-        raise _disk_full(err, path) from None
+        raise naming(err, path) from None
 
 
 def write_summary(run: RunDir | None, summary: dict[str, Any]) -> None:
