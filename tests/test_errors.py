@@ -13,7 +13,8 @@ from jaxwise import cli
 from jaxwise._errors import JaxwiseError, MissingExtraError
 from jaxwise._extras import require
 
-# every jaxwise exception -> the built-in base it had before `JaxwiseError` existed
+# every jaxwise exception -> the built-in base it had before `JaxwiseError` existed (or, for
+# a newer one, the built-in base it was born with)
 OLD_BASES: dict[str, type[Exception]] = {
     "jaxwise.MissingExtraError": ImportError,
     "jaxwise.checkpoint.CheckpointError": ValueError,
@@ -27,6 +28,7 @@ OLD_BASES: dict[str, type[Exception]] = {
     "jaxwise.lint._driver.LintSkip": Exception,
     "jaxwise.lint._notebook.NotebookError": ValueError,
     "jaxwise.per_example._graph.Unsupported": Exception,
+    "jaxwise.privacy.PairingError": ValueError,  # new this round: a ValueError from the start
     "jaxwise.train.DonationError": ValueError,
 }
 
