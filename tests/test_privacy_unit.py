@@ -9,7 +9,7 @@ import pytest
 
 from jaxwise import optim, privacy, train
 from jaxwise.compilation import CompileBudget
-from jaxwise.privacy import AdaptiveClip, BandMF, unit_clip
+from jaxwise.privacy import BLT, AdaptiveClip, BandMF, unit_clip
 from jaxwise.privacy._noise import standard_normal
 
 TRUE_W = np.asarray([1.0, -2.0, 0.5])
@@ -72,8 +72,8 @@ def _epoch(gradient: Any, sampler: Any, lr: float, momentum: float | None = None
 
 @pytest.mark.parametrize(
     "noise, groups",
-    [(None, 1), (BandMF(4, steps=16), 4)],
-    ids=["dpsgd-poisson", "bandmf-cyclic"],
+    [(None, 1), (BandMF(4, steps=16), 4), (BLT(2, steps=16), 1)],
+    ids=["dpsgd-poisson", "bandmf-cyclic", "blt-poisson"],
 )
 @pytest.mark.parametrize("adaptive", [False, True], ids=["fixed", "adaptive"])
 def test_trains_through_make_epoch_once_compiled(noise, groups, adaptive):
