@@ -5,13 +5,14 @@ at ε = 3 (δ = 1e-5), the same steps, model, optimizer and learning rate for ev
 grid run uses a fixed ``clip_norm`` and σ from ``noise_multiplier_for``; the adaptive runs use
 ``AdaptiveClip(initial=1, target_quantile=q, learning_rate=0.2, count_noise=B/20)`` (Andrew et
 al.'s suggestion; q = 0.5, their default, and 0.9) and σ from ``noise_multiplier_for(...,
-clip=policy)``: the count's noise is inside the same ε. Test accuracy, mean of 3 seeds. Cost:
-the epoch with the adaptive clip vs the same epoch with a fixed clip, interleaved medians.
+clip=policy)``: the count's noise is inside the same ε. Every run is repeated with the DP
+gradient divided by the step's clip norm (``privacy.unit_clip``). Test accuracy, mean of 3
+seeds. Cost: the epoch with the adaptive clip vs the same epoch with a fixed clip,
+interleaved medians.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Any
 
@@ -33,36 +34,13 @@ LEARNING_RATE = {"spiral": 0.1, "MLP": 0.05}  # the DP-SGD choices of bench_mf_u
 TX_MOMENTUM = 0.9
 
 
-@dataclasses.dataclass(frozen=True)
-class Normalised:
-    """A DP gradient divided by this step's clip norm (post-processing of the private release).
-
-    Composes with ``make_epoch`` like the gradient it wraps (``init``, ``for_sampler``): the
-    step size no longer scales with the clip norm, so a clip norm that grows with the
-    gradients cannot feed back into larger steps.
-    """
-
-    inner: Any
-
-    def init(self, params: Any) -> Any:
-        return self.inner.init(params)
-
-    def for_sampler(self, sampler: Any, n: int) -> Normalised:
-        return Normalised(self.inner.for_sampler(sampler, n))
-
-    def __call__(self, params, model_state, batch, *, key, mask, state) -> train.Gradients:
-        out = self.inner(params, model_state, batch, key=key, mask=mask, state=state)
-        clip = out.metrics.get("clip_norm", self.inner.clip_norm)
-        return out._replace(grads=jax.tree.map(lambda g: g / clip, out.grads))
-
-
 def learning_rate(task: Task) -> float:
     return next(v for k, v in LEARNING_RATE.items() if k in task.name)
 
 
 def fit_accuracy(task: Task, gradient: Any, seed: int) -> tuple[float, float]:
     """Test accuracy and the final clip norm (the fixed one for a float clip)."""
-    clip = (gradient.inner if isinstance(gradient, Normalised) else gradient).clip_norm
+    clip = gradient.clip_norm  # a DPGradientFn's, or the one privacy.unit_clip wraps
     tx = optax.sgd(learning_rate(task), momentum=TX_MOMENTUM)
     state = train.TrainState.create(task.init(jax.random.key(seed)), tx, 1000 + seed,
                                     gradient=gradient)  # fmt: skip
@@ -91,8 +69,8 @@ def accuracy_rows(task: Task, steps: int, normalised: bool) -> list[list[str]]:
             epsilon=EPS, sample_rate=q, steps=steps, delta=DELTA, clip=policy
         )
         gradient: Any = privacy.dp_gradient_fn(task.loss, clip_norm=clip, noise_multiplier=s)
-        if normalised:
-            gradient = Normalised(gradient)
+        if normalised:  # divided by the step's clip norm: post-processing, the same ε
+            gradient = privacy.unit_clip(gradient)
         runs = [fit_accuracy(task, gradient, seed) for seed in SEEDS]
         results[label] = float(np.mean([a for a, _ in runs]))
         eps = privacy.epsilon(noise_multiplier=s, sample_rate=q, steps=steps, delta=DELTA,
@@ -149,8 +127,8 @@ def run() -> None:
     body += "### The DP gradient as released (the step scales with the clip norm)\n\n"
     body += table(header, rows)
     body += (
-        "\n\n### Normalised: the DP gradient divided by the step's clip norm (a wrapper "
-        "gradient function, post-processing), same learning rate\n\n"
+        "\n\n### Normalised: the DP gradient divided by the step's clip norm "
+        "(`privacy.unit_clip`, post-processing), same learning rate\n\n"
     )
     body += table(header, normed)
     body += "\n\n### Cost: one 75-step epoch, adaptive vs fixed clip (interleaved medians)\n\n"

@@ -65,6 +65,8 @@ from jaxwise.privacy._noise import dp_gradient as dp_gradient
 from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
 from jaxwise.privacy._sampling import poisson_batch as poisson_batch
 from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
+from jaxwise.privacy._unit import UnitClipped as UnitClipped
+from jaxwise.privacy._unit import unit_clip as unit_clip
 
 __all__ = [
     "AdaptiveClip",
@@ -83,6 +85,7 @@ __all__ = [
     "PairingError",
     "PoissonSampler",
     "SeparatedSampler",
+    "UnitClipped",
     "add_dp_noise",
     "audit_canaries",
     "bandmf_strategy",
@@ -98,4 +101,5 @@ __all__ = [
     "noise_multiplier_for",
     "poisson_batch",
     "shuffled_batches",
+    "unit_clip",
 ]

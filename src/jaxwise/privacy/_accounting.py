@@ -20,6 +20,7 @@ from jaxwise.privacy._bandmf import BandMF
 from jaxwise.privacy._blt import BLT
 from jaxwise.privacy._mechanism import DPGradientFn, check_pairing
 from jaxwise.privacy._noise import check_noise
+from jaxwise.privacy._unit import UnitClipped
 from jaxwise.train import TrainEpoch
 
 __all__ = ["epoch_epsilon", "epsilon", "noise_multiplier_for"]
@@ -271,7 +272,8 @@ def epoch_epsilon(
     """ε of ``steps`` steps of a DP epoch, every number read from the epoch's own objects.
 
     The noise multiplier, the mechanism and the clip policy come from ``epoch.gradient`` (a
-    [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn]), the sample rate from
+    [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], or the one inside a
+    [`unit_clip`][jaxwise.privacy.unit_clip]), the sample rate from
     ``epoch.sampler.sample_rate(n)``; the pairing is checked again (a mechanism whose
     ``min_separation`` the sampler does not guarantee raises `PairingError`), then
     [`epsilon`][jaxwise.privacy.epsilon] accounts it.
@@ -304,12 +306,17 @@ def epoch_epsilon(
         ...                mechanism=BandMF(bands=4, steps=100))
         True
     """
-    if not isinstance(epoch, TrainEpoch) or not isinstance(epoch.gradient, DPGradientFn):
+    if not isinstance(epoch, TrainEpoch) or not isinstance(
+        epoch.gradient, (DPGradientFn, UnitClipped)
+    ):
         raise TypeError(
             "`epoch` must be a TrainEpoch of a privacy.dp_gradient_fn gradient, got "
             f"{type(epoch).__name__}"
         )
-    gradient = epoch.gradient
+    # unit_clip's division by C is post-processing: the wrapped gradient's accounting
+    gradient = (
+        epoch.gradient if isinstance(epoch.gradient, DPGradientFn) else epoch.gradient.gradient
+    )
     check_pairing(gradient.noise, epoch.sampler)
     n = check_int(n, "n", min_value=1)
     clip: Any = None if isinstance(gradient.clip_norm, float) else gradient.clip_norm
