@@ -12,6 +12,7 @@ for BLT).
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 
@@ -135,8 +136,8 @@ def run() -> None:
     body += (
         "\n\nOne run; every round times each epoch once, back to back; the ratio is the median "
         "over the rounds of the round's ratio to DP-SGD (a load change between rounds cancels), "
-        "the milliseconds are medians. The machine was a shared 2-core CPU with other jobs "
-        "running (load average about 10): read the ratios, not the milliseconds. Before this "
+        f"the milliseconds are medians. Load average at the start: {os.getloadavg()[0]:.1f} "
+        "on 2 cores (a loaded machine inflates the milliseconds; read the ratios). Before this "
         "round's changes a quick run of the same epochs measured BandMF(8) 3.33x and BLT(3) "
         "4.03x (a copy of the noise buffers per step for the NaN guard's skipped-step state, "
         "and BLT's reduction over the buffer axis, which XLA:CPU ran element by element)."
