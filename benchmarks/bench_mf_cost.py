@@ -6,7 +6,8 @@ runs): the same model, data, batch, sampler, σ and clip; only the noise mechani
 last rows, the adaptive clip) differs. The epochs are timed round-robin in one run (medians),
 so the ratios share the machine's load. The memory added is the mechanism's state in
 ``TrainState.gradient_state`` (``(bands − 1) · |params|`` for BandMF, ``buffers · |params|``
-for BLT).
+for BLT). A second table repeats DP-SGD, BandMF(8), BLT(3) and the adaptive clip on the
+three models of the utility benchmark (``mf_models.tasks``, B = 64).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from common import QUICK, main_guard, table, write_section
+from mf_models import tasks
 
 from jaxwise import optim, privacy, train
 from jaxwise.data import make_spiral
@@ -50,9 +52,9 @@ def loss(params, example):
     return -jax.nn.log_softmax(h)[example["y"]]
 
 
-def programs(n):
-    """``{label: (epoch, state)}`` for each mechanism, built for the epoch's steps."""
-    steps = privacy.CyclicPoissonSampler(BATCH, groups=GROUPS).steps(n)
+def programs(n, loss=loss, init=lambda key: mlp_init(key, SIZES), batch=BATCH):
+    """``{label: (epoch, state, mechanism)}`` for each mechanism, built for the epoch's steps."""
+    steps = privacy.CyclicPoissonSampler(batch, groups=GROUPS).steps(n)
     mechanisms = [
         ("DP-SGD", None, 1.0),
         ("BandMF(2)", privacy.BandMF(bands=2, steps=steps), 1.0),
@@ -72,8 +74,8 @@ def programs(n):
         gradient = privacy.dp_gradient_fn(
             loss, clip_norm=clip, noise_multiplier=1.0, method="ghost", noise=mech
         )
-        epoch = train.make_epoch(gradient, privacy.CyclicPoissonSampler(BATCH, groups=GROUPS))
-        params = mlp_init(jax.random.key(0), SIZES)
+        epoch = train.make_epoch(gradient, privacy.CyclicPoissonSampler(batch, groups=GROUPS))
+        params = init(jax.random.key(0))
         state = train.TrainState.create(params, optim.sgd(0.05), 0, gradient=gradient)
         out[label] = (epoch, state, mech)
     return out
@@ -92,11 +94,8 @@ def paired_rounds(calls, *, repeat):
     return rounds
 
 
-def cost_rows():
-    x, y = make_spiral(600, 3, seed=0)
-    data = {"x": jnp.asarray(x), "y": jnp.asarray(y, jnp.int32)}
-    n = len(x)
-    built = programs(n)
+def timed(built, data):
+    """``(median ms, median ratio to the first program)`` of each program, paired rounds."""
     calls = []
     states = {}
     for label, (epoch, state, _) in built.items():
@@ -112,6 +111,15 @@ def cost_rows():
     # the median over rounds of each round's ratio: both programs ran back to back in it, so
     # a load change between rounds cancels
     ratios = [statistics.median(t / b for t, b in zip(r, rounds[0])) for r in rounds]
+    return times, ratios
+
+
+def cost_rows():
+    x, y = make_spiral(600, 3, seed=0)
+    data = {"x": jnp.asarray(x), "y": jnp.asarray(y, jnp.int32)}
+    n = len(x)
+    built = programs(n)
+    times, ratios = timed(built, data)
     params = sum(int(np.size(p)) for p in jax.tree.leaves(mlp_init(jax.random.key(0), SIZES)))
     rows = []
     for (label, (_, _, mech)), t, ratio in zip(built.items(), times, ratios):
@@ -125,7 +133,28 @@ def cost_rows():
     return rows, steps, params
 
 
+KEPT = ("DP-SGD", "BandMF(8)", "BLT(3)", "DP-SGD + adaptive clip")
+
+
+def model_rows():
+    """DP-SGD's epoch and the others' ratios on the utility benchmark's three models."""
+    rows = []
+    for task in tasks(4800, 600, 600):
+        n = int(task.train["y"].shape[0])
+        built = programs(n, task.loss, task.init, 64)
+        built = {label: built[label] for label in KEPT}
+        times, ratios = timed(built, task.train)
+        params = sum(int(np.size(p)) for p in jax.tree.leaves(task.init(jax.random.key(0))))
+        steps = built["DP-SGD"][0].steps_per_epoch(n)
+        rows.append(
+            [task.name.split(" (")[0], f"{params}", f"{steps}", f"{times[0] * 1e3:.1f}"]
+            + [f"{r:.3f}" for r in ratios[1:]]
+        )
+    return rows
+
+
 def run() -> None:
+    load = os.getloadavg()[0]
     rows, steps, params = cost_rows()
     body = (
         f"### Cost: one `make_epoch` DP epoch ({steps} steps, MLP 2-256-256-3 = {params} "
@@ -134,9 +163,17 @@ def run() -> None:
     )
     body += table(["noise", "epoch (ms)", "time / DP-SGD", "memory added (MiB)"], rows)
     body += (
+        "\n\n### The same ratios on the utility benchmark's models (B = 64, "
+        f"`CyclicPoissonSampler(groups={GROUPS})`, 4800 examples)\n\n"
+    )
+    body += table(
+        ["model", "parameters", "steps", "DP-SGD epoch (ms)", *(f"{k} / DP-SGD" for k in KEPT[1:])],
+        model_rows(),
+    )
+    body += (
         "\n\nOne run; every round times each epoch once, back to back; the ratio is the median "
         "over the rounds of the round's ratio to DP-SGD (a load change between rounds cancels), "
-        f"the milliseconds are medians. Load average at the start: {os.getloadavg()[0]:.1f} "
+        f"the milliseconds are medians. Load average at the start: {load:.1f} "
         "on 2 cores (a loaded machine inflates the milliseconds; read the ratios). Before this "
         "round's changes a quick run of the same epochs measured BandMF(8) 3.33x and BLT(3) "
         "4.03x (a copy of the noise buffers per step for the NaN guard's skipped-step state, "

@@ -443,9 +443,9 @@ def test_adaptive_clip_update_matches_numpy():
     policy = AdaptiveClip(initial=2.0, target_quantile=0.3, learning_rate=0.5, count_noise=4.0)
     norms = jnp.asarray([0.5, 1.0, 3.0, 9.0, 0.1, 2.0])
     mask = jnp.asarray([True, True, True, False, True, True])
-    key = jax.random.key(7)
-    new = policy.update(policy.init(), norms, mask, key, 5.0)
-    noise = 4.0 * float(jax.random.normal(key, (), jnp.float32))
+    normal = jax.random.normal(jax.random.key(7), (), jnp.float32)
+    new = policy.update(policy.init(), norms, mask, normal, 5.0)
+    noise = 4.0 * float(normal)
     # 0.5, 1.0, 0.1, 2.0 are <= 2.0 (+1/2 each), 3.0 is above (-1/2); 9.0 is padding
     fraction = min(1.0, max(0.0, (4 * 0.5 - 0.5 + noise) / 5.0 + 0.5))
     expected = 2.0 * math.exp(-0.5 * (fraction - 0.3))
@@ -460,10 +460,10 @@ def test_adaptive_clip_count_has_the_accounted_sensitivity_one_half(removed):
     # (an uncentred 0/1 count moved by 1 for an unclipped example: ε under-reported).
     policy = AdaptiveClip(initial=1.0, target_quantile=0.5, learning_rate=1.0, count_noise=1.0)
     norms = jnp.asarray([0.5] * 5 + [2.0] * 5)
-    key, expected = jax.random.key(3), 10.0
+    normal, expected = jax.random.normal(jax.random.key(3), (), jnp.float32), 10.0
 
     def released(mask):  # the noisy sum, recovered from the geometric update
-        new = float(policy.norm(policy.update(policy.init(), norms, mask, key, expected)))
+        new = float(policy.norm(policy.update(policy.init(), norms, mask, normal, expected)))
         return (0.5 - math.log(new)) * expected - 0.5 * expected
 
     full = jnp.ones(10, bool)
@@ -477,7 +477,7 @@ def test_adaptive_clip_tracks_the_quantile():
     update = jax.jit(policy.update)
     for t in range(300):
         norms = jnp.exp(jax.random.normal(jax.random.key(t), (256,)))  # median 1.0
-        state = update(state, norms, None, jax.random.key(10_000 + t), 256.0)
+        state = update(state, norms, None, jax.random.normal(jax.random.key(10_000 + t)), 256.0)
     assert abs(float(policy.norm(state)) - 1.0) < 0.15
 
 
@@ -520,6 +520,7 @@ def test_mechanism_scans_with_one_compile(mech):
 @pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
 def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
     from jaxwise.privacy._mechanism import add_noise
+    from jaxwise.privacy._noise import standard_normal
 
     summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
     key = jax.random.key(11)
@@ -527,7 +528,8 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
     @jax.jit
     def both(summed, key):
-        ours, _ = add_noise(summed, key, state, noise=noise, std=0.7 * 1.3, batch_size=5.0)
+        z = standard_normal(key, summed)
+        ours, _ = add_noise(summed, z, state, noise=noise, std=0.7 * 1.3, batch_size=5.0)
         return ours, privacy.add_dp_noise(summed, key, 0.7, 1.3, 5.0)
 
     ours, theirs = both(summed, key)
@@ -546,7 +548,8 @@ def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
     for t in range(6):
         key = jax.random.key(t)
         clip = jnp.float32(0.5 + t)  # a traced clip norm, as an adaptive policy gives
-        noisy, state = add_noise(summed, key, state, noise=mech, std=2.0 * clip, batch_size=4.0)
+        z = standard_normal(key, summed)
+        noisy, state = add_noise(summed, z, state, noise=mech, std=2.0 * clip, batch_size=4.0)
         zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
         outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
     # the dense float64 referee: x = C⁻¹ z with C the banded Toeplitz matrix of the strategy
@@ -622,12 +625,48 @@ def test_bandmf_of_one_band_is_dpsgd_bit_for_bit_in_an_epoch():
 def test_adaptive_clip_norm_falls_when_every_example_is_unclipped():
     # per-example gradient norms are far below the initial clip norm: the unclipped fraction is
     # ~1 > target 0.5, so the geometric update shrinks the clip norm every step
-    epoch, state = _wired(None, AdaptiveClip(100.0, target_quantile=0.5), 1)
+    # (a count noise far below the batch of 8: the count's signal decides every step)
+    epoch, state = _wired(None, AdaptiveClip(100.0, target_quantile=0.5, count_noise=0.1), 1)
     state, metrics = epoch(state, _wire_data())
     final = float(state.gradient_state["clip"]["clip_norm"])
     assert final < 100.0 * 0.99
     norms = np.asarray(metrics["clip_norm"])
     assert norms[-1] < norms[0]
+
+
+def test_adaptive_step_noise_is_the_fixed_steps_and_its_count_the_next_normal():
+    # one standard-normal draw per step: the gradient's part first (the fixed-clip noise, bit
+    # for bit), the count's noise the next entry of the same draw (no second key or draw)
+    from jaxwise.privacy._noise import standard_normal
+
+    params, data, key = {"w": jnp.zeros(3)}, _wire_data(), jax.random.key(5)
+    batch = {"x": data["x"][:8], "y": data["y"][:8]}
+    policy = AdaptiveClip(1.0, target_quantile=0.4, learning_rate=0.3, count_noise=2.0)
+    fixed = privacy.dp_gradient_fn(_wire_loss, clip_norm=1.0, noise_multiplier=1.0)
+    adaptive = privacy.dp_gradient_fn(_wire_loss, clip_norm=policy, noise_multiplier=1.0)
+    a = fixed(params, None, batch, key=key, mask=None, state=fixed.init(params))
+    b = adaptive(params, None, batch, key=key, mask=None, state=adaptive.init(params))
+    assert _bits(a.grads) == _bits(b.grads)
+    _, normal = standard_normal(key, (params, jnp.zeros((), jnp.float32)))
+    # float64 referee of the geometric update; the loss at w = 0 is y², its gradient -2·y·x
+    x64, y64 = np.asarray(batch["x"], np.float64), np.asarray(batch["y"], np.float64)
+    norms = np.linalg.norm(-2 * y64[:, None] * x64, axis=1)
+    released = np.sum(np.where(norms <= 1.0, 0.5, -0.5)) + 2.0 * float(normal)
+    fraction = min(1.0, max(0.0, released / 8 + 0.5))
+    expected = math.exp(-0.3 * (fraction - 0.4))
+    assert float(b.state["clip"]["clip_norm"]) == pytest.approx(expected, rel=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 5, 8, 67331])
+def test_flat_draw_pads_without_changing_a_value(n):
+    from jaxwise._random import flat_draw
+
+    key = jax.random.key(9)
+    normal = flat_draw(lambda k, shape: jax.random.normal(k, shape), key, n)
+    assert normal.shape == (n,)
+    assert np.asarray(normal).tobytes() == np.asarray(jax.random.normal(key, (n,))).tobytes()
+    coin = flat_draw(lambda k, shape: jax.random.bernoulli(k, 0.3, shape), key, n)
+    assert np.array_equal(np.asarray(coin), np.asarray(jax.random.bernoulli(key, 0.3, (n,))))
 
 
 def test_bandmf_resume_is_bit_identical_and_another_mechanism_is_refused(tmp_path):

@@ -53,8 +53,8 @@ def test_released_gradient_is_the_plain_one_over_c_float64_referee(method, adapt
     np.testing.assert_allclose(
         np.asarray(ours.grads["w"]), np.asarray(theirs.grads["w"]) / c, rtol=1e-6
     )
-    noise_key = jax.random.split(key)[0] if adaptive else key  # the policy splits the key
-    z = standard_normal(noise_key, params)["w"]
+    # the gradient's noise leads the step's one draw (a policy's normal comes after it)
+    z = standard_normal(key, params)["w"]
     expected = referee(params["w"], batch, mask, c, sigma, z)
     np.testing.assert_allclose(np.asarray(ours.grads["w"]), expected, rtol=2e-5, atol=1e-6)
     # the state and metrics are the wrapped gradient's
@@ -122,7 +122,8 @@ def test_adaptive_clip_at_quantile_09_stays_bounded():
     plain_c, plain_w = _final_clip(plain)
     assert unit_c < 10.0  # the 0.9 quantile of the gradient norms at w = 0 is about 10
     assert np.linalg.norm(unit_w - TRUE_W) < 1.0
-    assert plain_c > 5 * unit_c and np.linalg.norm(plain_w - TRUE_W) > 5.0  # the feedback
+    # the feedback (seeds 0-7: plain C 11-92 vs 1.9-3.2 divided, error 2.7-36 vs 0.1-0.44)
+    assert plain_c > 3 * unit_c and np.linalg.norm(plain_w - TRUE_W) > 2.0
 
 
 @pytest.mark.parametrize(

@@ -213,8 +213,8 @@ class HalvingClip:
     def norm(self, state):
         return state
 
-    def update(self, state, norms, mask, key, expected_batch_size):
-        del norms, mask, key, expected_batch_size
+    def update(self, state, norms, mask, normal, expected_batch_size):
+        del norms, mask, normal, expected_batch_size
         return state / 2
 
 

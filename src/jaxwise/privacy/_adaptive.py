@@ -47,7 +47,7 @@ class AdaptiveClip:
         >>> policy = AdaptiveClip(initial=1.0, count_noise=0.5)
         >>> state = policy.init()
         >>> norms = jnp.full(64, 10.0)  # every example clipped: the clip norm grows
-        >>> state = policy.update(state, norms, None, jax.random.key(0), 64.0)
+        >>> state = policy.update(state, norms, None, jax.random.normal(jax.random.key(0)), 64.0)
         >>> bool(policy.norm(state) > 1.0)
         True
     """
@@ -96,7 +96,7 @@ class AdaptiveClip:
         state: Any,
         norms: jax.Array,
         mask: jax.Array | None,
-        key: jax.Array,
+        normal: jax.Array,
         expected_batch_size: float | jax.Array,
     ) -> Any:
         """The state after one step: the geometric update from the noised unclipped count.
@@ -105,7 +105,8 @@ class AdaptiveClip:
             state: the policy's state.
             norms: ``(B,)`` the examples' gradient norms (before clipping).
             mask: ``(B,)`` bool of the real rows, or ``None`` (all real).
-            key: a key for the count's noise (independent of the gradient noise's).
+            normal: a standard-normal scalar for the count's noise (independent of the
+                gradient noise; `dp_gradient_fn` draws both at once).
             expected_batch_size: the divisor of the count.
 
         Returns:
@@ -117,7 +118,7 @@ class AdaptiveClip:
         below = (norms <= clip).astype(jnp.float32) - 0.5
         if mask is not None:
             below = below * mask.astype(jnp.float32)
-        noisy = jnp.sum(below) + self.count_noise * jax.random.normal(key, (), jnp.float32)
+        noisy = jnp.sum(below) + self.count_noise * jnp.asarray(normal, jnp.float32)
         fraction = noisy / jnp.asarray(expected_batch_size, jnp.float32) + 0.5
         fraction = jnp.clip(fraction, 0.0, 1.0)
         step = jnp.exp(-self.learning_rate * (fraction - self.target_quantile))

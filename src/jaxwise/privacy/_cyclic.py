@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_int
+from jaxwise._random import flat_draw
 from jaxwise.privacy._epoch import PoissonSampler
 
 __all__ = ["CyclicPoissonSampler"]
@@ -171,7 +172,9 @@ class CyclicPoissonSampler:
         key, group = x
         slots = -(-n // self.groups)
         members = group + self.groups * jnp.arange(slots, dtype=jnp.int32)
-        chosen = jax.random.bernoulli(key, self.sample_rate(n), (slots,)) & (members < n)
+        rate = self.sample_rate(n)
+        chosen = flat_draw(lambda k, shape: jax.random.bernoulli(k, rate, shape), key, slots)
+        chosen = chosen & (members < n)
         count = jnp.sum(chosen.astype(jnp.int32))
         width = self.width(n)
         (where,) = jnp.nonzero(chosen, size=width, fill_value=slots)

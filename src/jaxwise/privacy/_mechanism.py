@@ -161,7 +161,7 @@ def check_pairing(noise: NoiseMechanism | None, sampler: Any) -> None:
 
 def add_noise(
     summed: Any,
-    key: jax.Array,
+    z: Any,
     state: Any,
     *,
     noise: NoiseMechanism | None,
@@ -170,13 +170,14 @@ def add_noise(
 ) -> tuple[Any, Any]:
     """``((summed + std · noise) / batch_size, new mechanism state)``: the one noising step.
 
-    ``z`` is one standard-normal draw over all parameters (`standard_normal`, as
+    ``z`` is the step's standard-normal draw over all parameters (`standard_normal`, as
     `add_dp_noise`), turned into this step's noise by ``noise.correlate`` (``None``: ``z``
-    itself, DP-SGD bit for bit); ``std = 0`` adds none and leaves the state as it is.
+    itself, DP-SGD bit for bit); ``z = None`` (``σ = 0``) adds none and leaves the state as
+    it is.
 
     Args:
         summed: the sum of clipped per-example gradients (a pytree of float arrays).
-        key: this step's noise key.
+        z: a standard-normal tree like ``summed``, or ``None``.
         state: the mechanism's state (``()`` for ``noise=None``).
         noise: a `NoiseMechanism`, or ``None``.
         std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
@@ -185,12 +186,27 @@ def add_noise(
     Returns:
         ``(noisy mean like summed, new state)``.
     """
-    if isinstance(std, (int, float)) and not std:
+    if z is None:
         return noisy_mean(summed, None, 0.0, batch_size), state
-    z = standard_normal(key, summed)
     if noise is not None:
         z, state = noise.correlate(state, z)
     return noisy_mean(summed, z, std, batch_size), state
+
+
+def _draw(key: jax.Array, summed: Any, *, gradient: bool, clip: bool) -> tuple[Any, Any]:
+    """``(z like summed or None, a float32 scalar or None)``: ONE standard-normal draw.
+
+    The step's gradient noise and a clip policy's noise come from one `standard_normal`
+    (independent entries): a second draw (or a key split) inside the step made XLA:CPU merge
+    its Threefry loop with the gradient's into an odd-length one, 0.2 ms a step on a small
+    model. The gradient's part comes first, so it is the draw without a policy, bit for bit.
+    """
+    scalar = jnp.zeros((), jnp.float32)
+    like = (summed if gradient else (), scalar if clip else ())
+    if not jax.tree.leaves(like):
+        return None, None
+    z, normal = standard_normal(key, like)
+    return (z if gradient else None), (normal if clip else None)
 
 
 @runtime_checkable
@@ -198,7 +214,9 @@ class ClipPolicy(Protocol):
     """A clip norm that changes during training (e.g. `AdaptiveClip`), passed as ``clip_norm=``.
 
     ``norm(state)`` is this step's clip norm (a float32 scalar); ``update(state, norms, mask,
-    key, expected_batch_size)`` the next state from the step's pre-clip per-example norms.
+    normal, expected_batch_size)`` the next state from the step's pre-clip per-example norms
+    and ``normal``, a standard-normal float32 scalar drawn with the step's gradient noise and
+    independent of it (the policy's own noise, e.g. for a private count).
     """
 
     def init(self) -> Any:
@@ -225,7 +243,7 @@ class ClipPolicy(Protocol):
         state: Any,
         norms: jax.Array,
         mask: jax.Array | None,
-        key: jax.Array,
+        normal: jax.Array,
         expected_batch_size: float,
     ) -> Any:
         """The state after a step.
@@ -234,7 +252,7 @@ class ClipPolicy(Protocol):
             state: the policy's state.
             norms: float32 ``(B,)`` pre-clip per-example norms.
             mask: bool ``(B,)`` real examples, or ``None``.
-            key: a key for the policy's own noise.
+            normal: a standard-normal float32 scalar, independent of the gradient's noise.
             expected_batch_size: the sampler's expected batch size.
 
         Returns:
@@ -334,7 +352,7 @@ class DPGradientFn:
             params: the parameters.
             model_state: the model state (used with ``model_state=True``).
             batch: the examples (leading axis ``B``).
-            key: this step's key (the noise; split for a `ClipPolicy`'s own noise).
+            key: this step's key (one normal draw: the noise and a `ClipPolicy`'s own).
             mask: bool ``(B,)`` real examples, or ``None``.
             state: ``{"noise": ..., "clip": ...}``.
 
@@ -345,24 +363,19 @@ class DPGradientFn:
         if key is None:
             raise ValueError("the DP gradient needs a `key` for its noise")
         policy = self.clip_norm if isinstance(self.clip_norm, ClipPolicy) else None
-        clip_key = None
-        if policy is not None:
-            key, clip_key = jax.random.split(key)
-            clip: Any = policy.norm(state["clip"])
-        else:
-            clip = self.clip_norm
+        clip: Any = self.clip_norm if policy is None else policy.norm(state["clip"])
         summed, norms, new_model_state = self._clipped(params, model_state, batch, mask, clip)
         denominator = (
             norms.shape[0] if self.expected_batch_size is None else self.expected_batch_size
         )
         new_state = dict(state)
         std = self.noise_multiplier * clip if self.noise_multiplier else 0.0
+        z, normal = _draw(key, summed, gradient=bool(self.noise_multiplier), clip=bool(policy))
         grads, new_state["noise"] = add_noise(
-            summed, key, state["noise"], noise=self.noise, std=std, batch_size=denominator
+            summed, z, state["noise"], noise=self.noise, std=std, batch_size=denominator
         )
         if policy is not None:
-            assert clip_key is not None
-            new_state["clip"] = policy.update(state["clip"], norms, mask, clip_key, denominator)
+            new_state["clip"] = policy.update(state["clip"], norms, mask, normal, denominator)
         real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
         count = jnp.maximum(real.sum(), 1.0)
         metrics = {

@@ -22,6 +22,7 @@ from jaxwise._losses import (
     check_loss,
     leaf_label,
 )
+from jaxwise._random import flat_draw
 from jaxwise.per_example import clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
@@ -118,7 +119,7 @@ def standard_normal(key: jax.Array, like: Any) -> Any:
     sizes = [int(np.size(x)) for x in leaves]
     dtypes = {jnp.dtype(x.dtype) for x in leaves}
     dtype = dtypes.pop() if len(dtypes) == 1 else jnp.dtype(jnp.float32)
-    flat = jax.random.normal(key, (sum(sizes),), dtype)
+    flat = flat_draw(lambda k, shape: jax.random.normal(k, shape, dtype), key, sum(sizes))
     offsets = np.cumsum([0, *sizes])
     z = [
         flat[a:b].reshape(x.shape).astype(x.dtype)

@@ -10,6 +10,7 @@ from jaxwise._checks import (
     check_key,
     check_probability,
 )
+from jaxwise._random import flat_draw
 
 __all__ = ["poisson_batch", "shuffled_batches"]
 
@@ -53,7 +54,7 @@ def poisson_batch(
     check_int(max_batch_size, "max_batch_size", min_value=1)
     check_int(n, "n", min_value=1)
     check_key(key)
-    chosen = jax.random.bernoulli(key, sample_rate, (n,))
+    chosen = flat_draw(lambda k, shape: jax.random.bernoulli(k, sample_rate, shape), key, n)
     count = jnp.sum(chosen.astype(jnp.int32))
     (indices,) = jnp.nonzero(chosen, size=max_batch_size, fill_value=n)
     mask = jnp.arange(max_batch_size) < count
