@@ -520,15 +520,15 @@ def test_mechanism_scans_with_one_compile(mech):
 @pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
 def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
     from jaxwise.privacy._mechanism import add_noise
-    from jaxwise.privacy._noise import standard_normal
+    from jaxwise.privacy._noise import flat_normal, flat_zeros
 
     summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
     key = jax.random.key(11)
-    state = () if noise is None else noise.init(summed)
+    state = () if noise is None else noise.init(flat_zeros(summed))
 
     @jax.jit
     def both(summed, key):
-        z = standard_normal(key, summed)
+        z = flat_normal(key, summed)
         ours, _ = add_noise(summed, z, state, noise=noise, std=0.7 * 1.3, batch_size=5.0)
         return ours, privacy.add_dp_noise(summed, key, 0.7, 1.3, 5.0)
 
@@ -539,16 +539,16 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
 def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
     from jaxwise.privacy._mechanism import add_noise
-    from jaxwise.privacy._noise import standard_normal
+    from jaxwise.privacy._noise import flat_normal, flat_zeros, standard_normal
 
     mech = BandMF(bands=3, steps=6)
     summed = {"w": jnp.zeros(5)}
-    state = mech.init(summed)
+    state = mech.init(flat_zeros(summed))
     zs, outs = [], []
     for t in range(6):
         key = jax.random.key(t)
         clip = jnp.float32(0.5 + t)  # a traced clip norm, as an adaptive policy gives
-        z = standard_normal(key, summed)
+        z = flat_normal(key, summed)
         noisy, state = add_noise(summed, z, state, noise=mech, std=2.0 * clip, batch_size=4.0)
         zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
         outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
@@ -686,7 +686,7 @@ def test_bandmf_resume_is_bit_identical_and_another_mechanism_is_refused(tmp_pat
     with pytest.raises(CheckpointError, match="gradient_state"):
         restore(tmp_path / "ck", like=other)
     _, fewer = _wired(BandMF(2, steps=16), AdaptiveClip(1.0), 2)  # other bands: other buffers
-    with pytest.raises(CheckpointError, match=r"gradient_state\.noise\.buffers\.w"):
+    with pytest.raises(CheckpointError, match=r"gradient_state\.noise\.buffers"):
         restore(tmp_path / "ck", like=fewer)
     _, fixed = _wired(BandMF(4, steps=16), 1.0, 4)  # the adaptive clip's state is missing
     with pytest.raises(CheckpointError, match="gradient_state"):

@@ -35,8 +35,10 @@ from jaxwise.privacy._noise import (
     check_noise,
     check_noise_scale,
     clipped_sum,
+    flat_normal,
+    flat_zeros,
     noisy_mean,
-    standard_normal,
+    unflatten_like,
 )
 from jaxwise.privacy._state import NO_MODEL_STATE
 from jaxwise.train import Gradients, Sampler
@@ -75,8 +77,11 @@ class NoiseMechanism(Protocol):
 
     ``init(params)`` is the state before the first step (a pytree of arrays, e.g. the
     buffers of earlier draws); ``correlate(state, z)`` returns ``(noise, new_state)`` with
-    ``noise`` a tree like ``z`` (and ``params``), for a unit clip norm and unit noise
-    multiplier: the gradient adds ``noise_multiplier · C · noise``. ``min_separation`` is the
+    ``noise`` a tree like ``z``, for a unit clip norm and unit noise multiplier: the gradient
+    adds ``noise_multiplier · C · noise``. `dp_gradient_fn` passes the whole draw as ONE flat
+    vector ``(P,)`` (``P`` the parameters' entries, their common dtype; ``init`` gets zeros of
+    that shape), so a mechanism written for any tree costs a few operations per step whatever
+    the number of leaves. ``min_separation`` is the
     fewest steps between two participations of one example that its accounting assumes (1:
     any sampler); `make_epoch` refuses a sampler that guarantees fewer (`PairingError`).
     """
@@ -94,7 +99,7 @@ class NoiseMechanism(Protocol):
         """The state before the first step.
 
         Args:
-            params: the parameters (for the shapes of buffers).
+            params: a tree like the draws ``z`` (for the shapes of buffers).
 
         Returns:
             A pytree of arrays (``()`` for none).
@@ -161,7 +166,7 @@ def check_pairing(noise: NoiseMechanism | None, sampler: Any) -> None:
 
 def add_noise(
     summed: Any,
-    z: Any,
+    z: jax.Array | None,
     state: Any,
     *,
     noise: NoiseMechanism | None,
@@ -170,14 +175,15 @@ def add_noise(
 ) -> tuple[Any, Any]:
     """``((summed + std · noise) / batch_size, new mechanism state)``: the one noising step.
 
-    ``z`` is the step's standard-normal draw over all parameters (`standard_normal`, as
-    `add_dp_noise`), turned into this step's noise by ``noise.correlate`` (``None``: ``z``
-    itself, DP-SGD bit for bit); ``z = None`` (``σ = 0``) adds none and leaves the state as
-    it is.
+    ``z`` is the step's standard-normal draw over all parameters as ONE flat vector
+    (`flat_normal`), turned into this step's noise by ``noise.correlate`` (``None``: ``z``
+    itself, DP-SGD bit for bit) and then sliced per leaf; ``z = None`` (``σ = 0``) adds none
+    and leaves the state as it is. A mechanism works on the flat vector, so its cost is a few
+    operations whatever the number of leaves.
 
     Args:
         summed: the sum of clipped per-example gradients (a pytree of float arrays).
-        z: a standard-normal tree like ``summed``, or ``None``.
+        z: ``(P,)`` standard normals (``P`` the entries of ``summed``), or ``None``.
         state: the mechanism's state (``()`` for ``noise=None``).
         noise: a `NoiseMechanism`, or ``None``.
         std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
@@ -190,23 +196,26 @@ def add_noise(
         return noisy_mean(summed, None, 0.0, batch_size), state
     if noise is not None:
         z, state = noise.correlate(state, z)
-    return noisy_mean(summed, z, std, batch_size), state
+    return noisy_mean(summed, unflatten_like(z, summed), std, batch_size), state
 
 
-def _draw(key: jax.Array, summed: Any, *, gradient: bool, clip: bool) -> tuple[Any, Any]:
-    """``(z like summed or None, a float32 scalar or None)``: ONE standard-normal draw.
+def _draw(
+    key: jax.Array, summed: Any, *, gradient: bool, clip: bool
+) -> tuple[jax.Array | None, jax.Array | None]:
+    """``(z (P,) or None, a float32 scalar or None)``: ONE standard-normal draw.
 
-    The step's gradient noise and a clip policy's noise come from one `standard_normal`
-    (independent entries): a second draw (or a key split) inside the step made XLA:CPU merge
-    its Threefry loop with the gradient's into an odd-length one, 0.2 ms a step on a small
+    The step's gradient noise and a clip policy's noise come from one `flat_normal`
+    (independent entries): a second draw (or a key split) inside the step made XLA:CPU
+    serialise the noise behind the gradient (it ran beside it), 0.2 ms a step on a small
     model. The gradient's part comes first, so it is the draw without a policy, bit for bit.
     """
-    scalar = jnp.zeros((), jnp.float32)
-    like = (summed if gradient else (), scalar if clip else ())
-    if not jax.tree.leaves(like):
+    like = summed if gradient else ()
+    if not gradient and not clip:
         return None, None
-    z, normal = standard_normal(key, like)
-    return (z if gradient else None), (normal if clip else None)
+    flat = flat_normal(key, like, extra=1 if clip else 0)
+    size = flat.shape[0] - (1 if clip else 0)
+    z = flat[:size] if gradient else None
+    return z, (flat[size].astype(jnp.float32) if clip else None)
 
 
 @runtime_checkable
@@ -304,7 +313,7 @@ class DPGradientFn:
         Returns:
             The state before the first step.
         """
-        noise = () if self.noise is None else self.noise.init(params)
+        noise = () if self.noise is None else self.noise.init(flat_zeros(params))
         clip = self.clip_norm.init() if isinstance(self.clip_norm, ClipPolicy) else ()
         return {"noise": noise, "clip": clip}
 

@@ -110,16 +110,39 @@ def add_dp_noise(
 def standard_normal(key: jax.Array, like: Any) -> Any:
     """``z``: a standard-normal tree like ``like``, ONE ``jax.random.normal`` sliced per leaf.
 
-    The draw has the leaves' common dtype (float32 when they differ); each slice is cast
-    to its leaf's dtype.
+    The draw is `flat_normal`'s; each slice is cast to its leaf's dtype.
     """
-    leaves, treedef = jax.tree.flatten(like)
-    if not leaves:
-        return like
-    sizes = [int(np.size(x)) for x in leaves]
+    return unflatten_like(flat_normal(key, like), like)
+
+
+def _draw_dtype(leaves: list[Any]) -> Any:
     dtypes = {jnp.dtype(x.dtype) for x in leaves}
-    dtype = dtypes.pop() if len(dtypes) == 1 else jnp.dtype(jnp.float32)
-    flat = flat_draw(lambda k, shape: jax.random.normal(k, shape, dtype), key, sum(sizes))
+    return dtypes.pop() if len(dtypes) == 1 else jnp.dtype(jnp.float32)
+
+
+def flat_zeros(like: Any) -> jax.Array:
+    """Zeros of `flat_normal`'s shape and dtype for ``like`` (``(P,)``, ``P`` its entries)."""
+    leaves = jax.tree.leaves(like)
+    dtype = _draw_dtype(leaves) if leaves else jnp.dtype(jnp.float32)
+    return jnp.zeros((sum(int(np.size(x)) for x in leaves),), dtype)
+
+
+def flat_normal(key: jax.Array, like: Any, extra: int = 0) -> jax.Array:
+    """``(P + extra,)`` standard normals: ONE draw for the ``P`` entries of ``like`` and more.
+
+    The draw has the leaves' common dtype (float32 when they differ or there are none); the
+    first ``P`` entries are the same with or without ``extra``.
+    """
+    leaves = jax.tree.leaves(like)
+    dtype = _draw_dtype(leaves) if leaves else jnp.dtype(jnp.float32)
+    size = sum(int(np.size(x)) for x in leaves) + extra
+    return flat_draw(lambda k, shape: jax.random.normal(k, shape, dtype), key, size)
+
+
+def unflatten_like(flat: jax.Array, like: Any) -> Any:
+    """The first entries of ``flat`` as a tree like ``like``, each cast to its leaf's dtype."""
+    leaves, treedef = jax.tree.flatten(like)
+    sizes = [int(np.size(x)) for x in leaves]
     offsets = np.cumsum([0, *sizes])
     z = [
         flat[a:b].reshape(x.shape).astype(x.dtype)
