@@ -194,9 +194,10 @@ def add_noise(
     """
     if z is None:
         return noisy_mean(summed, None, 0.0, batch_size), state
+    flat: Any = z
     if noise is not None:
-        z, state = noise.correlate(state, z)
-    return noisy_mean(summed, unflatten_like(z, summed), std, batch_size), state
+        flat, state = noise.correlate(state, z)
+    return noisy_mean(summed, unflatten_like(flat, summed), std, batch_size), state
 
 
 def _draw(
@@ -384,6 +385,7 @@ class DPGradientFn:
             summed, z, state["noise"], noise=self.noise, std=std, batch_size=denominator
         )
         if policy is not None:
+            assert normal is not None  # drawn whenever there is a policy
             new_state["clip"] = policy.update(state["clip"], norms, mask, normal, denominator)
         real = jnp.ones(norms.shape, jnp.float32) if mask is None else mask.astype(jnp.float32)
         count = jnp.maximum(real.sum(), 1.0)
