@@ -190,11 +190,18 @@ def run() -> None:
     body += (
         "\n\nOne run; every round times each epoch once, back to back; the ratio is the median "
         "over the rounds of the round's ratio to DP-SGD (a load change between rounds cancels), "
-        f"the milliseconds are medians. Load average at the start: {load:.1f} "
-        "on 2 cores (a loaded machine inflates the milliseconds; read the ratios). Before this "
-        "round's changes a quick run of the same epochs measured BandMF(8) 3.33x and BLT(3) "
-        "4.03x (a copy of the noise buffers per step for the NaN guard's skipped-step state, "
-        "and BLT's reduction over the buffer axis, which XLA:CPU ran element by element)."
+        "the milliseconds are medians. The CPU-time ratio is the same over the process's CPU "
+        "time (the work done on both cores); the wall ratio also shows how well XLA:CPU ran "
+        "the step's independent parts side by side: the noise draw runs on the second core "
+        "beside the per-example gradients, and a change of schedule can move a small model's "
+        f"wall ratio by 0.1 either way. Load average at the start: {load:.1f} on 2 cores. "
+        "Earlier this round the same DP-SGD epoch took 33 ms: drawing an odd number of "
+        "normals (67,331) ran 2.3x slower than an even one on XLA:CPU, and the draws are now "
+        "padded to a multiple of 8; the adaptive clip's own key split serialised the noise "
+        "behind the gradient (1.20x), and its count noise now comes from the step's one draw. "
+        "Before this round's first fixes BandMF(8) measured 3.33x and BLT(3) 4.03x (a copy "
+        "of the noise buffers per step for the NaN guard's skipped-step state, and BLT's "
+        "reduction over the buffer axis, which XLA:CPU ran element by element)."
     )
     write_section("mf_cost", "Correlated-noise DP: the cost of the noise in an epoch", body)
 
