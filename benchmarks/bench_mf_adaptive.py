@@ -38,8 +38,10 @@ def learning_rate(task: Task) -> float:
     return next(v for k, v in LEARNING_RATE.items() if k in task.name)
 
 
-def fit_accuracy(task: Task, gradient: Any, steps: int, decay: bool) -> list[tuple[float, float]]:
-    """Test accuracy and the final clip norm (the fixed one for a float clip), per seed."""
+def fit_accuracy(
+    task: Task, gradient: Any, steps: int, decay: bool
+) -> list[tuple[float, float, float]]:
+    """Validation and test accuracy and the final clip norm (a fixed one's), per seed."""
     clip = gradient.clip_norm  # a DPGradientFn's, or the one privacy.unit_clip wraps
     rate: Any = learning_rate(task)
     if decay:
@@ -57,7 +59,8 @@ def fit_accuracy(task: Task, gradient: Any, steps: int, decay: bool) -> list[tup
             if not isinstance(clip, float)
             else clip
         )
-        out.append((task.accuracy(state.params, task.test), final))
+        val = task.accuracy(state.params, task.val)
+        out.append((val, task.accuracy(state.params, task.test), final))
     return out
 
 
@@ -70,7 +73,7 @@ def accuracy_rows(task: Task, steps: int, normalised: bool, decay: bool) -> list
         )
         for quantile in QUANTILES
     }
-    rows, results = [], {}
+    rows, results, validation = [], {}, {}
     for label, clip in [*((f"{c:g}", c) for c in GRID), *policies.items()]:
         policy = None if isinstance(clip, float) else clip
         s = privacy.noise_multiplier_for(
@@ -80,18 +83,25 @@ def accuracy_rows(task: Task, steps: int, normalised: bool, decay: bool) -> list
         if normalised:  # divided by the step's clip norm: post-processing, the same ε
             gradient = privacy.unit_clip(gradient)
         runs = fit_accuracy(task, gradient, steps, decay)
-        results[label] = float(np.mean([a for a, _ in runs]))
+        validation[label] = float(np.mean([v for v, _, _ in runs]))
+        results[label] = float(np.mean([a for _, a, _ in runs]))
         eps = privacy.epsilon(noise_multiplier=s, sample_rate=q, steps=steps, delta=DELTA,
                               clip=policy)  # fmt: skip
-        final = np.mean([c for _, c in runs])
+        final = np.mean([c for _, _, c in runs])
         rows.append([task.name.split(" (")[0], label, f"{s:.3f}", f"{eps:.3f}",
                      f"{final:.3g}", f"{100 * results[label]:.1f}"])  # fmt: skip
         print(rows[-1], flush=True)
-    best = max(v for k, v in results.items() if k[0].isdigit())
+    grid = [k for k in results if k[0].isdigit()]
+    best = max(results[k] for k in grid)  # on test: optimistic (the max of 6 noisy means)
+    chosen = max(grid, key=lambda k: validation[k])  # on the validation split
+    name = task.name.split(" (")[0]
     for label in policies:
         gap = 100 * (results[label] - best)
-        name = task.name.split(" (")[0]
-        rows.append([name, f"**{label} − best grid**", "", "", "", f"**{gap:+.1f}**"])
+        rows.append([name, f"**{label} − best grid (test)**", "", "", "", f"**{gap:+.1f}**"])
+        gap = 100 * (results[label] - results[chosen])
+        rows.append(
+            [name, f"**{label} − grid's choice on val ({chosen})**", "", "", "", f"**{gap:+.1f}**"]
+        )
     return rows
 
 
@@ -129,7 +139,10 @@ def run() -> None:
         f"DP-SGD, ε = {EPS:g}, δ = {DELTA:g}, B = {BATCH}, {steps} steps, SGD momentum "
         f"{TX_MOMENTUM}, learning rate per task as chosen for DP-SGD in `mf_utility.md`; "
         f"test accuracy %, mean of {len(SEEDS)} seeds; every σ calibrated to ε = {EPS:g} "
-        "(the adaptive run's σ includes its count noise `B/20`). "
+        "(the adaptive run's σ includes its count noise `B/20`). Each adaptive run is "
+        "compared with the best grid value on the test split (optimistic: the largest of six "
+        "noisy means) and with the grid value a user would pick, the best on the validation "
+        "split. "
         f"Total {minutes:.1f} min.\n\n"
     )
     header = ["model", "clip norm", "σ", "ε", "final clip norm", "test acc %"]

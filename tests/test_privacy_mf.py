@@ -635,26 +635,33 @@ def test_adaptive_clip_norm_falls_when_every_example_is_unclipped():
 
 
 def test_adaptive_step_noise_is_the_fixed_steps_and_its_count_the_next_normal():
-    # one standard-normal draw per step: the gradient's part first (the fixed-clip noise, bit
-    # for bit), the count's noise the next entry of the same draw (no second key or draw)
-    from jaxwise.privacy._noise import standard_normal
+    # one standard-normal draw per step: the gradient's part first (the fixed-clip step's
+    # noise for the same key), the count's noise the entry after the gradient's padded block
+    from jaxwise.privacy._noise import flat_normal, flat_size
 
     params, data, key = {"w": jnp.zeros(3)}, _wire_data(), jax.random.key(5)
     batch = {"x": data["x"][:8], "y": data["y"][:8]}
-    policy = AdaptiveClip(1.0, target_quantile=0.4, learning_rate=0.3, count_noise=2.0)
-    fixed = privacy.dp_gradient_fn(_wire_loss, clip_norm=1.0, noise_multiplier=1.0)
+    # float64: the per-example gradient norms at w = 0 (loss y², gradient -2·y·x)
+    x64, y64 = np.asarray(batch["x"], np.float64), np.asarray(batch["y"], np.float64)
+    norms = np.linalg.norm(-2 * y64[:, None] * x64, axis=1)
+    initial = float(np.median(norms))  # half the examples below: the count is not saturated
+    policy = AdaptiveClip(initial, target_quantile=0.4, learning_rate=0.3, count_noise=1.0)
+    fixed = privacy.dp_gradient_fn(_wire_loss, clip_norm=initial, noise_multiplier=1.0)
     adaptive = privacy.dp_gradient_fn(_wire_loss, clip_norm=policy, noise_multiplier=1.0)
     a = fixed(params, None, batch, key=key, mask=None, state=fixed.init(params))
     b = adaptive(params, None, batch, key=key, mask=None, state=adaptive.init(params))
-    assert _bits(a.grads) == _bits(b.grads)
-    _, normal = standard_normal(key, (params, jnp.zeros((), jnp.float32)))
-    # float64 referee of the geometric update; the loss at w = 0 is y², its gradient -2·y·x
-    x64, y64 = np.asarray(batch["x"], np.float64), np.asarray(batch["y"], np.float64)
-    norms = np.linalg.norm(-2 * y64[:, None] * x64, axis=1)
-    released = np.sum(np.where(norms <= 1.0, 0.5, -0.5)) + 2.0 * float(normal)
+    np.testing.assert_allclose(np.asarray(a.grads["w"]), np.asarray(b.grads["w"]), rtol=1e-6)
+    normal = float(flat_normal(key, params, extra=1)[flat_size(params)])
+    released = np.sum(np.where(norms <= np.float32(initial), 0.5, -0.5)) + 1.0 * normal
     fraction = min(1.0, max(0.0, released / 8 + 0.5))
-    expected = math.exp(-0.3 * (fraction - 0.4))
+    assert 0.0 < fraction < 1.0  # the normal moves the update (no clipping of the fraction)
+    expected = initial * math.exp(-0.3 * (fraction - 0.4))
     assert float(b.state["clip"]["clip_norm"]) == pytest.approx(expected, rel=1e-5)
+    other = float(flat_normal(key, params, extra=1)[flat_size(params) - 1])  # padding: unused
+    wrong = initial * math.exp(
+        -0.3 * (min(1.0, max(0.0, (released - normal + other) / 8 + 0.5)) - 0.4)
+    )
+    assert float(b.state["clip"]["clip_norm"]) != pytest.approx(wrong, rel=1e-5)
 
 
 @pytest.mark.parametrize("n", [1, 5, 8, 67331])

@@ -36,6 +36,7 @@ from jaxwise.privacy._noise import (
     check_noise_scale,
     clipped_sum,
     flat_normal,
+    flat_size,
     flat_zeros,
     noisy_mean,
     unflatten_like,
@@ -79,11 +80,12 @@ class NoiseMechanism(Protocol):
     buffers of earlier draws); ``correlate(state, z)`` returns ``(noise, new_state)`` with
     ``noise`` a tree like ``z``, for a unit clip norm and unit noise multiplier: the gradient
     adds ``noise_multiplier · C · noise``. `dp_gradient_fn` passes the whole draw as ONE flat
-    vector ``(P,)`` (``P`` the parameters' entries, their common dtype; ``init`` gets zeros of
-    that shape), so a mechanism written for any tree costs a few operations per step whatever
-    the number of leaves. ``min_separation`` is the
-    fewest steps between two participations of one example that its accounting assumes (1:
-    any sampler); `make_epoch` refuses a sampler that guarantees fewer (`PairingError`).
+    vector (the parameters' ``P`` entries padded to a multiple of 8, their common dtype;
+    ``init`` gets zeros of that shape; the padding's noise is dropped), so a mechanism written
+    for any tree costs a few operations per step whatever the number of leaves.
+    ``min_separation`` is the fewest steps between two participations of one example that its
+    accounting assumes (1: any sampler); `make_epoch` refuses a sampler that guarantees fewer
+    (`PairingError`).
     """
 
     @property
@@ -175,15 +177,16 @@ def add_noise(
 ) -> tuple[Any, Any]:
     """``((summed + std · noise) / batch_size, new mechanism state)``: the one noising step.
 
-    ``z`` is the step's standard-normal draw over all parameters as ONE flat vector
-    (`flat_normal`), turned into this step's noise by ``noise.correlate`` (``None``: ``z``
-    itself, DP-SGD bit for bit) and then sliced per leaf; ``z = None`` (``σ = 0``) adds none
-    and leaves the state as it is. A mechanism works on the flat vector, so its cost is a few
-    operations whatever the number of leaves.
+    ``z`` is the step's standard-normal draw over all parameters as ONE flat vector padded to
+    a multiple of 8 (`flat_normal`, `flat_size`), turned into this step's noise by
+    ``noise.correlate`` (``None``: ``z`` itself, DP-SGD bit for bit) and then sliced per
+    leaf; ``z = None`` (``σ = 0``) adds none and leaves the state as it is. A mechanism works
+    on the flat vector, so its cost is a few operations whatever the number of leaves.
 
     Args:
         summed: the sum of clipped per-example gradients (a pytree of float arrays).
-        z: ``(P,)`` standard normals (``P`` the entries of ``summed``), or ``None``.
+        z: ``(flat_size(summed),)`` standard normals (the first ``P``, the entries of
+            ``summed``, are used), or ``None``.
         state: the mechanism's state (``()`` for ``noise=None``).
         noise: a `NoiseMechanism`, or ``None``.
         std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
@@ -203,18 +206,18 @@ def add_noise(
 def _draw(
     key: jax.Array, summed: Any, *, gradient: bool, clip: bool
 ) -> tuple[jax.Array | None, jax.Array | None]:
-    """``(z (P,) or None, a float32 scalar or None)``: ONE standard-normal draw.
+    """``(z (flat_size,) or None, a float32 scalar or None)``: ONE standard-normal draw.
 
     The step's gradient noise and a clip policy's noise come from one `flat_normal`
     (independent entries): a second draw (or a key split) inside the step made XLA:CPU
     serialise the noise behind the gradient (it ran beside it), 0.2 ms a step on a small
-    model. The gradient's part comes first, so it is the draw without a policy, bit for bit.
+    model. The gradient's part comes first, so it is the draw without a policy, bit for bit;
+    the policy's normal follows the gradient's padded block.
     """
-    like = summed if gradient else ()
     if not gradient and not clip:
         return None, None
-    flat = flat_normal(key, like, extra=1 if clip else 0)
-    size = flat.shape[0] - (1 if clip else 0)
+    size = flat_size(summed) if gradient else 0
+    flat = flat_normal(key, summed, extra=1 if clip else 0)
     z = flat[:size] if gradient else None
     return z, (flat[size].astype(jnp.float32) if clip else None)
 
