@@ -13,6 +13,8 @@ machine-independent), so the part that costs the ratio shows on a loaded machine
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -108,6 +110,7 @@ VARIANTS = {
 
 
 def run() -> None:
+    load = os.getloadavg()[0]
     rows = []
     for label, flags in VARIANTS.items():
         loss, params, batch = transformer(**flags)
@@ -133,9 +136,9 @@ def run() -> None:
         )
         print(rows[-1], flush=True)
     body = (
-        f"B = {B}, T = {T}, d = {D}, {HEADS} heads; medians of interleaved rounds on a machine "
-        "shared by several engineers (wall-clock ratios move with the load; the FLOP and byte "
-        "ratios are XLA's cost analysis of the compiled programs and do not).\n\n"
+        f"B = {B}, T = {T}, d = {D}, {HEADS} heads; medians of interleaved rounds, load average "
+        f"{load:.1f} on 2 cores at the start (wall-clock ratios move with the load; the FLOP "
+        "and byte ratios are XLA's cost analysis of the compiled programs and do not).\n\n"
     )
     body += table(
         [
