@@ -115,8 +115,9 @@ def standard_normal(key: jax.Array, like: Any) -> Any:
     return unflatten_like(flat_normal(key, like), like)
 
 
-def _draw_dtype(leaves: list[Any]) -> Any:
-    dtypes = {jnp.dtype(x.dtype) for x in leaves}
+def _draw_dtype(like: Any) -> Any:
+    """The leaves' common dtype; float32 when they differ or there are none."""
+    dtypes = {jnp.dtype(x.dtype) for x in jax.tree.leaves(like)}
     return dtypes.pop() if len(dtypes) == 1 else jnp.dtype(jnp.float32)
 
 
@@ -131,9 +132,7 @@ def flat_size(like: Any) -> int:
 
 def flat_zeros(like: Any) -> jax.Array:
     """Zeros of the flat draw's shape ``(flat_size(like),)`` and dtype."""
-    leaves = jax.tree.leaves(like)
-    dtype = _draw_dtype(leaves) if leaves else jnp.dtype(jnp.float32)
-    return jnp.zeros((flat_size(like),), dtype)
+    return jnp.zeros((flat_size(like),), _draw_dtype(like))
 
 
 def flat_normal(key: jax.Array, like: Any, extra: int = 0) -> jax.Array:
@@ -143,10 +142,8 @@ def flat_normal(key: jax.Array, like: Any, extra: int = 0) -> jax.Array:
     first ``P`` entries are the same whatever ``extra`` is, and its length is a multiple of 8
     (``flat_size(like) + extra`` rounded up).
     """
-    leaves = jax.tree.leaves(like)
-    dtype = _draw_dtype(leaves) if leaves else jnp.dtype(jnp.float32)
     size = padded_length(flat_size(like) + extra)
-    return jax.random.normal(key, (size,), dtype)
+    return jax.random.normal(key, (size,), _draw_dtype(like))
 
 
 def unflatten_like(flat: jax.Array, like: Any) -> Any:
