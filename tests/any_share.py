@@ -61,8 +61,8 @@ def _any_aliases(trees: list[ast.Module]) -> frozenset[str]:
                 target, value = node.targets[0], node.value
             elif isinstance(node, ast.AnnAssign) and node.value is not None:
                 target, value = node.target, node.value
-            elif isinstance(node, ast.TypeAlias):
-                target, value = node.name, node.value
+            elif type(node).__name__ == "TypeAlias":  # ``type X = ...`` (Python 3.12+)
+                target, value = getattr(node, "name"), getattr(node, "value")  # noqa: B009
             else:
                 continue
             if isinstance(target, ast.Name) and not isinstance(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_callable, check_choice
+
+X = TypeVar("X")
+Y = TypeVar("Y")
 
 __all__ = ["jacobian", "jacobian_mode", "jvp_many"]
 
@@ -178,7 +181,7 @@ def jacobian(
     return auto
 
 
-def jvp_many[X, Y](f: Callable[[X], Y], x: X, tangents: X) -> tuple[Y, Y]:
+def jvp_many(f: Callable[[X], Y], x: X, tangents: X) -> tuple[Y, Y]:
     """``f(x)`` and ``J(x) t`` for a batch of tangents, linearising ``f`` once.
 
     Args:

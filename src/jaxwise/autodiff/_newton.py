@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_callable, check_choice, check_float, check_int
+
+X = TypeVar("X")
+B = TypeVar("B")
 
 __all__ = ["cg_solve", "hvp", "newton_cg", "newton_cg_step"]
 
@@ -23,7 +26,7 @@ def _tree_vdot(a: Any, b: Any) -> jax.Array:
     return jnp.asarray(total)
 
 
-def hvp[X](f: Callable[..., jax.Array], x: X, v: X, *args: Any, method: HvpMethod = "fwd_rev") -> X:
+def hvp(f: Callable[..., jax.Array], x: X, v: X, *args: Any, method: HvpMethod = "fwd_rev") -> X:
     """The Hessian-vector product ``∇²f(x) v`` without forming the Hessian.
 
     ``f(x, *args)`` is a scalar; ``x`` and ``v`` are pytrees of the same
@@ -79,7 +82,7 @@ def _safe_div(num: jax.Array, den: jax.Array) -> jax.Array:
     return jnp.where(ok, num / jnp.where(ok, den, 1.0), 0.0)
 
 
-def cg_solve[B](matvec: Callable[[B], B], b: B, iters: int, tol: float | None = None) -> B:
+def cg_solve(matvec: Callable[[B], B], b: B, iters: int, tol: float | None = None) -> B:
     """Conjugate gradient for ``A x = b`` (``A`` symmetric positive definite, given as ``matvec``).
 
     A fixed number of iterations in a ``lax.fori_loop`` (jit-able, and
@@ -243,7 +246,7 @@ def _check_newton_args(f: Any, cg_iters: Any, damping: Any, hvp_method: Any) -> 
     return check_float(damping, "damping", min_value=0.0)
 
 
-def newton_cg_step[X](
+def newton_cg_step(
     f: Callable[..., jax.Array],
     x: X,
     *args: Any,
@@ -300,7 +303,7 @@ def newton_cg_step[X](
     return x_new, grad, direction
 
 
-def newton_cg[X](
+def newton_cg(
     f: Callable[..., jax.Array],
     x0: X,
     *args: Any,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import jax
 import jax.numpy as jnp
@@ -26,6 +26,7 @@ EmptyState = optax.EmptyState
 safe_increment = optax.safe_increment
 
 Params = optax.Params
+P = TypeVar("P", bound=Params)
 Updates = optax.Updates
 OptState = optax.OptState
 Schedule = optax.Schedule
@@ -134,7 +135,7 @@ def scale(step_size: Scalar) -> optax.GradientTransformationExtraArgs:
     return wrap(optax.scale(hyper(step_size, "step_size")))
 
 
-def apply_updates[P: Params](params: P, updates: Updates) -> P:
+def apply_updates(params: P, updates: Updates) -> P:
     """``params + updates`` leaf by leaf, keeping each parameter's dtype (``optax.apply_updates``).
 
     Args:

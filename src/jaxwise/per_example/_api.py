@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 
@@ -25,6 +25,8 @@ from jaxwise._losses import (
 from jaxwise.per_example import _ghost
 from jaxwise.per_example._graph import CoverageRow, ExampleGraph, Unsupported, coverage, trace
 from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
+
+P = TypeVar("P")
 
 
 def _resolve(
@@ -113,7 +115,7 @@ def per_example_grad_norms(
     return jax.numpy.sqrt(sq)
 
 
-def clip_and_sum[P](
+def clip_and_sum(
     loss: LossFn,
     params: P,
     batch: Any,

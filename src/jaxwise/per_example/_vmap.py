@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -20,10 +20,12 @@ from jaxwise._losses import (
 )
 from jaxwise.optim import global_norm
 
+P = TypeVar("P")
+
 _MAPPED = (None, 0)  # params shared, the batch mapped over its leading axis
 
 
-def per_example_grads[P](loss: LossFn, params: P, batch: Any) -> P:
+def per_example_grads(loss: LossFn, params: P, batch: Any) -> P:
     """Gradients of every example: a pytree like ``params`` with a leading batch axis.
 
     ``vmap(grad(loss), in_axes=(None, 0))``: the parameters are shared, only the batch is

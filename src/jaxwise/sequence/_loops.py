@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_callable, check_int
 from jaxwise.sequence._common import Array, ArrayLike, as_array
+
+C = TypeVar("C")
+R = TypeVar("R")
 
 __all__ = ["bounded_while", "linear_recurrence", "piecewise", "piecewise_select"]
 
@@ -18,7 +21,7 @@ __all__ = ["bounded_while", "linear_recurrence", "piecewise", "piecewise_select"
 # --------------------------------------------------------------------------
 
 
-def bounded_while[C](
+def bounded_while(
     cond_fun: Callable[[C], ArrayLike], body_fun: Callable[[C], C], init: C, max_steps: int
 ) -> tuple[C, Array]:
     """``lax.while_loop`` with at most ``max_steps`` iterations — reverse-mode differentiable.
@@ -117,7 +120,7 @@ def linear_recurrence(a: ArrayLike, b: ArrayLike, h0: ArrayLike | None = None) -
 # --------------------------------------------------------------------------
 
 
-def piecewise[R](index: ArrayLike, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
+def piecewise(index: ArrayLike, branches: Sequence[Callable[..., R]], *operands: Any) -> R:
     """``branches[index](*operands)`` via ``lax.switch`` (index clamped to the valid range).
 
     Under ``jit`` with a scalar index, only the chosen branch runs. Under

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_callable, check_float, check_int
 from jaxwise.sequence._common import Array, Tracer
+
+Y = TypeVar("Y")
 
 __all__ = ["odeint_rk4", "rk4_step"]
 
@@ -18,7 +20,7 @@ def _axpy(h: Any, k: Any, y: Any) -> Any:
     return jax.tree.map(lambda ki, yi: yi + h * ki, k, y)
 
 
-def rk4_step[Y](
+def rk4_step(
     f: Callable[[Any, Y, Any], Y],
     t: float | Array,
     y: Y,
@@ -71,7 +73,7 @@ def _check_scalar(value: Any, name: str) -> None:
     check_float(value, name)
 
 
-def odeint_rk4[Y](
+def odeint_rk4(
     f: Callable[[Any, Y, Any], Y],
     y0: Y,
     t0: float | Array,

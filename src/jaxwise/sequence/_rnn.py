@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +11,9 @@ import numpy as np
 
 from jaxwise._checks import check_callable, check_int, check_key
 from jaxwise.sequence._common import Array, ArrayLike, as_array
+
+P = TypeVar("P")
+C = TypeVar("C")
 
 __all__ = ["gru_cell", "init_gru", "init_lstm", "lstm_cell", "run_bidirectional", "run_rnn"]
 
@@ -157,7 +160,7 @@ def lstm_cell(
     return (h, c), h
 
 
-def run_rnn[P, C](
+def run_rnn(
     cell: Callable[[P, C, Array], tuple[C, Array]],
     params: P,
     xs: ArrayLike,
@@ -270,7 +273,7 @@ def _check_cell(cell: Callable[..., Any], params: Any, xs: Array, carry0: Any) -
         )
 
 
-def run_bidirectional[P, C](
+def run_bidirectional(
     cell: Callable[[P, C, Array], tuple[C, Array]],
     params_fwd: P,
     params_bwd: P,

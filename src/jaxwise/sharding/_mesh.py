@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -13,6 +13,8 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise._checks import check_int, is_key
+
+T = TypeVar("T")
 
 __all__ = [
     "batch_sharding",
@@ -121,7 +123,7 @@ def _place_global(leaves: list[Any], shardings: list[Any]) -> list[Any]:
     return _copy_program(tuple(impls), tuple(shardings))(raw, tuple(impls))
 
 
-def place_state[T](state: T, sharding: jax.sharding.Sharding | Any) -> T:
+def place_state(state: T, sharding: jax.sharding.Sharding | Any) -> T:
     """Put every leaf of ``state`` on ``sharding`` (one sharding, or a matching tree of them).
 
     Works in a multi-process ``jax.distributed`` job, where ``jax.device_put``
