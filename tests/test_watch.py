@@ -13,8 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from jax._src import core
 
+from jaxwise._jax import trace_state_clean
 from jaxwise.compilation import CompileCounter
 from jaxwise.train import TrainState, make_train_step
 from jaxwise.watch import Watch, WatchReport
@@ -80,11 +80,11 @@ def test_jax_jit_patch_still_fits():
 
 
 def test_the_hot_paths_trace_check_is_jaxs():
-    # watch._patch inlines `jax._src.core.trace_state_clean()`: the two must agree
+    # watch._patch inlines JAX's `trace_state_clean()` (jaxwise._jax): the two must agree
     seen = []
 
     def probe(x):
-        seen.append((under_transformation(), not core.trace_state_clean()))
+        seen.append((under_transformation(), not trace_state_clean()))
         return x
 
     probe(1.0)

@@ -174,27 +174,23 @@ def live_rule_frames() -> Iterator[None]:
     When JAX transposes an equation it traces the new operations with the forward
     equation's frames (``source_info_util.user_context``), so everything a backward rule does
     would point at the forward call. Inside this block, an operation traced while user code
-    runs inside JAX's backward pass gets the live frames instead. Replaces
-    ``jax._src.source_info_util.current`` for the duration (restored on exit);
-    tests/test_debug.py::test_nan_inside_custom_rules_points_into_the_rule fails if JAX
+    runs inside JAX's backward pass gets the live frames instead. Replaces JAX's
+    ``source_info_util.current`` (through ``jaxwise._jax``) for the duration (restored on
+    exit); tests/test_debug.py::test_nan_inside_custom_rules_points_into_the_rule fails if JAX
     changes it.
     """
-    from jax._src import source_info_util
-    from jax._src.lib import xla_client  # pyright: ignore[reportPrivateImportUsage]
+    from jaxwise._jax import live_traceback, source_info_current, with_source_info_current
 
-    original = source_info_util.current
+    original = source_info_current()
 
     def current() -> Any:
         info = original()
-        live = xla_client.Traceback.get_traceback()
+        live = live_traceback()
         if live is not None and info.traceback is not live:
             frames = list(live.frames)
             if _inside_transpose(frames):
                 return info.replace(traceback=live)
         return info
 
-    source_info_util.current = current
-    try:
+    with with_source_info_current(current):
         yield
-    finally:
-        source_info_util.current = original

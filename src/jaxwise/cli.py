@@ -465,13 +465,9 @@ def _quiet() -> None:
     import logging
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    for name in (
-        "absl",
-        "orbax",
-        "jax._src.xla_bridge",
-        "jax._src.compiler",
-        "jax._src.compilation_cache",
-    ):
+    from jaxwise._jax import COMPILER_LOGGERS
+
+    for name in ("absl", "orbax", *COMPILER_LOGGERS):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
         from absl import logging as absl_logging  # type: ignore[import-not-found]

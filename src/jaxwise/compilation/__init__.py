@@ -15,8 +15,8 @@ from the tracing-cache keys JAX compares, so a budget failure says exactly *what
     ! #2 jit(f)    9.8 ms  static argument `n`: 2 → 3
 
 Modules: ``_explain`` (cache-miss explanations), ``_hub`` (the process-wide listener),
-``_counter`` (counters, budgets, targets), ``_stage`` (stage reports) and ``_jaxkeys`` (the one
-place that reads JAX internals).
+``_counter`` (counters, budgets, targets) and ``_stage`` (stage reports); JAX's cache keys are
+read in ``jaxwise._jax``, the one place that reads JAX internals.
 
 Examples:
     >>> import jax, jax.numpy as jnp

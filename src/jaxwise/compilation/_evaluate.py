@@ -34,6 +34,7 @@ import jax.extend.core as jex
 import jax.extend.source_info_util as source_info
 
 from jaxwise._checks import check_callable
+from jaxwise._jax import is_program, program_parts, same_kind
 
 __all__ = ["EquationHook", "evaluate_equation", "evaluate_jaxpr"]
 
@@ -61,7 +62,7 @@ def _descend_all(jaxpr: jex.Jaxpr) -> bool:
 
 
 def evaluate_jaxpr(
-    jaxpr: jex.Jaxpr,
+    jaxpr: Any,
     args: Sequence[Any],
     hook: EquationHook | None = None,
     *,
@@ -71,7 +72,8 @@ def evaluate_jaxpr(
     """Evaluate ``jaxpr`` on ``args``, letting ``hook`` replace any equation's outputs.
 
     Args:
-        jaxpr: the program (``jax.make_jaxpr``'s result, or a sub-program of an equation).
+        jaxpr: the program (``jax.make_jaxpr``'s result, or a sub-program of an equation:
+            open or closed, whichever the installed JAX gives).
         args: values of ``jaxpr.invars`` (arrays or tracers), in order.
         hook: called on every equation, sub-programs included; ``None``: evaluate as
             ``jax.core.eval_jaxpr`` does.
@@ -95,13 +97,14 @@ def evaluate_jaxpr(
         >>> float(evaluate_jaxpr(program, [0.0], cos_for_sin)[0])
         2.0
     """
-    if not isinstance(jaxpr, jex.Jaxpr):
+    if not is_program(jaxpr):
         raise TypeError(f"`jaxpr` must be a jaxpr (jax.make_jaxpr's result), got {type(jaxpr)}")
     if hook is not None:
         check_callable(hook, "hook")
     if descend is not None:
         check_callable(descend, "descend")
-    consts = list(jaxpr.consts) if consts is None else consts
+    jaxpr, own_consts = program_parts(jaxpr)
+    consts = own_consts if consts is None else consts
     for name, values, variables in (
         ("consts", consts, jaxpr.constvars),
         ("args", args, jaxpr.invars),
@@ -177,9 +180,9 @@ def evaluate_equation(
 
 def _sub_program(value: Any, hook: EquationHook, descend: Callable[[jex.Jaxpr], bool]) -> Any:
     """A parameter with every sub-program (alone or in a tuple) re-traced through ``hook``."""
-    if isinstance(value, tuple) and value and all(isinstance(v, jex.Jaxpr) for v in value):
+    if isinstance(value, tuple) and value and all(is_program(v) for v in value):
         return tuple(_sub_program(v, hook, descend) for v in value)
-    if not isinstance(value, jex.Jaxpr) or not descend(value):
+    if not is_program(value) or not descend(value):
         return value
 
     def run(*args: Any) -> list[Any]:
@@ -190,9 +193,10 @@ def _sub_program(value: Any, hook: EquationHook, descend: Callable[[jex.Jaxpr], 
     traced = jax.make_jaxpr(run)(*value.in_avals)
     if traced.out_avals != value.out_avals:  # the hook changed a type: keep the original
         return value
-    if traced.consts and not value.consts:  # bound without constants: keep it so
+    if program_parts(traced)[1] and not program_parts(value)[1]:  # bound without constants
         return value
-    return traced
+    like = same_kind(value, traced)
+    return value if like is None else like
 
 
 def _shard_map(

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._errors import JaxwiseError
+from jaxwise._jax import program_parts
 from jaxwise.compilation import evaluate_jaxpr
 from jaxwise.tree import path_names
 
@@ -204,7 +205,8 @@ def _walk(
         ins = [Const(v) if isinstance(a, jex.Literal) else v for a, v in zip(eqn.invars, invals)]
         inner = eqn.params.get("jaxpr", eqn.params.get("call_jaxpr"))
         if eqn.primitive.name in _INLINE and inner is not None:
-            return _walk(inner, inner.consts, ins, nodes, new)
+            body, consts = program_parts(inner)
+            return _walk(body, consts, ins, nodes, new)
         outs = [new(v.aval) for v in eqn.outvars]
         nodes.append(Node(eqn.primitive, dict(eqn.params), tuple(ins), tuple(outs)))
         return outs

@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import jax
-from jax._src import core as _core
 
 from jaxwise._frames import user_site
+from jaxwise._jax import hot_trace_state, trace_state_clean
 
 __all__ = ["ORIGINAL_JIT", "ORIGINAL_PMAP", "Tracked", "installed", "under_transformation"]
 
@@ -35,11 +35,8 @@ ORIGINAL_PMAP = jax.pmap
 _now = time.perf_counter
 _TIME_FIRST = 64  # counted calls timed one by one; after them, one in eight
 _SAMPLE = 7
-# `_core.trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
-_TRACE = _core.trace_state_strong_ref
-_EVAL = _core.eval_trace
-_AXES = _core.axis_env_state
-_NO_AXES = _core.top_axis_env
+# `trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
+_TRACE, _EVAL, _AXES, _NO_AXES = hot_trace_state()
 
 
 class Session(Protocol):
@@ -115,7 +112,7 @@ class Tracked:
                 stats.timed_seconds += _now() - start
                 stats.timed_calls += 1
                 return out
-        if self.session.passthrough or not _core.trace_state_clean():
+        if self.session.passthrough or not trace_state_clean():
             return self.jitted(*args, **kwargs)
         return self.session.call(self, args, kwargs)
 
@@ -163,7 +160,7 @@ class _Compiled:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         tracked = self._tracked
-        if tracked.session.passthrough or not _core.trace_state_clean():
+        if tracked.session.passthrough or not trace_state_clean():
             return self._compiled(*args, **kwargs)
         return tracked.session.call_compiled(tracked, self._compiled, args, kwargs)
 

@@ -1,36 +1,164 @@
-"""The one place that reads JAX internals: tracing-cache keys and the compiling call.
+"""The one module that knows JAX's internals, across the supported range (0.10.2 and newer).
 
-JAX's public surface tells us *that* a program compiled (``jax.monitoring``) and prints a
-prose guess of *why* (``jax_explain_cache_misses``, comparing against the "closest" key by its
-own severity order, which misses static arguments). To say exactly what changed we need the
-keys JAX really compares. They are read here, and only here, from the frames of two JAX
-functions while they run:
+Everything jaxwise needs from JAX beyond its public API is read here and nowhere else (a test,
+tests/test_layering.py, fails if another module imports ``jax._src``):
 
-- ``jax._src.interpreters.partial_eval.explain`` (called on every tracing-cache miss while
-  ``jax_explain_cache_misses`` is on): locals ``fun``, ``in_avals``, ``debug_info``, ``keys``
-  (the previous keys of the *same* function object) and ``callsite``;
-- ``jax._src.pjit._pjit_call_impl_python`` (the call that compiles a ``jit`` program): locals
-  ``jaxpr``, ``args`` (the argument shardings and committed placement) and
-  ``donated_invars``.
+- **jaxprs.** JAX 0.10/0.11 give a ``ClosedJaxpr`` (an open ``Jaxpr`` plus its constants) for
+  ``jax.make_jaxpr`` and most sub-programs, and an open ``Jaxpr`` for some (``remat``'s); JAX
+  0.12 has one ``Jaxpr`` type that carries its constants. `program_parts` gives the open jaxpr
+  and its constants of either, `is_program` recognises both, `same_kind` turns a re-traced
+  program back into the kind its equation held.
+- **trace state.** Whether JAX is tracing right now (``jax._src.core``), for ``watch``'s hot
+  path.
+- **source locations.** The frames JAX records for new equations
+  (``jax._src.source_info_util.current``), for ``locate_nan`` inside ``custom_vjp`` rules.
+- **loggers.** The names of JAX's internal loggers that jaxwise listens to or silences.
 
-Everything is converted at once into plain, JAX-version-independent records
-(`CallSig`, `ArgSig`, `LeafType`). If JAX changes these internals the
-functions return ``None`` and the caller falls back to JAX's prose;
-``tests/test_compilation.py::test_private_jax_hooks_still_work`` fails so that we notice.
+- **tracing-cache keys and the compiling call.** JAX's public surface tells us *that* a
+  program compiled (``jax.monitoring``) and prints a prose guess of *why*
+  (``jax_explain_cache_misses``, comparing against the "closest" key by its own severity order,
+  which misses static arguments). To say exactly what changed we need the keys JAX really
+  compares. They are read from the frames of two JAX functions while they run:
+  ``jax._src.interpreters.partial_eval.explain`` (called on every tracing-cache miss while
+  ``jax_explain_cache_misses`` is on; locals ``fun``, ``in_avals``, ``debug_info``, ``keys``,
+  ``callsite``) and ``jax._src.pjit._pjit_call_impl_python`` (the call that compiles a ``jit``
+  program; locals ``jaxpr``, ``args``, ``donated_invars``). The argument tree is a ``FlatTree``
+  of argument nodes on JAX 0.12 and one ``PyTreeDef`` over ``(args, kwargs)`` with ``Static``
+  nodes on 0.10/0.11; both become the same plain records (`CallSig`, `ArgSig`, `LeafType`).
+  If JAX changes these internals `miss_context`/`compile_context` return ``None`` and the
+  caller falls back to JAX's prose; tests/test_compilation.py::test_private_jax_hooks_still_work
+  fails so that we notice.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import inspect
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import jax
+import jax.extend.core as jex
+from jax._src import core as _core
+from jax._src import source_info_util as _source_info_util
 
-__all__: list[str] = []
+__all__ = [
+    "ArgSig",
+    "CallSig",
+    "CompileContext",
+    "LeafType",
+    "MissContext",
+    "compile_context",
+    "miss_context",
+    "DropVar",
+    "Jaxpr",
+    "JaxprEqn",
+    "Literal",
+    "COMPILER_LOGGERS",
+    "EXPLAIN_LOGGER",
+    "hot_trace_state",
+    "is_program",
+    "jax_version",
+    "live_traceback",
+    "program_parts",
+    "same_kind",
+    "source_info_current",
+    "trace_state_clean",
+    "with_source_info_current",
+]
+
+Jaxpr = jex.Jaxpr
+JaxprEqn = jex.JaxprEqn
+Literal = jex.Literal
+DropVar = jex.DropVar
+# JAX < 0.12: ``ClosedJaxpr`` is its own class (an open jaxpr and its constants); 0.12: the
+# same class as ``Jaxpr``.
+_PROGRAM_TYPES: tuple[type, ...] = (jex.Jaxpr, jex.ClosedJaxpr)
+
+# the logger of JAX's cache-miss explanations (jax/_src/interpreters/partial_eval.py, ``explain``)
+EXPLAIN_LOGGER = "jax._src.interpreters.partial_eval"
+# loggers that print compile-cache chatter at start-up (silenced by the CLI)
+COMPILER_LOGGERS = ("jax._src.xla_bridge", "jax._src.compiler", "jax._src.compilation_cache")
+
+
+def jax_version() -> tuple[int, ...]:
+    """The installed JAX's version as integers, e.g. ``(0, 10, 2)``."""
+    parts: list[int] = []
+    for part in jax.__version__.split(".")[:3]:
+        digits = "".join(ch for ch in part if ch.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+def is_program(value: Any) -> bool:
+    """True for a jaxpr of any kind (``jax.make_jaxpr``'s result or an equation's sub-program)."""
+    return isinstance(value, _PROGRAM_TYPES)
+
+
+def program_parts(program: Any) -> tuple[Any, list[Any]]:
+    """``(open jaxpr, constants)`` of a program: its ``constvars``/``invars``/``eqns``/``outvars``
+    and the values of its ``constvars``.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> body, consts = program_parts(jax.make_jaxpr(jnp.sin)(1.0))
+        >>> [e.primitive.name for e in body.eqns], consts
+        (['sin'], [])
+    """
+    if isinstance(program, jex.ClosedJaxpr) and not isinstance(program, jex.Jaxpr):
+        return program.jaxpr, list(program.consts)  # JAX < 0.12
+    return program, list(getattr(program, "consts", ()) or ())
+
+
+def same_kind(original: Any, traced: Any) -> Any | None:
+    """``traced`` (``jax.make_jaxpr``'s result) as the kind of program ``original`` is, or
+    ``None`` when it cannot be (an open jaxpr cannot hold the constants ``traced`` has)."""
+    if isinstance(original, jex.Jaxpr) and not isinstance(traced, jex.Jaxpr):  # JAX < 0.12
+        body, consts = program_parts(traced)
+        return None if consts else body
+    return traced
+
+
+def trace_state_clean() -> bool:
+    """True when JAX is not tracing (no ``jit``/``grad``/``vmap`` trace is active)."""
+    return bool(_core.trace_state_clean())
+
+
+def hot_trace_state() -> tuple[Any, Any, Any, Any]:
+    """``(trace_ref, eval_trace, axis_env, no_axes)``: the objects `trace_state_clean` reads,
+    for a hot path that inlines it as ``trace_ref.value is None or (trace_ref.value is
+    eval_trace and axis_env.value is no_axes)`` (tests/test_watch.py checks they agree)."""
+    return _core.trace_state_strong_ref, _core.eval_trace, _core.axis_env_state, _core.top_axis_env
+
+
+def source_info_current() -> Any:
+    """JAX's ``source_info_util.current`` (the frames recorded for a new equation)."""
+    return _source_info_util.current
+
+
+@contextlib.contextmanager
+def with_source_info_current(replacement: Any) -> Iterator[None]:
+    """Replace JAX's ``source_info_util.current`` inside the block (restored on exit)."""
+    original = _source_info_util.current
+    _source_info_util.current = replacement
+    try:
+        yield
+    finally:
+        _source_info_util.current = original
+
+
+def live_traceback() -> Any:
+    """The Python traceback of the running code, as JAX records it (or ``None``)."""
+    from jax._src.lib import xla_client  # pyright: ignore[reportPrivateImportUsage]
+
+    return xla_client.Traceback.get_traceback()
+
+
+# --- tracing-cache keys and the compiling call --------------------------------------------------
 
 _MAX_FRAMES = 40
 _JAX_DIR = os.path.dirname(os.path.abspath(jax.__file__)) + os.sep
@@ -208,12 +336,38 @@ def _arg_sig(name: str, passed: str, ft: Any) -> ArgSig:
 
 
 def _call_sig(fun: Any, in_avals: Any, context: tuple[tuple[str, str], ...]) -> CallSig:
+    if not hasattr(in_avals, "elts"):  # JAX 0.10/0.11: one PyTreeDef over (args, kwargs)
+        return CallSig(_tree_arg_sigs(fun, in_avals), context)
     args_ft, kwargs_ft = in_avals.elts
     positional = list(args_ft.elts)
     names = _param_names(fun, len(positional))
     sigs = [_arg_sig(n, "positionally", ft) for n, ft in zip(names, positional)]
     sigs += [_arg_sig(str(k), "by keyword", ft) for k, ft in zip(kwargs_ft.keys, kwargs_ft._vals)]
     return CallSig(tuple(sigs), context)
+
+
+def _tree_arg_sigs(fun: Any, in_avals: Any) -> tuple[ArgSig, ...]:
+    """The arguments of a JAX 0.10/0.11 key: ``in_avals.tree`` is one ``PyTreeDef`` over
+    ``(args, kwargs)`` whose static arguments are ``Static`` nodes (no leaves), and
+    ``in_avals.vals`` the avals of the other leaves, in order."""
+    args_def, kwargs_def = in_avals.tree.children()
+    positional = list(args_def.children())
+    keywords = [str(k) for k in (kwargs_def.node_data() or (None, ()))[1] or ()]
+    named = [(n, "positionally") for n in _param_names(fun, len(positional))]
+    named += [(k, "by keyword") for k in keywords]
+    vals = list(in_avals.vals)
+    sigs: list[ArgSig] = []
+    for (name, passed), child in zip(named, positional + list(kwargs_def.children())):
+        data = child.node_data()
+        if data is not None and getattr(data[0], "__name__", "") == "Static":
+            sigs.append(ArgSig(name, passed, True, getattr(data[1], "val", data[1]), "", ()))
+            continue
+        avals, vals = vals[: child.num_leaves], vals[child.num_leaves :]
+        leaves = tuple(zip(_paths(child, len(avals)), map(_leaf_type, avals)))
+        sigs.append(ArgSig(name, passed, False, None, str(child), leaves))
+    if vals:
+        raise LookupError("the key's avals do not match its tree")
+    return tuple(sigs)
 
 
 def _context(values: Any) -> tuple[tuple[str, str], ...]:
