@@ -1,10 +1,16 @@
 # Two commands on a fresh machine: `make run` (the spiral demo) and `make test`.
+# `make test` is the newest lane (Python 3.12, the newest JAX, every extra, lint, types, docs,
+# every test); `make test-oldest` the oldest (Python 3.11, JAX 0.10.2 and the peers of
+# .ci/oldest.txt, the non-slow tests). CI (.ci/run) runs both.
 PYTHON ?= python3.12
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+PYTHON_OLDEST ?= python3.11
+OLD    := .venv-oldest
+OLDSTAMP := $(OLD)/.installed
 
-.PHONY: run test quick check docs bench install clean
+.PHONY: run test test-oldest quick check docs bench install clean
 
 install: $(STAMP)
 
@@ -20,6 +26,15 @@ run: $(STAMP)
 # Everything CI runs: lint, types, the documentation site, then every test (slow ones too).
 test: check docs
 	$(BIN)/python -m pytest -n 2 --basetemp=build/pytest
+
+test-oldest: $(OLDSTAMP)
+	$(OLD)/bin/python -m pytest -n 2 --basetemp=build/pytest-oldest -m "not slow" -p no:cacheprovider
+
+$(OLDSTAMP): pyproject.toml .ci/oldest.txt
+	@test -x $(OLD)/bin/python || $(PYTHON_OLDEST) -m venv $(OLD)
+	$(OLD)/bin/python -m pip install --quiet --upgrade pip
+	$(OLD)/bin/python -m pip install --quiet -c .ci/oldest.txt -e ".[test-run]"
+	@touch $(OLDSTAMP)
 
 # Local inner loop: skips tests marked `slow` (subprocesses, multi-process, long training).
 quick: $(STAMP)
@@ -38,4 +53,4 @@ bench: $(STAMP)
 	$(BIN)/jaxwise bench
 
 clean:
-	rm -rf $(VENV) runs build .pytest_cache
+	rm -rf $(VENV) $(OLD) runs build .pytest_cache

@@ -168,6 +168,7 @@ def test_extras_match_pyproject():
     for extra, distributions in EXTRAS.items():
         assert [r.split(">")[0].split("=")[0] for r in extras[extra]] == list(distributions)
     assert extras["all"] == [f"jaxwise[{','.join(EXTRAS)}]"]
-    assert "jaxwise[all]" in extras["test"] and "jaxwise[all]" in extras["bench"]
+    assert "jaxwise[test-run]" in extras["test"] and "jaxwise[all]" in extras["test-run"]
+    assert "jaxwise[all]" in extras["bench"]
     core = [r.split(">")[0].split("=")[0] for r in pyproject["project"]["dependencies"]]
     assert core == ["jax", "jaxlib", "numpy", "optax"]

@@ -98,3 +98,33 @@ def test_the_class_scan_finds_a_repeated_name(tmp_path: Path) -> None:
     (tmp_path / "_y.py").write_text("def f():\n    class Program: ...\n")
     found = class_definitions(tmp_path)
     assert found == {"Program": ["_y.py:2", "a/_x.py:1"], "Inner": ["a/_x.py:2"]}
+
+
+def jax_internal_imports(root: Path = SRC) -> list[str]:
+    """``file:line: name`` for every import of ``jax._src`` outside ``jaxwise/_jax.py``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.relative_to(root).as_posix() == "_jax.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                names = _imported(node)
+                bad = [n for n in names if n == "jax._src" or n.startswith("jax._src.")]
+                if bad:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {bad[0]}")
+    return found
+
+
+def test_only_the_one_module_imports_jax_internals() -> None:
+    # jaxwise/_jax.py knows both ends of the supported JAX range; nothing else reaches inside
+    found = jax_internal_imports()
+    assert not found, "\n".join(found)
+
+
+def test_the_internals_scan_finds_each_form(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "_a.py").write_text("from jax._src import core\n")
+    (tmp_path / "_b.py").write_text("import jax._src.config\n")
+    (tmp_path / "_jax.py").write_text("from jax._src import core\n")  # the one allowed module
+    (tmp_path / "_c.py").write_text("from jax import numpy\n")
+    assert jax_internal_imports(tmp_path) == ["_b.py:1: jax._src.config", "pkg/_a.py:1: jax._src"]

@@ -32,3 +32,47 @@ def test_changelog_has_an_unreleased_section_in_keep_a_changelog_form():
     allowed = ["Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"]
     assert headings and all(h in allowed for h in headings), headings
     assert len(headings) == len(set(headings))
+
+
+def _requirements() -> dict[str, str]:
+    """``{distribution: specifier}`` of the core and extras' requirements in pyproject.toml."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    found: dict[str, str] = {}
+    for requirement in [*project["dependencies"], *project["optional-dependencies"]["all"]]:
+        name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+        assert name, requirement
+        found[name.group(0).lower()] = requirement[name.end() :].split(";")[0].strip()
+    for extra, requirements in project["optional-dependencies"].items():
+        if extra in ("test", "test-run", "bench", "all"):
+            continue
+        for requirement in requirements:
+            name = re.match(r"[A-Za-z0-9_.-]+", requirement)
+            assert name, requirement
+            found[name.group(0).lower()] = requirement[name.end() :].strip()
+    return found
+
+
+def test_the_supported_range_is_tested_at_its_oldest_end():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["requires-python"] == ">=3.11"
+    pins = {}
+    for line in (ROOT / ".ci" / "oldest.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, version = line.split("==")
+            pins[name.strip().lower()] = version.strip()
+    requirements = _requirements()
+    assert requirements["jax"] == requirements["jaxlib"] == ">=0.10.2"  # no upper cap
+    for name in ("jax", "jaxlib", "optax", "flax", "orbax-checkpoint", "equinox"):
+        # every floor is the version the oldest lane installs, so the floor is tested
+        assert requirements[name] == f">={pins[name]}", name
+    from jaxwise._jax import OLDEST_TESTED_JAX
+
+    assert pins["jax"] == OLDEST_TESTED_JAX
+
+
+def test_ci_runs_both_lanes_and_python_311_is_selected_for_the_oldest():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "make test\n" in ci and "make test-oldest\n" in ci
+    assert (ROOT / ".python-version").read_text().split() == ["3.12", "3.11"]
+    makefile = (ROOT / "Makefile").read_text()
+    assert "PYTHON_OLDEST ?= python3.11" in makefile and "-c .ci/oldest.txt" in makefile

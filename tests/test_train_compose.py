@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from jaxwise import optim
+from jaxwise._jax import jax_version
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import DPGradientFn, PoissonSampler, dp_gradient_fn
 from jaxwise.train import (
@@ -50,9 +51,18 @@ def test_plain_epoch_is_bit_identical_to_the_old_make_train_epoch():
         for _ in range(3):
             state, metrics = epoch(state, (x, y))
             losses.append(metrics["loss"])
-    assert np.asarray(state.params["w"]).tobytes() == GOLDEN["plain_w"].tobytes()
-    assert np.asarray(state.params["b"]).tobytes() == GOLDEN["plain_b"].tobytes()
-    assert np.concatenate(losses).tobytes() == GOLDEN["plain_loss"].tobytes()
+    for got, name in ((state.params["w"], "plain_w"), (state.params["b"], "plain_b")):
+        _assert_golden(np.asarray(got), GOLDEN[name])
+    _assert_golden(np.concatenate(losses), GOLDEN["plain_loss"])
+
+
+def _assert_golden(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit for bit on the JAX that wrote the goldens (0.12); another XLA (the oldest lane's
+    0.10) vectorises float32 sums differently: a few ulps, far below any training change."""
+    if jax_version()[:2] >= (0, 12):
+        assert got.tobytes() == want.tobytes()
+    else:
+        np.testing.assert_allclose(got, want, rtol=0, atol=8 * np.spacing(np.abs(want).max()))
 
 
 def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():

@@ -28,6 +28,7 @@ import numpy as np
 
 from jaxwise._checks import check_int
 from jaxwise._extras import require
+from jaxwise._jax import NEWEST_TESTED_JAX, OLDEST_TESTED_JAX, jax_version
 
 __all__ = [
     "ECOSYSTEM",
@@ -35,6 +36,7 @@ __all__ = [
     "check_captured_constant",
     "check_debug_nans_after_vmap",
     "check_numpy_view_donation",
+    "check_tested_jax",
     "environment",
     "report",
     "run_checks",
@@ -69,8 +71,43 @@ def _distribution_version(name: str) -> str | None:
         return None
 
 
-def environment() -> dict[str, str]:
-    """Python, JAX, jaxlib and ecosystem versions, backend and devices.
+# What a backend's matrix products compute at JAX's default precision, and whether it has
+# native float64 arithmetic (a TPU emulates none: float64 there is an error or a crash).
+_BACKEND_PRECISION = {
+    "cpu": ("full float32", True),
+    "gpu": ("TF32 on Ampere and newer, else full float32", True),
+    "tpu": ("one bfloat16 pass (about 3 digits)", False),
+}
+
+
+def matmul_precision(backend: str | None = None) -> str:
+    """The default matmul precision in force: JAX's ``jax_default_matmul_precision`` when set,
+    else what ``backend`` (default: JAX's default backend) computes at its default.
+
+    Examples:
+        >>> matmul_precision("cpu")
+        'default: full float32'
+    """
+    configured = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
+    if configured is not None:
+        return f"{configured} (jax_default_matmul_precision)"
+    what, _ = _BACKEND_PRECISION.get(backend or jax.default_backend(), ("backend-defined", False))
+    return f"default: {what}"
+
+
+def float64_native(backend: str | None = None) -> bool:
+    """Whether ``backend`` (default: JAX's default backend) computes float64 natively.
+
+    Examples:
+        >>> float64_native("cpu"), float64_native("tpu")
+        (True, False)
+    """
+    return _BACKEND_PRECISION.get(backend or jax.default_backend(), ("", False))[1]
+
+
+def environment() -> dict[str, str | bool]:
+    """Python, JAX, jaxlib and ecosystem versions, backend, device kind, the default matmul
+    precision and whether float64 is native.
 
     Lists optax, flax, orbax-checkpoint and dp-accounting (``"not installed"`` when absent)
     and equinox when installed; versions come from package metadata, nothing is imported.
@@ -78,11 +115,13 @@ def environment() -> dict[str, str]:
     Examples:
         >>> env = environment()
         >>> sorted(env)[:3], "optax" in env and "orbax-checkpoint" in env
-        (['backend', 'devices', 'dp-accounting'], True)
+        (['backend', 'device_kind', 'devices'], True)
+        >>> env["float64_native"] if env["backend"] == "cpu" else True
+        True
     """
     devices = jax.devices()
     kinds = sorted({d.device_kind for d in devices})
-    env = {
+    env: dict[str, str | bool] = {
         "python": platform.python_version(),
         "jax": jax.__version__,
         "jaxlib": _distribution_version("jaxlib") or "not installed",
@@ -95,7 +134,10 @@ def environment() -> dict[str, str]:
     env.update(
         {
             "backend": jax.default_backend(),
+            "device_kind": devices[0].device_kind,
             "devices": f"{len(devices)} × {', '.join(kinds)}",
+            "matmul_precision": matmul_precision(),
+            "float64_native": float64_native(),
             "platform": f"{platform.system()} {platform.machine()}",
         }
     )
@@ -234,9 +276,32 @@ def check_captured_constant(n: int = 256) -> Check:
     )
 
 
+def check_tested_jax(version: str | None = None) -> Check:
+    """Whether the JAX ``version`` (default: the installed one) lies in the tested range.
+
+    A JAX newer than the newest that CI tests is a note (``WARN``), not an error: jaxwise
+    reads JAX's internals in one module that may need an update for it.
+
+    Examples:
+        >>> check_tested_jax("0.99.0").status, check_tested_jax(OLDEST_TESTED_JAX).status
+        ('WARN', 'PASS')
+    """
+    version = version or jax.__version__
+    tested = f"tested: JAX {OLDEST_TESTED_JAX} to {NEWEST_TESTED_JAX}"
+    if jax_version(version) > jax_version(NEWEST_TESTED_JAX):
+        detail = (
+            f"JAX {version} is newer than the newest tested ({tested}); jaxwise should work, "
+            "but recompile explanations read JAX internals that may have moved: please report "
+            "what fails"
+        )
+        return Check("tested_jax", "WARN", detail)
+    return Check("tested_jax", "PASS", f"JAX {version} ({tested})")
+
+
 def run_checks(isolated: bool = True) -> list[Check]:
     """Run every pitfall check and return the outcomes."""
     return [
+        check_tested_jax(),
         check_debug_nans_after_vmap(isolated),
         check_numpy_view_donation(),
         check_captured_constant(),
@@ -258,7 +323,7 @@ def report(as_json: bool = False) -> str:
     console = rich_console.Console(file=buffer, width=120, force_terminal=False)
     env_table = rich_table.Table(title="jaxwise doctor", show_header=False)
     for key, value in env.items():
-        env_table.add_row(key, value)
+        env_table.add_row(key, str(value).lower() if isinstance(value, bool) else value)
     console.print(env_table)
     table = rich_table.Table(show_header=True)
     table.add_column("check")

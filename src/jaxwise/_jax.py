@@ -62,6 +62,8 @@ __all__ = [
     "EXPLAIN_LOGGER",
     "hot_trace_state",
     "is_program",
+    "NEWEST_TESTED_JAX",
+    "OLDEST_TESTED_JAX",
     "jax_version",
     "live_traceback",
     "program_parts",
@@ -85,12 +87,30 @@ EXPLAIN_LOGGER = "jax._src.interpreters.partial_eval"
 COMPILER_LOGGERS = ("jax._src.xla_bridge", "jax._src.compiler", "jax._src.compilation_cache")
 
 
-def jax_version() -> tuple[int, ...]:
-    """The installed JAX's version as integers, e.g. ``(0, 10, 2)``."""
+# the two ends of the supported range that CI tests (.ci/run: the oldest and the newest lane)
+OLDEST_TESTED_JAX = "0.10.2"
+NEWEST_TESTED_JAX = "0.12.0.1"
+
+
+def jax_version(version: str | None = None) -> tuple[int, ...]:
+    """A JAX version (default: the installed one) as integers, e.g. ``(0, 10, 2)``.
+
+    Examples:
+        >>> jax_version("0.12.0.1"), jax_version("0.13.0rc1")
+        ((0, 12, 0, 1), (0, 13, 0))
+    """
     parts: list[int] = []
-    for part in jax.__version__.split(".")[:3]:
-        digits = "".join(ch for ch in part if ch.isdigit())
-        parts.append(int(digits or 0))
+    for part in (version or jax.__version__).split(".")[:4]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if digits != part:  # "0rc1": a pre-release ends the version
+            break
     return tuple(parts)
 
 

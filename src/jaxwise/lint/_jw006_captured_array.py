@@ -98,8 +98,16 @@ def array_size(ix: Index, value: ast.AST | None, consts: dict[str, int]) -> int 
             value = value.operand
         else:
             break
-    if isinstance(value, ast.BinOp):
-        sizes = [array_size(ix, side, consts) for side in (value.left, value.right)]
+    if isinstance(value, ast.BinOp):  # a chain `a + b + c ...`: its sides without recursion
+        sides: list[ast.expr] = []
+        stack: list[ast.expr] = [value]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.BinOp):
+                stack += (node.right, node.left)
+            else:
+                sides.append(node)
+        sizes = [array_size(ix, side, consts) for side in sides]
         return max((s for s in sizes if s is not None), default=None)
     if not isinstance(value, ast.Call):
         return None
