@@ -264,3 +264,18 @@ def test_nan_checking_suspends_donation_through_the_channel():
     with Watch(nans="report"):
         assert _events.donation_suspended() == "jaxwise watch: NaN checking"
     assert _events.donation_suspended() is None
+
+
+def test_a_donation_suspension_belongs_to_its_own_thread():
+    import threading
+
+    seen = []
+    with _events.suspend_donation("replaying"):
+        worker = threading.Thread(target=lambda: seen.append(_events.donation_suspended()))
+        worker.start()
+        worker.join()
+        assert _events.donation_suspended() == "replaying"
+        with _events.suspend_donation("inner"):
+            assert _events.donation_suspended() == "inner"
+        assert _events.donation_suspended() == "replaying"
+    assert seen == [None] and _events.donation_suspended() is None

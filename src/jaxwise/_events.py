@@ -8,6 +8,8 @@ Programs (``jaxwise.train``'s steps and epochs) *publish*; observers (``jaxwise.
 - `suspend_donation(reason)` is a context manager: while one is open, jitted programs do not
   donate and donation audits step aside (``jaxwise watch --nans`` replays failing calls, which
   needs their inputs alive); `donation_suspended()` returns the innermost reason, or ``None``.
+  The suspension belongs to the context that opened it (a `contextvars.ContextVar`): another
+  thread, or an ``asyncio`` task started before it, keeps donating.
 
 Examples:
     >>> seen = []
@@ -25,6 +27,7 @@ Examples:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import threading
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
@@ -50,7 +53,9 @@ class DonationFailed(NamedTuple):
 Event = DonationFailed  # the union of every event type (one so far)
 
 _LISTENERS: list[Callable[[Event], None]] = []
-_SUSPENDED: list[str] = []
+_SUSPENDED: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar(
+    "jaxwise_donation_suspended", default=()
+)
 _LOCK = threading.Lock()
 
 
@@ -76,17 +81,16 @@ def subscribe(listener: Callable[[Event], None]) -> Callable[[], None]:
 
 @contextlib.contextmanager
 def suspend_donation(reason: str) -> Iterator[None]:
-    """While open, programs do not donate and audits step aside (nested: innermost wins)."""
-    with _LOCK:
-        _SUSPENDED.append(reason)
+    """While open, programs do not donate and audits step aside (nested: innermost wins), in
+    this context only."""
+    token = _SUSPENDED.set((*_SUSPENDED.get(), reason))
     try:
         yield
     finally:
-        with _LOCK:
-            _SUSPENDED.remove(reason)
+        _SUSPENDED.reset(token)
 
 
 def donation_suspended() -> str | None:
-    """The innermost open `suspend_donation` reason, or ``None`` when donation is on."""
-    with _LOCK:
-        return _SUSPENDED[-1] if _SUSPENDED else None
+    """The innermost open `suspend_donation` reason of this context, or ``None``."""
+    reasons = _SUSPENDED.get()
+    return reasons[-1] if reasons else None
