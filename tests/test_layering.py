@@ -128,3 +128,15 @@ def test_the_internals_scan_finds_each_form(tmp_path: Path) -> None:
     (tmp_path / "_jax.py").write_text("from jax._src import core\n")  # the one allowed module
     (tmp_path / "_c.py").write_text("from jax import numpy\n")
     assert jax_internal_imports(tmp_path) == ["_b.py:1: jax._src.config", "pkg/_a.py:1: jax._src"]
+
+
+def test_report_reads_the_watch_json_and_never_imports_watch() -> None:
+    # `jaxwise report` renders the document `jaxwise watch --json` writes: no circle between them
+    found = [
+        f"{path.name}:{node.lineno}"
+        for path in sorted((SRC / "report").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(n == "jaxwise.watch" or n.startswith("jaxwise.watch.") for n in _imported(node))
+    ]
+    assert not found, found

@@ -231,7 +231,7 @@ def test_watch_page_from_a_watch_report():
 
     with Watch() as w:
         jax.jit(lambda x: x + 1)(jnp.ones(2))
-    page = watch_report_html(w.report())
+    page = watch_report_html(w.report().to_json())
     assert "watch-functions" in _ids(page) and "&lt;lambda&gt;" in page
     assert "watch-transfers" not in _ids(page)  # transfers were not counted
 

@@ -555,6 +555,9 @@ def test_json_is_strict_with_exactly_the_documented_keys():
         "transfers",
         "seconds",
         "exit_code",
+        "warmup",
+        "errors",
+        "notes",
     }
     assert document["schema"] == 1 and document["exit_code"] is None
     (function,) = document["functions"]

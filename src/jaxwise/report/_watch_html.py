@@ -1,4 +1,5 @@
-"""The ``jaxwise watch`` report as HTML: from a `WatchReport` or its JSON document (schema 1).
+"""The ``jaxwise watch`` report as HTML, from its JSON document (schema 1) only: ``report``
+never imports ``jaxwise.watch`` (``Watch.report().to_json()`` is the document).
 
 The JSON document is checked before anything is drawn: ``"schema": 1`` and the types of the
 keys schema 1 defines (``functions``, ``nans``, ``donations``, ``transfers``, ``seconds``,
@@ -8,12 +9,9 @@ keys schema 1 defines (``functions``, ``nans``, ``donations``, ``transfers``, ``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxwise.report._page import badge, cell, page, section, table
-
-if TYPE_CHECKING:  # not imported at run time: `jaxwise report` never imports JAX
-    from jaxwise.watch import WatchReport
 
 __all__ = ["check_watch_json", "watch_chips", "watch_html", "watch_sections"]
 
@@ -65,14 +63,6 @@ def check_watch_json(doc: Mapping[str, Any], what: str = "report") -> Mapping[st
         isinstance(seconds.get(k), (int, float)) for k in ("total", "compiling")
     ):
         raise ValueError(f"{what}: 'seconds' must be an object with numbers 'total', 'compiling'")
-    return doc
-
-
-def _as_json(report: WatchReport | Mapping[str, Any]) -> Mapping[str, Any]:
-    if isinstance(report, Mapping):
-        return check_watch_json(report)
-    doc = dict(report.to_json())
-    doc.update(notes=list(report.notes), errors=list(report.errors), warmup=report.warmup)
     return doc
 
 
@@ -166,12 +156,12 @@ def watch_chips(doc: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def watch_sections(
-    report: WatchReport | Mapping[str, Any], prefix: str = "watch", heading: str = ""
+    report: Mapping[str, Any], prefix: str = "watch", heading: str = ""
 ) -> list[tuple[str, str, str]]:
     """The sections of a watch report: functions, findings, transfers, notes.
 
     Args:
-        report: a `WatchReport`, or its JSON document (schema 1).
+        report: the watch report's JSON document (schema 1).
         prefix: the sections' id prefix.
         heading: a prefix of their headings (``"watch: "`` in a run report).
 
@@ -181,7 +171,7 @@ def watch_sections(
     Raises:
         ValueError: a JSON document that is not a watch report of schema 1.
     """
-    doc = _as_json(report)
+    doc = check_watch_json(report)
     findings = _findings(doc)
     body = (
         '<ul class="findings">' + "".join(f"<li>{f}</li>" for f in findings) + "</ul>"
@@ -210,11 +200,11 @@ def watch_sections(
     ]
 
 
-def watch_html(report: WatchReport | Mapping[str, Any], title: str = "jaxwise watch") -> str:
+def watch_html(report: Mapping[str, Any], title: str = "jaxwise watch") -> str:
     """The watch report as one self-contained HTML page.
 
     Args:
-        report: a `WatchReport` (``Watch.report()``), or its JSON document (schema 1, as
+        report: the watch report's JSON document (``Watch.report().to_json()``; schema 1, as
             ``watch --json`` writes it).
         title: the page's heading.
 
@@ -230,7 +220,7 @@ def watch_html(report: WatchReport | Mapping[str, Any], title: str = "jaxwise wa
         >>> "<h2>jitted functions</h2>" in watch_html(doc)
         True
     """
-    doc = _as_json(report)
+    doc = check_watch_json(report)
     return page(
         title,
         "what ran, what compiled and why, what was flagged",

@@ -11,7 +11,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jaxwise._atomic import atomic_write_text
 from jaxwise._errors import UserError
@@ -20,9 +20,6 @@ from jaxwise.report._collect import collect
 from jaxwise.report._html import run_html
 from jaxwise.report._page import GENERATOR
 from jaxwise.report._watch_html import watch_html
-
-if TYPE_CHECKING:
-    from jaxwise.watch import WatchReport
 
 __all__ = ["run_report_html", "watch_report_html", "write_run_report", "write_watch_report"]
 
@@ -121,12 +118,12 @@ def write_run_report(
     return _write(target, run_report_html(run_dir), "--out")
 
 
-def watch_report_html(report: WatchReport | Mapping[str, Any]) -> str:
+def watch_report_html(report: Mapping[str, Any]) -> str:
     """The ``watch`` report as one self-contained HTML page.
 
     Args:
-        report: a `WatchReport` (``Watch.report()``) or its JSON document (schema 1, as
-            ``jaxwise watch --json`` writes it).
+        report: the watch report's JSON document (schema 1: ``Watch.report().to_json()``,
+            or what ``jaxwise watch --json`` writes).
 
     Returns:
         The HTML text: the functions (calls, compiles, cache misses), the findings
@@ -144,13 +141,11 @@ def watch_report_html(report: WatchReport | Mapping[str, Any]) -> str:
     return watch_html(report)
 
 
-def write_watch_report(
-    report: WatchReport | Mapping[str, Any], path: str | os.PathLike[str]
-) -> Path:
+def write_watch_report(report: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
     """Write `watch_report_html` of ``report`` to ``path`` (``jaxwise watch --html``).
 
     Args:
-        report: the watch report or its JSON document.
+        report: the watch report's JSON document (``Watch.report().to_json()``).
         path: the page's path; an existing file there is replaced only if it is a report.
 
     Returns:

@@ -284,6 +284,9 @@ class WatchReport:
                 "compiling": _finite(self.seconds_compiling),
             },
             "exit_code": self.exit_code,
+            "warmup": self.warmup,
+            "errors": list(self.errors),
+            "notes": list(self.notes),
         }
 
     def headline(self) -> str:

@@ -222,7 +222,7 @@ def run_script(
     if html_path is not None:
         from jaxwise.report import write_watch_report
 
-        write_watch_report(report, html_path)
+        write_watch_report(report.to_json(), html_path)
     if code == INTERRUPTED:
         _die_by_sigint()
     return code
