@@ -27,9 +27,11 @@ def assemble(out: Path = HERE) -> Path:
     """Write ``out/RESULTS.md`` from the sections in ``out/results/`` (in script order)."""
     sections = []
     for script in scripts():
-        section = out / "results" / f"{script.stem.removeprefix('bench_')}.md"
-        if section.exists():
-            sections.append(section.read_text().strip())
+        name = f"{script.stem.removeprefix('bench_')}.md"
+        # a backend's own folder (results/<backend>/NAME.md) when the script writes one
+        for section in [out / "results" / name, *sorted((out / "results").glob(f"*/{name}"))]:
+            if section.exists():
+                sections.append(section.read_text().strip())
     header = (
         "# jaxwise benchmark results\n\n"
         "Ratios are ours / peer measured in the same process and run (warm-up excluded, "

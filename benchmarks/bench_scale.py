@@ -27,6 +27,9 @@ from jaxwise.sharding import data_mesh, fsdp_mesh  # noqa: E402
 from jaxwise.train import TrainState, fit, make_train_step  # noqa: E402
 
 HIDDEN = 256 if QUICK else 512
+# the meshes need 8 devices: the accelerator's when it has them, else the 8 fake CPU devices
+# (an accelerator machine with fewer chips measures the CPU's partitioning, as on a laptop)
+DEVICES = jax.devices() if jax.device_count() >= 8 else jax.devices("cpu")
 
 
 def loss_fn(params, batch):
@@ -78,7 +81,7 @@ def data_parallel():
     batch = make_batch()
     base = None
     for n in (1, 2, 4):
-        mesh = data_mesh(jax.devices()[:n])
+        mesh = data_mesh(DEVICES[:n])
         tx = optim.adam(1e-3)
         step = make_train_step(loss_fn, mesh=mesh)
         box = {"state": TrainState.create(init_params(), tx, 0)}
@@ -124,9 +127,9 @@ def memory_per_device():
     state_bytes = sum(x.nbytes for x in jax.tree.leaves((state.params, state.opt_state)))
     replicated = None
     for label, mesh in [
-        ("replicated (data 8)", data_mesh(jax.devices()[:8])),
-        ("FSDP data 4 × model 2", fsdp_mesh(2, jax.devices()[:8])),
-        ("FSDP data 2 × model 4", fsdp_mesh(4, jax.devices()[:8])),
+        ("replicated (data 8)", data_mesh(DEVICES[:8])),
+        ("FSDP data 4 × model 2", fsdp_mesh(2, DEVICES[:8])),
+        ("FSDP data 2 × model 4", fsdp_mesh(4, DEVICES[:8])),
     ]:
         step = make_train_step(loss_fn, mesh=mesh)
         placed, _ = step(TrainState.create(init_params(), tx, 0), batch)

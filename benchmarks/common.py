@@ -76,7 +76,8 @@ def environment_line() -> str:
     return (
         f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}, jax {jax.__version__}, jaxlib {jaxlib.__version__}, "
-        f"backend {jax.default_backend()}, {datetime.date.today().isoformat()}"
+        f"backend {jax.default_backend()} ({jax.devices()[0].device_kind}), "
+        f"{datetime.date.today().isoformat()}"
     )
 
 
@@ -95,10 +96,17 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def write_section(name: str, title: str, body: str) -> Path:
-    """Write ``results/<name>.md`` with a heading, the environment and ``body``."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    """Write ``results/<name>.md`` with a heading, the environment and ``body``.
+
+    ``name`` may name a sub-folder (``"tpu/optim_bandwidth"``). When the environment variable
+    ``OUT`` is set, the section is also written to ``$OUT/<base name>.md``.
+    """
     path = RESULTS_DIR / f"{name}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"## {title}\n\n_{environment_line()}_\n\n{body.strip()}\n")
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"]).mkdir(parents=True, exist_ok=True)
+        (Path(os.environ["OUT"]) / path.name).write_text(path.read_text())
     print(path.read_text())
     return path
 

@@ -125,8 +125,9 @@ def check_alive(tree: Any, name: str) -> None:
     ...
     ValueError: `batch` leaf `x` was deleted: this array was donated to an earlier call ...
     """
-    for path, leaf in zip(path_names(tree), jax.tree.leaves(tree)):
+    for i, leaf in enumerate(jax.tree.leaves(tree)):  # the paths only for the error
         if isinstance(leaf, jax.Array) and not isinstance(leaf, Tracer) and leaf.is_deleted():
+            path = path_names(tree)[i]
             raise ValueError(
                 f"`{name}` leaf `{path or '<root>'}` was deleted: this array was donated to an "
                 "earlier call (a jitted step donates its state); use that call's result, or "

@@ -28,6 +28,7 @@ import jax
 import jax.extend.core as jex
 from jax.lax import ConvDimensionNumbers
 
+from jaxwise._backends import rewrite_on
 from jaxwise._checks import check_callable
 from jaxwise.compilation._evaluate import evaluate_jaxpr
 
@@ -92,16 +93,21 @@ def _canonical_hook(eqn: jex.JaxprEqn, invals: list[Any]) -> list[Any] | None:
     return None
 
 
-def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
+def canonical_convolutions(
+    fn: Callable[..., Any], *, backend: str | None = None
+) -> Callable[..., Any]:
     """``fn`` with every convolution it traces in XLA:CPU's canonical layout.
 
     Meant for a program with a loop: on CPU the loop's convolutions then run through Eigen
-    like those outside a loop. Elsewhere (GPU, TPU), and when ``fn`` has no convolution to
+    like those outside a loop. On a backend where the rewrite is off
+    (``jaxwise._backends.REWRITES``: GPU and TPU), and when ``fn`` has no convolution to
     rewrite, ``fn`` itself runs (traced twice on CPU: once to look).
 
     Args:
         fn: a function of pytrees of arrays (positional and keyword arguments), traced by
             ``jax.jit``; it may use collectives inside ``shard_map`` or a named ``vmap``.
+        backend: the platform to decide for (``"cpu"``, ``"tpu"``, ...), or ``None``: the
+            one the program is traced for, read at each trace.
 
     Returns:
         A function with ``fn``'s signature and results.
@@ -123,7 +129,7 @@ def canonical_convolutions(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        if jax.default_backend() != "cpu":
+        if not rewrite_on("canonical_convolutions", backend):
             return fn(*args, **kwargs)
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args, **kwargs)
         if not _needs_rewrite(closed.jaxpr):  # nothing to change: fn itself, as traced

@@ -22,7 +22,7 @@ from jaxwise._losses import (
     check_loss,
     leaf_label,
 )
-from jaxwise._random import padded_length
+from jaxwise._random import draw_length, padded_length
 from jaxwise.per_example import clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
@@ -139,10 +139,10 @@ def flat_normal(key: jax.Array, like: Any, extra: int = 0) -> jax.Array:
     """ONE draw of standard normals: ``flat_size(like)`` for ``like``'s entries, then ``extra``.
 
     The draw has the leaves' common dtype (float32 when they differ or there are none); its
-    first ``P`` entries are the same whatever ``extra`` is, and its length is a multiple of 8
-    (``flat_size(like) + extra`` rounded up).
+    first ``P`` entries are the same whatever ``extra`` is, and its length is
+    ``draw_length(flat_size(like) + extra)`` (rounded up to a multiple of 8 on CPU).
     """
-    size = padded_length(flat_size(like) + extra)
+    size = draw_length(flat_size(like) + extra)
     return jax.random.normal(key, (size,), _draw_dtype(like))
 
 

@@ -9,12 +9,14 @@ naming the path, and checks for the same buffer at two paths on every call. The 
 additionally checks the optimizer against the state and the state's type signature (a step must
 not change it).
 
-The shared-buffer check costs a buffer query per leaf, so it is skipped when the state is
-exactly the one the previous call returned (distinct outputs of one execution), and runs on
-every other call. The audit steps aside when there is nothing to audit: inside the user's own
-``jax.jit`` (the state is made of tracers; the outer function donates, or not) and under
-``jax.disable_jit()``
-(nothing is compiled, so nothing is donated: it says so once, as a ``RuntimeWarning``).
+The checks cost Python work per leaf, and the audit runs on every call, so when the state is the
+very object the previous call returned (the training loop's case: distinct, live outputs of one
+execution) the deleted-leaf and shared-buffer checks run only if the call fails, to name the
+leaf at fault; the batch-is-state check and the after-call check run in one pass over the
+leaves each. Every other call checks everything up front. The audit steps aside when there is
+nothing to audit: inside the user's own ``jax.jit`` (the state is made of tracers; the outer
+function donates, or not) and under ``jax.disable_jit()`` (nothing is compiled, so nothing is
+donated: it says so once, as a ``RuntimeWarning``).
 Every ``DonationError`` it raises is first published on ``jaxwise._events`` as a
 ``DonationFailed`` (``jaxwise.watch`` subscribes); while ``jaxwise._events.suspend_donation``
 is open (``jaxwise watch --nans``, under which nothing donates) the audit is off.
@@ -22,6 +24,8 @@ is open (``jaxwise watch --nans``, under which nothing donates) the audit is off
 
 from __future__ import annotations
 
+import itertools
+import operator
 import warnings
 import weakref
 from collections.abc import Callable
@@ -248,6 +252,8 @@ def _check_signature_stable(before: Any, after: Any, function: str = "") -> None
         )
 
 
+_IS_DELETED = operator.methodcaller("is_deleted")
+
 _LIVE_VIEW = (
     "was not deleted by the donating call: something still holds its buffer, so JAX silently "
     "skipped the donation (a second copy stays in memory and the old state stays readable). The "
@@ -279,12 +285,13 @@ class Audit:
         self.first_done = False
         self._skip = False
         self._warned = False
-        self._returned: list[Any] | None = None  # weak references to the last result's leaves
+        self._returned: Any = None  # a weak reference to the last result's state
+        self._fast = False  # this call's state is the last result: its checks are deferred
 
-    def _skipped(self, leaves: list[Any]) -> bool:
+    def _skipped(self, leaves: list[Any], concrete: bool) -> bool:
         if donation_suspended() is not None:
             return True
-        if any(isinstance(leaf, Tracer) for leaf in leaves):
+        if not concrete and any(isinstance(leaf, Tracer) for leaf in leaves):
             return True  # inside the user's jit: that function donates, or not
         if jax.config.jax_disable_jit:
             if not self._warned:
@@ -294,15 +301,43 @@ class Audit:
         return False
 
     def before(self, state: Any, data: Any) -> list[Any]:
-        """Check the inputs; returns the state's leaves (to check after the call)."""
+        """Check the inputs; returns the state's leaves (to check after the call).
+
+        When ``state`` is the very object the previous call returned (the training loop's
+        usual case), its leaves are distinct, live outputs of one execution: the deleted-leaf
+        and shared-buffer checks have nothing to find, so they run only if the call fails
+        (`call`), where they turn JAX's error into a `DonationError`. The batch is always
+        checked against the state.
+        """
         leaves = jax.tree.leaves(state)
-        self._skip = not self.donate or self._skipped(leaves)
+        returned = self._returned
+        last = returned is not None and returned() is state
+        self._fast = False
+        self._skip = not self.donate or self._skipped(leaves, last)
         if self._skip:
             return leaves
-        if not self._is_last_result(leaves):
+        if not last:
             check_donatable(state, function=self.function)  # deleted leaves, one buffer twice
+        self._check_data(state, leaves, data, last)
+        self._fast = last
+        return leaves
+
+    def _check_data(self, state: Any, leaves: list[Any], data: Any, concrete: bool) -> None:
+        """`DonationError` when a leaf of ``data`` is a leaf of the (donated) state."""
+        data_leaves = jax.tree.leaves(data)
+        if not data_leaves:
+            return
+        if concrete:  # leaves are jax.Arrays: compare identities without per-leaf Python code
+            if len(data_leaves) <= 4:
+                shared = any(
+                    any(map(operator.is_, leaves, itertools.repeat(d))) for d in data_leaves
+                )
+            else:
+                shared = not set(map(id, leaves)).isdisjoint(map(id, data_leaves))
+            if not shared:
+                return
         ids = {id(leaf): leaf for leaf in leaves if isinstance(leaf, jax.Array)}
-        for leaf in jax.tree.leaves(data):
+        for leaf in data_leaves:
             if id(leaf) in ids:
                 name = self._name_of(data, leaf)
                 raise _fail(
@@ -315,21 +350,22 @@ class Audit:
                     ),
                     self.function,
                 )
-        return leaves
 
-    def _is_last_result(self, leaves: list[Any]) -> bool:
-        """The state is exactly what the previous call returned: its buffers are distinct
-        outputs of one execution, alive, so the shared-buffer check has nothing to find."""
-        returned = self._returned
-        return (
-            returned is not None
-            and len(returned) == len(leaves)
-            and all(ref() is leaf for ref, leaf in zip(returned, leaves))
-        )
+    def call(self, fn: Callable[[Any, Any], Any], state: Any, data: Any) -> Any:
+        """``fn(state, data)``; if it fails after a `before` that skipped the state checks (the
+        state was the previous result), they run now and raise a `DonationError` when the
+        failure was theirs (e.g. the state was donated to another program since)."""
+        if not self._fast:
+            return fn(state, data)
+        try:
+            return fn(state, data)
+        except Exception:
+            check_donatable(state, function=self.function)
+            raise
 
     def _remember(self, result: Any) -> None:
         try:
-            self._returned = [weakref.ref(leaf) for leaf in jax.tree.leaves(result[0])]
+            self._returned = weakref.ref(result[0])
         except (TypeError, IndexError):  # not weak-referenceable, or not (state, metrics)
             self._returned = None
 
@@ -338,6 +374,12 @@ class Audit:
         if self._skip:
             return
         self._remember(result)
+        if self._fast:
+            try:
+                if all(map(_IS_DELETED, leaves)):
+                    return  # every leaf was donated
+            except AttributeError:  # a leaf that is not an array (put in by hand): see below
+                pass
         for leaf in leaves:
             if isinstance(leaf, jax.Array) and not leaf.is_deleted():
                 name = self._name_of(state, leaf)

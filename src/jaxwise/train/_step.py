@@ -197,7 +197,7 @@ class JitProgram:
                 raise named from err
             self._first = False
         else:
-            result = self.jitted(state, data)
+            result = self._audit.call(self.jitted, state, data)
         self._audit.after(state, leaves, result)
         return result
 
