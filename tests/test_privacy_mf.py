@@ -52,6 +52,12 @@ def dense_toeplitz(coefs, n):
     return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
 
 
+def normalised_banded(coefs, n):
+    """The column-normalised banded Toeplitz n x n strategy (float64): every column norm 1."""
+    c = dense_toeplitz(coefs, n)
+    return c / np.linalg.norm(c, axis=0)
+
+
 def dense_loss(coefs, n, momentum=0.0):
     """Mean squared row norm of A C^-1 times the max column norm^2 of C, densely."""
     a = np.array(
@@ -106,17 +112,27 @@ def test_strategy_one_band_is_dpsgd():
     assert s.rmse == s.dpsgd_rmse and s.sensitivity == math.sqrt(50)
 
 
-def test_strategy_sensitivity_is_the_dense_worst_case():
-    n, bands = 13, 3
+def _min_separated(n, sep):
+    """Every participation pattern (sorted steps) with gaps of at least ``sep``."""
+    out = [()]
+    for t in range(n):
+        out += [p + (t,) for p in out if not p or t - p[-1] >= sep]
+    return [p for p in out if p]
+
+
+@pytest.mark.parametrize("n,bands", [(13, 3), (11, 4), (9, 2)])
+def test_strategy_sensitivity_is_the_normalised_dense_worst_case(n, bands):
+    # brute force over every min-separated participation pattern (signs of the columns do
+    # not matter: all entries are non-negative), on the float64 column-normalised matrix
     s = bandmf_strategy(n, bands)
-    c = dense_toeplitz(s.coefs, n)
-    starts = range(bands)  # every min-separated pattern of maximal participations
+    c = normalised_banded(s.coefs, n)
     worst = max(
-        np.sum(c[:, list(range(st, n, bands))], axis=1)
-        @ np.sum(c[:, list(range(st, n, bands))], axis=1)
-        for st in starts
+        float(np.sum(c[:, list(p)], axis=1) @ np.sum(c[:, list(p)], axis=1))
+        for p in _min_separated(n, bands)
     )
     assert math.isclose(s.sensitivity**2, worst, rel_tol=1e-12)
+    # the un-normalised Toeplitz tail is smaller: the old figure under-used the budget
+    assert minsep_sensitivity_squared(s.coefs, n, bands) < worst
 
 
 @pytest.mark.parametrize("steps,bands", [(0, 1), (5, 0), (5, -1), (5, 6)])
@@ -145,12 +161,10 @@ def test_strategy_agrees_with_jax_privacy(n, bands, standard_promotion):
     loss_theirs = float(jp("matrix_factorization.toeplitz").loss(jnp.asarray(theirs), n))
     assert loss_ours <= loss_theirs * (1 + 1e-6)
     assert math.isclose(ours.loss, loss_ours, rel_tol=1e-5)  # theirs evaluates in float32
-    sens = float(
-        jp("matrix_factorization.toeplitz").minsep_sensitivity_squared(
-            jnp.asarray(ours.coefs), bands, None, n
-        )
-    )
-    assert math.isclose(ours.sensitivity**2, sens, rel_tol=1e-6)
+    banded = jp("matrix_factorization.banded")
+    strategy = banded.ColumnNormalizedBanded.from_banded_toeplitz(n, jnp.asarray(ours.coefs))
+    sens = float(banded.minsep_sensitivity_squared(strategy, bands))
+    assert math.isclose(ours.sensitivity**2, sens, rel_tol=1e-12)
 
 
 @needs_jax_privacy
@@ -180,12 +194,25 @@ def run_mechanism(mech, z):
     return np.stack(out)
 
 
-def test_bandmf_streaming_matches_dense_inverse(rng):
-    n, bands = 20, 4
+@pytest.mark.parametrize("n,bands", [(20, 4), (9, 8), (12, 2)])
+def test_bandmf_streaming_matches_the_normalised_dense_inverse(rng, n, bands):
+    # the streamed noise is C̃⁻¹z for the column-normalised C̃ (float64 NumPy referee); past
+    # `steps` the strategy starts afresh: a block-diagonal C̃ (2 blocks and 3 steps here)
     mech = BandMF(bands=bands, steps=n)
-    z = rng.standard_normal((n, 6)).astype(np.float32)
-    dense = np.linalg.solve(dense_toeplitz(mech.strategy.coefs, n), z.astype(np.float64))
-    np.testing.assert_allclose(run_mechanism(mech, z), dense, rtol=1e-5, atol=1e-5)
+    z = rng.standard_normal((2 * n + 3, 6)).astype(np.float32)
+    c = normalised_banded(mech.strategy.coefs, n)
+    blocks = [z[:n], z[n : 2 * n], z[2 * n :]]
+    dense = np.concatenate(
+        [np.linalg.solve(c[: len(b), : len(b)], b.astype(np.float64)) for b in blocks]
+    )
+    ours = run_mechanism(mech, z)
+    np.testing.assert_allclose(ours, dense, rtol=1e-5, atol=1e-5)
+    # the last bands − 1 steps are scaled down by the tail's column norms (the fix): the
+    # plain Toeplitz inverse differs there and only there
+    plain = np.linalg.solve(dense_toeplitz(mech.strategy.coefs, n), z[:n].astype(np.float64))
+    np.testing.assert_allclose(ours[: n - bands + 1], plain[: n - bands + 1], rtol=1e-5, atol=1e-5)
+    if bands > 1:
+        assert np.abs(ours[n - bands + 1 : n] - plain[n - bands + 1 : n]).min() > 1e-4
 
 
 def test_bandmf_noise_covariance_is_cinv_cinv_t():
@@ -193,7 +220,7 @@ def test_bandmf_noise_covariance_is_cinv_cinv_t():
     mech = BandMF(bands=3, steps=n)
     z = np.asarray(jax.random.normal(jax.random.key(3), (n, d)))
     noise = run_mechanism(mech, z)
-    cinv = np.linalg.inv(dense_toeplitz(mech.strategy.coefs, n))
+    cinv = np.linalg.inv(normalised_banded(mech.strategy.coefs, n))
     # the d coordinates are d independent realisations of the n-step noise
     expected = cinv @ cinv.T
     # the standard error of a covariance over d samples is about sqrt(2 / d) of its scale
@@ -226,9 +253,10 @@ def test_bandmf_streaming_agrees_with_jax_privacy(rng, standard_promotion):
     n, bands = 24, 5
     mech = BandMF(bands=bands, steps=n)
     z = rng.standard_normal((n, 4)).astype(np.float32)
-    cinv = jp("matrix_factorization.toeplitz").inverse_as_streaming_matrix(
-        jnp.asarray(mech.strategy.coefs, jnp.float32)
+    strategy = jp("matrix_factorization.banded").ColumnNormalizedBanded.from_banded_toeplitz(
+        n, jnp.asarray(mech.strategy.coefs, jnp.float32)
     )
+    cinv = strategy.inverse_as_streaming_matrix()
     theirs = np.asarray(
         jp("matrix_factorization.streaming_matrix").multiply_array(cinv, jnp.asarray(z)), np.float64
     )
@@ -552,9 +580,8 @@ def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
         noisy, state = add_noise(summed, z, state, noise=mech, std=2.0 * clip, batch_size=4.0)
         zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
         outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
-    # the dense float64 referee: x = C⁻¹ z with C the banded Toeplitz matrix of the strategy
-    coefs = mech.strategy.coefs
-    c = sum(np.diag(np.full(6 - k, coefs[k]), -k) for k in range(3))
+    # the dense float64 referee: x = C̃⁻¹ z with C̃ the column-normalised banded strategy
+    c = normalised_banded(mech.strategy.coefs, 6)
     np.testing.assert_allclose(np.stack(outs), np.linalg.solve(c, np.stack(zs)), rtol=2e-5)
 
 
