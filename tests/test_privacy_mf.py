@@ -863,3 +863,21 @@ def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
     state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})
     total = float(np.asarray(metrics["batch_size"]).sum())
     np.testing.assert_allclose(np.asarray(state.params["w"]), total / batch, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-epoch", "epoch-already-run"])
+@pytest.mark.parametrize("other", [None, BandMF(2, steps=16)], ids=["dpsgd-state", "bandmf2-state"])
+def test_another_gradients_state_is_refused_by_name_on_every_call(fresh, other):
+    # a DP-SGD (or 2-band) gradient_state handed to a 4-band BandMF epoch: the named error on
+    # the first call and on a later one (it crashed inside _bandmf.py once the epoch had run)
+    from jaxwise import optim, train
+
+    epoch, state = _wired(BandMF(4, steps=16), groups=4)
+    data = _wire_data()
+    if not fresh:
+        state, _ = epoch(state, data)
+    gradient = privacy.dp_gradient_fn(_wire_loss, clip_norm=1.0, noise_multiplier=1.0, noise=other)
+    foreign = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0, gradient=gradient)
+    with pytest.raises(ValueError, match="gradient_state.*structure and shapes"):
+        epoch(state.replace(gradient_state=foreign.gradient_state), data)
+    state, _ = epoch(state, data)  # the right state still trains

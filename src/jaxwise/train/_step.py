@@ -167,14 +167,30 @@ class JitProgram:
         check_optimizer(state.tx, "state.tx")
         check_params(state.params, "state.params")  # e.g. complex params put in by replace
         check_optimizer_fits(state.tx, state.params, state.opt_state)
+        self._check_gradient_state(state)
+
+    def _check_gradient_state(self, state: TrainState) -> None:
+        """``state.gradient_state`` has the structure and shapes of ``gradient.init(params)``.
+
+        Run before the first call and again whenever a later call fails to trace (a state
+        from another gradient function: a retrace), so it costs nothing per call.
+        """
         if self._plan.stateful and state.gradient_state is not None:
             assert isinstance(self.gradient, StatefulGradientFn)
             want = jax.eval_shape(self.gradient.init, state.params)
-            if jax.tree.structure(want) != jax.tree.structure(state.gradient_state):
+            got = state.gradient_state
+            same = jax.tree.structure(want) == jax.tree.structure(got) and all(
+                jnp.shape(a) == jnp.shape(b)
+                for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got))
+            )
+            if not same:
                 raise ValueError(
-                    "`state.gradient_state` does not have the structure of "
+                    "`state.gradient_state` does not have the structure and shapes of "
                     f"`{type(self.gradient).__name__}.init(params)`: "
-                    f"{jax.tree.structure(state.gradient_state)} vs {jax.tree.structure(want)}; "
+                    f"{describe_leaves(got, 'gradient_state')} "
+                    f"(structure {jax.tree.structure(got)}) vs "
+                    f"{describe_leaves(want, 'init(params)')} "
+                    f"(structure {jax.tree.structure(want)}); "
                     "create the state with `TrainState.create(params, tx, key, gradient=...)`"
                 )
 
@@ -197,7 +213,12 @@ class JitProgram:
                 raise named from err
             self._first = False
         else:
-            result = self.jitted(state, data)
+            try:
+                result = self.jitted(state, data)
+            except (TypeError, ValueError, KeyError, IndexError):
+                # a retrace that failed: a gradient_state of another gradient is named here
+                self._check_gradient_state(state)
+                raise
         self._audit.after(state, leaves, result)
         return result
 
