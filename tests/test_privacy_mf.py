@@ -295,6 +295,127 @@ def test_blt_sensitivity_agrees_with_jax_privacy(standard_promotion):
     np.testing.assert_allclose(blt_coefs(s.decays, s.scales, 40), coefs, rtol=1e-12)
 
 
+def _old_blt_loss(u, buffers, n, min_sep):
+    """The BLT objective as the previous release computed it: dense coefficients, O(n²)."""
+    from jaxwise.privacy import _blt, _toeplitz
+
+    decays, scales = _blt._unpack(u, buffers)
+    coefs = blt_coefs(decays, scales, n)
+    workload = np.ones(n)
+    sens2 = float(
+        max(
+            np.sum(dense_toeplitz(coefs, n)[:, list(range(st, n, min_sep))], axis=1) ** 2
+            @ np.ones(n)
+            for st in range(min_sep)
+        )
+    )
+    return _toeplitz.mean_error(coefs, workload) * sens2, sens2
+
+
+@pytest.mark.parametrize("buffers,n,min_sep", [(2, 30, 4), (3, 25, 1), (1, 40, 40)])
+def test_blt_rational_loss_and_gradient_match_the_dense_float64_referee(buffers, n, min_sep):
+    # the O(n · buffers) rational filter P/Q: the same loss and sensitivity as the dense
+    # Toeplitz matrix, and a gradient equal to central differences of the dense loss
+    from jaxwise.privacy import _blt
+
+    u = np.random.default_rng(buffers).normal(size=2 * buffers + 1)
+    loss, sens2, grad = _blt._loss_and_grad(u, buffers, np.ones(n), min_sep)
+    dense_loss_, dense_sens2 = _old_blt_loss(u, buffers, n, min_sep)
+    assert math.isclose(loss, dense_loss_, rel_tol=1e-10)
+    assert math.isclose(sens2, dense_sens2, rel_tol=1e-12)
+    h = 1e-6
+    numeric = [
+        (
+            _old_blt_loss(u + h * e, buffers, n, min_sep)[0]
+            - _old_blt_loss(u - h * e, buffers, n, min_sep)[0]
+        )
+        / (2 * h)
+        for e in np.eye(u.shape[0])
+    ]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-6 * abs(loss))
+
+
+def test_blt_strategy_is_at_least_as_good_as_the_dense_optimiser():
+    # referee: the previous release's optimiser (numeric gradients of the dense loss)
+    from scipy import optimize
+
+    buffers, n, min_sep = 2, 40, 4
+    u0 = np.concatenate([np.linspace(4.0, -1.0, buffers), np.zeros(buffers), [0.0]])
+    old = optimize.minimize(
+        lambda u: _old_blt_loss(u, buffers, n, min_sep)[0],
+        u0,
+        method="L-BFGS-B",
+        options={"maxiter": 500, "ftol": 1e-13},
+    )
+    s = blt_strategy(buffers, n, min_sep=min_sep)
+    assert s.loss <= old.fun * (1 + 1e-9)
+    assert math.isclose(s.loss, old.fun, rel_tol=1e-6)
+
+
+class _Taps:
+    """A stand-in for scipy.signal recording the taps of every filter run."""
+
+    def __init__(self, interrupt_after=None):
+        import scipy.signal
+
+        self.signal, self.taps, self.calls = scipy.signal, [], 0
+        self.interrupt_after = interrupt_after
+
+    def lfilter(self, b, a, x, *args, **kwargs):
+        self.calls += 1
+        if self.interrupt_after is not None and self.calls > self.interrupt_after:
+            raise KeyboardInterrupt
+        self.taps.append(max(np.size(b), np.size(a)))
+        return self.signal.lfilter(b, a, x, *args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["bandmf", "blt", "sensitivity", "mean_error"])
+def test_strategy_work_is_linear_in_the_steps(monkeypatch, kind):
+    # every filter run has at most bands (or buffers + 1) taps: O(steps · bands) work; the
+    # coefficients were padded to `steps` (an O(steps²) filter: BandMF(8, 10**6) hung)
+    from jaxwise.privacy import _bandmf, _blt, _toeplitz
+
+    taps = _Taps()
+    monkeypatch.setattr(_toeplitz, "_signal", lambda: taps)
+    steps = 4096
+    if kind == "bandmf":
+        _bandmf._optimise.__wrapped__(steps, 8, 0.0)
+    elif kind == "blt":
+        _blt._optimise.__wrapped__(3, steps, 64, 0.0)
+    elif kind == "sensitivity":
+        minsep_sensitivity_squared(np.array([0.6, 0.5, 0.4, 0.3]), steps, 4)
+    else:
+        _toeplitz.mean_error(np.array([0.6, 0.5, 0.4, 0.3]), np.ones(steps))
+    assert taps.taps and max(taps.taps) <= 8
+
+
+@pytest.mark.parametrize("kind", ["bandmf", "blt"])
+def test_ctrl_c_inside_the_strategy_optimiser_propagates(monkeypatch, kind):
+    from jaxwise.privacy import _bandmf, _blt, _toeplitz
+
+    taps = _Taps(interrupt_after=20)
+    monkeypatch.setattr(_toeplitz, "_signal", lambda: taps)
+    with pytest.raises(KeyboardInterrupt):
+        if kind == "bandmf":
+            _bandmf._optimise.__wrapped__(512, 4, 0.0)
+        else:
+            _blt._optimise.__wrapped__(2, 512, 8, 0.0)
+
+
+def test_progress_shows_a_bar_only_after_its_delay(capsys):
+    from jaxwise.privacy._toeplitz import Progress
+
+    with Progress("quick", after=3600.0) as progress:
+        progress(1.0)
+    assert capsys.readouterr().err == ""
+    pytest.importorskip("rich")
+    with Progress("slow strategy", after=0.0) as progress:
+        progress(2.5)
+        progress(1.25)
+    err = capsys.readouterr().err
+    assert "slow strategy" in err and "1.25" in err
+
+
 @pytest.mark.parametrize("buffers", [0, 5, -1])
 def test_blt_bad_buffers(buffers):
     with pytest.raises(ValueError, match="buffers"):
