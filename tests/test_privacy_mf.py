@@ -52,6 +52,12 @@ def dense_toeplitz(coefs, n):
     return np.array([[c[i - j] if i >= j else 0.0 for j in range(n)] for i in range(n)])
 
 
+def normalised_banded(coefs, n):
+    """The column-normalised banded Toeplitz n x n strategy (float64): every column norm 1."""
+    c = dense_toeplitz(coefs, n)
+    return c / np.linalg.norm(c, axis=0)
+
+
 def dense_loss(coefs, n, momentum=0.0):
     """Mean squared row norm of A C^-1 times the max column norm^2 of C, densely."""
     a = np.array(
@@ -106,17 +112,27 @@ def test_strategy_one_band_is_dpsgd():
     assert s.rmse == s.dpsgd_rmse and s.sensitivity == math.sqrt(50)
 
 
-def test_strategy_sensitivity_is_the_dense_worst_case():
-    n, bands = 13, 3
+def _min_separated(n, sep):
+    """Every participation pattern (sorted steps) with gaps of at least ``sep``."""
+    out = [()]
+    for t in range(n):
+        out += [p + (t,) for p in out if not p or t - p[-1] >= sep]
+    return [p for p in out if p]
+
+
+@pytest.mark.parametrize("n,bands", [(13, 3), (11, 4), (9, 2)])
+def test_strategy_sensitivity_is_the_normalised_dense_worst_case(n, bands):
+    # brute force over every min-separated participation pattern (signs of the columns do
+    # not matter: all entries are non-negative), on the float64 column-normalised matrix
     s = bandmf_strategy(n, bands)
-    c = dense_toeplitz(s.coefs, n)
-    starts = range(bands)  # every min-separated pattern of maximal participations
+    c = normalised_banded(s.coefs, n)
     worst = max(
-        np.sum(c[:, list(range(st, n, bands))], axis=1)
-        @ np.sum(c[:, list(range(st, n, bands))], axis=1)
-        for st in starts
+        float(np.sum(c[:, list(p)], axis=1) @ np.sum(c[:, list(p)], axis=1))
+        for p in _min_separated(n, bands)
     )
     assert math.isclose(s.sensitivity**2, worst, rel_tol=1e-12)
+    # the un-normalised Toeplitz tail is smaller: the old figure under-used the budget
+    assert minsep_sensitivity_squared(s.coefs, n, bands) < worst
 
 
 @pytest.mark.parametrize("steps,bands", [(0, 1), (5, 0), (5, -1), (5, 6)])
@@ -145,12 +161,10 @@ def test_strategy_agrees_with_jax_privacy(n, bands, standard_promotion):
     loss_theirs = float(jp("matrix_factorization.toeplitz").loss(jnp.asarray(theirs), n))
     assert loss_ours <= loss_theirs * (1 + 1e-6)
     assert math.isclose(ours.loss, loss_ours, rel_tol=1e-5)  # theirs evaluates in float32
-    sens = float(
-        jp("matrix_factorization.toeplitz").minsep_sensitivity_squared(
-            jnp.asarray(ours.coefs), bands, None, n
-        )
-    )
-    assert math.isclose(ours.sensitivity**2, sens, rel_tol=1e-6)
+    banded = jp("matrix_factorization.banded")
+    strategy = banded.ColumnNormalizedBanded.from_banded_toeplitz(n, jnp.asarray(ours.coefs))
+    sens = float(banded.minsep_sensitivity_squared(strategy, bands))
+    assert math.isclose(ours.sensitivity**2, sens, rel_tol=1e-12)
 
 
 @needs_jax_privacy
@@ -180,12 +194,25 @@ def run_mechanism(mech, z):
     return np.stack(out)
 
 
-def test_bandmf_streaming_matches_dense_inverse(rng):
-    n, bands = 20, 4
+@pytest.mark.parametrize("n,bands", [(20, 4), (9, 8), (12, 2)])
+def test_bandmf_streaming_matches_the_normalised_dense_inverse(rng, n, bands):
+    # the streamed noise is C̃⁻¹z for the column-normalised C̃ (float64 NumPy referee); past
+    # `steps` the strategy starts afresh: a block-diagonal C̃ (2 blocks and 3 steps here)
     mech = BandMF(bands=bands, steps=n)
-    z = rng.standard_normal((n, 6)).astype(np.float32)
-    dense = np.linalg.solve(dense_toeplitz(mech.strategy.coefs, n), z.astype(np.float64))
-    np.testing.assert_allclose(run_mechanism(mech, z), dense, rtol=1e-5, atol=1e-5)
+    z = rng.standard_normal((2 * n + 3, 6)).astype(np.float32)
+    c = normalised_banded(mech.strategy.coefs, n)
+    blocks = [z[:n], z[n : 2 * n], z[2 * n :]]
+    dense = np.concatenate(
+        [np.linalg.solve(c[: len(b), : len(b)], b.astype(np.float64)) for b in blocks]
+    )
+    ours = run_mechanism(mech, z)
+    np.testing.assert_allclose(ours, dense, rtol=1e-5, atol=1e-5)
+    # the last bands − 1 steps are scaled down by the tail's column norms (the fix): the
+    # plain Toeplitz inverse differs there and only there
+    plain = np.linalg.solve(dense_toeplitz(mech.strategy.coefs, n), z[:n].astype(np.float64))
+    np.testing.assert_allclose(ours[: n - bands + 1], plain[: n - bands + 1], rtol=1e-5, atol=1e-5)
+    if bands > 1:
+        assert np.abs(ours[n - bands + 1 : n] - plain[n - bands + 1 : n]).min() > 1e-4
 
 
 def test_bandmf_noise_covariance_is_cinv_cinv_t():
@@ -193,7 +220,7 @@ def test_bandmf_noise_covariance_is_cinv_cinv_t():
     mech = BandMF(bands=3, steps=n)
     z = np.asarray(jax.random.normal(jax.random.key(3), (n, d)))
     noise = run_mechanism(mech, z)
-    cinv = np.linalg.inv(dense_toeplitz(mech.strategy.coefs, n))
+    cinv = np.linalg.inv(normalised_banded(mech.strategy.coefs, n))
     # the d coordinates are d independent realisations of the n-step noise
     expected = cinv @ cinv.T
     # the standard error of a covariance over d samples is about sqrt(2 / d) of its scale
@@ -226,9 +253,10 @@ def test_bandmf_streaming_agrees_with_jax_privacy(rng, standard_promotion):
     n, bands = 24, 5
     mech = BandMF(bands=bands, steps=n)
     z = rng.standard_normal((n, 4)).astype(np.float32)
-    cinv = jp("matrix_factorization.toeplitz").inverse_as_streaming_matrix(
-        jnp.asarray(mech.strategy.coefs, jnp.float32)
+    strategy = jp("matrix_factorization.banded").ColumnNormalizedBanded.from_banded_toeplitz(
+        n, jnp.asarray(mech.strategy.coefs, jnp.float32)
     )
+    cinv = strategy.inverse_as_streaming_matrix()
     theirs = np.asarray(
         jp("matrix_factorization.streaming_matrix").multiply_array(cinv, jnp.asarray(z)), np.float64
     )
@@ -265,6 +293,127 @@ def test_blt_sensitivity_agrees_with_jax_privacy(standard_promotion):
         coefs = np.asarray(theirs.toeplitz_coefs(40))
     assert abs(s.sensitivity**2 - closed) <= 1e-9 * closed
     np.testing.assert_allclose(blt_coefs(s.decays, s.scales, 40), coefs, rtol=1e-12)
+
+
+def _old_blt_loss(u, buffers, n, min_sep):
+    """The BLT objective as the previous release computed it: dense coefficients, O(n²)."""
+    from jaxwise.privacy import _blt, _toeplitz
+
+    decays, scales = _blt._unpack(u, buffers)
+    coefs = blt_coefs(decays, scales, n)
+    workload = np.ones(n)
+    sens2 = float(
+        max(
+            np.sum(dense_toeplitz(coefs, n)[:, list(range(st, n, min_sep))], axis=1) ** 2
+            @ np.ones(n)
+            for st in range(min_sep)
+        )
+    )
+    return _toeplitz.mean_error(coefs, workload) * sens2, sens2
+
+
+@pytest.mark.parametrize("buffers,n,min_sep", [(2, 30, 4), (3, 25, 1), (1, 40, 40)])
+def test_blt_rational_loss_and_gradient_match_the_dense_float64_referee(buffers, n, min_sep):
+    # the O(n · buffers) rational filter P/Q: the same loss and sensitivity as the dense
+    # Toeplitz matrix, and a gradient equal to central differences of the dense loss
+    from jaxwise.privacy import _blt
+
+    u = np.random.default_rng(buffers).normal(size=2 * buffers + 1)
+    loss, sens2, grad = _blt._loss_and_grad(u, buffers, np.ones(n), min_sep)
+    dense_loss_, dense_sens2 = _old_blt_loss(u, buffers, n, min_sep)
+    assert math.isclose(loss, dense_loss_, rel_tol=1e-10)
+    assert math.isclose(sens2, dense_sens2, rel_tol=1e-12)
+    h = 1e-6
+    numeric = [
+        (
+            _old_blt_loss(u + h * e, buffers, n, min_sep)[0]
+            - _old_blt_loss(u - h * e, buffers, n, min_sep)[0]
+        )
+        / (2 * h)
+        for e in np.eye(u.shape[0])
+    ]
+    np.testing.assert_allclose(grad, numeric, rtol=1e-6, atol=1e-6 * abs(loss))
+
+
+def test_blt_strategy_is_at_least_as_good_as_the_dense_optimiser():
+    # referee: the previous release's optimiser (numeric gradients of the dense loss)
+    from scipy import optimize
+
+    buffers, n, min_sep = 2, 40, 4
+    u0 = np.concatenate([np.linspace(4.0, -1.0, buffers), np.zeros(buffers), [0.0]])
+    old = optimize.minimize(
+        lambda u: _old_blt_loss(u, buffers, n, min_sep)[0],
+        u0,
+        method="L-BFGS-B",
+        options={"maxiter": 500, "ftol": 1e-13},
+    )
+    s = blt_strategy(buffers, n, min_sep=min_sep)
+    assert s.loss <= old.fun * (1 + 1e-9)
+    assert math.isclose(s.loss, old.fun, rel_tol=1e-6)
+
+
+class _Taps:
+    """A stand-in for scipy.signal recording the taps of every filter run."""
+
+    def __init__(self, interrupt_after=None):
+        import scipy.signal
+
+        self.signal, self.taps, self.calls = scipy.signal, [], 0
+        self.interrupt_after = interrupt_after
+
+    def lfilter(self, b, a, x, *args, **kwargs):
+        self.calls += 1
+        if self.interrupt_after is not None and self.calls > self.interrupt_after:
+            raise KeyboardInterrupt
+        self.taps.append(max(np.size(b), np.size(a)))
+        return self.signal.lfilter(b, a, x, *args, **kwargs)
+
+
+@pytest.mark.parametrize("kind", ["bandmf", "blt", "sensitivity", "mean_error"])
+def test_strategy_work_is_linear_in_the_steps(monkeypatch, kind):
+    # every filter run has at most bands (or buffers + 1) taps: O(steps · bands) work; the
+    # coefficients were padded to `steps` (an O(steps²) filter: BandMF(8, 10**6) hung)
+    from jaxwise.privacy import _bandmf, _blt, _toeplitz
+
+    taps = _Taps()
+    monkeypatch.setattr(_toeplitz, "_signal", lambda: taps)
+    steps = 4096
+    if kind == "bandmf":
+        _bandmf._optimise.__wrapped__(steps, 8, 0.0)
+    elif kind == "blt":
+        _blt._optimise.__wrapped__(3, steps, 64, 0.0)
+    elif kind == "sensitivity":
+        minsep_sensitivity_squared(np.array([0.6, 0.5, 0.4, 0.3]), steps, 4)
+    else:
+        _toeplitz.mean_error(np.array([0.6, 0.5, 0.4, 0.3]), np.ones(steps))
+    assert taps.taps and max(taps.taps) <= 8
+
+
+@pytest.mark.parametrize("kind", ["bandmf", "blt"])
+def test_ctrl_c_inside_the_strategy_optimiser_propagates(monkeypatch, kind):
+    from jaxwise.privacy import _bandmf, _blt, _toeplitz
+
+    taps = _Taps(interrupt_after=20)
+    monkeypatch.setattr(_toeplitz, "_signal", lambda: taps)
+    with pytest.raises(KeyboardInterrupt):
+        if kind == "bandmf":
+            _bandmf._optimise.__wrapped__(512, 4, 0.0)
+        else:
+            _blt._optimise.__wrapped__(2, 512, 8, 0.0)
+
+
+def test_progress_shows_a_bar_only_after_its_delay(capsys):
+    from jaxwise.privacy._toeplitz import Progress
+
+    with Progress("quick", after=3600.0) as progress:
+        progress(1.0)
+    assert capsys.readouterr().err == ""
+    pytest.importorskip("rich")
+    with Progress("slow strategy", after=0.0) as progress:
+        progress(2.5)
+        progress(1.25)
+    err = capsys.readouterr().err
+    assert "slow strategy" in err and "1.25" in err
 
 
 @pytest.mark.parametrize("buffers", [0, 5, -1])
@@ -552,9 +701,8 @@ def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
         noisy, state = add_noise(summed, z, state, noise=mech, std=2.0 * clip, batch_size=4.0)
         zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
         outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
-    # the dense float64 referee: x = C⁻¹ z with C the banded Toeplitz matrix of the strategy
-    coefs = mech.strategy.coefs
-    c = sum(np.diag(np.full(6 - k, coefs[k]), -k) for k in range(3))
+    # the dense float64 referee: x = C̃⁻¹ z with C̃ the column-normalised banded strategy
+    c = normalised_banded(mech.strategy.coefs, 6)
     np.testing.assert_allclose(np.stack(outs), np.linalg.solve(c, np.stack(zs)), rtol=2e-5)
 
 
@@ -836,3 +984,21 @@ def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
     state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})
     total = float(np.asarray(metrics["batch_size"]).sum())
     np.testing.assert_allclose(np.asarray(state.params["w"]), total / batch, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fresh", [True, False], ids=["fresh-epoch", "epoch-already-run"])
+@pytest.mark.parametrize("other", [None, BandMF(2, steps=16)], ids=["dpsgd-state", "bandmf2-state"])
+def test_another_gradients_state_is_refused_by_name_on_every_call(fresh, other):
+    # a DP-SGD (or 2-band) gradient_state handed to a 4-band BandMF epoch: the named error on
+    # the first call and on a later one (it crashed inside _bandmf.py once the epoch had run)
+    from jaxwise import optim, train
+
+    epoch, state = _wired(BandMF(4, steps=16), groups=4)
+    data = _wire_data()
+    if not fresh:
+        state, _ = epoch(state, data)
+    gradient = privacy.dp_gradient_fn(_wire_loss, clip_norm=1.0, noise_multiplier=1.0, noise=other)
+    foreign = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0, gradient=gradient)
+    with pytest.raises(ValueError, match="gradient_state.*structure and shapes"):
+        epoch(state.replace(gradient_state=foreign.gradient_state), data)
+    state, _ = epoch(state, data)  # the right state still trains

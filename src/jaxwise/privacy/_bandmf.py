@@ -32,7 +32,7 @@ from jaxwise._checks import check_float, check_int
 from jaxwise._extras import require
 from jaxwise.privacy import _toeplitz
 
-__all__ = ["BandMF", "BandMFStrategy", "bandmf_strategy"]
+__all__ = ["BandMF", "BandMFStrategy", "bandmf_strategy", "column_norms"]
 
 
 class BandMFStrategy(NamedTuple):
@@ -47,8 +47,9 @@ class BandMFStrategy(NamedTuple):
             quantity jax-privacy's ``toeplitz.loss`` computes.
         rmse: its square root, per unit of noise and per-participation sensitivity 1.
         dpsgd_rmse: the same for DP-SGD (``C = I``).
-        sensitivity: the L2 sensitivity of ``C`` when an example joins every ``bands`` steps
-            (``ceil(n / bands)`` participations), without amplification.
+        sensitivity: the L2 sensitivity of the streamed, column-normalised ``C̃`` when an
+            example joins every ``bands`` steps (``ceil(n / bands)`` participations), without
+            amplification: ``sqrt(ceil(n / bands))`` (unit columns that do not overlap).
     """
 
     coefs: np.ndarray
@@ -94,18 +95,28 @@ def _optimise(steps: int, bands: int, momentum: float) -> BandMFStrategy:
         optimize = require("scipy.optimize", extra="privacy", feature="bandmf_strategy")
         # scale-free: c_0 is fixed at 1 and the others kept in [0, 1]; a line-search trial
         # whose recurrence C⁻¹ blows up (e.g. c_1 > c_0) is an infinite loss, not an overflow
-        result = optimize.minimize(
-            lambda c: _finite_loss_and_grad(c, workload),
-            coefs,
-            jac=True,
-            method="L-BFGS-B",
-            bounds=[(1.0, 1.0)] + [(0.0, 1.0)] * (bands - 1),
-            options={"maxiter": 2000, "ftol": 1e-16, "gtol": 1e-13},
-        )
+        _toeplitz.solve(np.ones(1), np.ones(1))  # imports SciPy before the clock starts
+        with _toeplitz.Progress(f"BandMF({bands}, {steps}) strategy") as progress:
+
+            def fun(c: np.ndarray) -> tuple[float, np.ndarray]:
+                loss, grad = _finite_loss_and_grad(c, workload)  # O(steps · bands)
+                progress(loss)
+                return loss, grad
+
+            result = optimize.minimize(
+                fun,
+                coefs,
+                jac=True,
+                method="L-BFGS-B",
+                bounds=[(1.0, 1.0)] + [(0.0, 1.0)] * (bands - 1),
+                options={"maxiter": 2000, "ftol": 1e-16, "gtol": 1e-13},
+            )
         coefs = np.asarray(result.x, np.float64)
     coefs = coefs / np.linalg.norm(coefs)
     loss = _toeplitz.mean_error(coefs, workload)
-    sens2 = _toeplitz.minsep_sensitivity_squared(coefs, steps, bands)
+    # the streamed C is column-normalised (`column_norms`): every column has norm 1 and the
+    # columns of participations `bands` apart do not overlap, so the worst case is the count
+    sens2 = float(_toeplitz.max_participations(steps, bands))
     return BandMFStrategy(
         coefs=coefs,
         steps=steps,
@@ -155,14 +166,19 @@ def bandmf_strategy(steps: int, bands: int, *, momentum: float = 0.0) -> BandMFS
 class BandMF:
     """Banded matrix-factorization noise, a `NoiseMechanism` for ``dp_gradient_fn(noise=...)``.
 
-    Step ``t`` adds ``x_t = (C⁻¹ z)_t`` for the optimised strategy of
-    [`bandmf_strategy`][jaxwise.privacy.bandmf_strategy]``(steps, bands)``; the state holds
-    the last ``bands − 1`` outputs (a pytree like the parameters with a leading
-    ``(bands − 1,)`` axis, in the parameters' dtypes). ``bands = 1`` returns ``z`` itself
-    (DP-SGD, bit for bit). Privacy needs an example to join at most once every ``bands``
-    steps: train with ``CyclicPoissonSampler(batch_size, groups=bands)`` (or more groups) and
-    account with ``epsilon(..., mechanism=BandMF(...))``. Running more than ``steps`` steps
-    stays private (every column of ``C`` has norm at most 1); it is only no longer optimal.
+    Step ``t`` adds ``(C̃⁻¹ z)_t`` for the column-normalised strategy ``C̃ = C D⁻¹`` of
+    [`bandmf_strategy`][jaxwise.privacy.bandmf_strategy]``(steps, bands)`` (``D`` the
+    column norms of the banded Toeplitz ``C``: 1 but for the last ``bands − 1`` columns, see
+    `column_norms`): ``x_t = ‖c[:steps − t]‖ · (C⁻¹z)_t``, as
+    jax-privacy's ``ColumnNormalizedBanded`` and Choquette-Choo et al. (2023) stream it.
+    The state holds the last ``bands − 1`` values of ``C⁻¹z`` (a pytree like the parameters
+    with a leading ``(bands − 1,)`` axis, in the parameters' dtypes) and the step's position
+    in its block of ``steps`` steps. ``bands = 1`` returns ``z`` itself (DP-SGD, bit for
+    bit). Privacy needs an example to join at most once every ``bands`` steps: train with
+    ``CyclicPoissonSampler(batch_size, groups=bands)`` (or more groups) and account with
+    ``epsilon(..., mechanism=BandMF(...))``. Running more than ``steps`` steps stays private:
+    the strategy starts afresh every ``steps`` steps (a block-diagonal ``C̃``, every column a
+    unit vector, bands never overlapping); it is only no longer optimal.
 
     Attributes:
         bands: the number of bands ``b`` (>= 1, <= ``steps``).
@@ -222,10 +238,11 @@ class BandMF:
         }
 
     def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
-        """This step's noise ``(C⁻¹z)_t`` from the standard-normal ``z`` and the new state.
+        """This step's noise ``‖c[:steps − t]‖ · (C⁻¹z)_t`` and the new state.
 
-        The buffers are a ring: step ``t`` writes its output at slot ``t mod (bands − 1)``
-        (``state["index"]``), so a step reads the buffers once and writes one slot.
+        The buffers are a ring: the step at position ``t`` of its block (``state["index"]``)
+        writes ``(C⁻¹z)_t`` at slot ``t mod (bands − 1)``, so a step reads the buffers once
+        and writes one slot.
 
         Args:
             state: the state of `init` (or of the previous step).
@@ -238,17 +255,44 @@ class BandMF:
             return z, state
         coefs = self.strategy.coefs
         lead = self.bands - 1
-        index = state["index"]
-        # slot j holds x_{t-k} with k = ((index - j - 1) mod lead) + 1
-        lag = (index - jnp.arange(lead, dtype=jnp.int32) - 1) % lead
-        tail = jnp.asarray(coefs[1:], jnp.float32)[lag]
+        pos = state["index"]  # the step's position in its block of `steps` steps
+        # slot j holds x_{t-k} with k = ((pos − j − 1) mod lead) + 1; a lag reaching before
+        # the block's start (k > pos) reads nothing: past `steps` the strategy starts afresh
+        k = (pos - jnp.arange(lead, dtype=jnp.int32) - 1) % lead + 1
+        tail = jnp.where(k <= pos, jnp.asarray(coefs[1:], jnp.float32)[k - 1], 0.0)
+        # column `pos` of the column-normalised C: its norm ‖c[:steps − pos]‖ (1 but at the end)
+        norms = jnp.asarray(column_norms(coefs), jnp.float32)
+        scale = norms[jnp.clip(self.steps - 1 - pos, 0, lead)]
+        slot = pos % lead
 
         def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
             inner = jnp.tensordot(tail.astype(buf.dtype), buf, axes=1)
             x = (zi - inner.astype(zi.dtype)) / jnp.asarray(coefs[0], zi.dtype)
-            return x, jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), index, 0)
+            new = jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), slot, 0)
+            return x * scale.astype(zi.dtype), new
 
         pairs = jax.tree.map(one, z, state["buffers"])
         outer = jax.tree.structure(z)
         noise, buffers = jax.tree.transpose(outer, jax.tree.structure((0, 0)), pairs)
-        return noise, {"buffers": buffers, "index": (index + 1) % lead}
+        return noise, {"buffers": buffers, "index": (pos + 1) % self.steps}
+
+
+def column_norms(coefs: np.ndarray) -> np.ndarray:
+    """``‖c[:m]‖`` for ``m = 1 … bands`` (float64): the norms of ``C``'s last columns.
+
+    The column ``j`` of the ``n × n`` banded Toeplitz ``C`` holds ``c[:min(bands, n − j)]``:
+    norm 1 (``‖c‖ = 1``) but for the last ``bands − 1`` columns. Dividing those by their
+    norms (Choquette-Choo et al. 2023; jax-privacy's ``ColumnNormalizedBanded``) makes every
+    column a unit vector, so the step ``t`` adds ``‖c[:n − t]‖ · (C⁻¹z)_t``: less noise in
+    the last ``bands − 1`` steps at the same sensitivity.
+
+    Args:
+        coefs: ``(bands,)`` the strategy's unit-norm coefficients.
+
+    Returns:
+        ``(bands,)``: entry ``m`` is ``‖c[:m + 1]‖``; the last is exactly 1.
+    """
+    c = np.asarray(coefs, np.float64)
+    out = np.sqrt(np.cumsum(c**2))
+    out[-1] = 1.0
+    return out

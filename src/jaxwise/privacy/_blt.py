@@ -68,17 +68,61 @@ def blt_coefs(decays: np.ndarray, scales: np.ndarray, steps: int) -> np.ndarray:
 
 
 def _unpack(u: np.ndarray, buffers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decays and scales from the unconstrained ``u`` (complex ``u`` too: complex-step)."""
     decays = 1.0 / (1.0 + np.exp(-u[:buffers]))
-    weights = np.exp(u[buffers : 2 * buffers] - u[buffers : 2 * buffers].max())
+    weights = np.exp(u[buffers : 2 * buffers] - np.real(u[buffers : 2 * buffers]).max())
     total = 1.0 / (1.0 + np.exp(-u[-1]))
     return decays, total * weights / weights.sum()
 
 
-def _loss(u: np.ndarray, buffers: int, workload: np.ndarray, min_sep: int) -> tuple[float, float]:
-    decays, scales = _unpack(u, buffers)
-    coefs = blt_coefs(decays, scales, workload.shape[0])
-    sens2 = _toeplitz.minsep_sensitivity_squared(coefs, workload.shape[0], min_sep)
-    return _toeplitz.mean_error(coefs, workload) * sens2, sens2
+def blt_rational(decays: np.ndarray, scales: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``C(z) = 1 + z Σ ω_i / (1 − θ_i z) = P(z) / Q(z)``: ``(P, Q)``, ascending powers.
+
+    ``Q = Π (1 − θ_i z)`` and ``P = Q + z Σ_i ω_i Π_{j≠i} (1 − θ_j z)`` (``buffers + 1``
+    coefficients each, ``P[0] = Q[0] = 1``), so ``C⁻¹`` is the recurrence ``Q/P`` of order
+    ``buffers`` and every product with ``C`` or ``C⁻¹`` costs ``O(n · buffers)``.
+    """
+    buffers = decays.shape[0]
+    den = np.ones(1, dtype=decays.dtype)
+    for theta in decays:
+        den = np.convolve(den, np.array([1.0, -theta]))
+    num = np.concatenate([den, np.zeros(1, den.dtype)]).astype(np.result_type(den, scales))
+    for i in range(buffers):
+        others = np.ones(1, dtype=decays.dtype)
+        for j in range(buffers):
+            if j != i:
+                others = np.convolve(others, np.array([1.0, -decays[j]]))
+        num[1 : buffers + 1] = num[1 : buffers + 1] + scales[i] * others
+    return num[: buffers + 1], den
+
+
+def _pack(u: np.ndarray, buffers: int) -> np.ndarray:
+    num, den = blt_rational(*_unpack(u, buffers))
+    return np.concatenate([num[1:], den[1:]])
+
+
+def _jacobian(u: np.ndarray, buffers: int) -> np.ndarray:
+    """``∂(P[1:], Q[1:]) / ∂u`` by complex-step differentiation (exact to rounding)."""
+    h = 1e-30
+    cols = []
+    for i in range(u.shape[0]):
+        du = u.astype(np.complex128)
+        du[i] += 1j * h
+        cols.append(np.imag(_pack(du, buffers)) / h)
+    return np.stack(cols, axis=1)
+
+
+def _loss_and_grad(
+    u: np.ndarray, buffers: int, workload: np.ndarray, min_sep: int
+) -> tuple[float, float, np.ndarray]:
+    """Mean error × sensitivity² of the BLT ``u`` (``O(n · buffers)``), sens² and ∂/∂u."""
+    num, den = blt_rational(*_unpack(u, buffers))
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, sens2, d_num, d_den = _toeplitz.rational_loss_and_grad(num, den, workload, min_sep)
+    grad = _jacobian(u, buffers).T @ np.concatenate([d_num[1:], d_den[1:]])
+    if not (np.isfinite(loss) and np.all(np.isfinite(grad))):
+        return float("inf"), sens2, np.zeros_like(u)
+    return loss, sens2, grad
 
 
 @functools.lru_cache(maxsize=64)
@@ -87,14 +131,23 @@ def _optimise(buffers: int, steps: int, min_sep: int, momentum: float) -> BLTStr
     workload = _toeplitz.workload_coefs(steps, momentum)
     start = np.linspace(4.0, -1.0, buffers)  # decays from 0.98 down to 0.27
     u0 = np.concatenate([start, np.zeros(buffers), [0.0]])
-    result = optimize.minimize(
-        lambda u: _loss(u, buffers, workload, min_sep)[0],
-        u0,
-        method="L-BFGS-B",
-        options={"maxiter": 500, "ftol": 1e-13},
-    )
+    _toeplitz.solve(np.ones(1), np.ones(1))  # imports SciPy before the clock starts
+    with _toeplitz.Progress(f"BLT({buffers}, {steps}) strategy") as progress:
+
+        def fun(u: np.ndarray) -> tuple[float, np.ndarray]:
+            loss, _, grad = _loss_and_grad(u, buffers, workload, min_sep)
+            progress(loss)
+            return loss, grad
+
+        result = optimize.minimize(
+            fun,
+            u0,
+            jac=True,
+            method="L-BFGS-B",
+            options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-12},
+        )
     decays, scales = _unpack(result.x, buffers)
-    loss, sens2 = _loss(result.x, buffers, workload, min_sep)
+    loss, sens2, _ = _loss_and_grad(result.x, buffers, workload, min_sep)
     k = _toeplitz.max_participations(steps, min_sep)
     dpsgd = k * _toeplitz.mean_error(np.ones(1), workload)
     return BLTStrategy(

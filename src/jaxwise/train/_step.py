@@ -18,7 +18,7 @@ from jaxwise._placement import feeding_processes, keep_layout, place_for_mesh
 from jaxwise._prefetch import place_batch
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.sharding import replicated
-from jaxwise.train._donation import Audit, check_optimizer_fits
+from jaxwise.train._donation import Audit, DonationError, check_optimizer_fits
 from jaxwise.train._gradient import GradientFn, StatefulGradientFn, gradient_loss, value_and_grad
 from jaxwise.train._state import TrainState, check_optimizer, check_train_state
 from jaxwise.train._update import UpdatePlan, make_update, plan_update
@@ -167,14 +167,30 @@ class JitProgram:
         check_optimizer(state.tx, "state.tx")
         check_params(state.params, "state.params")  # e.g. complex params put in by replace
         check_optimizer_fits(state.tx, state.params, state.opt_state)
+        self._check_gradient_state(state)
+
+    def _check_gradient_state(self, state: TrainState) -> None:
+        """``state.gradient_state`` has the structure and shapes of ``gradient.init(params)``.
+
+        Run before the first call and again whenever a later call fails to trace (a state
+        from another gradient function: a retrace), so it costs nothing per call.
+        """
         if self._plan.stateful and state.gradient_state is not None:
             assert isinstance(self.gradient, StatefulGradientFn)
             want = jax.eval_shape(self.gradient.init, state.params)
-            if jax.tree.structure(want) != jax.tree.structure(state.gradient_state):
+            got = state.gradient_state
+            same = jax.tree.structure(want) == jax.tree.structure(got) and all(
+                jnp.shape(a) == jnp.shape(b)
+                for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got))
+            )
+            if not same:
                 raise ValueError(
-                    "`state.gradient_state` does not have the structure of "
+                    "`state.gradient_state` does not have the structure and shapes of "
                     f"`{type(self.gradient).__name__}.init(params)`: "
-                    f"{jax.tree.structure(state.gradient_state)} vs {jax.tree.structure(want)}; "
+                    f"{describe_leaves(got, 'gradient_state')} "
+                    f"(structure {jax.tree.structure(got)}) vs "
+                    f"{describe_leaves(want, 'init(params)')} "
+                    f"(structure {jax.tree.structure(want)}); "
                     "create the state with `TrainState.create(params, tx, key, gradient=...)`"
                 )
 
@@ -197,7 +213,14 @@ class JitProgram:
                 raise named from err
             self._first = False
         else:
-            result = self._audit.call(self.jitted, state, data)
+            try:
+                result = self._audit.call(self.jitted, state, data)
+            except DonationError:
+                raise
+            except (TypeError, ValueError, KeyError, IndexError):
+                # a retrace that failed: a gradient_state of another gradient is named here
+                self._check_gradient_state(state)
+                raise
         self._audit.after(state, leaves, result)
         return result
 
