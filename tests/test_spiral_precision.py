@@ -88,8 +88,9 @@ def test_spiral_guarantees_with_a_bfloat16_compute_path_state_it_and_pass(monkey
     assert summary["float64"]["max_logit_error"] > 1e-4  # bfloat16 operands: ~3 digits
 
 
-def test_spiral_guarantees_check_at_highest_precision_by_default():
-    assert spiral.VERIFY_PRECISION == "highest"
+def test_spiral_guarantees_check_at_highest_precision_by_default(backend_default_precision):
+    # training at the backend's default (a TPU: one bfloat16 pass), the check at "highest"
+    assert spiral.VERIFY_PRECISION == "highest" and jax.config.jax_default_matmul_precision is None
     summary = small_run()
     for name in ("float64_logits", "float64_cross_entropy", "float64_accuracy"):
         assert summary["checks"][name]["ok"], summary["checks"][name]

@@ -14,6 +14,7 @@ import jax.extend.core as jex
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import host_float64, mesh_devices
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -67,7 +68,7 @@ def test_rewrite_matches_float64_in_every_sub_program(xs, ks, dn, kw):
     rng = np.random.default_rng(0)
     x64, k64 = rng.normal(size=xs), rng.normal(size=ks)
     run = _nested(_conv_loss(dn, kw))
-    with jax.enable_x64(True):
+    with host_float64():
         want = jax.jit(run)(jnp.asarray(k64), jnp.asarray(x64))
     rewritten = canonical_convolutions(run)
     got = jax.jit(rewritten)(jnp.asarray(k64, jnp.float32), jnp.asarray(x64, jnp.float32))
@@ -185,7 +186,7 @@ def test_keyword_arguments_are_kept():
 def _sharded_grads(collective):
     """Kernel gradients of a conv loss in a scan, the loss reduced by ``collective`` inside
     ``shard_map`` over 4 devices (the sub-programs are traced inside the mesh axes)."""
-    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    mesh = Mesh(np.asarray(mesh_devices(4)), ("data",))
 
     def loss(k, x):
         def body(k, x):
@@ -210,7 +211,7 @@ def test_rewrite_inside_shard_map_with_a_collective(collective):
     run = _sharded_grads(collective)
     rewritten = canonical_convolutions(run)
     values, grads = jax.jit(rewritten)(k, x)
-    with jax.enable_x64(True):
+    with host_float64():
         x64, k64 = _conv_data(jnp.float64)
         want_values, want_grads = jax.jit(run)(k64, x64)
     np.testing.assert_allclose(values, want_values, rtol=1e-4, atol=1e-4)
@@ -236,7 +237,7 @@ def test_rewrite_inside_a_named_axis(mapper):
     ks = jnp.stack([k, 2 * k, -k])
     rewritten = mapper(canonical_convolutions(per_model), in_axes=(0, None), axis_name="m")
     got = rewritten(ks, x)
-    with jax.enable_x64(True):
+    with host_float64():
         x64, k64 = _conv_data(jnp.float64)
         ks64 = jnp.stack([k64, 2 * k64, -k64])
         want = jax.jit(jax.vmap(per_model, (0, None), axis_name="m"))(ks64, x64)
@@ -247,7 +248,7 @@ def test_rewrite_inside_a_named_axis(mapper):
 
 def sharded_cnn_loss(collective):
     """A non-canonical (NCHW) convolution inside ``shard_map``, the loss a ``collective``."""
-    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    mesh = Mesh(np.asarray(mesh_devices(4)), ("data",))
 
     def body(p, x, y):
         h = jax.nn.relu(_conv(x, p["c"]))
