@@ -1,4 +1,4 @@
-"""Test configuration: strict dtype promotion, 8 fake CPU devices, key fixtures.
+"""Test configuration: strict dtype promotion, 8 CPU devices, float64 on the host, fixtures.
 
 Equinox-style strict dtype promotion, so that our library never relies on
 implicit promotion (peer libraries that do — Optax — are called under
@@ -14,8 +14,30 @@ import jax
 import numpy as np
 import pytest
 
-jax.config.update("jax_num_cpu_devices", 8)
+jax.config.update("jax_num_cpu_devices", 8)  # `jax.devices("cpu")`, whatever the backend
 jax.config.update("jax_numpy_dtype_promotion", "strict")
+
+# Float64 referees run on the host: `jax.enable_x64(True)` fails a test whose default device
+# is not a CPU (a TPU has no native float64); `host64.host_float64()` is the way to do it.
+import host64  # noqa: E402  (tests/ is on sys.path: conftest's directory)
+
+host64.install_guard()
+
+# The suite checks arithmetic (against float64, Optax, a second code path) at float32 matmul
+# precision: on an accelerator, "highest" (a TPU's default is one bfloat16 pass, ~3 digits);
+# a no-op on CPU. Tests of the backend's own default ask for it: `backend_default_precision`.
+if jax.default_backend() != "cpu":
+    jax.config.update("jax_default_matmul_precision", "highest")
+
+
+@pytest.fixture
+def backend_default_precision():
+    """The backend's default matmul precision for the test (undoes the accelerator's "highest")."""
+    saved = jax.config.jax_default_matmul_precision
+    jax.config.update("jax_default_matmul_precision", None)
+    yield
+    jax.config.update("jax_default_matmul_precision", saved)
+
 
 pytest_plugins = ["pytester"]
 collect_ignore_glob = ["lint_cases/*"]  # source snippets for the linter, never imported

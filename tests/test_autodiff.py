@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import host_float64
 
 from jaxwise.autodiff import (
     cg_solve,
@@ -30,7 +31,7 @@ def tanh_jacobian64(a, x):
 @pytest.mark.parametrize("mode", ["auto", "fwd", "rev"])
 def test_jacobian_matches_analytic(m, n, mode, rng):
     a, x = rng.normal(size=(m, n)), rng.normal(size=n)
-    with jax.enable_x64(True):
+    with host_float64():
         jac = jacobian(tanh_map(jnp.asarray(a)), mode=mode)(jnp.asarray(x))
     np.testing.assert_allclose(np.asarray(jac), tanh_jacobian64(a, x), rtol=1e-12, atol=1e-14)
 
@@ -94,7 +95,7 @@ def logistic_problem(rng):
 def test_jvp_many_matches_analytic(logistic_problem, rng):
     a, x, lam = logistic_problem
     t = rng.normal(size=(5, 6))
-    with jax.enable_x64(True):
+    with host_float64():
         y, jvps = jvp_many(tanh_map(jnp.asarray(a)), jnp.asarray(x), jnp.asarray(t))
     np.testing.assert_allclose(np.asarray(jvps), t @ tanh_jacobian64(a, x).T, rtol=1e-12)
     np.testing.assert_allclose(np.asarray(y), np.tanh(a @ x), rtol=1e-12)
@@ -106,7 +107,7 @@ def test_jvp_many_matches_analytic(logistic_problem, rng):
 def test_hvp_methods_match_analytic_hessian(logistic_problem, rng, method):
     a, x, lam = logistic_problem
     v = rng.normal(size=6)
-    with jax.enable_x64(True):
+    with host_float64():
         out = hvp(logistic, jnp.asarray(x), jnp.asarray(v), jnp.asarray(a), lam, method=method)
     np.testing.assert_allclose(np.asarray(out), logistic_hessian64(x, a, lam) @ v, rtol=1e-10)
 
@@ -128,7 +129,7 @@ def test_cg_exact_after_n_iterations(rng):
     m = rng.normal(size=(8, 8))
     a = m @ m.T + 8 * np.eye(8)
     b = rng.normal(size=8)
-    with jax.enable_x64(True):
+    with host_float64():
         x = cg_solve(lambda v: jnp.asarray(a) @ v, jnp.asarray(b), iters=8)
         many = cg_solve(lambda v: jnp.asarray(a) @ v, jnp.asarray(b), iters=40)
     np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-9)
@@ -181,7 +182,7 @@ def test_newton_cg_first_direction_and_quadratic_convergence(logistic_problem):
         x, history = newton_cg(logistic, start, aj, lam, steps=6, tol=1e-3, cg_iters=6)
     assert budget.count == 0
     assert history[-1] < 1e-3 and len(history) <= 7
-    with jax.enable_x64(True):
+    with host_float64():
         _, h64 = newton_cg(
             logistic, jnp.asarray(x0), jnp.asarray(a), lam, steps=10, tol=1e-13, cg_iters=6
         )

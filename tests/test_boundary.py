@@ -667,7 +667,9 @@ TRAIN: list[Row] = [
     ("shardings-mesh-str", lambda: sharding.state_shardings(_state(), "mesh"), TypeError, "mesh"),  # pyright: ignore[reportArgumentType]
     (
         "shardings-min-size",
-        lambda: sharding.state_shardings(_state(), sharding.fsdp_mesh(2), min_size=-1),
+        lambda: sharding.state_shardings(
+            _state(), sharding.fsdp_mesh(2, jax.devices("cpu")), min_size=-1
+        ),
         ValueError,
         "min_size",
     ),

@@ -231,6 +231,11 @@ def served():
 
 
 def test_serving_after_warmup_never_compiles_and_matches_float64(served, rng):
+    with jax.default_matmul_precision("highest"):  # float32 products against float64
+        _serve_and_compare(served, rng)
+
+
+def _serve_and_compare(served, rng):
     w = rng.normal(size=(D, 3)).astype(np.float32)
     with CompileCounter(served) as warm:
         served.warmup()

@@ -15,6 +15,7 @@ import numpy as np
 import optax
 import orbax.checkpoint as ocp
 import pytest
+from host64 import mesh_devices
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -87,7 +88,7 @@ def test_roundtrip_keeps_nesting_keys_model_state_and_metadata(tmp_path, key):
 def test_restore_places_arrays_on_a_4_device_sharded_like(tmp_path, key):
     state = make_state(key, step=1)
     save(tmp_path / "ck", state)
-    mesh = Mesh(np.asarray(jax.devices()[:4]), ("data",))
+    mesh = Mesh(np.asarray(mesh_devices(4)), ("data",))
 
     def spec(leaf):
         sharded = (

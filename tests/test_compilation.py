@@ -278,7 +278,7 @@ def test_several_differences_are_all_listed_headline_first():
 
 @pytest.mark.parametrize("axis_type", [AxisType.Explicit, AxisType.Auto], ids=["explicit", "auto"])
 def test_sharding_change_is_kind_sharding(axis_type):
-    mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,))
+    mesh = jax.make_mesh((8,), ("data",), axis_types=(axis_type,), devices=jax.devices("cpu"))
 
     def double(x):
         return 2.0 * x
@@ -301,9 +301,10 @@ def test_device_change_without_retrace_is_kind_sharding():
         return 2.0 * x
 
     f = jax.jit(on_device)
-    x = jnp.ones(16)
+    cpus = jax.devices("cpu")  # the texts name cpu:N on any machine
+    x = jax.device_put(jnp.ones(16), cpus[0])
     with CompileCounter(f) as counter:
-        f(x), f(jax.device_put(x, jax.devices()[3])), f(jax.device_put(x, jax.devices()[3]))
+        f(x), f(jax.device_put(x, cpus[3])), f(jax.device_put(x, cpus[3]))
     assert counter.count == 2
     miss = counter.records[1].explanation
     assert miss is not None
@@ -321,16 +322,18 @@ def test_committing_to_the_same_device_is_kind_sharding_naming_the_argument():
         return s * x
 
     f = jax.jit(scaled)
+    device = jax.devices()[0]
     with CompileCounter(f) as counter:
-        f(jnp.ones(3), 2.0), f(jax.device_put(jnp.ones(3), jax.devices()[0]), 2.0)
+        f(jnp.ones(3), 2.0), f(jax.device_put(jnp.ones(3), device), 2.0)
     assert counter.count == 2
     miss = counter.records[1].explanation
     assert miss is not None
+    name = f"{device.platform}:{device.id}"  # cpu:0, or tpu:0 on a TPU
     assert (miss.kind, miss.argument, miss.old, miss.new) == (
         "sharding",
         "x",
-        "uncommitted (on cpu:0)",
-        "committed (on cpu:0)",
+        f"uncommitted (on {name})",
+        f"committed (on {name})",
     )
 
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import mesh_devices
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
@@ -29,7 +30,7 @@ def _cos_for_sin(eqn, invals):
 
 def _program(trig):
     """``trig`` (sin or cos) inside every kind of sub-program."""
-    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    mesh = Mesh(np.asarray(mesh_devices(4)), ("data",))
 
     @jax.custom_jvp
     def smooth(x):
@@ -88,7 +89,7 @@ def test_declined_sub_programs_are_bound_unchanged():
 
 def test_the_hook_runs_inside_the_shard_map_axis_environment():
     """A hook may use the body's collectives itself (it runs inside the mesh axes)."""
-    mesh = Mesh(np.array(jax.devices()[:4]), ("data",))
+    mesh = Mesh(np.asarray(mesh_devices(4)), ("data",))
 
     def f(x):
         return jax.shard_map(jnp.sin, mesh=mesh, in_specs=P("data"), out_specs=P("data"))(x)
@@ -113,7 +114,7 @@ def test_evaluated_program_under_jit_compiles_once():
 
 
 def test_the_shard_map_parameters_it_reads_exist():
-    mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
+    mesh = Mesh(np.asarray(mesh_devices(2)), ("data",))
     sm = jax.shard_map(jnp.sin, mesh=mesh, in_specs=P("data"), out_specs=P("data"))
     (eqn,) = jax.make_jaxpr(sm)(jnp.ones(4)).eqns
     assert eqn.primitive.name == "shard_map"

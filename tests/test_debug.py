@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import on_host
 
 from jaxwise._frames import source_frames
 from jaxwise.compilation import CompileBudget, CompileCounter
@@ -303,7 +304,7 @@ def _where(report):
 def _auto_mesh():
     from jax.sharding import AxisType
 
-    return jax.make_mesh((2,), ("d",), axis_types=(AxisType.Auto,))
+    return jax.make_mesh((2,), ("d",), axis_types=(AxisType.Auto,), devices=jax.devices("cpu")[:2])
 
 
 def nan_after_shard_map(x):
@@ -347,27 +348,27 @@ def nan_inside_shard_map_backward(x):
 
 
 def test_shard_map_does_not_crash_and_a_nan_outside_is_located():
-    assert _where(locate_nan(jax.jit(nan_after_shard_map), jnp.ones(4))) == (
-        "log",
-        "forward",
-        _line_of("after_shard_map"),
-    )
+    with on_host():  # the 2-device mesh is the CPU's, on any machine: so are the inputs
+        report = locate_nan(jax.jit(nan_after_shard_map), jnp.ones(4))
+    assert _where(report) == ("log", "forward", _line_of("after_shard_map"))
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
 def test_a_nan_inside_a_shard_map_body_is_located_at_its_line(jit):
     """Issue #36: it was reported at the `shard_map` call, not at the line in the body."""
     wrap = jax.jit if jit else (lambda f: f)
-    report = locate_nan(wrap(nan_inside_shard_map), jnp.ones(4))
-    assert _where(report) == ("log", "forward", _line_of("shard_body"))
-    assert report is not None and report.frame is not None
-    assert report.frame.function.endswith("<lambda>")
-    # in a scan in the body, past a `where` that discards a NaN, between collectives
-    report = locate_nan(wrap(nan_in_a_scan_inside_shard_map), jnp.arange(8.0))
-    assert _where(report) == ("sqrt", "forward", _line_of("sm_scan"))
-    # the backward pass of a shard_map (its transpose is a shard_map too)
-    report = locate_nan(wrap(nan_inside_shard_map_backward), jnp.asarray([1.0, 0.0, 2.0, 3.0]))
-    assert _where(report) == ("mul", "backward", _line_of("sm_sqrt"))
+    with on_host():  # the 2-device mesh is the CPU's, on any machine: so are the inputs
+        report = locate_nan(wrap(nan_inside_shard_map), jnp.ones(4))
+        assert _where(report) == ("log", "forward", _line_of("shard_body"))
+        assert report is not None and report.frame is not None
+        assert report.frame.function.endswith("<lambda>")
+        # in a scan in the body, past a `where` that discards a NaN, between collectives
+        report = locate_nan(wrap(nan_in_a_scan_inside_shard_map), jnp.arange(8.0))
+        assert _where(report) == ("sqrt", "forward", _line_of("sm_scan"))
+        # the backward pass of a shard_map (its transpose is a shard_map too)
+        x = jnp.asarray([1.0, 0.0, 2.0, 3.0])
+        report = locate_nan(wrap(nan_inside_shard_map_backward), x)
+        assert _where(report) == ("mul", "backward", _line_of("sm_sqrt"))
 
 
 def checkpointed_log(x):

@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from host64 import mesh_devices
 
 from jaxwise.checkpoint import restore
 from jaxwise.sharding import data_mesh
@@ -54,7 +55,7 @@ def test_two_processes_train_save_restore_like_one_process(tmp_path):
 
     # The same recipe in this (single) process, on 4 of the fake CPU devices.
     recipe = load_recipe(script)
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     single, _ = recipe.train(tmp_path / "single-ckpt", mesh=mesh)
     np.testing.assert_allclose(multi["w"], np.asarray(single.params["w"]), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(multi["b"], np.asarray(single.params["b"]), rtol=1e-5, atol=1e-5)

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from host64 import host_float64
 from jax.test_util import check_grads
 
 from jaxwise import numerics as jn
@@ -69,7 +70,7 @@ def test_elementwise_naive_breaks_ours_does_not(name):
 def test_elementwise_values_and_gradients_match_float64(name):
     ours, naive, _, normal, value64, deriv64 = ELEMENTWISE[name]
     x = np.asarray(normal, np.float64)
-    with jax.enable_x64(True):
+    with host_float64():
         xj = jnp.asarray(x)
         np.testing.assert_allclose(ours(xj), value64(x), rtol=1e-12, atol=1e-12)
         np.testing.assert_allclose(ours(xj), naive(xj), rtol=1e-12)
@@ -90,7 +91,7 @@ def test_elementwise_float32_matches_float64(rng):
 
 
 def test_sinc_derivatives_at_zero():
-    with jax.enable_x64(True):
+    with host_float64():
         assert float(jax.grad(jn.sinc)(0.0)) == 0.0
         np.testing.assert_allclose(
             float(jax.grad(jax.grad(jn.sinc))(0.0)), -(np.pi**2) / 3, rtol=1e-12
@@ -152,7 +153,7 @@ def test_entropy_zero_probability():
 
 def test_entropy_matches_float64_and_gradient(rng):
     p = rng.dirichlet(np.ones(6), size=4)
-    with jax.enable_x64(True):
+    with host_float64():
         np.testing.assert_allclose(jn.entropy(jnp.asarray(p)), -(p * np.log(p)).sum(-1), rtol=1e-12)
         g = jax.grad(lambda q: jn.entropy(q).sum())(jnp.asarray(p))
         np.testing.assert_allclose(g, -(np.log(p) + 1), rtol=1e-10)
@@ -182,7 +183,7 @@ def test_safe_norm_zero_vector_and_hvp():
 )
 def test_safe_norm_matches_float64(rng, axis, keepdims):
     x = rng.normal(size=(5, 7))
-    with jax.enable_x64(True):
+    with host_float64():
         ours = jn.safe_norm(jnp.asarray(x), axis=axis, keepdims=keepdims)
         np.testing.assert_allclose(
             ours, np.linalg.norm(x, axis=axis, keepdims=keepdims), rtol=1e-13
@@ -215,7 +216,7 @@ def _cos_grad64(a, b):
 
 def test_cosine_similarity_matches_float64(rng):
     a, b = rng.normal(size=(8, 5)), rng.normal(size=(8, 5))
-    with jax.enable_x64(True):
+    with host_float64():
         aj, bj = jnp.asarray(a), jnp.asarray(b)
         expected = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
         np.testing.assert_allclose(jn.cosine_similarity(aj, bj), expected, rtol=1e-12)
@@ -321,7 +322,7 @@ def test_masked_softmax_family(rng):
 
 def test_softmax_gradient_matches_float64(rng):
     x = rng.normal(size=(6,))
-    with jax.enable_x64(True):
+    with host_float64():
         check_grads(jax.jit(lambda v: jn.softmax(v)), (jnp.asarray(x),), order=2)
         check_grads(jax.jit(lambda v: jn.log_softmax(v)), (jnp.asarray(x),), order=2)
         check_grads(jax.jit(lambda v: jn.logsumexp(v)), (jnp.asarray(x),), order=2)
@@ -394,7 +395,7 @@ def test_cross_entropy_matches_optax_and_float64_gradient(rng):
     grad = jax.grad(jn.cross_entropy)(jnp.asarray(logits, jnp.float32), jnp.asarray(labels))
     expected = (np.exp(logp) - np.eye(10)[labels]) / 16
     np.testing.assert_allclose(grad, expected, rtol=1e-5, atol=1e-7)
-    with jax.enable_x64(True):
+    with host_float64():
         check_grads(
             jax.jit(lambda z: jn.cross_entropy(z, jnp.asarray(labels[:3]))),
             (jnp.asarray(logits[:3]),),

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from host64 import host_float64
 
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
@@ -183,7 +184,7 @@ def assert_histories_close(a, b, atol, what):
 def test_every_step_matches_float64_reference_and_optax(name):
     make, (ref_step, ref_state) = CASES[name]
     reference = ref_run(ref_step, ref_state)
-    with jax.enable_x64(True):
+    with host_float64():
         ours64 = run_tx(make(optim), jnp.float64)
         optax64 = run_optax(make(optax), jnp.float64)
     # Optax evaluates a schedule of the int32 count in float32, even under x64: the learning
@@ -257,7 +258,7 @@ def test_bias_correction_first_step():
 
 def test_adamw_is_decoupled_unlike_l2_plus_adam():
     lr, wd, steps = 0.01, 0.1, 50
-    with jax.enable_x64(True):
+    with host_float64():
         p0 = jnp.asarray([2.0, -3.0, 0.5, 20.0])
         # L2 + Adam: the decay goes into the gradient and is normalised away by sqrt(v̂):
         # every weight moves by ≈ lr per step whatever its size.

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import mesh_devices
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
@@ -51,7 +52,7 @@ def test_prefetch_keeps_order_and_puts_batches_on_device():
 
 
 def test_prefetch_shards_over_the_data_axis():
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     with prefetch_to_device(host_batches(3), mesh=mesh) as feed:
         for x, y in feed:
             assert x.sharding.spec == P("data") and len(x.sharding.device_set) == 4
@@ -94,7 +95,7 @@ def test_prefetch_bad_arguments():
     with pytest.raises(TypeError, match="`mesh` must be a jax.sharding.Mesh"):
         prefetch_to_device([], mesh="data")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(ValueError, match="axis named 'data'"):
-        prefetch_to_device([], mesh=jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("batch",)))
+        prefetch_to_device([], mesh=jax.sharding.Mesh(np.asarray(mesh_devices(2)), ("batch",)))
 
 
 class Handshake:
@@ -164,7 +165,7 @@ def test_fit_compiles_once_counts_skipped_steps_and_matches_a_manual_loop():
 
 def test_fit_on_a_mesh_uses_the_prefetched_sharded_batches():
     tx = optim.adam(0.05)
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     step = make_train_step(loss_fn, mesh=mesh)
     with CompileCounter(step) as counter:
         state, report = fit(step, new_state(tx), host_batches(12), progress=False)

@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import host_float64
 
 from jaxwise import privacy
 from jaxwise.privacy import (
@@ -169,7 +170,7 @@ def test_strategy_agrees_with_jax_privacy(n, bands, standard_promotion):
 
 @needs_jax_privacy
 def test_sensitivity_agrees_with_jax_privacy_in_float64(standard_promotion):
-    with jax.enable_x64(True):
+    with host_float64():
         for n, sep in [(30, 4), (100, 7), (64, 64)]:
             coefs = bandmf_strategy(n, min(sep, 8)).coefs
             theirs = float(
@@ -285,7 +286,7 @@ def test_blt_streaming_matches_dense_inverse(rng):
 @needs_jax_privacy
 def test_blt_sensitivity_agrees_with_jax_privacy(standard_promotion):
     s = blt_strategy(3, 40, min_sep=40)  # single participation: Lemma 5.3's closed form
-    with jax.enable_x64(True):
+    with host_float64():
         theirs = jp("matrix_factorization.buffered_toeplitz").BufferedToeplitz.build(
             s.decays, s.scales
         )

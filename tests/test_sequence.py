@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import host_float64
 
 from jaxwise.compilation import CompileBudget
 from jaxwise.sequence import (
@@ -124,7 +125,7 @@ def test_discounted_returns_cut_at_done_and_scan_in_jaxpr():
 def test_discounted_returns_random_vmap_jit_and_traced_gamma(rng):
     r = rng.normal(size=(5, 30))
     d = (rng.random((5, 30)) < 0.1).astype(np.float64)
-    with jax.enable_x64(True):
+    with host_float64():
         fn = jax.jit(jax.vmap(discounted_returns, in_axes=(0, 0, None)))
         out = fn(jnp.asarray(r), jnp.asarray(d), 0.9)
         out2 = fn(jnp.asarray(r), jnp.asarray(d), 0.8)  # traced gamma: no recompile
@@ -140,7 +141,7 @@ def test_truncation_bootstraps_instead_of_terminating(rng):
     cut = np.zeros(20)
     cut[12] = 1
     values = rng.normal(size=20)
-    with jax.enable_x64(True):
+    with host_float64():
         ours = discounted_returns(
             jnp.asarray(r),
             jnp.asarray(d),
@@ -162,7 +163,7 @@ def test_lambda_returns_match_loop_and_rlax_definition(rng):
         for t in reversed(range(12)):
             future = r[t] + 0.9 * (1 - d[t]) * ((1 - lam) * v[t] + lam * future)
             expected[t] = future
-        with jax.enable_x64(True):
+        with host_float64():
             ours = lambda_returns(jnp.asarray(r), jnp.asarray(d), jnp.asarray(v), 0.9, lam)
         np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-12)
 
@@ -230,7 +231,7 @@ def test_linear_recurrence_equals_sequential_scan(rng):
     for t in range(100):
         h = a[t] * h + b[t]
         expected[t] = h
-    with jax.enable_x64(True):
+    with host_float64():
         ours = linear_recurrence(jnp.asarray(a), jnp.asarray(b), jnp.asarray(h0))
     np.testing.assert_allclose(np.asarray(ours), expected, rtol=1e-10)
     with pytest.raises(ValueError, match="same shape"):
@@ -280,7 +281,7 @@ def lstm64(p, xs, h, c):
 
 def test_gru_and_lstm_match_float64_loops(rng):
     xs = rng.normal(size=(9, 4))
-    with jax.enable_x64(True):
+    with host_float64():
         gp = jax.tree.map(lambda v: v.astype(jnp.float64), init_gru(jax.random.key(0), 4, 5))
         h, out = run_rnn(gru_cell, gp, jnp.asarray(xs), jnp.zeros(5))
         h64, out64 = gru64(gp, xs, np.zeros(5))
@@ -294,7 +295,7 @@ def test_gru_and_lstm_match_float64_loops(rng):
 
 def test_lstm_parameter_gradient_spot_checks_by_central_differences(rng):
     xs = rng.normal(size=(6, 3))
-    with jax.enable_x64(True):
+    with host_float64():
         p = jax.tree.map(lambda v: v.astype(jnp.float64), init_lstm(jax.random.key(2), 3, 4))
 
         def loss(p):
@@ -352,7 +353,7 @@ def _masked_lstm_loss64(p, xs, lengths):
 def test_masked_lstm_matches_float64_on_real_steps_values_and_gradients(rng, checkpoint):
     xs = rng.normal(size=(3, 6, 3))
     lengths = [6, 2, 0]
-    with jax.enable_x64(True):
+    with host_float64():
         p = jax.tree.map(lambda v: v.astype(jnp.float64), init_lstm(jax.random.key(3), 3, 4))
         mask = lengths_to_mask(jnp.asarray(lengths), 6)
         zero = jnp.zeros(4)
@@ -461,7 +462,7 @@ def oscillator(t, y, omega):
 
 def test_rk4_harmonic_oscillator_value_and_sensitivity():
     omega, T, n = 2.0, 3.0, 600
-    with jax.enable_x64(True):
+    with host_float64():
 
         def x_final(x0, v0):
             y, _ = odeint_rk4(oscillator, jnp.stack([x0, v0]), 0.0, T / n, n, omega)
@@ -636,7 +637,7 @@ def test_truncated_lambda_returns_match_float64_loop(rng):
     d, cut = np.zeros(30), np.zeros(30)
     d[5], cut[11], cut[20] = 1, 1, 1
     for lam in (0.0, 0.6, 1.0):
-        with jax.enable_x64(True):
+        with host_float64():
             ours = lambda_returns(
                 jnp.asarray(r),
                 jnp.asarray(d),
@@ -655,7 +656,7 @@ def test_gae_matches_rlax_and_float64_loop(rng):
     rlax = pytest.importorskip("rlax")
     r, v = rng.normal(size=40), rng.normal(size=41)
     d = (rng.random(40) < 0.1).astype(np.float64)
-    with jax.enable_x64(True):
+    with host_float64():
         ours = gae(jnp.asarray(r), jnp.asarray(d), jnp.asarray(v), 0.99, 0.95)
         peer = rlax.truncated_generalized_advantage_estimation(
             jnp.asarray(r), 0.99 * (1 - jnp.asarray(d)), 0.95, jnp.asarray(v)
@@ -674,7 +675,7 @@ def test_gae_with_truncation_matches_float64_loop(rng):
     r, v, nv = rng.normal(size=25), rng.normal(size=26), rng.normal(size=25)
     d, cut = np.zeros(25), np.zeros(25)
     d[3], cut[9], cut[17] = 1, 1, 1
-    with jax.enable_x64(True):
+    with host_float64():
         ours = gae(
             jnp.asarray(r),
             jnp.asarray(d),
@@ -686,7 +687,7 @@ def test_gae_with_truncation_matches_float64_loop(rng):
         )
     np.testing.assert_allclose(np.asarray(ours), gae64(r, d, v, 0.9, 0.8, cut, nv), rtol=1e-12)
     # GAE with λ = 1 plus the values is the discounted return bootstrapped from V(s_T)
-    with jax.enable_x64(True):
+    with host_float64():
         adv = gae(jnp.asarray(r), jnp.zeros(25), jnp.asarray(v), 0.9, 1.0)
         ret = discounted_returns(
             jnp.asarray(r),
@@ -722,7 +723,7 @@ def test_rk4_converges_at_fourth_order_under_x64():
         9 / 8 * np.cos(horizon) - np.cos(3 * horizon) / 8
     )  # x'' + x = cos 3t, x(0) = 1, x'(0) = 0
     errors = []
-    with jax.enable_x64(True):
+    with host_float64():
         for n in (25, 50, 100, 200, 400):
             y, traj = odeint_rk4(forced_oscillator, jnp.asarray([1.0, 0.0]), 0.0, horizon / n, n)
             assert traj.dtype == jnp.float64

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import mesh_devices
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -48,7 +49,7 @@ def batches(n, size=32, d_in=64, d_out=8, seed=0):
 
 
 def test_data_mesh_and_shardings():
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     assert mesh.axis_names == ("data",) and mesh.devices.size == 4
     assert data_mesh().devices.size == len(jax.devices())
     x = place_batch(np.ones((8, 3), np.float32), NamedSharding(mesh, P("data")))
@@ -56,7 +57,7 @@ def test_data_mesh_and_shardings():
 
 
 def test_place_state_keeps_placed_leaves_and_types(key):
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     state = TrainState.create(init_params(key), optim.adam(1e-3), jax.random.key(3))
     placed = place_state(state, replicated(mesh))
     assert all(leaf.sharding == replicated(mesh) for leaf in jax.tree.leaves(placed))
@@ -66,7 +67,7 @@ def test_place_state_keeps_placed_leaves_and_types(key):
 
 
 def test_fsdp_mesh_and_state_shardings_rule():
-    mesh = fsdp_mesh(4, jax.devices()[:8])
+    mesh = fsdp_mesh(4, mesh_devices(8))
     assert dict(mesh.shape) == {"data": 2, "model": 4}
     tree = {
         "big": jnp.zeros((64, 256)),  # largest dim 256 divisible by 4 -> sharded along axis 1
@@ -86,11 +87,11 @@ def test_fsdp_mesh_and_state_shardings_rule():
         "key": P(),
     }
     assert state_shardings({"x": jnp.zeros((64, 64))}, mesh, min_size=10**6)["x"].spec == P()
-    plain = data_mesh(jax.devices()[:4])
+    plain = data_mesh(mesh_devices(4))
     assert state_shardings(tree, plain)["big"].spec == P()
     assert constrain_state(tree, plain) is tree
     with pytest.raises(ValueError, match=r"`model` \(3\) must divide the number of devices \(8\)"):
-        fsdp_mesh(3, jax.devices()[:8])
+        fsdp_mesh(3, mesh_devices(8))
     with pytest.raises(ValueError, match="`model` must be >= 1"):
         fsdp_mesh(0)
 
@@ -107,8 +108,8 @@ def _train(mesh, optimizer, data):
 def test_fsdp_step_compiles_once_and_matches_replicated_training():
     data = batches(4)
     tx = optim.sgd(0.1, momentum=0.9)
-    fsdp_step, fsdp, compiles = _train(fsdp_mesh(4, jax.devices()[:8]), tx, data)
-    _, replicated_state, _ = _train(data_mesh(jax.devices()[:8]), tx, data)
+    fsdp_step, fsdp, compiles = _train(fsdp_mesh(4, mesh_devices(8)), tx, data)
+    _, replicated_state, _ = _train(data_mesh(mesh_devices(8)), tx, data)
     _, single, _ = _train(None, tx, data)
     assert compiles == 1
     assert fsdp.params["w1"].sharding.spec == P(None, "model")
@@ -138,8 +139,8 @@ def _argument_bytes(mesh, optimizer):
 
 def test_fsdp_holds_a_quarter_of_params_and_adam_moments_per_device():
     tx = optim.adam(1e-3)
-    sharded = _argument_bytes(fsdp_mesh(4, jax.devices()[:8]), tx)
-    full = _argument_bytes(data_mesh(jax.devices()[:8]), tx)
+    sharded = _argument_bytes(fsdp_mesh(4, mesh_devices(8)), tx)
+    full = _argument_bytes(data_mesh(mesh_devices(8)), tx)
     state_bytes = 3 * 4 * (128 * 512 + 512 + 512 * 8)  # params + mu + nu, float32
     assert full >= state_bytes
     assert sharded < 0.30 * full  # ~1/4 of the big leaves per device (+ small replicated ones)
@@ -147,7 +148,7 @@ def test_fsdp_holds_a_quarter_of_params_and_adam_moments_per_device():
 
 def test_fsdp_epoch_keeps_the_layout():
     tx = optim.sgd(0.1)
-    mesh = fsdp_mesh(2, jax.devices()[:4])
+    mesh = fsdp_mesh(2, mesh_devices(4))
     epoch = make_train_epoch(loss_fn, 16, mesh=mesh)
     state = TrainState.create(init_params(jax.random.key(0)), tx, 0)
     x, y = (np.concatenate(parts) for parts in zip(*batches(2)))

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from host64 import mesh_devices
 from jax.sharding import PartitionSpec as P
 
 import jaxwise.train
@@ -445,8 +446,8 @@ def test_resume_is_bit_identical_across_processes(tmp_path):
 
 
 def test_data_parallel_equals_single_device(key):
-    assert len(jax.devices()) >= 4
-    mesh = data_mesh(jax.devices()[:4])
+    assert len(mesh_devices(4)) == 4
+    mesh = data_mesh(mesh_devices(4))
     tx = optim.adam(1e-2)
     params = init_params(key)
     data = make_data(jax.random.key(2), n=128)
@@ -469,7 +470,7 @@ def test_data_parallel_equals_single_device(key):
 
 
 def test_data_parallel_epoch_and_bad_batch(key):
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     tx = optim.sgd(0.1)
     data = make_data(jax.random.key(2), n=128)
     e1 = make_train_epoch(loss_fn, 32)
@@ -483,7 +484,7 @@ def test_data_parallel_epoch_and_bad_batch(key):
     with pytest.raises(ValueError, match="global batch size 30 is not divisible"):
         step(TrainState.create(init_params(key), tx, 0), (data[0][:30], data[1][:30]))
     with pytest.raises(ValueError, match="'data'"):
-        make_train_step(loss_fn, mesh=jax.sharding.Mesh(np.asarray(jax.devices()[:2]), ("batch",)))
+        make_train_step(loss_fn, mesh=jax.sharding.Mesh(np.asarray(mesh_devices(2)), ("batch",)))
 
 
 # ---------------------------------------------------------------------------

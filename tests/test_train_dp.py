@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from host64 import mesh_devices
 
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
@@ -68,7 +69,7 @@ def dp_epoch(loss, sampler, *, mesh=None, **dp):
 
 
 def test_dp_epoch_with_mesh_skips_exactly_the_steps_that_sample_a_nan_row():
-    mesh = data_mesh(jax.devices()[:4])
+    mesh = data_mesh(mesh_devices(4))
     tx = optim.sgd(0.05)
     x, y = make_problem()
     x = x.at[jnp.asarray([7, 40]), 1].set(jnp.nan)  # two poisoned examples
@@ -98,7 +99,7 @@ def test_dp_epoch_with_mesh_equals_single_device():
     four = dp_epoch(
         sq_loss_dict,
         PoissonSampler(16, 4),
-        mesh=data_mesh(jax.devices()[:4]),
+        mesh=data_mesh(mesh_devices(4)),
         clip_norm=1.0,
         noise_multiplier=0.7,
     )

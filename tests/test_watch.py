@@ -22,6 +22,7 @@ from jaxwise.watch._calls import unusable_avals
 from jaxwise.watch._patch import ORIGINAL_JIT, Tracked, under_transformation
 
 HERE = "tests/test_watch.py"
+_DEVICE = "{0.platform}:{0.id}".format(jax.devices()[0])  # the default device, as texts name it
 
 
 def _line(marker):
@@ -327,8 +328,8 @@ def test_steady_state_after_warmup_and_warmup_configurable():
             lambda i: (jnp.ones(3) if i == 0 else jax.device_put(jnp.ones(3), jax.devices()[0]),),
             "sharding",
             "x",
-            "uncommitted (on cpu:0)",
-            "committed (on cpu:0)",
+            f"uncommitted (on {_DEVICE})",  # cpu:0, or tpu:0 on a TPU
+            f"committed (on {_DEVICE})",
         ),
     ],
     ids=["shape", "dtype", "weak_type", "committed"],

@@ -61,6 +61,27 @@ def _last_miss(build: Callable[[], Callable[[], Any]]) -> tuple[str, str, str, s
     return last.kind, last.argument, last.old, last.new
 
 
+def _host(build: Callable[[], Callable[[], None]]) -> Callable[[], Callable[[], None]]:
+    """``build`` and its calls with the CPU device the default: the expected texts name cpu:N.
+
+    The arrays are made and the calls run on the host whatever the default backend (on a
+    TPU machine the default device is tpu:0; its 8 CPU devices are there too).
+    """
+
+    def hosted() -> Callable[[], None]:
+        cpu = jax.devices("cpu")[0]
+        with jax.default_device(cpu):
+            calls = build()
+
+        def run() -> None:
+            with jax.default_device(cpu):
+                calls()
+
+        return run
+
+    return hosted
+
+
 def _calls(fn: Callable[..., Any], *arg_lists: tuple) -> Callable[[], None]:
     def run() -> None:
         for args in arg_lists:
@@ -180,15 +201,15 @@ def _rec_bound_method():
 
 def _rec_committed():
     f = jax.jit(lambda x: x * 2.0 + 0.125)  # a program compiled nowhere else (JAX shares them)
-    return _calls(f, (jnp.ones(3),), (jax.device_put(jnp.ones(3), jax.devices()[0]),))
+    return _calls(f, (jnp.ones(3),), (jax.device_put(jnp.ones(3), jax.devices("cpu")[0]),))
 
 
 def _rec_device():
     f = jax.jit(lambda x: x * 2.0 + 0.375)
     return _calls(
         f,
-        (jax.device_put(jnp.ones(3), jax.devices()[0]),),
-        (jax.device_put(jnp.ones(3), jax.devices()[1]),),
+        (jax.device_put(jnp.ones(3), jax.devices("cpu")[0]),),
+        (jax.device_put(jnp.ones(3), jax.devices("cpu")[1]),),
     )
 
 
@@ -196,7 +217,7 @@ def _rec_mesh():
     from jax.sharding import NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    mesh = jax.make_mesh((2,), ("data",))
+    mesh = jax.make_mesh((2,), ("data",), devices=jax.devices("cpu")[:2])
     f = jax.jit(lambda x: x * 2.0 + 0.625)
     sharded = jax.device_put(jnp.ones(4), NamedSharding(mesh, P("data")))
     return _calls(f, (jnp.ones(4),), (sharded,))
@@ -331,19 +352,25 @@ RECOMPILES = [
     ),
     Case(
         "committed to the same device",
-        lambda: _last_miss(_rec_committed),
+        lambda: _last_miss(_host(_rec_committed)),
         ("sharding", "x", "uncommitted (on cpu:0)", "committed (on cpu:0)"),
     ),
     Case(
-        "another device", lambda: _last_miss(_rec_device), ("sharding", "x", "on cpu:0", "on cpu:1")
+        "another device",
+        lambda: _last_miss(_host(_rec_device)),
+        ("sharding", "x", "on cpu:0", "on cpu:1"),
     ),
-    Case("mesh sharding", lambda: _last_miss(_rec_mesh)[:2], ("sharding", "x")),
+    Case("mesh sharding", lambda: _last_miss(_host(_rec_mesh))[:2], ("sharding", "x")),
     Case(
         "with and without donation",
         lambda: _last_miss(_rec_donation),
         ("donation", "x", "not donated", "donated"),
     ),
-    Case("x64 flip", lambda: _last_miss(_rec_x64), ("config", "jax_enable_x64", "False", "True")),
+    Case(
+        "x64 flip",
+        lambda: _last_miss(_host(_rec_x64)),
+        ("config", "jax_enable_x64", "False", "True"),
+    ),
     Case(
         "vmapped batch size",
         lambda: _last_miss(_rec_vmap_batch),
@@ -523,17 +550,20 @@ def _shard_case(inside: bool):
     from jax.sharding import AxisType
     from jax.sharding import PartitionSpec as P
 
-    mesh = jax.make_mesh((2,), ("d",), axis_types=(AxisType.Auto,))
-    if inside:
-        body = jax.shard_map(
-            lambda v: jnp.log(v - 9.0),  # AT: shard_body
-            mesh=mesh,
-            in_specs=P("d"),
-            out_specs=P("d"),
-        )
-        return _locate(lambda x: body(x), jnp.ones(4))  # AT: shard_inside
-    doubled = jax.shard_map(lambda v: v * 2.0, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
-    return _locate(jax.jit(lambda x: jnp.log(doubled(x) - 9.0)), jnp.ones(4))  # AT: shard_outside
+    cpus = jax.devices("cpu")  # a 2-device mesh on any machine, its input on the host
+    mesh = jax.make_mesh((2,), ("d",), axis_types=(AxisType.Auto,), devices=cpus[:2])
+    with jax.default_device(cpus[0]):
+        if inside:
+            body = jax.shard_map(
+                lambda v: jnp.log(v - 9.0),  # AT: shard_body
+                mesh=mesh,
+                in_specs=P("d"),
+                out_specs=P("d"),
+            )
+            return _locate(lambda x: body(x), jnp.ones(4))  # AT: shard_inside
+        doubled = jax.shard_map(lambda v: v * 2.0, mesh=mesh, in_specs=P("d"), out_specs=P("d"))
+        outside = jax.jit(lambda x: jnp.log(doubled(x) - 9.0))  # AT: shard_outside
+        return _locate(outside, jnp.ones(4))
 
 
 def _optax_case():

@@ -60,6 +60,8 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
     if "rows" in summary and summary["job"] == "predict":
         rows.append(("rows predicted", str(summary["rows"])))
     rows.append(("compilations of the program", compiled))
+    if "backend" in summary:
+        rows.append(("device", f"{summary['backend']} ({summary['device_kind']})"))
     rows += _phase_rows(summary)
     t = summary["timings"]
     if "train_s" in t:

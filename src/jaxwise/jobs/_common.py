@@ -186,21 +186,137 @@ def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
     return h
 
 
+_U32 = 2.0**-24  # float32's unit roundoff (the accumulation of every matmul)
+
+# The unit roundoff of a matrix product's float32 operands at each `jax.default_matmul_precision`
+# value: one bfloat16 pass keeps 8 significant bits, TensorFloat-32 11, three bfloat16 passes
+# (the split a = hi + lo) about 16 (15 stated, conservatively), "highest" all of float32's 24.
+_OPERAND_ROUNDOFF = {
+    "bfloat16": 2.0**-8,
+    "tensorfloat32": 2.0**-11,
+    "bfloat16_3x": 2.0**-15,
+    "float32": _U32,
+}
+_PRECISION_ALIASES = {"fastest": "bfloat16", "high": "bfloat16_3x", "highest": "float32"}
+# "default" is the backend's own choice: a TPU multiplies float32 in one bfloat16 pass.
+_BACKEND_DEFAULT = {"tpu": "bfloat16"}
+
+
+def matmul_precision_name(precision: str | None, backend: str | None = None) -> str:
+    """The float32 matmul precision that ``precision`` means on ``backend`` (``"float32"``, …).
+
+    Args:
+        precision: a `jax.default_matmul_precision` value (``"highest"``, ``"bfloat16"``, …)
+            or ``None``/``"default"`` (the backend's default).
+        backend: the platform (``"cpu"``, ``"tpu"``, ``"gpu"``); ``None``: the default backend.
+
+    Returns:
+        One of ``"bfloat16"``, ``"tensorfloat32"``, ``"bfloat16_3x"``, ``"float32"``.
+
+    Raises:
+        ValueError: ``precision`` is not a known precision.
+
+    Examples:
+        >>> matmul_precision_name("highest"), matmul_precision_name(None, "tpu")
+        ('float32', 'bfloat16')
+    """
+    name = "default" if precision is None else str(precision).lower()
+    if name == "default":
+        backend = jax.default_backend() if backend is None else backend
+        return _BACKEND_DEFAULT.get(backend, "float32")
+    name = _PRECISION_ALIASES.get(name, name)
+    if name not in _OPERAND_ROUNDOFF:
+        raise ValueError(f"`precision` must be a JAX matmul precision, got {precision!r}")
+    return name
+
+
+def mlp_logit_error_bound(params: Any, x: np.ndarray, precision: str) -> np.ndarray:
+    """An a-priori bound ``(N, C)`` on |float32 logits − exact logits| of the MLP (in float64).
+
+    The standard rounding-error model of a dense layer ``h @ w + b`` whose operands are rounded
+    to the unit roundoff ``u`` of ``precision`` and whose ``k`` products and bias are summed in
+    float32: ``|err(y)| <= e @ |w| + (2u + u² + (k + 2) u32) (|ĥ| @ |w| + |b|)`` with ``e``
+    the input's error bound and ``|ĥ| = |h| + e``; ReLU does not increase an error.
+
+    Args:
+        params: the MLP's parameters (``dense_0`` …).
+        x: ``(N, d)`` inputs (exact: float32 data).
+        precision: a name from `matmul_precision_name`.
+
+    Returns:
+        ``(N, C)`` elementwise bounds, float64.
+    """
+    u = _OPERAND_ROUNDOFF[precision]
+    h = np.asarray(x, np.float64)
+    err = np.zeros_like(h)
+    n = len(params)
+    for i in range(n):
+        w = np.asarray(params[f"dense_{i}"]["w"], np.float64)
+        b = np.asarray(params[f"dense_{i}"]["b"], np.float64)
+        rel = 2 * u + u * u + (w.shape[0] + 2) * _U32
+        err = err @ np.abs(w) + rel * ((np.abs(h) + err) @ np.abs(w) + np.abs(b))
+        h = h @ w + b
+        if i < n - 1:
+            h = np.maximum(h, 0.0)
+    return err
+
+
 def float64_check(
-    params: Any, x: np.ndarray, y: np.ndarray, logits: np.ndarray, cross_entropy: float
+    params: Any,
+    x: np.ndarray,
+    y: np.ndarray,
+    logits: np.ndarray,
+    cross_entropy: float,
+    precision: str = "float32",
 ) -> dict[str, Any]:
-    """The float32 model's ``logits (N, C)`` and mean cross-entropy against the float64 referee."""
+    """The float32 model's ``logits (N, C)`` and mean cross-entropy against the float64 referee.
+
+    The referee is NumPy float64 on the host (never float64 on an accelerator). ``precision``
+    (a name from `matmul_precision_name`) is the precision the logits' matrix products ran
+    at, and the limits follow from it. At ``"float32"`` (``"highest"``): every logit within
+    ``1e-4``, the cross-entropy within ``1e-4``, the accuracies at most one example apart.
+    At a lower precision (a TPU's one-pass bfloat16 default): every logit within its a-priori
+    bound (`mlp_logit_error_bound`), the cross-entropy within ``1e-4`` plus twice the mean
+    of the rows' largest bounds, and a prediction different from the float64 one only where
+    the float64 top-2 margin is within twice the row's bound.
+
+    Returns:
+        The errors, their limits (``logit_limit``, ``cross_entropy_limit``) and verdicts
+        (``logits_ok``, ``cross_entropy_ok``, ``accuracy_ok``), ``precision``, the float64
+        cross-entropy and both accuracies.
+    """
     ours = np.asarray(logits, np.float64)
     ref = mlp_float64(params, x)
     shifted = ref - ref.max(1, keepdims=True)
     logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
     ce64 = float(-logp[np.arange(len(y)), y].mean())
+    error = np.abs(ours - ref)
+    flips = ours.argmax(1) != ref.argmax(1)
+    ce_error = abs(cross_entropy - ce64)
+    if precision == "float32":
+        logit_limit = ce_limit = 1e-4
+        logits_ok = bool(error.max() < logit_limit)
+        accuracy_ok = bool(np.sum(ours.argmax(1) == y) - np.sum(ref.argmax(1) == y) in (-1, 0, 1))
+    else:
+        bound = mlp_logit_error_bound(params, x, precision)
+        row_bound = bound.max(1)
+        top2 = np.sort(ref, axis=1)[:, -2:]
+        logit_limit, ce_limit = float(row_bound.max()), 1e-4 + 2 * float(row_bound.mean())
+        logits_ok = bool(np.all(error <= bound))
+        accuracy_ok = bool(np.all((top2[:, 1] - top2[:, 0])[flips] <= 2 * row_bound[flips]))
     return {
-        "max_logit_error": float(np.max(np.abs(ours - ref))),
+        "precision": precision,
+        "max_logit_error": float(error.max()),
+        "logit_limit": logit_limit,
+        "logits_ok": logits_ok,
         "cross_entropy_float64": ce64,
-        "cross_entropy_error": abs(cross_entropy - ce64),
+        "cross_entropy_error": ce_error,
+        "cross_entropy_limit": ce_limit,
+        "cross_entropy_ok": bool(ce_error < ce_limit),
         "accuracy_float64": float((ref.argmax(1) == y).mean()),
         "accuracy_float32": float((ours.argmax(1) == y).mean()),
+        "predictions_differing": int(flips.sum()),
+        "accuracy_ok": accuracy_ok,
     }
 
 
@@ -418,6 +534,8 @@ __all__ = [
     "initial_state",
     "state_gradient",
     "float64_check",
+    "matmul_precision_name",
+    "mlp_logit_error_bound",
     "jsonable",
     "make_epoch",
     "make_optimizer",
