@@ -245,7 +245,13 @@ def _median(fn: Callable[[], Any], n: int) -> float:
     return statistics.median(samples)
 
 
-def run_config(cfg: Config, n: int, capacity: int | None, log: Callable[[str], None]) -> list[Row]:
+def run_config(
+    cfg: Config,
+    n: int,
+    capacity: int | None,
+    log: Callable[[str], None],
+    methods: set[str] | None = None,
+) -> list[Row]:
     key = jax.random.key(0)
     params = init(cfg, key)
     rows: list[Row] = []
@@ -265,6 +271,8 @@ def run_config(cfg: Config, n: int, capacity: int | None, log: Callable[[str], N
     # alone exceed the device, its compile fails (costly); go to the micro-batched setting.
     plain_fits = capacity is None or 4 * b * n_params < 0.9 * capacity
     for name, fn in progs.items():
+        if methods is not None and name != "non-private" and name not in methods:
+            continue
         if name == "jax-privacy clipped_grad" and not plain_fits:
             rows.append(Row(cfg.name, b, name, note="B per-example gradients exceed the device"))
             continue
@@ -358,6 +366,8 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes (automatic on CPU)")
     parser.add_argument("--n", type=int, default=None, help="timed calls per program")
+    parser.add_argument("--configs", default=None, help="comma-separated model indices")
+    parser.add_argument("--methods", default=None, help="comma-separated method names")
     args = parser.parse_args(argv)
     backend = jax.default_backend()
     quick = args.quick or backend == "cpu"
@@ -367,8 +377,14 @@ def main(argv: list[str] | None = None) -> str:
     capacity = _capacity()
     start = time.perf_counter()
     rows: list[Row] = []
-    for cfg in QUICK if quick else FULL:
-        rows += run_config(cfg, n, capacity, lambda s: print(s, file=sys.stderr, flush=True))
+    configs = QUICK if quick else FULL
+    if args.configs:
+        configs = [configs[int(i)] for i in args.configs.split(",")]
+    methods = None if args.methods is None else set(args.methods.split(","))
+    for cfg in configs:
+        rows += run_config(
+            cfg, n, capacity, lambda s: print(s, file=sys.stderr, flush=True), methods
+        )
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     header = (
