@@ -26,6 +26,7 @@ and to ``$OUT/dp_scale.md`` when ``OUT`` is set, and is printed.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import dataclasses
 import datetime
 import os
@@ -270,42 +271,63 @@ def run_config(
     # jax-privacy without micro-batching forms all B per-example gradients at once: when they
     # alone exceed the device, its compile fails (costly); go to the micro-batched setting.
     plain_fits = capacity is None or 4 * b * n_params < 0.9 * capacity
-    for name, fn in progs.items():
-        if methods is not None and name != "non-private" and name not in methods:
-            continue
-        if name == "jax-privacy clipped_grad" and not plain_fits:
-            rows.append(Row(cfg.name, b, name, note="B per-example gradients exceed the device"))
-            continue
-        if name == "jax-privacy clipped_grad (micro 8)" and rows and rows[-1].note == "":
-            continue  # the un-micro-batched peer ran: that is its fastest setting
-        row = Row(cfg.name, b, name)
-        t0 = time.perf_counter()
-        try:
-            compiled = (
-                np_compiled
-                if name == "non-private"
-                else jax.jit(fn).lower(params, batch, key).compile()
-            )
-        except Exception as err:
-            row.note = f"does not compile: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
-            rows.append(row)
-            log(f"  {name}: {row.note}")
-            continue
-        cost = _cost(compiled)
-        row.flops, row.bytes_accessed = cost.get("flops"), cost.get("bytes accessed")
-        row.memory = _memory(compiled)
-        if compiled is None:
-            row.note = "not compiled"
-        elif capacity is not None and row.memory is not None and row.memory > capacity:
-            row.note = f"does not fit ({row.memory / 2**30:.1f} GiB)"
-        else:
-            try:
-                row.seconds = _median(lambda c=compiled: c(params, batch, key), n)
-            except Exception as err:
-                row.note = f"failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}"
-        log(f"  {name}: {row} ({time.perf_counter() - t0:.1f} s)")
+    peer, micro = "jax-privacy clipped_grad", "jax-privacy clipped_grad (micro 8)"
+    wanted = [name for name in progs if name == "non-private" or methods is None or name in methods]
+    first = [name for name in wanted if name != (micro if plain_fits else peer)]
+    compiled = _compile_all(
+        {name: progs[name] for name in first if name != "non-private"}, (params, batch, key)
+    )
+    compiled["non-private"] = np_compiled
+    if not plain_fits and peer in wanted:
+        rows.append(Row(cfg.name, b, peer, note="B per-example gradients exceed the device"))
+    for name in first:
+        row = _measure(Row(cfg.name, b, name), compiled[name], (params, batch, key), n, capacity)
+        log(f"  {name}: {row}")
         rows.append(row)
+        if name == peer and row.seconds is None and micro in wanted:  # plain peer failed
+            compiled.update(_compile_all({micro: progs[micro]}, (params, batch, key)))
+            first.append(micro)
     return rows
+
+
+def _compile_all(fns: dict[str, Callable[..., Any]], args: tuple[Any, ...]) -> dict[str, Any]:
+    """Each program lowered here, then compiled concurrently (XLA compiles off the GIL):
+    the compiled program, or the exception its compile raised."""
+    lowered: dict[str, Any] = {}
+    for name, fn in fns.items():
+        try:
+            lowered[name] = jax.jit(fn).lower(*args)
+        except Exception as err:
+            lowered[name] = err
+
+    def compile_one(item: Any) -> Any:
+        if isinstance(item, Exception):
+            return item
+        try:
+            return item.compile()
+        except Exception as err:
+            return err
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+        return dict(zip(lowered, pool.map(compile_one, lowered.values())))
+
+
+def _measure(row: Row, compiled: Any, args: tuple[Any, ...], n: int, capacity: int | None) -> Row:
+    if isinstance(compiled, Exception):
+        first_line = (str(compiled).splitlines() or [""])[0][:120]
+        row.note = f"does not compile: {type(compiled).__name__}: {first_line}"
+        return row
+    cost = _cost(compiled)
+    row.flops, row.bytes_accessed = cost.get("flops"), cost.get("bytes accessed")
+    row.memory = _memory(compiled)
+    if capacity is not None and row.memory is not None and row.memory > capacity:
+        row.note = f"does not fit ({row.memory / 2**30:.1f} GiB)"
+        return row
+    try:
+        row.seconds = _median(lambda: compiled(*args), n)
+    except Exception as err:
+        row.note = f"failed: {type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"
+    return row
 
 
 # --------------------------------------------------------------------------
