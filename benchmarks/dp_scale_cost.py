@@ -26,7 +26,9 @@ CONFIGS = [
 def _analyse(fn, *args):
     compiled = jax.jit(fn).lower(*args).compile()
     cost = _cost(compiled)
-    return cost["flops"], cost["bytes accessed"], _memory(compiled)
+    memory = _memory(compiled)
+    assert memory is not None
+    return cost["flops"], cost["bytes accessed"], memory
 
 
 def main() -> None:
