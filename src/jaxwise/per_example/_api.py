@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, TypeVar
 
 import jax
@@ -185,7 +186,14 @@ def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]
     ``"dense"`` (``dot_general`` with a batched activation), ``"conv"``
     (``conv_general_dilated`` kernel), ``"embedding"`` (row lookup from a table),
     ``"elementwise"`` (biases, scales: small per-example gradients computed directly),
-    ``"fallback"`` (exact per-example gradients of that leaf) or ``"unused"``.
+    ``"fallback"`` (exact per-example gradients of that leaf) or ``"unused"``; and, per
+    leaf, how its norm is formed from the shapes (``row.norm``): a weight ``(K, N)`` used at
+    ``T`` positions of each example takes ``"rank-one"`` (``T = 1``: ``‖a‖²‖g‖²``),
+    ``"gram"`` (``2T² < K·N``: the ``(T, T)`` Gram matrices of its activations and output
+    gradients, nothing of the weight's size per example) or ``"per-example"`` (its
+    per-example gradients are formed — and, within ``memory_budget``, kept for the clipped
+    sum); embeddings take ``"gram"`` (token equality), elementwise and fallback leaves
+    ``"per-example"``.
 
     Args:
         loss: ``loss(params, example) -> scalar`` for ONE example.
@@ -204,8 +212,8 @@ def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]
         >>> import jax.numpy as jnp
         >>> params = {"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}
         >>> loss = lambda p, x: jnp.sum(jnp.tanh(x @ p["w"] + p["b"]))
-        >>> [(row.path, row.kind) for row in ghost_coverage(loss, params, jnp.ones(3))]
-        [('b', 'elementwise'), ('w', 'dense')]
+        >>> [(row.path, row.kind, row.norm) for row in ghost_coverage(loss, params, jnp.ones(3))]
+        [('b', 'elementwise', 'per-example'), ('w', 'dense', 'rank-one')]
     """
     check_loss(loss)
     check_params(params)
@@ -223,4 +231,7 @@ def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]
         program = trace(loss, params, batched)
     except Unsupported as err:
         raise ValueError(f"method='ghost' does not apply to this `loss`: {err}") from err
-    return coverage(program, params)
+    return [
+        dataclasses.replace(row, norm=form)
+        for row, form in zip(coverage(program, params), _ghost.leaf_forms(program))
+    ]

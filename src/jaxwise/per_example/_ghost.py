@@ -46,8 +46,34 @@ from jaxwise.per_example._graph import (
     read,
 )
 
-_HIGHEST = jax.lax.Precision.HIGHEST
+# The norm contractions run at the matmul precision in effect (``jax.default_matmul_precision``),
+# like the use's own contraction that forms the clipped sum: on a TPU at the default precision
+# the norm and the clipped contribution both see the same bfloat16-rounded activations and
+# output gradients (a HIGHEST norm would cost up to six passes and still be measured against
+# a one-pass contribution); under ``"highest"`` both are float32-exact.
+_PRECISION = None
 GHOST_KINDS = ("dense", "conv", "embedding")
+FORMS = ("rank-one", "gram", "per-example")
+
+
+def norm_form(t: int, k: int, n: int) -> str:
+    """How a dense/conv use's per-example norm is formed from its shapes (book-keeping rule).
+
+    A weight ``(K, N)`` applied at ``T`` positions of each example: the per-example
+    gradient is ``Σ_t a_t g_tᵀ``. Its squared norm is ``‖a‖²‖g‖²`` when ``T = 1``
+    (``"rank-one"``); else either from the ``(T, T)`` Gram matrices of ``a`` and ``g``
+    (``"gram"``: ``O(T²(K + N))`` work and ``2T²`` floats per example) or from the
+    materialised per-example gradient (``"per-example"``: ``O(T K N)`` work, ``K N`` floats,
+    and its clipped sum is then the ``f``-weighted sum of those gradients). Gram when
+    ``2 T² < K N``, as in mixed ghost clipping (Bu et al., 2023).
+
+    Examples:
+        >>> norm_form(1, 512, 512), norm_form(256, 512, 2048), norm_form(256, 64, 64)
+        ('rank-one', 'gram', 'per-example')
+    """
+    if t == 1:
+        return "rank-one"
+    return "gram" if 2 * t * t < k * n else "per-example"
 
 
 # --------------------------------------------------------------------------
@@ -137,17 +163,18 @@ def output_grads(
 
 
 def _outer_sq(a: jax.Array, g: jax.Array) -> jax.Array:
-    """``‖Σ_t a_t g_tᵀ‖²`` per example, ``a (B, T, K)``, ``g (B, T, N)``: Gram or outer by cost."""
+    """``‖Σ_t a_t g_tᵀ‖²`` per example, ``a (B, T, K)``, ``g (B, T, N)``, by `norm_form`."""
     a, g = a.astype(jnp.float32), g.astype(jnp.float32)
     _, t, k = a.shape
     n = g.shape[2]
-    if t == 1:
+    form = norm_form(t, k, n)
+    if form == "rank-one":
         return jnp.sum(jnp.square(a), axis=(1, 2)) * jnp.sum(jnp.square(g), axis=(1, 2))
-    if t * (k + n) <= k * n:  # Gram matrices are cheaper than the per-example gradient
-        aa = jnp.einsum("btk,bsk->bts", a, a, precision=_HIGHEST)
-        gg = jnp.einsum("btn,bsn->bts", g, g, precision=_HIGHEST)
+    if form == "gram":
+        aa = jnp.einsum("btk,bsk->bts", a, a, precision=_PRECISION)
+        gg = jnp.einsum("btn,bsn->bts", g, g, precision=_PRECISION)
         return jnp.sum(aa * gg, axis=(1, 2))
-    return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g, precision=_HIGHEST)), axis=(1, 2))
+    return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g, precision=_PRECISION)), axis=(1, 2))
 
 
 def _param_side(program: ExampleGraph, node: Node) -> int:
@@ -189,7 +216,7 @@ def _dense_grads(node: Node, param_side: int, w: Any, a: jax.Array, g: jax.Array
     def one(a_i: jax.Array, g_i: jax.Array) -> jax.Array:
         def use(v: jax.Array) -> jax.Array:
             lhs, rhs = (v, a_i) if param_side == 0 else (a_i, v)
-            return jax.lax.dot_general(lhs, rhs, dn, precision=_HIGHEST)
+            return jax.lax.dot_general(lhs, rhs, dn, precision=_PRECISION)
 
         return jax.vjp(use, w32)[1](g_i)[0]
 
@@ -244,17 +271,17 @@ def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array)
     The kernel gradient of one example is, per kernel offset, ``Σ_t x_shifted_tᵀ g_t``
     (``x_shifted``: the input window at that offset for every output position). Either
     those blocks are formed offset by offset (no unfolded copy of the input), or — when
-    ``T (K + N) < K N`` — the unfolded patches give the Gram form.
+    `norm_form` says ``"gram"`` — the unfolded patches give the Gram form.
     """
     window, g2 = _conv_windows(node, x, g)
     offsets = _conv_offsets(node, rhs_shape)
     _, rhs_spec, _ = node.params["dimension_numbers"]
     t, k, n = g2.shape[1], len(offsets) * rhs_shape[rhs_spec[1]], g2.shape[2]
-    if t * (k + n) <= k * n:
+    if norm_form(t, k, n) == "gram":
         return _outer_sq(jnp.concatenate([window(o) for o in offsets], axis=-1), g2)
     total = jnp.zeros((x.shape[0],), jnp.float32)
     for offset in offsets:
-        block = jnp.einsum("btc,bto->bco", window(offset), g2, precision=_HIGHEST)
+        block = jnp.einsum("btc,bto->bco", window(offset), g2, precision=_PRECISION)
         total = total + jnp.sum(jnp.square(block), axis=(1, 2))
     return total
 
@@ -269,7 +296,7 @@ def _conv_grads(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Arr
     window, g2 = _conv_windows(node, x, g)
     _, rhs_spec, _ = node.params["dimension_numbers"]
     blocks = [
-        jnp.einsum("btc,bto->bco", window(o), g2, precision=_HIGHEST)
+        jnp.einsum("btc,bto->bco", window(o), g2, precision=_PRECISION)
         for o in _conv_offsets(node, rhs_shape)
     ]
     b, c_in, c_out = blocks[0].shape
@@ -301,7 +328,7 @@ def _embedding_sq(
         & valid[:, :, None]
         & valid[:, None, :]
     )
-    gg = jnp.einsum("btd,bsd->bts", g, g, precision=_HIGHEST)
+    gg = jnp.einsum("btd,bsd->bts", g, g, precision=_PRECISION)
     return jnp.sum(jnp.where(same, gg, 0.0), axis=(1, 2))
 
 
@@ -347,10 +374,10 @@ def keep_plan(program: ExampleGraph, batch_size: int, memory_budget: int) -> fro
     weight-gradient contraction (``B·T·K·N``), or (kept) forms its per-example gradients
     ``(B, K, N)`` once (``B·T·K·N``), takes the norm from them and the clipped sum as the
     ``f``-weighted sum over examples (``B·K·N``) — mixed ghost clipping with book-keeping
-    (Bu et al., 2023). Keeping costs one contraction instead of a Gram norm plus one, so a
-    use with positions (``T > 1``) is kept when ``K·N < T²(K + N)`` (its Gram norm would cost
-    more than the per-example gradient) and its ``B·K·N`` float32 entries fit in what is left
-    of ``memory_budget``; uses without positions keep the ``‖a‖²‖g‖²`` norm.
+    (Bu et al., 2023). A use is kept when `norm_form` picks ``"per-example"`` for it
+    (``2T² ≥ K·N``: its Gram matrices would be at least as large as its gradient) and its
+    ``B·K·N`` float32 entries fit in what is left of ``memory_budget``; otherwise its norm
+    takes its `norm_form` without keeping anything.
     """
     kept, used = [], 0
     for j, use in enumerate(program.uses):
@@ -358,10 +385,31 @@ def keep_plan(program: ExampleGraph, batch_size: int, memory_budget: int) -> fro
             continue
         t, k, n = _sizes(program, use)
         size = 4 * batch_size * k * n
-        if t > 1 and k * n < t * t * (k + n) and used + size <= memory_budget:
+        if norm_form(t, k, n) == "per-example" and used + size <= memory_budget:
             kept.append(j)
             used += size
     return frozenset(kept)
+
+
+def leaf_forms(program: ExampleGraph) -> list[str]:
+    """Per parameter leaf, how its per-example norm is formed (for the coverage rows).
+
+    ``"rank-one"`` / ``"gram"`` / ``"per-example"`` for a dense or conv leaf (`norm_form`
+    of its use), ``"gram"`` for an embedding (token-equality Gram of the output
+    gradients, nothing ``(V, d)`` formed), ``"per-example"`` for elementwise and fallback
+    leaves, ``""`` for unused ones.
+    """
+    forms = ["per-example" if k in ("elementwise", "fallback") else "" for k in program.leaf_kind]
+    for use in program.uses:
+        if use.kind in ("dense", "conv"):
+            form = norm_form(*_sizes(program, use))
+        elif use.kind == "embedding":
+            form = "gram"
+        else:
+            continue
+        for leaf in use.leaves:
+            forms[leaf] = form
+    return forms
 
 
 def _kept_grads(program: ExampleGraph, env: dict[int, Any], use: Use, a: Any, g: Any) -> jax.Array:

@@ -132,14 +132,18 @@ class CoverageRow:
             per-example gradients computed directly: biases, scales), ``"fallback"`` (exact
             per-example gradients for this leaf), ``"unused"`` (the loss does not depend on it).
         shape: the leaf's shape.
+        norm: how the norm is formed from the shapes (``"rank-one"``, ``"gram"`` or
+            ``"per-example"``, see [`ghost_coverage`][jaxwise.per_example.ghost_coverage]);
+            ``""`` for an unused leaf.
     """
 
     path: str
     kind: str
     shape: tuple[int, ...]
+    norm: str = ""
 
     def __str__(self) -> str:
-        return f"{self.path:<32} {self.kind:<11} {self.shape}"
+        return f"{self.path:<32} {self.kind:<11} {self.norm:<11} {self.shape}"
 
 
 def bind(node: Node, inputs: Sequence[Any]) -> list[Any]:
