@@ -46,12 +46,12 @@ from jaxwise.per_example._graph import (
     read,
 )
 
-# The norm contractions run at the matmul precision in effect (``jax.default_matmul_precision``),
-# like the use's own contraction that forms the clipped sum: on a TPU at the default precision
-# the norm and the clipped contribution both see the same bfloat16-rounded activations and
-# output gradients (a HIGHEST norm would cost up to six passes and still be measured against
-# a one-pass contribution); under ``"highest"`` both are float32-exact.
-_PRECISION = None
+# The norm contractions run at HIGHEST precision on every backend: the clip factor C/||g||
+# is what bounds each example's contribution (the DP sensitivity), so a norm rounded down by a
+# TPU's one-pass bfloat16 default (~0.4%) would let a clipped example exceed C. It costs up to
+# six bfloat16 passes of the norm's (small) contractions on a TPU; measured there before it is
+# traded away.
+_PRECISION = jax.lax.Precision.HIGHEST
 GHOST_KINDS = ("dense", "conv", "embedding")
 FORMS = ("rank-one", "gram", "per-example")
 
