@@ -276,7 +276,7 @@ def make_dp_train_epoch(
         noise_multiplier=noise_multiplier,
         method=method,
         chunk_size=chunk_size,
-        model_state=model_state,
+        takes_model_state=model_state,
         freeze_model_state=freeze_model_state,
     )
     return make_epoch(gradient, PoissonSampler(check_int(batch_size, "batch_size", min_value=1)))
