@@ -432,7 +432,7 @@ def test_accumulated_stateful_gradient_advances_once_and_equals_one_batch():
     x, y = make_problem(n=8)
     state = {"key": jax.random.key(4), "count": jnp.uint32(0)}
     w = jnp.asarray([0.3, -0.2, 0.1])
-    whole, whole_norms, whole_state = dp_gradient(
+    whole, whole_norms, whole_state, _ = dp_gradient(
         masked_loss,
         w,
         (x, y),
