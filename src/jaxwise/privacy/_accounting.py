@@ -18,7 +18,6 @@ from jaxwise._extras import require
 from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism
 from jaxwise.privacy._noise import check_noise
 from jaxwise.train import TrainEpoch
-from jaxwise.train._gradient import requirements_of
 
 __all__ = ["epoch_epsilon", "epsilon", "noise_multiplier_for", "run_event"]
 
@@ -321,8 +320,8 @@ def epoch_epsilon(
         True
     """
     privacy: Any = None
-    if isinstance(epoch, TrainEpoch):
-        privacy = requirements_of(epoch.gradient).privacy
+    if isinstance(epoch, TrainEpoch):  # the gradient's own, or the one a wrapper forwards
+        privacy = getattr(getattr(epoch.gradient, "requirements", None), "privacy", None)
     if privacy is None or not callable(getattr(privacy, "dp_event", None)):
         raise TypeError(
             "`epoch` must be a TrainEpoch of a DP gradient (privacy.dp_gradient_fn, or a "

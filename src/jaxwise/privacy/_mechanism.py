@@ -51,7 +51,6 @@ from jaxwise.privacy._noise import (
 )
 from jaxwise.privacy._state import NO_MODEL_STATE
 from jaxwise.train import Gradients, Requirements, Sampler, StepContext
-from jaxwise.train._precision import cast_floating
 
 __all__ = [
     "ClipPolicy",
@@ -536,10 +535,21 @@ class DPGradientFn:
 
         def cast(params: Any, *rest: Any) -> Any:
             *state, example = rest
-            return loss(cast_floating(params, dtype), *state, cast_floating(example, dtype))
+            return loss(_cast_floating(params, dtype), *state, _cast_floating(example, dtype))
 
         cast.__name__ = getattr(loss, "__name__", "loss")
         return cast
+
+
+def _cast_floating(tree: Any, dtype: Any) -> Any:
+    """Every floating leaf of ``tree`` cast to ``dtype`` (integer, bool and key leaves kept)."""
+
+    def cast(x: Any) -> Any:
+        if hasattr(x, "dtype") and jnp.issubdtype(x.dtype, jnp.floating) and x.dtype != dtype:
+            return jnp.asarray(x).astype(dtype)
+        return x
+
+    return jax.tree.map(cast, tree)
 
 
 def clip_metrics(
