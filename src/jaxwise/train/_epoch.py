@@ -276,7 +276,7 @@ def make_epoch(
 
 
 def make_train_epoch(
-    loss_fn: LossFn | Callable[..., Any],
+    loss: LossFn | Callable[..., Any],
     batch_size: int | np.integer,
     *,
     model_state: bool = False,
@@ -284,15 +284,15 @@ def make_train_epoch(
     donate: bool = True,
     mesh: Mesh | None = None,
 ) -> TrainEpoch:
-    """A shuffled epoch of a loss: ``make_epoch(value_and_grad(loss_fn, ...),
+    """A shuffled epoch of a loss: ``make_epoch(value_and_grad(loss, ...),
     ShuffleSampler(batch_size), ...)``.
 
     Each epoch permutes the examples and takes ``n // batch_size`` fixed-shape mini-batches
     (the remainder is dropped, a different remainder each epoch).
 
     Args:
-        loss_fn: the loss, as for [`make_train_step`][jaxwise.train.make_train_step]:
-            ``loss_fn(params, batch) -> loss`` on one mini-batch.
+        loss: the loss, as for [`make_train_step`][jaxwise.train.make_train_step]:
+            ``loss(params, batch) -> loss`` on one mini-batch.
         batch_size: rows per mini-batch, >= 1.
         model_state: thread ``state.model_state`` through the loss.
         has_aux: the loss returns ``(loss, aux)``; ``metrics["aux"]`` stacks them.
@@ -304,7 +304,7 @@ def make_train_epoch(
             metrics)`` with every metric stacked over the steps (leading axis).
 
     Raises:
-        TypeError: ``loss_fn`` is not callable, ``batch_size`` is not an int, ``mesh`` is
+        TypeError: ``loss`` is not callable, ``batch_size`` is not an int, ``mesh`` is
             not a mesh or a flag is not a bool.
         ValueError: ``batch_size < 1``, ``mesh`` has no ``"data"`` axis or ``batch_size``
             is not divisible by its size.
@@ -319,7 +319,7 @@ def make_train_epoch(
         >>> int(state.step), metrics["loss"].shape
         (2, (2,))
     """
-    check_callable(loss_fn, "loss_fn")
+    check_callable(loss, "loss")
     batch_size = check_int(batch_size, "batch_size", min_value=1)
     check_mesh(mesh)
     if mesh is not None and batch_size % _data_size(mesh):
@@ -327,5 +327,5 @@ def make_train_epoch(
             f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the "
             "mesh's 'data' axis"
         )
-    gradient = value_and_grad(loss_fn, has_aux=has_aux, model_state=model_state)
+    gradient = value_and_grad(loss, has_aux=has_aux, model_state=model_state)
     return make_epoch(gradient, ShuffleSampler(batch_size), donate=donate, mesh=mesh)

@@ -83,9 +83,9 @@ def check_flags(**flags: Any) -> None:
         check_bool(value, name)
 
 
-def program_name(loss_fn: Any, suffix: str) -> str:
+def program_name(loss: Any, suffix: str) -> str:
     """``<user's function name>_<suffix>``: the program's name (``jit(loss_train_step)``)."""
-    fn = loss_fn
+    fn = loss
     while hasattr(fn, "func"):  # functools.partial
         fn = fn.func
     name = getattr(fn, "__name__", None) or type(fn).__name__
@@ -359,7 +359,7 @@ def make_step(
 
 
 def make_train_step(
-    loss_fn: LossFn | Callable[..., Any],
+    loss: LossFn | Callable[..., Any],
     *,
     model_state: bool = False,
     has_aux: bool = False,
@@ -367,19 +367,19 @@ def make_train_step(
     donate: bool = True,
     mesh: Mesh | None = None,
 ) -> TrainStep:
-    """A jitted training step of a loss: ``make_step(value_and_grad(loss_fn, ...), ...)``.
+    """A jitted training step of a loss: ``make_step(value_and_grad(loss, ...), ...)``.
 
     Args:
-        loss_fn: ``loss_fn(params, batch) -> loss`` (a float scalar; the
+        loss: ``loss(params, batch) -> loss`` (a float scalar; the
             [`LossFn`][jaxwise.per_example.LossFn] protocol), or
-            ``loss_fn(params, model_state, batch) -> (loss, new_model_state)`` with
+            ``loss(params, model_state, batch) -> (loss, new_model_state)`` with
             ``model_state=True``. With ``has_aux`` the loss is ``(loss, aux)``
             (``(loss, (new_model_state, aux))`` with model state) and ``aux`` is
             returned in ``metrics["aux"]``. With ``with_key=True`` a trailing
             ``key`` argument gets a fresh key split from ``state.key`` every step.
         model_state: thread ``state.model_state`` (BatchNorm statistics…) through the loss.
-        has_aux: see ``loss_fn``.
-        with_key: see ``loss_fn``.
+        has_aux: see ``loss``.
+        with_key: see ``loss``.
         donate: donate the state (its buffers are reused for the new one).
         mesh: a mesh with a ``"data"`` axis (data parallelism), see
             [`make_step`][jaxwise.train.make_step].
@@ -390,7 +390,7 @@ def make_train_step(
             ``"grad_norm"`` and ``"skipped"`` (and ``"aux"`` with ``has_aux``).
 
     Raises:
-        TypeError: ``loss_fn`` is not callable, ``mesh`` is not a mesh or a flag is not a
+        TypeError: ``loss`` is not callable, ``mesh`` is not a mesh or a flag is not a
             bool.
         ValueError: ``mesh`` has no ``"data"`` axis.
 
@@ -404,6 +404,6 @@ def make_train_step(
         >>> int(state.step), int(metrics["skipped"])
         (1, 0)
     """
-    check_callable(loss_fn, "loss_fn")
-    gradient = value_and_grad(loss_fn, has_aux=has_aux, model_state=model_state, with_key=with_key)
+    check_callable(loss, "loss")
+    gradient = value_and_grad(loss, has_aux=has_aux, model_state=model_state, with_key=with_key)
     return make_step(gradient, donate=donate, mesh=mesh)
