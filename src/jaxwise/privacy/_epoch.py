@@ -13,7 +13,8 @@ import numpy as np
 from jaxwise._checks import check_int
 from jaxwise._losses import ChunkSize, Method
 from jaxwise.buckets import plan_buckets
-from jaxwise.privacy._mechanism import ClipPolicy, dp_gradient_fn
+from jaxwise.privacy._dpgradient import dp_gradient_fn
+from jaxwise.privacy._mechanism import ClipPolicy
 from jaxwise.privacy._sampling import poisson_batch
 from jaxwise.train import TrainEpoch, make_epoch
 

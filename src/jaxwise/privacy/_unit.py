@@ -8,7 +8,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwise.privacy._mechanism import ClipPolicy, DPGradientFn, NoiseMechanism, clip_policy
+from jaxwise.privacy._dpgradient import DPGradientFn
+from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism, clip_policy
 from jaxwise.train import Gradients, Requirements, StepContext
 
 __all__ = ["UnitClipped", "unit_clip"]
