@@ -172,7 +172,7 @@ def test_accumulation_adds_noise_once(problem):
         )
     )
     for k in range(40):
-        noisy, _, _ = noisy_fn(jax.random.key(k))
+        noisy, _, _, _ = noisy_fn(jax.random.key(k))
         samples.append(
             np.concatenate(
                 [

@@ -193,6 +193,7 @@ def epsilon(
     check_noise(noise_multiplier)
     _check_accounting(sample_rate, steps, delta, accountant)
     _check_mechanism(mechanism, clip)
+    _dp_accounting("jaxwise.privacy.epsilon")  # names the extra when it is missing
     sigma = float(noise_multiplier)
     if sigma == 0:
         run_event(1.0, sample_rate, int(steps), mechanism, clip)  # the parts' own checks

@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int
+from jaxwise._checks import check_bool, check_int
 from jaxwise._losses import ChunkSize, Method
 from jaxwise.buckets import plan_buckets
 from jaxwise.privacy._dpgradient import dp_gradient_fn
@@ -271,6 +271,7 @@ def make_dp_train_epoch(
         >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
         (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """
+    check_bool(model_state, "model_state")
     gradient = dp_gradient_fn(
         loss,
         clip_norm=clip_norm,
