@@ -404,8 +404,8 @@ def test_ghost_inside_accumulation():
         ),
         static_argnums=3,
     )
-    ref, ref_norms, _ = run(params, micro, jax.random.key(1), "vmap")
-    out, norms, _ = run(params, micro, jax.random.key(1), "ghost")
+    ref, ref_norms, _, _ = run(params, micro, jax.random.key(1), "vmap")
+    out, norms, _, _ = run(params, micro, jax.random.key(1), "ghost")
     np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
     _close(out, ref)
 
