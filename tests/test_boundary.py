@@ -435,7 +435,7 @@ TRAIN: list[Row] = [
         TypeError,
         "tag",
     ),
-    ("step-loss-str", lambda: train.make_train_step("loss"), TypeError, "loss_fn"),  # pyright: ignore[reportArgumentType]
+    ("step-loss-str", lambda: train.make_train_step("loss"), TypeError, "`loss`"),  # pyright: ignore[reportArgumentType]
     (
         "step-gradient-none",
         lambda: train.make_step(None),  # pyright: ignore[reportArgumentType]
@@ -540,7 +540,7 @@ TRAIN: list[Row] = [
         "epoch-loss-none",
         lambda: train.make_train_epoch(None, 2),  # pyright: ignore[reportArgumentType]
         TypeError,
-        "loss_fn",
+        "`loss`",
     ),
     (
         "epoch-data-mismatch",

@@ -290,7 +290,7 @@ def _everything(loss, method, clip):
     def run(params, batch, key):
         norms = per_example_grad_norms(loss, params, batch, method=method)
         summed, sum_norms = clip_and_sum(loss, params, batch, clip_norm=clip, method=method)
-        noisy, _, _ = dp_gradient(
+        noisy, _, _, _ = dp_gradient(
             loss, params, batch, key, clip_norm=clip, noise_multiplier=1.0, method=method
         )
         return norms, sum_norms, summed, noisy
@@ -404,8 +404,8 @@ def test_ghost_inside_accumulation():
         ),
         static_argnums=3,
     )
-    ref, ref_norms, _ = run(params, micro, jax.random.key(1), "vmap")
-    out, norms, _ = run(params, micro, jax.random.key(1), "ghost")
+    ref, ref_norms, _, _ = run(params, micro, jax.random.key(1), "vmap")
+    out, norms, _, _ = run(params, micro, jax.random.key(1), "ghost")
     np.testing.assert_allclose(norms, ref_norms, rtol=1e-4)
     _close(out, ref)
 

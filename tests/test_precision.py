@@ -93,13 +93,14 @@ def test_f16_dynamic_loss_scale_skips_overflow_steps_and_recovers(key):
     y = x @ jnp.asarray([1.0, 2.0, 3.0, 4.0])
     tx = optim.sgd(0.05)
     scaler = DynamicLossScale(initial_scale=2.0**24, growth_interval=4)
-    step = jaxwise.train.make_step(
-        jaxwise.train.mixed_precision(
-            jaxwise.train.value_and_grad(linear_loss), compute_dtype=jnp.float16, loss_scale=scaler
-        )
+    gradient = jaxwise.train.mixed_precision(
+        jaxwise.train.value_and_grad(linear_loss), compute_dtype=jnp.float16, loss_scale=scaler
     )
-    state = TrainState.create(params, tx, 0)
-    assert state.loss_scale is None  # the step adds the scale on its first call
+    step = jaxwise.train.make_step(gradient)
+    with pytest.raises(ValueError, match="gradient=\\.\\.\\."):  # no lazy fallback
+        step(TrainState.create(params, tx, 0), (x, y))
+    state = TrainState.create(params, tx, 0, gradient=gradient)  # the scale: the gradient's state
+    assert isinstance(state.gradient_state["loss_scale"], LossScaleState)
     skipped, scales, losses = [], [], []
     with CompileBudget(1, step, exact=True):
         for _ in range(30):
@@ -110,7 +111,7 @@ def test_f16_dynamic_loss_scale_skips_overflow_steps_and_recovers(key):
             losses.append(float(metrics["loss"]))
             if skipped[-1]:
                 np.testing.assert_array_equal(np.asarray(state.params["w"]), before["w"])
-    assert isinstance(state.loss_scale, LossScaleState)
+    assert isinstance(state.gradient_state["loss_scale"], LossScaleState)
     # overflow at 2**24: the scale halves on each skipped step until the scaled gradients fit f16
     first_good = skipped.index(0)
     assert first_good >= 3 and skipped[:first_good] == [1] * first_good

@@ -43,7 +43,7 @@ def problem():
 
 def test_infinite_clip_and_zero_noise_is_the_mean_gradient(problem):
     params, x, y = problem
-    g, _, _ = dp_gradient(
+    g, _, _, _ = dp_gradient(
         LOSS, params, (x, y), jax.random.key(0), clip_norm=float("inf"), noise_multiplier=0.0
     )
     mean = jax.grad(lambda p: jnp.mean(jax.vmap(LOSS, in_axes=(None, 0))(p, (x, y))))(params)
@@ -122,11 +122,11 @@ def test_same_key_same_result_different_key_different(problem):
 def test_ghost_and_chunked_dp_gradients_agree(problem):
     params, x, y = problem
     key = jax.random.key(3)
-    ref, ref_norms, _ = dp_gradient(
+    ref, ref_norms, _, _ = dp_gradient(
         LOSS, params, (x, y), key, clip_norm=1.0, noise_multiplier=0.8, method="vmap"
     )
     for kwargs in ({"method": "ghost"}, {"method": "auto"}, {"chunk_size": 5, "method": "chunked"}):
-        g, norms, _ = dp_gradient(
+        g, norms, _, _ = dp_gradient(
             LOSS,
             params,
             (x, y),
@@ -143,7 +143,7 @@ def test_ghost_and_chunked_dp_gradients_agree(problem):
 def test_accumulation_adds_noise_once(problem):
     params, x, y = problem
     micro = (x.reshape(4, 8, 6), y.reshape(4, 8))
-    clean_acc, norms, _ = dp_gradient_accumulated(
+    clean_acc, norms, _, _ = dp_gradient_accumulated(
         LOSS,
         params,
         micro,
@@ -152,7 +152,7 @@ def test_accumulation_adds_noise_once(problem):
         noise_multiplier=0.0,
         expected_batch_size=32,
     )
-    clean, _, _ = dp_gradient(
+    clean, _, _, _ = dp_gradient(
         LOSS, params, (x, y), jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0
     )
     for a, b in zip(jax.tree.leaves(clean_acc), jax.tree.leaves(clean)):
@@ -172,7 +172,7 @@ def test_accumulation_adds_noise_once(problem):
         )
     )
     for k in range(40):
-        noisy, _, _ = noisy_fn(jax.random.key(k))
+        noisy, _, _, _ = noisy_fn(jax.random.key(k))
         samples.append(
             np.concatenate(
                 [
@@ -183,7 +183,7 @@ def test_accumulation_adds_noise_once(problem):
         )
     std = np.std(np.concatenate(samples)) * 32 / sigma
     assert 0.9 < std < 1.1  # once: σC/B; per micro-batch it would be √4 = 2 times larger
-    masked, _, _ = dp_gradient_accumulated(
+    masked, _, _, _ = dp_gradient_accumulated(
         LOSS,
         params,
         micro,
@@ -193,7 +193,7 @@ def test_accumulation_adds_noise_once(problem):
         expected_batch_size=32,
         mask=jnp.ones((4, 8), bool).at[3].set(False),
     )
-    first_three, _, _ = dp_gradient(
+    first_three, _, _, _ = dp_gradient(
         LOSS,
         params,
         (x[:24], y[:24]),
@@ -380,7 +380,7 @@ def test_dp_gradients_take_tuple_and_dict_batches_alike(method):
     chunk = 5 if method == "chunked" else None
     key = jax.random.key(0)
     for loss, batch in forms.values():
-        g, norms, _ = dp_gradient(
+        g, norms, _, _ = dp_gradient(
             loss,
             w,
             batch,
@@ -393,7 +393,7 @@ def test_dp_gradients_take_tuple_and_dict_batches_alike(method):
         np.testing.assert_allclose(np.asarray(g, np.float64), summed64 / 12, rtol=1e-5)
         np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=1e-5)
         micro = jax.tree.map(lambda a: a.reshape(3, 4, *a.shape[1:]), batch)
-        g, norms, _ = dp_gradient_accumulated(
+        g, norms, _, _ = dp_gradient_accumulated(
             loss,
             w,
             micro,

@@ -786,6 +786,7 @@ def test_adaptive_clip_norm_falls_when_every_example_is_unclipped():
 def test_adaptive_step_noise_is_the_fixed_steps_and_its_count_the_next_normal():
     # one standard-normal draw per step: the gradient's part first (the fixed-clip step's
     # noise for the same key), the count's noise the entry after the gradient's padded block
+    from jaxwise import train
     from jaxwise.privacy._noise import flat_normal, flat_size
 
     params, data, key = {"w": jnp.zeros(3)}, _wire_data(), jax.random.key(5)
@@ -797,8 +798,11 @@ def test_adaptive_step_noise_is_the_fixed_steps_and_its_count_the_next_normal():
     policy = AdaptiveClip(initial, target_quantile=0.4, learning_rate=0.3, count_noise=1.0)
     fixed = privacy.dp_gradient_fn(_wire_loss, clip_norm=initial, noise_multiplier=1.0)
     adaptive = privacy.dp_gradient_fn(_wire_loss, clip_norm=policy, noise_multiplier=1.0)
-    a = fixed(params, None, batch, key=key, mask=None, state=fixed.init(params))
-    b = adaptive(params, None, batch, key=key, mask=None, state=adaptive.init(params))
+    # the batch's 8 rows as the divisor, each gradient's own accounting in its context
+    at = train.StepContext(8.0, privacy=fixed.requirements.privacy)
+    ab = train.StepContext(8.0, privacy=adaptive.requirements.privacy)
+    a = fixed(params, None, batch, fixed.init(params), key=key, mask=None, context=at)
+    b = adaptive(params, None, batch, adaptive.init(params), key=key, mask=None, context=ab)
     np.testing.assert_allclose(np.asarray(a.grads["w"]), np.asarray(b.grads["w"]), rtol=1e-6)
     normal = float(flat_normal(key, params, extra=1)[flat_size(params)])
     released = np.sum(np.where(norms <= np.float32(initial), 0.5, -0.5)) + 1.0 * normal
@@ -876,7 +880,7 @@ def test_a_mismatched_mechanism_and_sampler_is_refused_at_construction(noise, sa
     with pytest.raises(privacy.PairingError, match=r"at most once every \d+ steps.*groups="):
         train.make_epoch(_dp(noise), sampler)
     with pytest.raises(ValueError):  # a PairingError is a ValueError
-        _dp(noise).check_sampler(sampler)
+        _dp(noise).requirements.privacy.check_sampler(sampler)
 
 
 @pytest.mark.parametrize(
@@ -977,9 +981,11 @@ def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
     n, batch, groups = 400, 20, 4
     sampler = privacy.CyclicPoissonSampler(batch, groups=groups)
     gradient = privacy.dp_gradient_fn(linear, clip_norm=100.0, noise_multiplier=0.0)
-    assert gradient.for_sampler(sampler, n).expected_batch_size == pytest.approx(batch)
+    from jaxwise.train._epoch import sampler_context
+
+    assert sampler_context(sampler, n, None).expected_batch_size == pytest.approx(batch)
     assert sampler.expected_batch_size(n) == pytest.approx(batch)
-    plain = gradient.for_sampler(privacy.PoissonSampler(batch), n).expected_batch_size
+    plain = sampler_context(privacy.PoissonSampler(batch), n, None).expected_batch_size
     assert plain == pytest.approx(batch)
     state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(1.0), 0, gradient=gradient)
     state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})

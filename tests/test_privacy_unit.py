@@ -48,8 +48,10 @@ def test_released_gradient_is_the_plain_one_over_c_float64_referee(method, adapt
     if adaptive:  # a later step of the policy: the clip norm in the state is 2.5
         state = {**state, "clip": {"clip_norm": jnp.float32(2.5)}}
         c = 2.5
-    ours = gradient(params, None, batch, key=key, mask=mask, state=state)
-    theirs = plain(params, None, batch, key=key, mask=mask, state=state)
+    # the rows as the divisor (the referee's), the gradient's own accounting in the context
+    context = train.StepContext(12.0, privacy=plain.requirements.privacy)
+    ours = gradient(params, None, batch, state, key=key, mask=mask, context=context)
+    theirs = plain(params, None, batch, state, key=key, mask=mask, context=context)
     np.testing.assert_allclose(
         np.asarray(ours.grads["w"]), np.asarray(theirs.grads["w"]) / c, rtol=1e-6
     )

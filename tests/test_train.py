@@ -294,7 +294,7 @@ def test_epoch_bad_input(setup):
         make_train_epoch(loss_fn, 8)(state, (x, y[:95]))
     with pytest.raises(ValueError, match="batch_size"):
         make_train_epoch(loss_fn, 0)
-    with pytest.raises(TypeError, match="loss_fn"):
+    with pytest.raises(TypeError, match="`loss`"):
         make_train_step("loss")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(state))
 
@@ -658,7 +658,7 @@ def test_model_objects_are_rejected_as_params(key):
 
 
 def test_step_options_are_validated_before_tracing():
-    with pytest.raises(TypeError, match="`loss_fn` must be callable"):
+    with pytest.raises(TypeError, match="`loss` must be callable"):
         make_train_step("loss")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="`gradient` must be a gradient function"):
         jaxwise.train.make_step("gradient")  # pyright: ignore[reportArgumentType]  # bad input on purpose

@@ -15,6 +15,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,9 +26,9 @@ from jaxwise._jax import jax_version
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import DPGradientFn, PoissonSampler, dp_gradient_fn
 from jaxwise.train import (
+    GradientFn,
     Gradients,
     ShuffleSampler,
-    StatefulGradientFn,
     TrainState,
     make_epoch,
     make_step,
@@ -92,12 +93,21 @@ def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():
 LAMBDA = 0.1
 
 
-def l2_gradient(params, model_state, batch, *, key, mask):
+class L2Gradient:
     """A hand-written GradientFn: the MSE gradient plus the gradient of LAMBDA/2 |params|^2."""
-    del key, mask
-    loss, grads = jax.value_and_grad(golden.mse)(params, batch)
-    grads = jax.tree.map(lambda g, p: g + LAMBDA * p, grads, params)
-    return Gradients(grads, loss, model_state)
+
+    def init(self, params):
+        del params
+        return ()
+
+    def __call__(self, params, model_state, batch, state, *, key, mask, context):
+        del key, mask, context
+        loss, grads = jax.value_and_grad(golden.mse)(params, batch)
+        grads = jax.tree.map(lambda g, p: g + LAMBDA * p, grads, params)
+        return Gradients(grads, loss, model_state, state=state)
+
+
+l2_gradient = L2Gradient()
 
 
 def test_user_gradient_trains_through_make_epoch_with_guard_donation_and_one_compile():
@@ -134,14 +144,14 @@ def _hash_order(state):
 
 
 class CountingGradient:
-    """A toy StatefulGradientFn: its state counts the steps and sums the losses."""
+    """A toy GradientFn with state: it counts the steps and sums the losses."""
 
     def init(self, params):
         del params
         return {"steps": jnp.zeros((), jnp.int32), "total": jnp.zeros((), jnp.float32)}
 
-    def __call__(self, params, model_state, batch, *, key, mask, state):
-        del mask
+    def __call__(self, params, model_state, batch, state, *, key, mask, context):
+        del mask, context
         assert key is not None  # a hand-written gradient gets a fresh key every step
         loss, grads = jax.value_and_grad(golden.mse)(params, batch)
         new = {"steps": state["steps"] + 1, "total": state["total"] + loss}
@@ -151,7 +161,7 @@ class CountingGradient:
 def test_stateful_gradient_state_is_scanned_donated_and_compiled_once():
     x, y = golden.data()
     gradient = CountingGradient()
-    assert isinstance(gradient, StatefulGradientFn)
+    assert isinstance(gradient, GradientFn)
     state = TrainState.create(golden.params(), optim.sgd(0.05), 1, gradient=gradient)
     epoch = make_epoch(gradient, ShuffleSampler(10))
     losses = []
@@ -177,9 +187,12 @@ def test_stateful_gradient_refuses_a_state_of_another_structure():
         make_epoch(gradient, ShuffleSampler(10))(wrong, (x, y))
     with pytest.raises(ValueError, match=r"`state.gradient_state` does not have the structure"):
         make_step(gradient)(wrong, (x[:10], y[:10]))
-    # a state without one gets gradient.init(params) on the first call
+    # no lazy fallback: a state with arrays is made once, by TrainState.create(gradient=)
     bare = TrainState.create(golden.params(), optim.sgd(0.05), 1)
-    new, _ = make_step(gradient)(bare, (x[:10], y[:10]))
+    with pytest.raises(ValueError, match=r"gradient_state` is None.*gradient=\.\.\."):
+        make_step(gradient)(bare, (x[:10], y[:10]))
+    made = TrainState.create(golden.params(), optim.sgd(0.05), 1, gradient=gradient)
+    new, _ = make_step(gradient)(made, (x[:10], y[:10]))
     assert int(new.gradient_state["steps"]) == 1
 
 
@@ -187,6 +200,11 @@ class UnitNoise:
     """A test NoiseMechanism: the noise is z, doubled from the second step on (a counter)."""
 
     min_separation = 1  # accounted as DP-SGD: any sampler
+
+    def dp_event(self, release, *, sample_rate, steps):
+        return dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(sample_rate, release(1)), steps
+        )
 
     def init(self, params):
         del params
@@ -226,6 +244,10 @@ class HalvingClip:
     def update(self, state, norms, mask, normal, expected_batch_size):
         del norms, mask, normal, expected_batch_size
         return state / 2
+
+    def dp_event(self, participations):
+        del participations
+        return None  # a schedule: it releases nothing about the data
 
 
 def test_clip_policy_sets_the_clip_norm_of_each_step():

@@ -181,7 +181,7 @@ def test_stateful_dp_gradient_equals_a_float64_reference(method):
     x, y = make_problem(n=6)
     w0 = np.asarray([0.3, -0.2, 0.1])
     state = {"key": jax.random.key(4), "count": jnp.uint32(2)}
-    grads, norms, new_state = jax.jit(
+    grads, norms, new_state, _ = jax.jit(
         lambda w, s, b: dp_gradient(
             masked_loss,
             w,
@@ -333,8 +333,8 @@ def test_dropout_masks_differ_between_examples_and_steps(library, standard_promo
 
     same = jnp.ones((6, 8))  # six identical examples: only the masks tell them apart
     with CompileBudget(1, step, exact=True):
-        _, norms, state = step(model.params, model.model_state, same)
-        _, norms_next, state_next = step(model.params, state, same)
+        _, norms, state, _ = step(model.params, model.model_state, same)
+        _, norms_next, state_next, _ = step(model.params, state, same)
     assert len(set(np.round(np.asarray(norms), 5).tolist())) > 1  # masks differ between examples
     assert not np.allclose(np.asarray(norms_next), np.asarray(norms))  # and between steps
     assert jax.tree.structure(state_next) == jax.tree.structure(model.model_state)
@@ -373,7 +373,11 @@ def test_dp_epoch_of_an_nnx_cnn_with_dropout_draws_new_masks_every_step(standard
     image = jax.random.normal(jax.random.key(1), (1, 6, 6, 1))
     data = (jnp.repeat(image, 24, axis=0), jnp.zeros(24, jnp.int32))
     epoch = dp_epoch(
-        cnn_loss(model), ShuffleSampler(8), clip_norm=1.0, noise_multiplier=0.0, model_state=True
+        cnn_loss(model),
+        ShuffleSampler(8),
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        takes_model_state=True,
     )
     state = TrainState.create(model.params, tx, 0, model_state=model.model_state)
     norms = []
@@ -386,7 +390,11 @@ def test_dp_epoch_of_an_nnx_cnn_with_dropout_draws_new_masks_every_step(standard
     assert int(state.model_state["drop"]["rngs"]["count"][...]) == 9
     still = from_nnx(nnx.view(DropoutCNN(nnx.Rngs(0, dropout=1)), deterministic=True))
     control = dp_epoch(
-        cnn_loss(still), ShuffleSampler(8), clip_norm=1.0, noise_multiplier=0.0, model_state=True
+        cnn_loss(still),
+        ShuffleSampler(8),
+        clip_norm=1.0,
+        noise_multiplier=0.0,
+        takes_model_state=True,
     )
     _, metrics = control(
         TrainState.create(still.params, tx, 0, model_state=still.model_state), data
@@ -433,7 +441,7 @@ def test_accumulated_stateful_gradient_advances_once_and_equals_one_batch():
     x, y = make_problem(n=8)
     state = {"key": jax.random.key(4), "count": jnp.uint32(0)}
     w = jnp.asarray([0.3, -0.2, 0.1])
-    whole, whole_norms, whole_state = dp_gradient(
+    whole, whole_norms, whole_state, _ = dp_gradient(
         masked_loss,
         w,
         (x, y),
@@ -443,7 +451,7 @@ def test_accumulated_stateful_gradient_advances_once_and_equals_one_batch():
         model_state=state,
     )
     micro = jax.tree.map(lambda a: a.reshape(2, 4, *a.shape[1:]), (x, y))
-    grads, norms, new_state = jax.jit(
+    grads, norms, new_state, _ = jax.jit(
         lambda w, s, m: dp_gradient_accumulated(
             masked_loss,
             w,

@@ -158,8 +158,8 @@ def to_device(*arrays: np.ndarray) -> Any:
 def initial_state(tx: Any, sizes: tuple[int, ...], seed: int, gradient: Any = None) -> Any:
     """The initial state: keys, He-initialised MLP, optimizer state (one program under ``jit``).
 
-    ``gradient``: a stateful DP gradient (correlated noise, adaptive clip) whose state
-    (`_dp.state_gradient`) the `TrainState` holds from the start.
+    ``gradient``: the run's gradient (`run_gradient`), whose state (correlated noise, an
+    adaptive clip) the `TrainState` holds from the start; ``None`` for a plain run.
     """
     from jaxwise.models import init_mlp
     from jaxwise.train import TrainState
@@ -168,9 +168,9 @@ def initial_state(tx: Any, sizes: tuple[int, ...], seed: int, gradient: Any = No
     return TrainState.create(init_mlp(init_key, sizes), tx, state_key, gradient=gradient)
 
 
-def state_gradient(cfg: Any, n_train: int) -> Any:
-    """The DP gradient whose state the run's `TrainState` holds, or ``None`` (see `_dp`)."""
-    return _dp.state_gradient(cfg, n_train, per_example_loss()) if cfg.dp else None
+def run_gradient(cfg: Any, n_train: int) -> Any:
+    """The run's DP gradient (`_dp.dp_gradient`, built once), or ``None`` for a plain run."""
+    return _dp.dp_gradient(cfg, n_train, per_example_loss()) if cfg.dp else None
 
 
 def mlp_float64(params: Any, x: np.ndarray) -> np.ndarray:
@@ -326,7 +326,7 @@ def schedule_values(schedule: Callable[[jax.Array], jax.Array], steps: int) -> j
     return jax.vmap(schedule)(jnp.arange(steps))
 
 
-def make_epoch(cfg: Any, *, accuracy: bool = False, n_train: int | None = None) -> Any:
+def build_epoch(cfg: Any, *, accuracy: bool = False, n_train: int | None = None) -> Any:
     """The compiled epoch: plain (shuffled batches) or DP (ghost clipping, `_dp.dp_plan`).
 
     A DP epoch over ``n_train`` examples: the ``--mechanism``'s noise with the sampler its
@@ -337,11 +337,11 @@ def make_epoch(cfg: Any, *, accuracy: bool = False, n_train: int | None = None) 
     from jaxwise.train import make_train_epoch
 
     if cfg.dp:
-        from jaxwise.train import make_epoch as compose
+        from jaxwise.train import make_epoch
 
         assert n_train is not None, "a DP epoch needs the number of training examples"
         plan = _dp.dp_plan(cfg, n_train)
-        return compose(_dp.dp_gradient(cfg, n_train, per_example_loss()), plan.sampler)
+        return make_epoch(run_gradient(cfg, n_train), plan.sampler)
     if accuracy:
         return make_train_epoch(batch_loss_and_accuracy, cfg.batch_size, has_aux=True)
     return make_train_epoch(batch_loss, cfg.batch_size)
@@ -356,7 +356,7 @@ def epoch_progress(metrics: dict[str, Any], step_losses: np.ndarray) -> dict[str
 
 
 def steps_per_epoch(n_train: int, cfg: Any) -> int:
-    """Steps per epoch of `make_epoch`'s sampler (shuffled batches, or Poisson samples)."""
+    """Steps per epoch of `build_epoch`'s sampler (shuffled batches, or Poisson samples)."""
     if cfg.dp:
         from jaxwise.privacy import PoissonSampler
 
@@ -532,12 +532,12 @@ __all__ = [
     "evaluate",
     "evaluate_splits",
     "initial_state",
-    "state_gradient",
+    "run_gradient",
     "float64_check",
     "matmul_precision_name",
     "mlp_logit_error_bound",
     "jsonable",
-    "make_epoch",
+    "build_epoch",
     "make_optimizer",
     "mlp_float64",
     "option_float",

@@ -27,7 +27,6 @@ __all__ = [
     "dp_gradient",
     "dp_plan",
     "dp_summary",
-    "state_gradient",
 ]
 
 DELTA = 1e-5
@@ -199,7 +198,12 @@ def dp_plan(cfg: Any, n: int) -> DPPlan:
 
 @functools.lru_cache(maxsize=8)
 def dp_gradient(cfg: Any, n: int, loss: Any) -> Any:
-    """The run's `privacy.dp_gradient_fn` (ghost clipping) for `dp_plan`'s mechanism and clip."""
+    """THE run's `privacy.dp_gradient_fn` (ghost clipping) for `dp_plan`'s mechanism and clip.
+
+    Built once per run (cached): the `TrainState` is created from it
+    (``TrainState.create(..., gradient=...)``: its noise buffers, its adaptive clip norm) and
+    the epoch runs it; nothing else builds one.
+    """
     from jaxwise import privacy
 
     plan = dp_plan(cfg, n)
@@ -210,19 +214,6 @@ def dp_gradient(cfg: Any, n: int, loss: Any) -> Any:
         method="ghost",
         noise=plan.noise,
     )
-
-
-def state_gradient(cfg: Any, n: int, loss: Any) -> Any:
-    """The gradient whose state a DP run's `TrainState` holds (``None``: none to hold).
-
-    Plain DP-SGD with a fixed clip keeps ``gradient_state = None`` (its checkpoints as before).
-    """
-    if not cfg.dp or (cfg.mechanism in (None, "dpsgd") and cfg.adaptive_clip is None):
-        return None
-    plan = dp_plan(cfg, n)
-    if plan.noise is None and cfg.adaptive_clip is None:
-        return None
-    return dp_gradient(cfg, n, loss)
 
 
 def dp_summary(cfg: Any, n: int, steps: int) -> dict[str, Any]:

@@ -204,7 +204,7 @@ def prepare(cfg: SpiralConfig, background: ThreadPoolExecutor, out: RunDir | Non
         cfg.epochs * run.steps_per_epoch, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr
     )
     sizes = (fit_x.shape[1], *cfg.hidden, 3)  # with --audit: one input per canary feature
-    gradient = C.state_gradient(cfg, len(fit_x))  # the DP noise buffers / adaptive clip
+    gradient = C.run_gradient(cfg, len(fit_x))  # the DP noise buffers / adaptive clip
     build = jax.jit(functools.partial(C.initial_state, run.tx, sizes, cfg.seed, gradient))
     run.state_shape = jax.eval_shape(build)
     run.pending_state = background.submit(lambda: compile_one_shot(build)())
@@ -258,7 +258,7 @@ class _Epoch:
 def fit(run: _Run) -> None:
     """The epochs through `train.fit`: one compiled program, counted (compiled vs from cache)."""
     cfg = run.cfg
-    step = _Epoch(run, C.make_epoch(cfg, accuracy=True, n_train=len(run.fit_data[1])))
+    step = _Epoch(run, C.build_epoch(cfg, accuracy=True, n_train=len(run.fit_data[1])))
     with run.tally.measure():  # the epoch program, compiled while the state is built
         precompile(step.epoch.jitted, run.state_shape, run.fit_data)
     assert run.pending_state is not None

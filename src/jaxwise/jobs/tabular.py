@@ -276,7 +276,7 @@ def _setup(prep: Prepared, background: ThreadPoolExecutor) -> _Setup:
     tx, schedule = _optimizer(prep, spe)
     n_in = train[0].shape[1]  # with --audit: one extra input feature per canary
     sizes = (n_in, *cfg.hidden, len(prep.table.classes))
-    gradient = C.state_gradient(run_cfg, len(train[1]))  # the DP noise buffers / adaptive clip
+    gradient = C.run_gradient(run_cfg, len(train[1]))  # the DP noise buffers / adaptive clip
     build = jax.jit(functools.partial(C.initial_state, tx, sizes, cfg.seed, gradient))
     state_shape = jax.eval_shape(build)
     pending_state, lrs = _warm_up(
@@ -333,7 +333,7 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         last_epoch = start_epoch
     run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
     step = EvaluatedEpoch(
-        C.make_epoch(run_cfg, n_train=len(setup.train[1])),
+        C.build_epoch(run_cfg, n_train=len(setup.train[1])),
         setup.steps_per_epoch,
         setup.lrs,
         (setup.train, setup.val),

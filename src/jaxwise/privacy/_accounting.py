@@ -15,46 +15,28 @@ import numpy as np
 
 from jaxwise._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._extras import require
-from jaxwise.privacy._adaptive import AdaptiveClip
-from jaxwise.privacy._bandmf import BandMF
-from jaxwise.privacy._blt import BLT
-from jaxwise.privacy._mechanism import DPGradientFn, check_pairing
+from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism
 from jaxwise.privacy._noise import check_noise
-from jaxwise.privacy._unit import UnitClipped
 from jaxwise.train import TrainEpoch
 
-__all__ = ["epoch_epsilon", "epsilon", "noise_multiplier_for"]
+__all__ = ["epoch_epsilon", "epsilon", "noise_multiplier_for", "run_event"]
 
 Accountant = Literal["rdp", "pld"]
 ACCOUNTANTS = ("rdp", "pld")
-Mechanism = BandMF | BLT | None
 
 
-def _check_mechanism(mechanism: Any, clip: Any, steps: int) -> None:
-    if mechanism is not None and not isinstance(mechanism, (BandMF, BLT)):
+def _check_mechanism(mechanism: Any, clip: Any) -> None:
+    """Each must give its own accounting event (``dp_event``): no list of known classes."""
+    if mechanism is not None and not callable(getattr(mechanism, "dp_event", None)):
         raise TypeError(
-            f"`mechanism` must be None (DP-SGD), a BandMF or a BLT, got {type(mechanism).__name__}"
+            "`mechanism` must be None (DP-SGD) or a privacy.NoiseMechanism with its own "
+            f"`dp_event` (BandMF, BLT or your own), got {type(mechanism).__name__}"
         )
-    if clip is not None and not isinstance(clip, AdaptiveClip):
-        raise TypeError(f"`clip` must be None or an AdaptiveClip, got {type(clip).__name__}")
-    if isinstance(mechanism, BLT) and steps > mechanism.steps:
-        raise ValueError(
-            f"`steps` {steps} exceeds the {mechanism.steps} steps the BLT strategy was built "
-            "for: its sensitivity only covers those"
+    if clip is not None and not callable(getattr(clip, "dp_event", None)):
+        raise TypeError(
+            "`clip` must be None or a privacy.ClipPolicy with its own `dp_event` (e.g. "
+            f"AdaptiveClip), got {type(clip).__name__}"
         )
-
-
-def _participations(mechanism: Mechanism, steps: int) -> int:
-    """Count releases per accounted release: BLT's participations, else 1."""
-    if isinstance(mechanism, BLT):
-        return -(-int(steps) // mechanism.min_separation)
-    return 1
-
-
-def _effective(noise_multiplier: float, mechanism: Mechanism, clip: Any, steps: int) -> float:
-    if clip is None:
-        return noise_multiplier
-    return clip.effective_noise_multiplier(noise_multiplier, _participations(mechanism, steps))
 
 
 def _dp_accounting(feature: str) -> Any:
@@ -76,24 +58,64 @@ def _accountant(dp_accounting: Any, kind: str) -> Any:
     return dp_accounting.pld.PLDAccountant()
 
 
-def _event(
-    dp_accounting: Any,
+def _merge(dp_accounting: Any, first: Any, second: Any) -> Any:
+    """Two releases on the same batch: one Gaussian when both are (σ⁻² adds), else composed."""
+    if second is None:
+        return first
+    gaussian = dp_accounting.GaussianDpEvent
+    if isinstance(first, gaussian) and isinstance(second, gaussian):
+        a, b = float(first.noise_multiplier), float(second.noise_multiplier)
+        return gaussian((a**-2 + b**-2) ** -0.5)
+    return dp_accounting.ComposedDpEvent([first, second])
+
+
+def run_event(
     noise_multiplier: float,
     sample_rate: float,
-    steps: int | np.integer,
-    mechanism: Mechanism = None,
+    steps: int,
+    noise: NoiseMechanism | None = None,
+    clip: ClipPolicy | None = None,
 ) -> Any:
-    """DP-SGD's event; amplified BandMF's over ``ceil(steps / bands)``; BLT's one Gaussian."""
-    if isinstance(mechanism, BLT):
-        return dp_accounting.GaussianDpEvent(noise_multiplier)
-    compositions = int(steps)
-    if isinstance(mechanism, BandMF):  # one example's participations: every min_separation steps
-        compositions = -(-compositions // mechanism.min_separation)
+    """The ``dp_accounting`` event of a DP run, composed from its parts' own events.
+
+    ``release(k)`` is the gradient's ``GaussianDpEvent(σ)`` merged with the clip policy's
+    ``dp_event(k)``; the mechanism's ``dp_event(release, sample_rate=, steps=)`` makes the
+    run's event (DP-SGD without one: ``SelfComposedDpEvent(PoissonSampledDpEvent(q,
+    release(1)), steps)``). No part is known by its class.
+
+    Args:
+        noise_multiplier: the gradient's σ.
+        sample_rate: the sampler's rate.
+        steps: the noisy steps.
+        noise: the `NoiseMechanism`, or ``None``.
+        clip: the `ClipPolicy`, or ``None`` for a fixed clip norm.
+
+    Returns:
+        A ``dp_accounting.DpEvent``.
+    """
+    dp_accounting = _dp_accounting("jaxwise.privacy accounting")
+    _check_mechanism(noise, clip)
+
+    def release(participations: int) -> Any:
+        own = None if clip is None else clip.dp_event(int(participations))
+        return _merge(dp_accounting, dp_accounting.GaussianDpEvent(noise_multiplier), own)
+
+    if noise is None:
+        return dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(sample_rate, release(1)), int(steps)
+        )
+    return noise.dp_event(release, sample_rate=sample_rate, steps=int(steps))
+
+
+def poisson_event(release: Any, sample_rate: float, compositions: int) -> Any:
+    """``SelfComposedDpEvent(PoissonSampledDpEvent(q, release), compositions)``.
+
+    The event of a mechanism whose example participates Poisson-sampled ``compositions``
+    times (DP-SGD: every step; amplified BandMF: every ``bands`` steps).
+    """
+    dp_accounting = _dp_accounting("jaxwise.privacy accounting")
     return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(
-            sample_rate, dp_accounting.GaussianDpEvent(noise_multiplier)
-        ),
-        compositions,
+        dp_accounting.PoissonSampledDpEvent(sample_rate, release), int(compositions)
     )
 
 
@@ -109,20 +131,11 @@ def _quiet_absl() -> Iterator[None]:
         logger.setLevel(level)
 
 
-def _epsilon(
-    dp_accounting: Any,
-    noise_multiplier: float,
-    sample_rate: float,
-    steps: int | np.integer,
-    delta: float,
-    accountant: str,
-    mechanism: Mechanism = None,
-) -> float:
-    if noise_multiplier == 0:
-        return float("inf")
+def _epsilon(event: Any, delta: float, accountant: str) -> float:
+    dp_accounting = _dp_accounting("jaxwise.privacy.epsilon")
     acc = _accountant(dp_accounting, accountant)
     with _quiet_absl():  # dp-accounting logs orders it excludes; the result already says all
-        acc.compose(_event(dp_accounting, noise_multiplier, sample_rate, steps, mechanism))
+        acc.compose(event)
         return float(acc.get_epsilon(delta))
 
 
@@ -133,8 +146,8 @@ def epsilon(
     steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
-    mechanism: Mechanism = None,
-    clip: AdaptiveClip | None = None,
+    mechanism: NoiseMechanism | None = None,
+    clip: ClipPolicy | None = None,
 ) -> float:
     """ε of DP-SGD with Poisson sampling, from dp-accounting (RDP by default, ``"pld"`` optional).
 
@@ -146,7 +159,9 @@ def epsilon(
     al. 2023). With ``mechanism=BLT(...)``: one ``GaussianDpEvent(σ)`` (BLT's noise is scaled
     to sensitivity 1 under its participation; no amplification, as jax-privacy's
     ``SingleReleaseTrainingAccountant``). With ``clip=AdaptiveClip(...)`` the count's noise
-    is included (σ becomes the policy's ``effective_noise_multiplier``).
+    is included (its ``dp_event`` merged with the gradient's Gaussian). Any mechanism or clip
+    policy that gives its own ``dp_event`` is accounted the same way (see
+    [`NoiseMechanism`][jaxwise.privacy.NoiseMechanism]).
     Nothing is printed (dp-accounting's absl warnings about excluded RDP orders are hidden).
 
     Args:
@@ -155,9 +170,10 @@ def epsilon(
         steps: number of noisy gradient steps.
         delta: δ in (0, 1), typically < 1 / dataset size.
         accountant: ``"rdp"`` or ``"pld"``.
-        mechanism: ``None`` (DP-SGD), a [`BandMF`][jaxwise.privacy.BandMF] or a
-            [`BLT`][jaxwise.privacy.BLT].
-        clip: the [`AdaptiveClip`][jaxwise.privacy.AdaptiveClip] policy of the run, if any.
+        mechanism: ``None`` (DP-SGD) or a [`NoiseMechanism`][jaxwise.privacy.NoiseMechanism]
+            ([`BandMF`][jaxwise.privacy.BandMF], [`BLT`][jaxwise.privacy.BLT], your own).
+        clip: the run's [`ClipPolicy`][jaxwise.privacy.ClipPolicy] (e.g.
+            [`AdaptiveClip`][jaxwise.privacy.AdaptiveClip]), if any.
 
     Returns:
         ε as a float (``inf`` without noise).
@@ -176,10 +192,13 @@ def epsilon(
     """
     check_noise(noise_multiplier)
     _check_accounting(sample_rate, steps, delta, accountant)
-    _check_mechanism(mechanism, clip, int(steps))
-    dp_accounting = _dp_accounting("jaxwise.privacy.epsilon")
-    sigma = _effective(float(noise_multiplier), mechanism, clip, int(steps))
-    return _epsilon(dp_accounting, sigma, sample_rate, steps, delta, accountant, mechanism)
+    _check_mechanism(mechanism, clip)
+    _dp_accounting("jaxwise.privacy.epsilon")  # names the extra when it is missing
+    sigma = float(noise_multiplier)
+    if sigma == 0:
+        run_event(1.0, sample_rate, int(steps), mechanism, clip)  # the parts' own checks
+        return float("inf")
+    return _epsilon(run_event(sigma, sample_rate, int(steps), mechanism, clip), delta, accountant)
 
 
 def noise_multiplier_for(
@@ -189,14 +208,15 @@ def noise_multiplier_for(
     steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
-    mechanism: Mechanism = None,
-    clip: AdaptiveClip | None = None,
+    mechanism: NoiseMechanism | None = None,
+    clip: ClipPolicy | None = None,
 ) -> float:
-    """The smallest σ whose ε (Poisson-sampled Gaussian, ``steps`` steps) is ``<= epsilon``.
+    """The smallest gradient σ whose ε (``steps`` steps of the run's event) is ``<= epsilon``.
 
-    Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection to a tolerance of 1e-4).
-    ``mechanism`` and ``clip`` as in [`epsilon`][jaxwise.privacy.epsilon] (with ``clip``,
-    the gradient's σ, the count's noise accounted). Nothing is printed.
+    Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection to a tolerance of 1e-4) on the
+    run's event as [`epsilon`][jaxwise.privacy.epsilon] composes it: ``mechanism`` and
+    ``clip`` as there (with ``clip``, its own release is accounted and the σ returned is the
+    gradient's). Nothing is printed.
 
     Args:
         epsilon: the target ε > 0.
@@ -204,17 +224,16 @@ def noise_multiplier_for(
         steps: number of noisy gradient steps.
         delta: δ in (0, 1).
         accountant: ``"rdp"`` or ``"pld"``.
-        mechanism: ``None`` (DP-SGD), a [`BandMF`][jaxwise.privacy.BandMF] or a
-            [`BLT`][jaxwise.privacy.BLT].
-        clip: the [`AdaptiveClip`][jaxwise.privacy.AdaptiveClip] policy of the run, if any.
+        mechanism: ``None`` (DP-SGD) or a [`NoiseMechanism`][jaxwise.privacy.NoiseMechanism].
+        clip: the run's [`ClipPolicy`][jaxwise.privacy.ClipPolicy], if any.
 
     Returns:
         The noise multiplier σ.
 
     Raises:
         TypeError: an argument of the wrong type.
-        ValueError: an argument out of range, a target unreachable with σ ≤ 1e4, or an
-            adaptive clip whose count noise alone is below the needed σ.
+        ValueError: an argument out of range, or a target unreachable with σ ≤ 1e4 (with an
+            adaptive clip: its count noise alone spends more than the target).
         ImportError: dp-accounting is not installed (``pip install 'jaxwise[privacy]'``).
 
     Examples:
@@ -226,33 +245,24 @@ def noise_multiplier_for(
     target = epsilon
     check_float(target, "epsilon", min_value=0.0, min_inclusive=False)
     _check_accounting(sample_rate, steps, delta, accountant)
-    _check_mechanism(mechanism, clip, int(steps))
+    _check_mechanism(mechanism, clip)
     dp_accounting = _dp_accounting("jaxwise.privacy.noise_multiplier_for")
-    sigma = _calibrate(dp_accounting, target, sample_rate, int(steps), delta, accountant, mechanism)
-    if clip is None:
-        return sigma
-    return float(clip.gradient_noise_multiplier(sigma, _participations(mechanism, int(steps))))
 
+    def event(sigma: float) -> Any:
+        return run_event(sigma, sample_rate, int(steps), mechanism, clip)
 
-def _calibrate(
-    dp_accounting: Any,
-    target: float,
-    sample_rate: float,
-    steps: int,
-    delta: float,
-    accountant: str,
-    mechanism: Mechanism,
-) -> float:
     upper = 1e4
-    if _epsilon(dp_accounting, upper, sample_rate, steps, delta, accountant, mechanism) > target:
+    if _epsilon(event(upper), delta, accountant) > target:
         raise ValueError(
             f"`epsilon` {target} is unreachable: even noise_multiplier={upper:g} gives more "
-            f"(sample_rate={sample_rate}, steps={steps}, delta={delta})"
+            f"(sample_rate={sample_rate}, steps={steps}, delta={delta}"
+            + ("; the clip policy's own release (raise its count_noise)" if clip else "")
+            + ")"
         )
     with _quiet_absl():  # the bisection composes many accountants; each may log excluded orders
         sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: _accountant(dp_accounting, accountant),
-            lambda s: _event(dp_accounting, s, sample_rate, steps, mechanism),
+            event,
             target,
             delta,
             bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
@@ -271,12 +281,15 @@ def epoch_epsilon(
 ) -> float:
     """ε of ``steps`` steps of a DP epoch, every number read from the epoch's own objects.
 
-    The noise multiplier, the mechanism and the clip policy come from ``epoch.gradient`` (a
-    [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], or the one inside a
-    [`unit_clip`][jaxwise.privacy.unit_clip]), the sample rate from
+    The accounting comes from the gradient's ``requirements.privacy`` (a
+    [`DPAccounting`][jaxwise.privacy.DPAccounting]: the noise multiplier, the mechanism and
+    the clip policy of a [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], forwarded by
+    every wrapper: [`unit_clip`][jaxwise.privacy.unit_clip],
+    [`mixed_precision`][jaxwise.train.mixed_precision], yours), the sample rate from
     ``epoch.sampler.sample_rate(n)``; the pairing is checked again (a mechanism whose
-    ``min_separation`` the sampler does not guarantee raises `PairingError`), then
-    [`epsilon`][jaxwise.privacy.epsilon] accounts it.
+    ``min_separation`` the sampler does not guarantee raises `PairingError`), then the
+    event its parts give (``dp_event``) is composed as [`epsilon`][jaxwise.privacy.epsilon]
+    does.
 
     Args:
         epoch: a [`TrainEpoch`][jaxwise.train.TrainEpoch] of a DP gradient.
@@ -289,7 +302,8 @@ def epoch_epsilon(
         ε as a float (``inf`` without noise).
 
     Raises:
-        TypeError: ``epoch`` is not a DP epoch, or its clip policy is not an `AdaptiveClip`.
+        TypeError: ``epoch`` is not a DP epoch, or its mechanism or clip policy gives no
+            ``dp_event``.
         PairingError: the epoch's sampler does not separate participations as its
             mechanism assumes.
         ValueError: an argument out of range.
@@ -306,27 +320,21 @@ def epoch_epsilon(
         ...                mechanism=BandMF(bands=4, steps=100))
         True
     """
-    if not isinstance(epoch, TrainEpoch) or not isinstance(
-        epoch.gradient, (DPGradientFn, UnitClipped)
-    ):
+    privacy: Any = None
+    if isinstance(epoch, TrainEpoch):  # the gradient's own, or the one a wrapper forwards
+        privacy = getattr(getattr(epoch.gradient, "requirements", None), "privacy", None)
+    if privacy is None or not callable(getattr(privacy, "dp_event", None)):
         raise TypeError(
-            "`epoch` must be a TrainEpoch of a privacy.dp_gradient_fn gradient, got "
-            f"{type(epoch).__name__}"
+            "`epoch` must be a TrainEpoch of a DP gradient (privacy.dp_gradient_fn, or a "
+            "wrapper that forwards its `requirements`), got "
+            f"{type(epoch).__name__} of {type(getattr(epoch, 'gradient', None)).__name__}"
         )
-    # unit_clip's division by C is post-processing: the wrapped gradient's accounting
-    gradient = (
-        epoch.gradient if isinstance(epoch.gradient, DPGradientFn) else epoch.gradient.gradient
-    )
-    check_pairing(gradient.noise, epoch.sampler)
+    privacy.check_sampler(epoch.sampler)
     n = check_int(n, "n", min_value=1)
-    clip: Any = None if isinstance(gradient.clip_norm, float) else gradient.clip_norm
-    mechanism: Any = gradient.noise
-    return epsilon(
-        noise_multiplier=gradient.noise_multiplier,
-        sample_rate=epoch.sampler.sample_rate(n),
-        steps=steps,
-        delta=delta,
-        accountant=accountant,
-        mechanism=mechanism,
-        clip=clip,  # another ClipPolicy than AdaptiveClip: a TypeError naming `clip`
-    )
+    check_int(steps, "steps", min_value=1)
+    check_probability(delta, "delta", open_low=True, open_high=True)
+    check_choice(accountant, "accountant", ACCOUNTANTS)
+    if getattr(privacy, "noise_multiplier", None) == 0:
+        return float("inf")
+    event = privacy.dp_event(epoch.sampler.sample_rate(n), int(steps))
+    return _epsilon(event, delta, accountant)

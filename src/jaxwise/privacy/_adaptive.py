@@ -124,6 +124,22 @@ class AdaptiveClip:
         step = jnp.exp(-self.learning_rate * (fraction - self.target_quantile))
         return {"clip_norm": (clip * step).astype(jnp.float32)}
 
+    def dp_event(self, participations: int) -> Any:
+        """The count's own release: ``participations`` Gaussians of multiplier ``2·count_noise``
+        (sensitivity 1/2), as one ``dp_accounting.GaussianDpEvent``.
+
+        Args:
+            participations: the count releases one accounted release covers (1 for DP-SGD
+                and amplified BandMF; BLT's ``ceil(steps / min_sep)``).
+
+        Returns:
+            ``GaussianDpEvent(2·count_noise / √participations)``.
+        """
+        from jaxwise._extras import require
+
+        dp_accounting = require("dp_accounting", extra="privacy", feature="AdaptiveClip.dp_event")
+        return dp_accounting.GaussianDpEvent(2 * self.count_noise / math.sqrt(participations))
+
     def effective_noise_multiplier(self, noise_multiplier: float, participations: int = 1) -> float:
         """The one Gaussian multiplier equivalent to the gradient's and the count's noise.
 

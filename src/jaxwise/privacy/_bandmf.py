@@ -276,6 +276,22 @@ class BandMF:
         noise, buffers = jax.tree.transpose(outer, jax.tree.structure((0, 0)), pairs)
         return noise, {"buffers": buffers, "index": (pos + 1) % self.steps}
 
+    def dp_event(self, release: Any, *, sample_rate: float, steps: int) -> Any:
+        """Amplified BandMF: ``ceil(steps / bands)`` Poisson-sampled releases (Choquette-Choo
+        et al. 2023), an example joining at most once every ``bands`` steps.
+
+        Args:
+            release: ``release(k)``, one release's event (``k = 1`` here).
+            sample_rate: the rate of a step's group.
+            steps: the noisy steps.
+
+        Returns:
+            ``SelfComposedDpEvent(PoissonSampledDpEvent(q, release(1)), ceil(steps / bands))``.
+        """
+        from jaxwise.privacy._accounting import poisson_event
+
+        return poisson_event(release(1), sample_rate, -(-int(steps) // self.bands))
+
 
 def column_norms(coefs: np.ndarray) -> np.ndarray:
     """``‖c[:m]‖`` for ``m = 1 … bands`` (float64): the norms of ``C``'s last columns.

@@ -295,3 +295,27 @@ class BLT:
             jax.tree.structure(z), jax.tree.structure((0, 0)), pairs
         )
         return noise, {"buffers": buffers}
+
+    def dp_event(self, release: Any, *, sample_rate: float, steps: int) -> Any:
+        """One release over the whole run: the noise is scaled to sensitivity 1 under the
+        participation (no amplification, as jax-privacy's ``SingleReleaseTrainingAccountant``).
+
+        Args:
+            release: ``release(k)``: the event of one release covering ``k`` participations
+                (``ceil(steps / min_sep)`` here).
+            sample_rate: unused (no amplification).
+            steps: the noisy steps (at most ``self.steps``).
+
+        Returns:
+            ``release(ceil(steps / min_sep))``.
+
+        Raises:
+            ValueError: more ``steps`` than the strategy was built for.
+        """
+        del sample_rate
+        if int(steps) > self.steps:
+            raise ValueError(
+                f"`steps` {steps} exceeds the {self.steps} steps the BLT strategy was built "
+                "for: its sensitivity only covers those"
+            )
+        return release(-(-int(steps) // self.min_sep))

@@ -10,10 +10,11 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int
+from jaxwise._checks import check_bool, check_int
 from jaxwise._losses import ChunkSize, Method
 from jaxwise.buckets import plan_buckets
-from jaxwise.privacy._mechanism import ClipPolicy, dp_gradient_fn
+from jaxwise.privacy._dpgradient import dp_gradient_fn
+from jaxwise.privacy._mechanism import ClipPolicy
 from jaxwise.privacy._sampling import poisson_batch
 from jaxwise.train import TrainEpoch, make_epoch
 
@@ -270,13 +271,14 @@ def make_dp_train_epoch(
         >>> epoch.steps_per_epoch(64), sorted(metrics)[:3], int(state.step)
         (4, ['batch_size', 'clipped_fraction', 'grad_norm'], 4)
     """
+    check_bool(model_state, "model_state")
     gradient = dp_gradient_fn(
         loss,
         clip_norm=clip_norm,
         noise_multiplier=noise_multiplier,
         method=method,
         chunk_size=chunk_size,
-        model_state=model_state,
+        takes_model_state=model_state,
         freeze_model_state=freeze_model_state,
     )
     return make_epoch(gradient, PoissonSampler(check_int(batch_size, "batch_size", min_value=1)))

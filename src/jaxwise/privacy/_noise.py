@@ -38,7 +38,6 @@ __all__ = [
     "add_dp_noise",
     "check_noise",
     "check_noise_scale",
-    "dp_gradient",
     "dp_gradient_accumulated",
     "noisy_mean",
     "standard_normal",
@@ -177,91 +176,14 @@ class DPGradient(NamedTuple):
         grads: the noisy mean gradient, a pytree like ``params``.
         norms: the pre-clip per-example norms, float32 ``(B,)`` (``(M, m)`` accumulated).
         model_state: the new model state, or ``None`` when none was given.
+        state: ``{"noise": the mechanism's state, "clip": the clip policy's}`` after the step
+            (pass it back as ``state=`` next step; ``()`` parts without them).
     """
 
     grads: Any
     norms: jax.Array
     model_state: Any = None
-
-
-def dp_gradient(
-    loss: Callable[..., Any],
-    params: Any,
-    batch: Any,
-    key: jax.Array,
-    *,
-    clip_norm: float,
-    noise_multiplier: float,
-    method: Method = "auto",
-    chunk_size: ChunkSize = None,
-    mask: jax.Array | None = None,
-    expected_batch_size: float | None = None,
-    model_state: Any = NO_MODEL_STATE,
-    freeze_model_state: bool = False,
-) -> DPGradient:
-    """The DP-SGD gradient of one batch: ``DPGradient(noisy mean gradient, norms, model_state)``.
-
-    With ``model_state`` the loss is ``loss(params, model_state, example) -> (loss,
-    new_model_state)`` and the result's ``model_state`` is the new model state. State
-    computed from the examples (BatchNorm's running statistics, or any leaf of the new state
-    that depends on the example) is refused with a ``ValueError`` naming it: per-example
-    clipping does not bound one example's influence through it. Per-example-safe state
-    (RNG streams, counters) advances once per call; every typed key in it gets the
-    example's index folded in for that example's loss (dropout masks differ between
-    examples). Models from [`jaxwise.models`][jaxwise.models] refuse BatchNorm in training
-    mode inside this call; ``freeze_model_state=True`` runs it in inference mode from the
-    statistics in the state instead.
-
-    Args:
-        loss: ``loss(params, example) -> scalar`` for ONE example (with ``model_state``:
-            ``loss(params, model_state, example) -> (scalar, new_model_state)``).
-        params: the parameters, any pytree of float arrays.
-        batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
-            example axis ``B``; ``loss`` receives one example, that axis removed.
-        key: PRNG key for the noise.
-        clip_norm: ``C``, the per-example clipping norm.
-        noise_multiplier: ``σ``: the noise std is ``σ·C``.
-        method: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-        chunk_size: as in [`clip_and_sum`][jaxwise.per_example.clip_and_sum].
-        mask: optional bool ``(B,)``: real examples of a padded Poisson batch.
-        expected_batch_size: the denominator; default ``B`` (fixed-size batches). Pass
-            ``q·N`` with Poisson batches.
-        model_state: the model's non-trainable state (omit it for a loss without one).
-        freeze_model_state: run BatchNorm layers of adapted models in inference mode.
-
-    Returns:
-        A [`DPGradient`][jaxwise.privacy.DPGradient]: ``grads`` like ``params``, the
-            ``(B,)`` pre-clip ``norms`` and the new ``model_state`` (``None`` without one).
-
-    Raises:
-        TypeError: a bad ``loss``, ``params``, ``batch``, ``key`` or ``freeze_model_state``.
-        ValueError: a bad ``clip_norm``/``noise_multiplier``, batch leaves that do not
-            share their leading dimension, or model state (or a layer) that mixes examples.
-
-    Examples:
-        >>> import jax, jax.numpy as jnp
-        >>> loss = lambda w, x: jnp.sum(w * x)
-        >>> g, norms, _ = dp_gradient(loss, jnp.ones(2), jnp.asarray([[3.0, 4.0], [0.0, 1.0]]),
-        ...                           jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0)
-        >>> [round(v, 4) for v in g.tolist()], norms.tolist()
-        ([0.3, 0.9], [5.0, 1.0])
-
-        With model state, e.g. a step counter:
-
-        >>> def counted(w, count, x):
-        ...     return jnp.sum(w * x), count + 1
-        >>> g, norms, count = dp_gradient(counted, jnp.ones(2), jnp.ones((3, 2)),
-        ...     jax.random.key(0), clip_norm=1.0, noise_multiplier=0.0, model_state=jnp.int32(0))
-        >>> int(count)
-        1
-    """
-    summed, norms, new_state = clipped_sum(
-        loss, params, batch, clip_norm=clip_norm, method=method, chunk_size=chunk_size,
-        mask=mask, model_state=model_state, freeze_model_state=freeze_model_state,
-    )  # fmt: skip
-    denominator = batch_size_of(batch) if expected_batch_size is None else expected_batch_size
-    noisy = add_dp_noise(summed, key, clip_norm, noise_multiplier, denominator)
-    return DPGradient(noisy, norms, new_state)
+    state: Any = ()
 
 
 def clipped_sum(
@@ -388,7 +310,7 @@ def dp_gradient_accumulated(
 
     Returns:
         A [`DPGradient`][jaxwise.privacy.DPGradient]: the noisy mean gradient, the norms
-            ``(M, m)`` and the new model state (``None`` without one).
+            ``(M, m)``, the new model state (``None`` without one) and the (empty) state.
 
     Raises:
         TypeError: a bad ``loss``, ``params``, ``microbatches``, ``key`` or
@@ -400,7 +322,7 @@ def dp_gradient_accumulated(
         >>> import jax, jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(w * x)
         >>> micro = jnp.asarray([[[3.0, 4.0]], [[0.0, 1.0]]])  # M = 2 micro-batches of 1
-        >>> g, norms, _ = dp_gradient_accumulated(loss, jnp.ones(2), micro, jax.random.key(0),
+        >>> g, norms, _, _ = dp_gradient_accumulated(loss, jnp.ones(2), micro, jax.random.key(0),
         ...     clip_norm=1.0, noise_multiplier=0.0, expected_batch_size=2.0)
         >>> [round(v, 4) for v in g.tolist()], norms.tolist()
         ([0.3, 0.9], [[5.0], [1.0]])
@@ -422,4 +344,4 @@ def dp_gradient_accumulated(
         options = dict(clip_norm=clip_norm, method=method, chunk_size=chunk_size)
         total, norms = _scan_clipped(loss, params, microbatches, weights, model_state, options)
     noisy = add_dp_noise(total, key, clip_norm, noise_multiplier, expected_batch_size)
-    return DPGradient(noisy, norms, new_state)
+    return DPGradient(noisy, norms, new_state, {"noise": (), "clip": ()})

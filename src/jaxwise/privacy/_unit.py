@@ -8,8 +8,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwise.privacy._mechanism import ClipPolicy, DPGradientFn, NoiseMechanism
-from jaxwise.train import Gradients, Sampler
+from jaxwise.privacy._dpgradient import DPGradientFn
+from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism, clip_policy
+from jaxwise.train import Gradients, Requirements, StepContext
 
 __all__ = ["UnitClipped", "unit_clip"]
 
@@ -18,15 +19,25 @@ __all__ = ["UnitClipped", "unit_clip"]
 class UnitClipped:
     """A `DPGradientFn` whose released gradient is divided by the step's clip norm ``C``.
 
-    Made by `unit_clip`; a `StatefulGradientFn` for `jaxwise.train.make_epoch` like the
-    gradient it wraps (same state, sampler rules and metrics). ``clip_norm``,
-    ``noise_multiplier`` and ``noise`` are the wrapped gradient's, for the accountant.
+    Made by `unit_clip`; a `jaxwise.train.GradientFn` that forwards the protocol: the wrapped
+    gradient's state, its ``requirements`` (so its sampler rules and its accounting: dividing
+    by ``C`` is post-processing) and its metrics.
 
     Attributes:
         gradient: the wrapped `DPGradientFn`.
     """
 
     gradient: DPGradientFn
+
+    @property
+    def requirements(self) -> Requirements:
+        """The wrapped gradient's (its privacy is accounted unchanged)."""
+        return self.gradient.requirements
+
+    @property
+    def loss(self) -> Any:
+        """The wrapped gradient's loss (it names the program)."""
+        return self.gradient.loss
 
     @property
     def clip_norm(self) -> float | ClipPolicy:
@@ -54,35 +65,16 @@ class UnitClipped:
         """
         return self.gradient.init(params)
 
-    def for_sampler(self, sampler: Sampler, n: int) -> UnitClipped:
-        """This wrapper around the wrapped gradient's ``for_sampler(sampler, n)``.
-
-        Args:
-            sampler: the epoch's sampler.
-            n: the number of examples.
-
-        Returns:
-            A `UnitClipped` dividing by the sampler's expected batch size.
-        """
-        return UnitClipped(self.gradient.for_sampler(sampler, n))
-
-    def check_sampler(self, sampler: Sampler) -> None:
-        """The wrapped gradient's pairing check (`PairingError`).
-
-        Args:
-            sampler: the epoch's sampler.
-        """
-        self.gradient.check_sampler(sampler)
-
     def __call__(
         self,
         params: Any,
         model_state: Any,
         batch: Any,
+        state: Any,
         *,
         key: jax.Array | None,
         mask: jax.Array | None,
-        state: Any,
+        context: StepContext,
     ) -> Gradients:
         """The wrapped gradient's step with its gradient divided by this step's ``C``.
 
@@ -90,19 +82,18 @@ class UnitClipped:
             params: the parameters.
             model_state: the model state.
             batch: the examples (leading axis ``B``).
+            state: ``{"noise": ..., "clip": ...}``.
             key: this step's key.
             mask: bool ``(B,)`` real examples, or ``None``.
-            state: ``{"noise": ..., "clip": ...}``.
+            context: the step's facts (forwarded).
 
         Returns:
             The wrapped `Gradients` with ``grads / C`` (``C`` the clip norm the step clipped
                 at, before a policy's update).
         """
-        clip_norm = self.gradient.clip_norm
-        clip: Any = (
-            clip_norm.norm(state["clip"]) if isinstance(clip_norm, ClipPolicy) else clip_norm
-        )
-        out = self.gradient(params, model_state, batch, key=key, mask=mask, state=state)
+        policy = clip_policy(self.gradient.clip_norm)
+        clip: Any = self.gradient.clip_norm if policy is None else policy.norm(state["clip"])
+        out = self.gradient(params, model_state, batch, state, key=key, mask=mask, context=context)
         grads = jax.tree.map(lambda g: g / jnp.asarray(clip, g.dtype), out.grads)
         return out._replace(grads=grads)
 
@@ -139,10 +130,12 @@ def unit_clip(gradient: DPGradientFn) -> UnitClipped:
         >>> import jax, jax.numpy as jnp
         >>> from jaxwise.privacy import dp_gradient_fn
         >>> def sq(w, example): return (jnp.dot(w, example["x"]) - example["y"]) ** 2
+        >>> from jaxwise.train import StepContext
         >>> gradient = unit_clip(dp_gradient_fn(sq, clip_norm=4.0, noise_multiplier=0.0))
         >>> batch = {"x": jnp.ones((2, 3)), "y": jnp.zeros(2)}
-        >>> out = gradient(jnp.ones(3), None, batch, key=jax.random.key(0), mask=None,
-        ...                state=gradient.init(jnp.ones(3)))
+        >>> context = StepContext(2.0, privacy=gradient.requirements.privacy)
+        >>> out = gradient(jnp.ones(3), None, batch, gradient.init(jnp.ones(3)),
+        ...                key=jax.random.key(0), mask=None, context=context)
         >>> [round(float(g), 3) for g in out.grads]  # each clipped to norm 4, mean, / 4: 1/√3
         [0.577, 0.577, 0.577]
     """

@@ -25,9 +25,8 @@ from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.train._gradient import (
     GradientFn,
     Gradients,
-    SamplerAware,
-    SamplerChecked,
-    StatefulGradientFn,
+    StepContext,
+    requirements_of,
     value_and_grad,
 )
 from jaxwise.train._sampler import Sampler, ShuffleSampler
@@ -70,7 +69,7 @@ class TrainEpoch(JitProgram):
 
     def __init__(
         self,
-        gradient: GradientFn | StatefulGradientFn,
+        gradient: GradientFn,
         sampler: Sampler,
         *,
         donate: bool,
@@ -83,11 +82,9 @@ class TrainEpoch(JitProgram):
 
         def epoch(state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
             n = jax.tree.leaves(data)[0].shape[0]
-            bound = (
-                gradient.for_sampler(sampler, n) if isinstance(gradient, SamplerAware) else gradient
-            )
-            update = make_update(bound, plan)
-            update_at_width = make_update(_at_width(bound, sharding), plan_update(gradient))
+            context = sampler_context(sampler, n, plan.requirements.privacy)
+            update = make_update(gradient, plan)
+            update_at_width = make_update(_at_width(gradient, sharding), plan_update(gradient))
             xs, key = sampler.plan(state.key, state.step, n)
             widths = tuple(int(w) for w in sampler.widths(n))
 
@@ -97,11 +94,12 @@ class TrainEpoch(JitProgram):
                     count = jnp.sum(mask.astype(jnp.int32))
                     # the smallest width that holds the real examples
                     which = jnp.searchsorted(jnp.asarray(widths, jnp.int32), count)
-                    carry, metrics = update_at_width(carry, (data, idx, which, widths), mask)
+                    lazy = (data, idx, which, widths)
+                    carry, metrics = update_at_width(carry, lazy, mask, context)
                     drawn = {**drawn, "width": jnp.asarray(widths, jnp.int32)[which]}
                 else:
                     batch = _gather(data, idx)
-                    carry, metrics = update(carry, batch, mask)
+                    carry, metrics = update(carry, batch, mask, context)
                 return carry, {**metrics, **drawn}
 
             return jax.lax.scan(body, state.replace(key=key), xs)
@@ -159,37 +157,57 @@ def _gather(data: Any, idx: jax.Array) -> Any:
     return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
 
 
-def _at_width(gradient: GradientFn | StatefulGradientFn, sharding: Any) -> Callable[..., Gradients]:
+def sampler_context(sampler: Sampler, n: int, privacy: Any) -> StepContext:
+    """The `StepContext` of an epoch of ``sampler`` over ``n`` examples.
+
+    The expected batch size is the sampler's ``expected_batch_size(n)`` where it has one (a
+    cyclic sampler: one group's), else ``sample_rate(n) · n``; the separation its
+    ``min_separation`` (1 for a sampler without one, e.g. `ShuffleSampler`).
+    """
+    rate = float(sampler.sample_rate(n))
+    own: Callable[[int], float] | None = getattr(sampler, "expected_batch_size", None)
+    return StepContext(
+        expected_batch_size=rate * n if own is None else float(own(n)),
+        sample_rate=rate,
+        min_separation=int(getattr(sampler, "min_separation", 1)),
+        sampler=type(sampler).__name__,
+        privacy=privacy,
+    )
+
+
+def _at_width(gradient: GradientFn, sharding: Any) -> Any:
     """``gradient`` at the padded width a step needs: one ``lax.switch`` branch per width.
 
     Its batch is ``(data, indices, which, widths)``: branch ``which`` gathers the first
     ``widths[which]`` rows (the real examples come first) and runs ``gradient`` on them, so
     only the chosen width's work is done; every branch is compiled once, inside the one
-    epoch program. Extra keywords (``state=``, ``loss_scale=``) pass through.
+    epoch program. The state and the context pass through.
     """
 
     def gradient_at_width(
-        params: Any, model_state: Any, lazy: Any, *, key: Any, mask: Any, **extra: Any
+        params: Any, model_state: Any, lazy: Any, state: Any, *, key: Any, mask: Any, context: Any
     ) -> Gradients:
         data, idx, which, widths = lazy
 
         def at(width: int) -> Callable[..., Gradients]:
-            def run(params: Any, model_state: Any, data: Any, idx: Any, key: Any, mask: Any, ex):
+            def run(params: Any, model_state: Any, data: Any, idx: Any, state, key, mask):
                 batch = _gather(data, idx[:width])
                 if sharding is not None:
                     batch = jax.lax.with_sharding_constraint(batch, sharding)
-                return gradient(params, model_state, batch, key=key, mask=mask[:width], **ex)
+                return gradient(
+                    params, model_state, batch, state, key=key, mask=mask[:width], context=context
+                )
 
             return run
 
         branches = [at(w) for w in widths]
-        return jax.lax.switch(which, branches, params, model_state, data, idx, key, mask, extra)
+        return jax.lax.switch(which, branches, params, model_state, data, idx, state, key, mask)
 
     return gradient_at_width
 
 
 def make_epoch(
-    gradient: GradientFn | StatefulGradientFn,
+    gradient: GradientFn,
     sampler: Sampler,
     *,
     donate: bool = True,
@@ -224,11 +242,12 @@ def make_epoch(
             metrics)`` with every metric stacked over the steps (leading axis).
 
     Raises:
-        TypeError: ``gradient`` is not callable, ``sampler`` is not a ``Sampler``, ``mesh``
+        TypeError: ``gradient`` is not a `GradientFn`, ``sampler`` is not a ``Sampler``, ``mesh``
             is not a mesh or a flag is not a bool.
-        ValueError: ``mesh`` has no ``"data"`` axis; a gradient function that refuses the
-            sampler (a [`SamplerChecked`][jaxwise.train.SamplerChecked], e.g. BandMF noise
-            without cyclic sampling); on a call, a dataset the sampler cannot use or a batch
+        ValueError: ``mesh`` has no ``"data"`` axis; a gradient whose privacy
+            (``requirements.privacy``) refuses the sampler (a
+            [`PairingError`][jaxwise.privacy.PairingError], e.g. BandMF noise without cyclic
+            sampling); on a call, a dataset the sampler cannot use or a batch
             width not divisible by the mesh's ``"data"`` axis.
 
     Examples:
@@ -250,13 +269,14 @@ def make_epoch(
         )
     check_flags(donate=donate, audit=audit)
     check_mesh(mesh)
-    if isinstance(gradient, SamplerChecked):
-        gradient.check_sampler(sampler)
+    privacy = requirements_of(gradient).privacy
+    if privacy is not None:  # whatever wraps the gradient: its requirements are forwarded
+        privacy.check_sampler(sampler)
     return TrainEpoch(gradient, sampler, donate=bool(donate), mesh=mesh, audit=bool(audit))
 
 
 def make_train_epoch(
-    loss_fn: LossFn | Callable[..., Any],
+    loss: LossFn | Callable[..., Any],
     batch_size: int | np.integer,
     *,
     model_state: bool = False,
@@ -264,15 +284,15 @@ def make_train_epoch(
     donate: bool = True,
     mesh: Mesh | None = None,
 ) -> TrainEpoch:
-    """A shuffled epoch of a loss: ``make_epoch(value_and_grad(loss_fn, ...),
+    """A shuffled epoch of a loss: ``make_epoch(value_and_grad(loss, ...),
     ShuffleSampler(batch_size), ...)``.
 
     Each epoch permutes the examples and takes ``n // batch_size`` fixed-shape mini-batches
     (the remainder is dropped, a different remainder each epoch).
 
     Args:
-        loss_fn: the loss, as for [`make_train_step`][jaxwise.train.make_train_step]:
-            ``loss_fn(params, batch) -> loss`` on one mini-batch.
+        loss: the loss, as for [`make_train_step`][jaxwise.train.make_train_step]:
+            ``loss(params, batch) -> loss`` on one mini-batch.
         batch_size: rows per mini-batch, >= 1.
         model_state: thread ``state.model_state`` through the loss.
         has_aux: the loss returns ``(loss, aux)``; ``metrics["aux"]`` stacks them.
@@ -284,7 +304,7 @@ def make_train_epoch(
             metrics)`` with every metric stacked over the steps (leading axis).
 
     Raises:
-        TypeError: ``loss_fn`` is not callable, ``batch_size`` is not an int, ``mesh`` is
+        TypeError: ``loss`` is not callable, ``batch_size`` is not an int, ``mesh`` is
             not a mesh or a flag is not a bool.
         ValueError: ``batch_size < 1``, ``mesh`` has no ``"data"`` axis or ``batch_size``
             is not divisible by its size.
@@ -299,7 +319,7 @@ def make_train_epoch(
         >>> int(state.step), metrics["loss"].shape
         (2, (2,))
     """
-    check_callable(loss_fn, "loss_fn")
+    check_callable(loss, "loss")
     batch_size = check_int(batch_size, "batch_size", min_value=1)
     check_mesh(mesh)
     if mesh is not None and batch_size % _data_size(mesh):
@@ -307,5 +327,5 @@ def make_train_epoch(
             f"`batch_size` {batch_size} is not divisible by the {_data_size(mesh)} devices of the "
             "mesh's 'data' axis"
         )
-    gradient = value_and_grad(loss_fn, has_aux=has_aux, model_state=model_state)
+    gradient = value_and_grad(loss, has_aux=has_aux, model_state=model_state)
     return make_epoch(gradient, ShuffleSampler(batch_size), donate=donate, mesh=mesh)

@@ -1,11 +1,17 @@
-"""How a batch becomes a gradient: the `GradientFn` protocol and its builders.
+"""How a batch becomes a gradient: the one `GradientFn` protocol and its builders.
 
 Every training program of jaxwise (a step, a scanned epoch, a DP-SGD epoch) is a gradient
-function composed with the one update path (`make_step`/`make_epoch`). A gradient function is
-any callable ``gradient(params, model_state, batch, *, key, mask) -> Gradients``;
+function composed with the one update path (`make_step`/`make_epoch`). A gradient function
+has ``init(params) -> state`` (``()`` when it keeps none) and is called ``gradient(params,
+model_state, batch, state, *, key, mask, context) -> Gradients`` with ``Gradients.state`` the
+new state, as Optax's ``GradientTransformation`` always carries a state. ``context`` is a
+`StepContext`: the facts the program knows about the step (the expected batch size, the
+sampler's rate and separation, the compute dtype and loss scale), passed explicitly on every
+call, so a wrapper that forwards the call forwards them too. What a gradient function needs
+of the program (a key, a sampler separation, how its privacy is accounted) it states in its
+optional ``requirements`` (a `Requirements`), which a wrapper forwards.
 `value_and_grad` builds one from a loss, `mixed_precision` wraps one in a compute dtype with
-loss scaling, `jaxwise.privacy.dp_gradient_fn` is the DP-SGD one. One that keeps state
-across steps (noise buffers, an adaptive clip norm) is a `StatefulGradientFn`.
+loss scaling, `jaxwise.privacy.dp_gradient_fn` is the DP-SGD one.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from jaxwise._checks import check_bool, check_callable
 from jaxwise._loss_output import describe, unpack_loss_output
 from jaxwise.train._precision import (
     DynamicLossScale,
+    LossScaleState,
     cast_floating,
     cast_like,
     check_compute_dtype,
@@ -34,13 +41,13 @@ __all__ = [
     "GradientFn",
     "Gradients",
     "MixedPrecision",
-    "SamplerAware",
-    "SamplerChecked",
-    "StatefulGradientFn",
+    "PrivacyClaim",
+    "Requirements",
+    "StepContext",
     "ValueAndGrad",
     "gradient_loss",
     "mixed_precision",
-    "needs_key",
+    "requirements_of",
     "value_and_grad",
 ]
 
@@ -55,7 +62,7 @@ class Gradients(NamedTuple):
         aux: the loss's auxiliary output (``None`` without one); programs report it in
             ``metrics["aux"]``.
         metrics: extra scalar metrics of this step (a dict), or ``None``.
-        state: a `StatefulGradientFn`'s new state (``None`` for a stateless one).
+        state: the gradient function's new state (``()`` for one that keeps none).
     """
 
     grads: Any
@@ -63,45 +70,132 @@ class Gradients(NamedTuple):
     model_state: Any
     aux: Any = None
     metrics: dict[str, jax.Array] | None = None
-    state: Any = None
+    state: Any = ()
 
 
 @runtime_checkable
-class GradientFn(Protocol):
-    """``gradient(params, model_state, batch, *, key, mask) -> Gradients``, traced per step.
+class PrivacyClaim(Protocol):
+    """What a private gradient function's privacy needs of the epoch's sampler.
 
-    ``key`` is a fresh typed key split from ``TrainState.key`` every step (``None`` when the
-    gradient needs none, as `value_and_grad` without ``with_key``); ``mask`` is a bool
-    ``(B,)`` of the batch's real rows (a padded Poisson batch) or ``None`` when every row is
-    real. Write one by hand to change how a batch becomes a gradient (a regulariser, a
-    different estimator): the programs add the NaN guard, donation, meshes and the scan.
+    A DP gradient's ``requirements.privacy`` (`jaxwise.privacy.DPAccounting`): `make_epoch`
+    calls ``check_sampler(sampler)`` when the epoch is made, whatever wraps the gradient, and
+    the accountant reads the same object (``dp_event``).
     """
 
-    def __call__(
-        self, params: Any, model_state: Any, batch: Any, *, key: jax.Array | None, mask: Any
-    ) -> Gradients:
-        """One batch's gradient.
+    def check_sampler(self, sampler: Sampler) -> None:
+        """Refuse a sampler the privacy accounting does not cover.
 
         Args:
-            params: the parameters.
-            model_state: the model state (``None`` without one).
-            batch: the batch, a pytree of arrays with a leading example axis.
-            key: a fresh key, or ``None``.
-            mask: bool ``(B,)`` real rows, or ``None``.
+            sampler: the epoch's sampler.
 
-        Returns:
-            The batch's `Gradients`.
+        Raises:
+            ValueError: the pairing is not covered (a `jaxwise.privacy.PairingError`).
         """
         ...
 
 
-@runtime_checkable
-class StatefulGradientFn(Protocol):
-    """A gradient function with state carried across steps (in ``TrainState.gradient_state``).
+@dataclasses.dataclass(frozen=True)
+class Requirements:
+    """What a gradient function needs of the program that runs it (its ``requirements``).
 
-    ``init(params)`` returns the initial state (a pytree of arrays); the programs call the
-    function with an extra keyword ``state=`` and keep ``Gradients.state`` as the new one.
-    The state is donated, scanned through the epoch and checkpointed with the `TrainState`.
+    A gradient function without a ``requirements`` attribute gets ``Requirements()``. A
+    wrapper forwards its wrapped gradient's (``return self.inner.requirements``): a DP
+    gradient refuses, by name, a call whose ``context.privacy`` is not its own.
+
+    Attributes:
+        key: split a fresh key for it every step (``False``: ``key=None``).
+        privacy: how its privacy is accounted (a `PrivacyClaim`), ``None`` when it is not
+            private. A private gradient's step counts even when the NaN guard skips its
+            update (its noise was released): the step, the key and the state move on.
+        precision: it applies ``context.compute_dtype`` and ``context.loss_scale`` itself
+            (`mixed_precision` then only sets them; otherwise it casts around the call and
+            refuses loss scaling).
+    """
+
+    key: bool = True
+    privacy: PrivacyClaim | None = None
+    precision: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StepContext:
+    """The facts the program knows about a step, passed to the gradient on every call.
+
+    Attributes:
+        expected_batch_size: the sampler's expected batch size (a data-independent constant;
+            a DP gradient divides its noisy sum by it), or the batch's rows under `make_step`.
+        sample_rate: the sampler's ``sample_rate(n)``, ``None`` under `make_step`.
+        min_separation: the fewest steps between two batches that hold one example, as the
+            sampler guarantees it (``None`` under `make_step`: the caller's batches).
+        sampler: the sampler's name (for messages).
+        privacy: the privacy the program accounts for this gradient (the outermost
+            gradient's ``requirements.privacy``); ``None`` for a non-private program.
+        compute_dtype: the forward/backward dtype (``None``: the parameters').
+        loss_scale: the loss scale (a float32 scalar or float), or ``None``.
+    """
+
+    expected_batch_size: float
+    sample_rate: float | None = None
+    min_separation: int | None = None
+    sampler: str = "make_step's batches"
+    privacy: PrivacyClaim | None = None
+    compute_dtype: np.dtype | None = None
+    loss_scale: jax.Array | float | None = None
+
+
+def requirements_of(gradient: object) -> Requirements:
+    """``gradient.requirements``, or ``Requirements()`` when it states none.
+
+    Args:
+        gradient: a gradient function.
+
+    Returns:
+        Its `Requirements`.
+
+    Raises:
+        TypeError: ``requirements`` is not a `Requirements`.
+    """
+    req = getattr(gradient, "requirements", None)
+    if req is None:
+        return Requirements()
+    if not isinstance(req, Requirements):
+        raise TypeError(
+            f"`{type(gradient).__name__}.requirements` must be a jaxwise.train.Requirements, "
+            f"got {type(req).__name__}"
+        )
+    return req
+
+
+@runtime_checkable
+class GradientFn(Protocol):
+    """The one gradient protocol: ``init(params) -> state`` and a call that returns the new one.
+
+    ``gradient(params, model_state, batch, state, *, key, mask, context) -> Gradients``, traced
+    per step. ``state`` is the function's state (``TrainState.gradient_state``, ``()`` for a
+    function that keeps none) and ``Gradients.state`` the new one; ``key`` is a fresh typed
+    key split from ``TrainState.key`` every step (``None`` when its ``requirements`` say it
+    needs none); ``mask`` is a bool ``(B,)`` of the batch's real rows (a padded Poisson batch)
+    or ``None``; ``context`` the step's `StepContext`. Write one by hand to change how a batch
+    becomes a gradient (a regulariser, an extra metric, a different estimator); a wrapper
+    forwards ``state``, ``context`` and ``requirements`` to the function it wraps.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> from jaxwise.train import Gradients, value_and_grad
+        >>> class WithL2:
+        ...     def __init__(self, inner):
+        ...         self.inner = inner
+        ...     @property
+        ...     def requirements(self):
+        ...         return self.inner.requirements
+        ...     def init(self, params):
+        ...         return self.inner.init(params)
+        ...     def __call__(self, params, model_state, batch, state, *, key, mask, context):
+        ...         g = self.inner(params, model_state, batch, state, key=key, mask=mask,
+        ...                        context=context)
+        ...         return g._replace(grads=g.grads + 1e-3 * params)
+        >>> isinstance(WithL2(value_and_grad(lambda w, x: jnp.sum(w * x))), GradientFn)
+        True
     """
 
     def init(self, params: Any) -> Any:
@@ -111,7 +205,7 @@ class StatefulGradientFn(Protocol):
             params: the parameters.
 
         Returns:
-            A pytree of arrays.
+            A pytree of arrays (``()`` for none).
         """
         ...
 
@@ -120,67 +214,25 @@ class StatefulGradientFn(Protocol):
         params: Any,
         model_state: Any,
         batch: Any,
+        state: Any,
         *,
         key: jax.Array | None,
-        mask: Any,
-        state: Any,
+        mask: jax.Array | None,
+        context: StepContext,
     ) -> Gradients:
         """One batch's gradient and the new state (in ``Gradients.state``).
 
         Args:
             params: the parameters.
-            model_state: the model state.
-            batch: the batch.
-            key: a fresh key.
-            mask: bool ``(B,)`` real rows, or ``None``.
+            model_state: the model state (``None`` without one).
+            batch: the batch, a pytree of arrays with a leading example axis.
             state: the current state.
+            key: a fresh key, or ``None``.
+            mask: bool ``(B,)`` real rows, or ``None``.
+            context: the step's facts.
 
         Returns:
-            The batch's `Gradients`, ``state`` set.
-        """
-        ...
-
-
-@runtime_checkable
-class SamplerAware(Protocol):
-    """A gradient function that depends on the epoch's sampler (e.g. DP-SGD's denominator).
-
-    `make_epoch` calls ``for_sampler(sampler, n)`` once per trace and runs the gradient
-    function it returns (DP-SGD divides the noisy sum by the sampler's *expected* batch size,
-    a data-independent constant: ``sampler.sample_rate(n) * n``, or one group's expected batch
-    for a sampler that draws each step from one group of the data).
-    """
-
-    def for_sampler(self, sampler: Sampler, n: int) -> GradientFn:
-        """The gradient function for epochs of ``sampler`` over ``n`` examples.
-
-        Args:
-            sampler: the epoch's sampler.
-            n: the number of examples.
-
-        Returns:
-            A gradient function of the same kind.
-        """
-        ...
-
-
-@runtime_checkable
-class SamplerChecked(Protocol):
-    """A gradient function that only some samplers may feed (e.g. correlated DP noise).
-
-    `make_epoch` calls ``check_sampler(sampler)`` once, when the epoch is made, so a pairing
-    the gradient cannot be trained with (BandMF's noise with a sampler that may put an
-    example in two nearby steps) is refused before anything is compiled or run.
-    """
-
-    def check_sampler(self, sampler: Sampler) -> None:
-        """Refuse a sampler this gradient function cannot be trained with.
-
-        Args:
-            sampler: the epoch's sampler.
-
-        Raises:
-            ValueError: the pairing is not allowed (the message names both and the fix).
+            The batch's `Gradients`.
         """
         ...
 
@@ -212,8 +264,33 @@ class ValueAndGrad:
     model_state: bool = False
     with_key: bool = False
 
+    @property
+    def requirements(self) -> Requirements:
+        """A key only ``with_key``; it applies the compute dtype and loss scale itself."""
+        return Requirements(key=self.with_key, precision=True)
+
+    def init(self, params: Any) -> tuple[()]:
+        """No state: ``()``.
+
+        Args:
+            params: the parameters (unused).
+
+        Returns:
+            ``()``.
+        """
+        del params
+        return ()
+
     def __call__(
-        self, params: Any, model_state: Any, batch: Any, *, key: jax.Array | None, mask: Any
+        self,
+        params: Any,
+        model_state: Any,
+        batch: Any,
+        state: Any,
+        *,
+        key: jax.Array | None,
+        mask: jax.Array | None,
+        context: StepContext,
     ) -> Gradients:
         """The loss and its gradient on ``batch`` (``mask`` unused: the loss sees the batch).
 
@@ -221,14 +298,17 @@ class ValueAndGrad:
             params: the parameters.
             model_state: the model state (passed to the loss with ``model_state=True``).
             batch: the batch.
+            state: ``()``.
             key: a fresh key (passed to the loss with ``with_key=True``).
             mask: unused.
+            context: its ``compute_dtype`` and ``loss_scale`` are applied.
 
         Returns:
             `Gradients` with ``loss``, ``grads``, the new model state and ``aux``.
         """
         del mask  # the plain loss sees whole batches
-        return self._cast(params, model_state, batch, key, None, None)
+        g = self._cast(params, model_state, batch, key, context.compute_dtype, context.loss_scale)
+        return g._replace(state=state)
 
     def _cast(
         self, params: Any, old_state: Any, batch: Any, key: Any, dtype: Any, scale: Any
@@ -239,17 +319,18 @@ class ValueAndGrad:
         differentiated function, so the gradients come back in the parameters' own dtype.
         The model state is passed in its stored dtype and the new one cast back to it.
         """
-        name = f"`loss_fn` `{getattr(self.loss, '__name__', type(self.loss).__name__)}`"
+        name = f"`loss` `{getattr(self.loss, '__name__', type(self.loss).__name__)}`"
+        takes_state = self.model_state
 
         def scaled_loss(p: Any) -> tuple[jax.Array, tuple[Any, Any, Any]]:
             args: tuple[Any, ...] = (cast_floating(p, dtype),)
-            if self.model_state:
+            if takes_state:
                 args += (old_state,)  # stored dtype: only the computation is cast
             args += (cast_floating(batch, dtype),)
             if self.with_key:
                 args += (key,)
             loss, new_state, aux = unpack_loss_output(
-                self.loss(*args), model_state=self.model_state, has_aux=self.has_aux, name=name
+                self.loss(*args), model_state=takes_state, has_aux=self.has_aux, name=name
             )
             _check_scalar(loss, name)
             loss = loss.astype(jnp.float32)
@@ -258,7 +339,7 @@ class ValueAndGrad:
         (_, (loss, new_state, aux)), grads = jax.value_and_grad(scaled_loss, has_aux=True)(params)
         if scale is not None:
             grads = jax.tree.map(lambda g: (g.astype(jnp.float32) / scale).astype(g.dtype), grads)
-        new_state = cast_like(new_state, old_state) if self.model_state else old_state
+        new_state = cast_like(new_state, old_state) if takes_state else old_state
         return Gradients(grads, loss, new_state, aux)
 
 
@@ -281,15 +362,18 @@ def value_and_grad(
         with_key: pass a fresh key split from ``TrainState.key`` every step.
 
     Returns:
-        A `ValueAndGrad` (a `GradientFn`).
+        A `ValueAndGrad` (a `GradientFn` without state).
 
     Raises:
         TypeError: ``loss`` is not callable or a flag is not a bool.
 
     Examples:
         >>> import jax.numpy as jnp
+        >>> from jaxwise.train import StepContext
         >>> g = value_and_grad(lambda w, x: jnp.sum(w * x))
-        >>> g(jnp.ones(2), None, jnp.asarray([3.0, 4.0]), key=None, mask=None).grads.tolist()
+        >>> out = g(jnp.ones(2), None, jnp.asarray([3.0, 4.0]), (), key=None, mask=None,
+        ...         context=StepContext(expected_batch_size=2))
+        >>> out.grads.tolist()
         [3.0, 4.0]
     """
     check_callable(loss, "loss")
@@ -302,26 +386,58 @@ def value_and_grad(
 class MixedPrecision:
     """A gradient function run in a compute dtype, with loss scaling; made by `mixed_precision`.
 
+    Its state is ``{"gradient": the wrapped function's state, "loss_scale": a
+    `LossScaleState` with dynamic scaling, else ()}``.
+
     Attributes:
         gradient: the wrapped gradient function.
         compute_dtype: the forward/backward dtype (NumPy dtype).
-        loss_scale: a fixed scale, a `DynamicLossScale` (its state lives in
-            ``TrainState.loss_scale``), or ``None``.
+        loss_scale: a fixed scale, a `DynamicLossScale`, or ``None``.
     """
 
     gradient: GradientFn
     compute_dtype: np.dtype
     loss_scale: DynamicLossScale | float | None = None
 
+    @property
+    def requirements(self) -> Requirements:
+        """The wrapped gradient's (its key and its privacy: this wrapper releases nothing)."""
+        return requirements_of(self.gradient)
+
+    @property
+    def loss(self) -> Any:
+        """The user's loss inside the wrapped gradient (it names the program)."""
+        return gradient_loss(self.gradient)
+
+    def init(self, params: Any) -> dict[str, Any]:
+        """``{"gradient": the wrapped state, "loss_scale": the dynamic scale's or ()}``.
+
+        Args:
+            params: the parameters.
+
+        Returns:
+            The state before the first step.
+        """
+        scaler = self._scaler
+        scale: Any = () if scaler is None else scaler.init()
+        return {"gradient": self.gradient.init(params), "loss_scale": scale}
+
+    @property
+    def _scaler(self) -> DynamicLossScale | None:
+        """The dynamic loss scale (``None`` for a fixed one or none)."""
+        scale = self.loss_scale
+        return None if scale is None or isinstance(scale, (int, float)) else scale
+
     def __call__(
         self,
         params: Any,
         model_state: Any,
         batch: Any,
+        state: Any,
         *,
         key: jax.Array | None,
-        mask: Any,
-        loss_scale: jax.Array | None = None,
+        mask: jax.Array | None,
+        context: StepContext,
     ) -> Gradients:
         """The wrapped gradient in ``compute_dtype``.
 
@@ -329,26 +445,51 @@ class MixedPrecision:
             params: the parameters (float32 master weights).
             model_state: the model state (kept in its stored dtype).
             batch: the batch (floating leaves cast).
+            state: ``{"gradient": ..., "loss_scale": ...}``.
             key: a fresh key, or ``None``.
             mask: bool ``(B,)`` real rows, or ``None``.
-            loss_scale: the current dynamic scale (the programs pass ``TrainState``'s).
+            context: the step's facts (passed on with the dtype and scale set).
 
         Returns:
-            `Gradients` in the parameters' dtypes.
+            `Gradients` in the parameters' dtypes; with dynamic scaling ``metrics`` has
+                ``"loss_scale"`` (this step's) and the scale adjusts (halved after an
+                overflow, which the NaN guard skips).
         """
-        scale = loss_scale
-        if scale is None and not isinstance(self.loss_scale, DynamicLossScale):
-            scale = self.loss_scale
-        if isinstance(self.gradient, ValueAndGrad):
-            return self.gradient._cast(params, model_state, batch, key, self.compute_dtype, scale)
-        g = self.gradient(
-            cast_floating(params, self.compute_dtype),
-            model_state,
-            cast_floating(batch, self.compute_dtype),
-            key=key,
-            mask=mask,
-        )
-        return g._replace(grads=cast_like(g.grads, params))
+        scaler = self._scaler
+        scaling: LossScaleState | None = None if scaler is None else state["loss_scale"]
+        scale: Any = self.loss_scale if scaling is None else scaling.scale
+        inner = dataclasses.replace(context, compute_dtype=self.compute_dtype, loss_scale=scale)
+        if requirements_of(self.gradient).precision:
+            g = self.gradient(
+                params, model_state, batch, state["gradient"], key=key, mask=mask, context=inner
+            )
+        else:  # cast around a gradient that does not apply the dtype itself
+            g = self.gradient(
+                cast_floating(params, self.compute_dtype),
+                model_state,
+                cast_floating(batch, self.compute_dtype),
+                state["gradient"],
+                key=key,
+                mask=mask,
+                context=dataclasses.replace(inner, compute_dtype=None, loss_scale=None),
+            )
+            g = g._replace(grads=cast_like(g.grads, params))
+        new_scale: Any = state["loss_scale"]
+        metrics = g.metrics
+        if scaler is not None and scaling is not None:
+            ok = _finite(g.grads) if g.loss is None else _finite(g.grads) & jnp.isfinite(g.loss)
+            new_scale = scaler.adjust(scaling, ok)
+            metrics = {**(metrics or {}), "loss_scale": scaling.scale}
+        return g._replace(state={"gradient": g.state, "loss_scale": new_scale}, metrics=metrics)
+
+
+def _finite(tree: Any) -> jax.Array:
+    """True when every element of ``tree`` is finite (one float32 sum)."""
+    total = sum(
+        (jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(tree)),
+        start=jnp.zeros((), jnp.float32),
+    )
+    return jnp.isfinite(total)
 
 
 def mixed_precision(
@@ -360,13 +501,19 @@ def mixed_precision(
     """``gradient`` with its forward/backward pass in ``compute_dtype`` (bfloat16 or float16).
 
     The master weights, the optimizer state and the model state keep their dtype; only the
-    copy of the parameters and the floating batch leaves that the loss sees are cast. Float16
+    copy of the parameters and the floating batch leaves that the loss sees are cast (inside
+    the differentiated function for a gradient whose ``requirements.precision`` says it
+    applies the dtype itself: `value_and_grad`, `jaxwise.privacy.dp_gradient_fn`). Float16
     needs loss scaling (Micikevicius et al., 2018, https://arxiv.org/abs/1710.03740):
-    ``"dynamic"`` keeps its scale in ``TrainState.loss_scale``, reports it in
-    ``metrics["loss_scale"]`` and skips a step that overflows.
+    ``"dynamic"`` keeps its scale in the gradient's state (``TrainState.gradient_state
+    ["loss_scale"]``; create the state with ``TrainState.create(..., gradient=...)``),
+    reports it in ``metrics["loss_scale"]`` and skips a step that overflows. Wrapping a DP
+    gradient keeps its state, its normalisation and its accounting (the wrapper forwards its
+    ``requirements``).
 
     Args:
-        gradient: a gradient function; loss scaling needs one from `value_and_grad`.
+        gradient: a gradient function; loss scaling needs one that applies the scale itself
+            (`value_and_grad`).
         compute_dtype: ``jnp.bfloat16``, ``jnp.float16`` (or ``jnp.float32``).
         loss_scale: ``"dynamic"``, a `DynamicLossScale`, a fixed positive scale, or ``None``.
 
@@ -374,46 +521,46 @@ def mixed_precision(
         A `MixedPrecision` (a `GradientFn`).
 
     Raises:
-        TypeError: ``gradient`` is not a stateless gradient function, or a bad
-            ``compute_dtype``.
+        TypeError: ``gradient`` is not a gradient function, or a bad ``compute_dtype``.
         ValueError: float16 without loss scaling, an unknown ``loss_scale``, or loss scaling
-            of a gradient not built by `value_and_grad`.
+            of a gradient that does not apply the scale itself.
 
     Examples:
         >>> import jax.numpy as jnp
+        >>> from jaxwise.train import StepContext
         >>> g = mixed_precision(value_and_grad(lambda w, x: jnp.sum(w * x)),
         ...                     compute_dtype=jnp.bfloat16)
-        >>> g(jnp.ones(2), None, jnp.ones(2), key=None, mask=None).grads.dtype
+        >>> out = g(jnp.ones(2), None, jnp.ones(2), g.init(jnp.ones(2)), key=None, mask=None,
+        ...         context=StepContext(expected_batch_size=2))
+        >>> out.grads.dtype
         dtype('float32')
     """
-    if not callable(gradient) or isinstance(gradient, StatefulGradientFn):
-        raise TypeError(
-            f"`gradient` must be a stateless gradient function, got {type(gradient).__name__}"
-        )
+    check_gradient_fn(gradient)
     dtype = check_compute_dtype(compute_dtype)
     if dtype is None:
         raise TypeError("`compute_dtype` must be jnp.bfloat16, jnp.float16 or jnp.float32")
     scale = check_loss_scale(loss_scale, dtype)
-    if scale is not None and not isinstance(gradient, ValueAndGrad):
+    if scale is not None and not requirements_of(gradient).precision:
         raise ValueError(
-            "`loss_scale` needs a gradient built by `jaxwise.train.value_and_grad` (the loss is "
-            f"scaled before differentiation), got {type(gradient).__name__}"
+            "`loss_scale` needs a gradient that scales its loss before differentiation (one "
+            "whose `requirements.precision` is True, e.g. `jaxwise.train.value_and_grad`), got "
+            f"{type(gradient).__name__}"
         )
     return MixedPrecision(gradient, dtype, scale)
 
 
-def needs_key(gradient: Any) -> bool:
-    """Whether the programs split a fresh key for ``gradient`` every step."""
-    if isinstance(gradient, ValueAndGrad):
-        return gradient.with_key
-    if isinstance(gradient, MixedPrecision):
-        return needs_key(gradient.gradient)
-    return True
+def check_gradient_fn(gradient: object, what: str = "gradient") -> None:
+    """``TypeError`` unless ``gradient`` is a `GradientFn` (callable with ``init``)."""
+    if not (callable(gradient) and callable(getattr(gradient, "init", None))):
+        raise TypeError(
+            f"`{what}` must be a gradient function (jaxwise.train.GradientFn: `init(params)` "
+            "and `__call__(params, model_state, batch, state, *, key, mask, context)`), got "
+            f"{type(gradient).__name__}; build one from a loss with "
+            "`jaxwise.train.value_and_grad(loss)`"
+        )
 
 
-def gradient_loss(gradient: Any) -> Any:
+def gradient_loss(gradient: object) -> Any:
     """The user's loss inside ``gradient`` (to name the program), else ``gradient`` itself."""
-    if isinstance(gradient, MixedPrecision):
-        return gradient_loss(gradient.gradient)
     loss = getattr(gradient, "loss", None)
     return loss if callable(loss) else gradient

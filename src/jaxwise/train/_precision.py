@@ -33,7 +33,7 @@ _COMPUTE_DTYPES = {
 
 
 class LossScaleState(NamedTuple):
-    """The carried part of dynamic loss scaling (a leaf group of ``TrainState.loss_scale``).
+    """The carried part of dynamic loss scaling (in ``TrainState.gradient_state["loss_scale"]``).
 
     Attributes:
         scale: float32 scalar: the current loss scale.

@@ -13,7 +13,7 @@ import optax
 
 from jaxwise._checks import is_key
 from jaxwise._params import check_alive, check_not_a_model, check_params
-from jaxwise.train._gradient import StatefulGradientFn
+from jaxwise.train._gradient import check_gradient_fn
 from jaxwise.tree import path_names
 
 
@@ -71,12 +71,14 @@ def check_optimizer(tx: Any, what: str) -> None:
 
 
 def init_gradient_state(gradient: Any, params: Any) -> Any:
-    """``gradient.init(params)`` (fresh strong buffers) for a stateful gradient, else ``None``."""
-    if gradient is None or not isinstance(gradient, StatefulGradientFn):
-        if gradient is not None and not callable(gradient):
-            raise TypeError(f"`gradient` must be a gradient function, got {gradient!r}")
+    """``gradient.init(params)`` (fresh strong buffers); ``None`` when it has no arrays."""
+    if gradient is None:
         return None
-    return jax.tree.map(_fresh, gradient.init(params))
+    check_gradient_fn(gradient)
+    state = gradient.init(params)
+    if not jax.tree.leaves(state):  # DP-SGD's {"noise": (), "clip": ()}: nothing to carry
+        return None
+    return jax.tree.map(_fresh, state)
 
 
 def check_train_state(state: Any, what: str = "state") -> None:
@@ -120,11 +122,10 @@ class TrainState:
 
     Leaves: ``step`` (int32 scalar), ``params``, ``opt_state``, ``key`` (a
     typed PRNG key), ``model_state`` (non-trainable state such as BatchNorm
-    running statistics; ``None`` — an empty pytree — when unused) and
-    ``loss_scale`` (the dynamic loss scale of float16 training, see
-    [`LossScaleState`][jaxwise.train.LossScaleState]; ``None`` otherwise) and
-    ``gradient_state`` (the state of a
-    [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn]; ``None`` otherwise). ``tx``,
+    running statistics; ``None`` — an empty pytree — when unused) and ``gradient_state``
+    (the state of the [`GradientFn`][jaxwise.train.GradientFn], one opaque pytree beside
+    the optimizer's: DP noise buffers, an adaptive clip norm, a dynamic loss scale; ``None``
+    when it has none). ``tx``,
     the optimizer, is a *static* field as in Flax's ``TrainState`` (the programs read it
     there: it is never passed a second time), and so is ``config`` (part of the tree
     structure, not a leaf): hashable configuration as sorted ``(name, value)`` pairs, read
@@ -142,9 +143,8 @@ class TrainState:
         opt_state: the optimizer's state for ``params``.
         key: a typed PRNG key, split by every step or epoch that draws randomness.
         model_state: non-trainable state (a pytree), or ``None``.
-        loss_scale: a [`LossScaleState`][jaxwise.train.LossScaleState] with dynamic loss
-            scaling, else ``None``.
-        gradient_state: a stateful gradient function's state, else ``None``.
+        gradient_state: the gradient function's state (``gradient.init(params)``), or
+            ``None`` when it keeps none.
         tx: the optimizer (static).
         config: static ``(name, value)`` pairs (see ``config_dict``).
 
@@ -162,7 +162,6 @@ class TrainState:
     opt_state: Any
     key: jax.Array
     model_state: Any = None
-    loss_scale: Any = None
     gradient_state: Any = None
     tx: optax.GradientTransformation | None = dataclasses.field(
         default=None, metadata=dict(static=True, saved=False)
@@ -192,9 +191,10 @@ class TrainState:
             key: typed key, raw ``PRNGKey`` or int seed.
             model_state: non-trainable state (BatchNorm statistics…), any
                 pytree of arrays (copied too); ``None`` when unused.
-            gradient: a [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn] whose
-                ``init(params)`` becomes ``gradient_state`` (a stateless one, or ``None``:
-                ``gradient_state`` stays ``None``).
+            gradient: the [`GradientFn`][jaxwise.train.GradientFn] the state is trained
+                with: its ``init(params)`` becomes ``gradient_state``, made here once (a
+                program refuses a ``None`` state for a gradient whose state has arrays);
+                ``None``, or a state without arrays: ``gradient_state`` stays ``None``.
             **static: hashable configuration; names of static fields of a
                 subclass go to those fields, the rest to ``config``.
 

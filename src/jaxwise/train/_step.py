@@ -19,7 +19,13 @@ from jaxwise._prefetch import place_batch
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.sharding import replicated
 from jaxwise.train._donation import Audit, DonationError, check_optimizer_fits
-from jaxwise.train._gradient import GradientFn, StatefulGradientFn, gradient_loss, value_and_grad
+from jaxwise.train._gradient import (
+    GradientFn,
+    StepContext,
+    check_gradient_fn,
+    gradient_loss,
+    value_and_grad,
+)
 from jaxwise.train._state import TrainState, check_optimizer, check_train_state
 from jaxwise.train._update import UpdatePlan, make_update, plan_update
 from jaxwise.tree import path_names
@@ -67,13 +73,8 @@ def check_mesh(mesh: Any) -> None:
 
 
 def check_gradient(gradient: Any) -> None:
-    """``TypeError`` unless ``gradient`` is callable (a `GradientFn`)."""
-    if not callable(gradient):
-        raise TypeError(
-            f"`gradient` must be a gradient function (jaxwise.train.GradientFn), got "
-            f"{type(gradient).__name__}; build one from a loss with "
-            "`jaxwise.train.value_and_grad(loss)`"
-        )
+    """``TypeError`` unless ``gradient`` is a `GradientFn` (callable, with ``init``)."""
+    check_gradient_fn(gradient)
 
 
 def check_flags(**flags: Any) -> None:
@@ -82,9 +83,9 @@ def check_flags(**flags: Any) -> None:
         check_bool(value, name)
 
 
-def program_name(loss_fn: Any, suffix: str) -> str:
+def program_name(loss: Any, suffix: str) -> str:
     """``<user's function name>_<suffix>``: the program's name (``jit(loss_train_step)``)."""
-    fn = loss_fn
+    fn = loss
     while hasattr(fn, "func"):  # functools.partial
         fn = fn.func
     name = getattr(fn, "__name__", None) or type(fn).__name__
@@ -117,7 +118,7 @@ class JitProgram:
     def __init__(
         self,
         fn: Callable[..., Any],
-        gradient: GradientFn | StatefulGradientFn,
+        gradient: GradientFn,
         plan: UpdatePlan,
         *,
         suffix: str,
@@ -147,17 +148,6 @@ class JitProgram:
             state = place_for_mesh(state, self.mesh)  # replicated, or the FSDP layout
         return state, place_batch(data, data_sharding)
 
-    def _prepare(self, state: TrainState) -> TrainState:
-        """The state's parts that live in it from the first call on (loss scale, gradient)."""
-        if self._plan.dynamic is not None and state.loss_scale is None:
-            state = state.replace(loss_scale=self._plan.dynamic.init())
-        if self._plan.stateful and state.gradient_state is None:
-            assert isinstance(self.gradient, StatefulGradientFn)
-            init = self.gradient.init(state.params)
-            if jax.tree.leaves(init):  # a leafless state may stay None (traced from init)
-                state = state.replace(gradient_state=init)
-        return state
-
     def _first_checks(self, state: TrainState) -> None:
         if state.tx is None:
             raise TypeError(
@@ -175,9 +165,14 @@ class JitProgram:
         Run before the first call and again whenever a later call fails to trace (a state
         from another gradient function: a retrace), so it costs nothing per call.
         """
-        if self._plan.stateful and state.gradient_state is not None:
-            assert isinstance(self.gradient, StatefulGradientFn)
-            want = jax.eval_shape(self.gradient.init, state.params)
+        want = jax.eval_shape(self.gradient.init, state.params)
+        if state.gradient_state is None and jax.tree.leaves(want):
+            raise ValueError(
+                f"`state.gradient_state` is None but `{type(self.gradient).__name__}` keeps "
+                "state (noise buffers, a clip norm, a loss scale): create the state with "
+                "`TrainState.create(params, tx, key, gradient=...)` (the same gradient)"
+            )
+        if state.gradient_state is not None:
             got = state.gradient_state
             same = jax.tree.structure(want) == jax.tree.structure(got) and all(
                 jnp.shape(a) == jnp.shape(b)
@@ -195,7 +190,6 @@ class JitProgram:
                 )
 
     def _run(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
-        state = self._prepare(state)
         leaves = self._audit.before(state, data)
         check_alive(data, self.data_name)
         if self._first:
@@ -294,7 +288,7 @@ class TrainStep(JitProgram):
 
     def __init__(
         self,
-        gradient: GradientFn | StatefulGradientFn,
+        gradient: GradientFn,
         *,
         donate: bool,
         mesh: Mesh | None,
@@ -304,7 +298,11 @@ class TrainStep(JitProgram):
         update = make_update(gradient, plan)
 
         def step(state: TrainState, batch: Any) -> tuple[TrainState, dict[str, Any]]:
-            return update(state, batch, None)
+            rows = jax.tree.leaves(batch)[0].shape[0]
+            # the caller's fixed-size batches: their rows are the (data-independent) divisor
+            privacy = plan.requirements.privacy
+            context = StepContext(expected_batch_size=float(rows), privacy=privacy)
+            return update(state, batch, None, context)
 
         super().__init__(
             step, gradient, plan, suffix="train_step", donate=donate, mesh=mesh, audit=audit
@@ -325,7 +323,7 @@ class TrainStep(JitProgram):
 
 
 def make_step(
-    gradient: GradientFn | StatefulGradientFn,
+    gradient: GradientFn,
     *,
     donate: bool = True,
     mesh: Mesh | None = None,
@@ -336,16 +334,17 @@ def make_step(
     The step computes ``gradient(params, model_state, batch, key=..., mask=None)`` and applies
     the state's own optimizer (``state.tx``). A step whose loss, gradient or update is not
     finite returns the input state unchanged (bit-identical) with ``metrics["skipped"] = 1``:
-    the NaN guard is always on (it costs one scalar test). A stateful (DP) gradient's skipped
-    step still counts: the step, the key and the gradient state move on, the rest is kept.
+    the NaN guard is always on (it costs one scalar test). The gradient's state moves on even
+    then; a private (DP) gradient's skipped step also counts: the step and the key move on.
+    The gradient gets a `StepContext` whose ``expected_batch_size`` is the batch's rows (the
+    caller's fixed-size batches).
 
     Every call audits donation: a deleted state leaf (a state used after it was donated), a
     batch leaf that is a state leaf, or a donated leaf still alive after the call (a live NumPy
     view) raises [`DonationError`][jaxwise.train.DonationError] naming the path. The first
     call also checks shared buffers, that the step keeps the state's type signature, that
-    ``state.tx`` fits ``state.opt_state`` and, for a
-    [`StatefulGradientFn`][jaxwise.train.StatefulGradientFn], that ``state.gradient_state``
-    has the structure of ``gradient.init(params)`` (``None`` is initialised).
+    ``state.tx`` fits ``state.opt_state`` and that ``state.gradient_state`` has the structure
+    of ``gradient.init(params)`` (``None`` only for a state without arrays).
 
     Args:
         gradient: a [`GradientFn`][jaxwise.train.GradientFn], e.g.
@@ -361,8 +360,8 @@ def make_step(
             ``"loss_scale"`` and the gradient's own metrics when present).
 
     Raises:
-        TypeError: ``gradient`` is not callable, ``mesh`` is not a mesh, or a flag is not a
-            bool.
+        TypeError: ``gradient`` is not a `GradientFn`, ``mesh`` is not a mesh, or a flag is
+            not a bool.
         ValueError: ``mesh`` has no ``"data"`` axis.
 
     Examples:
@@ -383,7 +382,7 @@ def make_step(
 
 
 def make_train_step(
-    loss_fn: LossFn | Callable[..., Any],
+    loss: LossFn | Callable[..., Any],
     *,
     model_state: bool = False,
     has_aux: bool = False,
@@ -391,19 +390,19 @@ def make_train_step(
     donate: bool = True,
     mesh: Mesh | None = None,
 ) -> TrainStep:
-    """A jitted training step of a loss: ``make_step(value_and_grad(loss_fn, ...), ...)``.
+    """A jitted training step of a loss: ``make_step(value_and_grad(loss, ...), ...)``.
 
     Args:
-        loss_fn: ``loss_fn(params, batch) -> loss`` (a float scalar; the
+        loss: ``loss(params, batch) -> loss`` (a float scalar; the
             [`LossFn`][jaxwise.per_example.LossFn] protocol), or
-            ``loss_fn(params, model_state, batch) -> (loss, new_model_state)`` with
+            ``loss(params, model_state, batch) -> (loss, new_model_state)`` with
             ``model_state=True``. With ``has_aux`` the loss is ``(loss, aux)``
             (``(loss, (new_model_state, aux))`` with model state) and ``aux`` is
             returned in ``metrics["aux"]``. With ``with_key=True`` a trailing
             ``key`` argument gets a fresh key split from ``state.key`` every step.
         model_state: thread ``state.model_state`` (BatchNorm statistics…) through the loss.
-        has_aux: see ``loss_fn``.
-        with_key: see ``loss_fn``.
+        has_aux: see ``loss``.
+        with_key: see ``loss``.
         donate: donate the state (its buffers are reused for the new one).
         mesh: a mesh with a ``"data"`` axis (data parallelism), see
             [`make_step`][jaxwise.train.make_step].
@@ -414,7 +413,7 @@ def make_train_step(
             ``"grad_norm"`` and ``"skipped"`` (and ``"aux"`` with ``has_aux``).
 
     Raises:
-        TypeError: ``loss_fn`` is not callable, ``mesh`` is not a mesh or a flag is not a
+        TypeError: ``loss`` is not callable, ``mesh`` is not a mesh or a flag is not a
             bool.
         ValueError: ``mesh`` has no ``"data"`` axis.
 
@@ -428,6 +427,6 @@ def make_train_step(
         >>> int(state.step), int(metrics["skipped"])
         (1, 0)
     """
-    check_callable(loss_fn, "loss_fn")
-    gradient = value_and_grad(loss_fn, has_aux=has_aux, model_state=model_state, with_key=with_key)
+    check_callable(loss, "loss")
+    gradient = value_and_grad(loss, has_aux=has_aux, model_state=model_state, with_key=with_key)
     return make_step(gradient, donate=donate, mesh=mesh)

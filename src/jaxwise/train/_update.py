@@ -17,16 +17,10 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise.optim import apply_updates, global_norm
-from jaxwise.train._gradient import (
-    Gradients,
-    MixedPrecision,
-    StatefulGradientFn,
-    needs_key,
-)
-from jaxwise.train._precision import DynamicLossScale
+from jaxwise.train._gradient import Gradients, Requirements, StepContext, requirements_of
 from jaxwise.train._state import TrainState
 
-__all__ = ["UpdatePlan", "make_update", "plan_update"]
+__all__ = ["UpdatePlan", "initial_gradient_state", "make_update", "plan_update"]
 
 Update = Callable[[TrainState, Any, Any], tuple[TrainState, dict[str, Any]]]
 
@@ -36,33 +30,35 @@ class UpdatePlan:
     """How `make_update` calls a gradient function (all static, read from the function).
 
     Attributes:
-        needs_key: split a fresh key from the state's every step.
-        stateful: pass ``state=TrainState.gradient_state`` and keep ``Gradients.state``.
-        init: the stateful gradient's ``init`` (used for a ``gradient_state`` of ``None``).
-        dynamic: the dynamic loss scale of a `MixedPrecision` gradient, or ``None``.
+        requirements: the gradient's `Requirements` (its key, its privacy).
+        init: the gradient's ``init``.
         batch_sharding: constrain the batch to this sharding, or ``None``.
     """
 
-    needs_key: bool
-    stateful: bool
-    init: Callable[[Any], Any] | None
-    dynamic: DynamicLossScale | None
+    requirements: Requirements
+    init: Callable[[Any], Any]
     batch_sharding: Any = None
+
+    @property
+    def private(self) -> bool:
+        """A private gradient: a skipped step counts (its noise was released)."""
+        return self.requirements.privacy is not None
 
 
 def plan_update(gradient: Any, batch_sharding: Any = None) -> UpdatePlan:
     """The `UpdatePlan` of ``gradient``."""
-    dynamic = None
-    if isinstance(gradient, MixedPrecision) and isinstance(gradient.loss_scale, DynamicLossScale):
-        dynamic = gradient.loss_scale
-    stateful = isinstance(gradient, StatefulGradientFn)
-    return UpdatePlan(
-        needs_key=needs_key(gradient),
-        stateful=stateful,
-        init=gradient.init if stateful else None,
-        dynamic=dynamic,
-        batch_sharding=batch_sharding,
-    )
+    return UpdatePlan(requirements_of(gradient), gradient.init, batch_sharding)
+
+
+def initial_gradient_state(plan: UpdatePlan, state: TrainState) -> Any:
+    """``state.gradient_state``; a ``None`` one is the gradient's empty state (no leaves).
+
+    A state with leaves is never made here: `TrainState.create(..., gradient=...)` makes it
+    once (the program refuses a ``None`` one before tracing).
+    """
+    if state.gradient_state is not None:
+        return state.gradient_state
+    return jax.eval_shape(plan.init, state.params)  # leafless: the structure is the state
 
 
 def _finite_sum(tree: Any) -> jax.Array:
@@ -105,16 +101,11 @@ def _guarded(
     return jax.lax.cond(ok, lambda: new, lambda: state), ok
 
 
-def _call(gradient: Any, plan: UpdatePlan, state: TrainState, batch: Any, key: Any, mask: Any):
-    extra: dict[str, Any] = {}
-    if plan.stateful:
-        assert plan.init is not None
-        # a state without leaves may stay None in the TrainState (DP-SGD's {"noise": (), ...})
-        given = state.gradient_state
-        extra["state"] = plan.init(state.params) if given is None else given
-    if plan.dynamic is not None:
-        extra["loss_scale"] = state.loss_scale.scale
-    g = gradient(state.params, state.model_state, batch, key=key, mask=mask, **extra)
+def _call(
+    gradient: Any, plan: UpdatePlan, state: TrainState, batch: Any, key: Any, mask: Any, context
+):
+    given = initial_gradient_state(plan, state)
+    g = gradient(state.params, state.model_state, batch, given, key=key, mask=mask, context=context)
     if not isinstance(g, Gradients):
         raise TypeError(
             f"a gradient function must return a jaxwise.train.Gradients, got {type(g).__name__}"
@@ -122,31 +113,32 @@ def _call(gradient: Any, plan: UpdatePlan, state: TrainState, batch: Any, key: A
     return g
 
 
-def make_update(gradient: Any, plan: UpdatePlan) -> Update:
-    """The pure step ``update(state, batch, mask) -> (state, metrics)`` shared by every program.
+def make_update(gradient: Any, plan: UpdatePlan) -> Callable[..., tuple[TrainState, Any]]:
+    """The pure step ``update(state, batch, mask, context) -> (state, metrics)`` of every program.
 
     A step whose loss, gradient or *update* is not finite returns the input state
-    bit-identical (the update too: ``adam(eps=0)`` turns a zero gradient into 0/0; the key and
-    the gradient state too) and ``skipped = 1``. Dynamic loss scaling adjusts its scale even
-    on a skipped step. With a stateful gradient (DP: its noise buffers and clip policy record
-    what was released) a skipped step keeps the parameters, optimizer and model state but
-    counts the step and moves the key and the gradient state on: no noise draw is used twice,
-    a cyclic sampler's groups stay ``groups`` steps apart, and the step counter equals the
-    steps the accountant counts.
+    bit-identical (the update too: ``adam(eps=0)`` turns a zero gradient into 0/0; the key
+    too) and ``skipped = 1``; the gradient's state moves on (dynamic loss scaling halves its
+    scale after an overflow). A private gradient's skipped step (its ``requirements.privacy``
+    is set: DP noise was released) keeps the parameters, optimizer and model state but counts
+    the step and moves the key on: no noise draw is used twice, a cyclic sampler's groups stay
+    ``groups`` steps apart, and the step counter equals the steps the accountant counts.
 
     The guard is two nested ``lax.cond``: the optimizer runs only for a finite gradient, and
     its result is kept only when the update is finite. Selecting every state leaf with
     ``jnp.where`` instead costs about a quarter more compile time and, on CPU, up to half
     more run time per epoch (every leaf is copied).
     """
+    private = plan.private
 
     def update(
-        state: TrainState, batch: Any, mask: Any = None
+        state: TrainState, batch: Any, mask: Any, context: StepContext
     ) -> tuple[TrainState, dict[str, Any]]:
         if plan.batch_sharding is not None:
             batch = jax.lax.with_sharding_constraint(batch, plan.batch_sharding)
-        key, step_key = jax.random.split(state.key) if plan.needs_key else (state.key, None)
-        g = _call(gradient, plan, state, batch, step_key, mask)
+        needs_key = plan.requirements.key
+        key, step_key = jax.random.split(state.key) if needs_key else (state.key, None)
+        g = _call(gradient, plan, state, batch, step_key, mask, context)
         grad_norm = global_norm(g.grads)
         metrics: dict[str, Any] = {} if g.loss is None else {"loss": g.loss}
         metrics["grad_norm"] = grad_norm
@@ -155,18 +147,19 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Update:
         if g.loss is not None:
             ok = ok & jnp.isfinite(g.loss)
         gradient_state = state.gradient_state
-        if plan.stateful and (gradient_state is not None or jax.tree.leaves(g.state)):
-            gradient_state = g.state
-        if plan.stateful:
-            # a stateful gradient's state records what it released (DP noise buffers, the clip
-            # policy): it, the key and the step counter move on even when the update is
-            # skipped, so no noise draw is used twice and a cyclic sampler's groups stay
-            # `groups` steps apart; the old buffers die here (no copy of them per step)
-            state = state.replace(step=state.step + 1, key=key, gradient_state=gradient_state)
+        if gradient_state is not None or jax.tree.leaves(g.state):
+            gradient_state = g.state  # a leafless state may stay None in the TrainState
+        # the gradient's state moves on even when the update is skipped; a private one's step
+        # and key too (its noise was released), so no noise draw is used twice; the old
+        # buffers die here (no copy of them per step)
+        moved = {"gradient_state": gradient_state}
+        if private:
+            moved.update(step=state.step + 1, key=key)
+        state = state.replace(**moved)
         new, ok = jax.lax.cond(
             ok,
-            # a stateful gradient's step was counted above
-            functools.partial(_guarded, step_increment=0 if plan.stateful else 1),
+            # a private gradient's step was counted above
+            functools.partial(_guarded, step_increment=0 if private else 1),
             lambda s, *_: (s, jnp.zeros((), bool)),  # skipped: bit-identical state
             state,
             g.grads,
@@ -175,9 +168,6 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Update:
             gradient_state,
         )
         metrics["skipped"] = (~ok).astype(jnp.int32)
-        if plan.dynamic is not None:
-            new = dataclasses.replace(new, loss_scale=plan.dynamic.adjust(state.loss_scale, ok))
-            metrics["loss_scale"] = state.loss_scale.scale
         if g.aux is not None:
             metrics["aux"] = g.aux
         if g.metrics:
