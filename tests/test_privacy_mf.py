@@ -1006,6 +1006,6 @@ def test_another_gradients_state_is_refused_by_name_on_every_call(fresh, other):
         state, _ = epoch(state, data)
     gradient = privacy.dp_gradient_fn(_wire_loss, clip_norm=1.0, noise_multiplier=1.0, noise=other)
     foreign = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), 0, gradient=gradient)
-    with pytest.raises(ValueError, match="gradient_state.*structure and shapes"):
+    with pytest.raises(ValueError, match="gradient_state.*(structure and shapes|is None)"):
         epoch(state.replace(gradient_state=foreign.gradient_state), data)
     state, _ = epoch(state, data)  # the right state still trains
