@@ -47,13 +47,12 @@ def ordered_metrics(
     epoch 2 appears 2 times: its last record is plotted; records sorted by epoch (...)
     """
     for key in ("epoch", "step"):
-        xs = [finite_number(m.get(key)) for m in metrics]
-        if not metrics or any(x is None for x in xs):
+        xs = [x for x in (finite_number(m.get(key)) for m in metrics) if x is not None]
+        if not metrics or len(xs) != len(metrics):
             continue
         last: dict[float, Mapping[str, Any]] = {}
         counts: dict[float, int] = {}
         for x, m in zip(xs, metrics):
-            assert x is not None
             last[x] = m
             counts[x] = counts.get(x, 0) + 1
         out = [last[x] for x in sorted(last)]
@@ -64,7 +63,7 @@ def ordered_metrics(
             more = f" (and {len(repeated) - 5} more)" if len(repeated) > 5 else ""
             verb = "its" if len(repeated) == 1 else "each one's"
             notes.append(f"{shown}{more}: {verb} last record is plotted")
-        if list(xs) != sorted(xs):
+        if xs != sorted(xs):
             notes.append(f"records sorted by {key} (the file has them out of order)")
         return out, "; ".join(notes)
     return list(metrics), ""
