@@ -439,3 +439,72 @@ def test_losses_near_float_max_are_plotted(tmp_path, capsys):
     ticks = nice_ticks(-1e308, 1e308, 5)
     assert ticks[0] <= -1e308 and ticks[-1] >= 1e308 and all(map(math.isfinite, ticks))
     assert nice_ticks(-1.7e308, 1.7e308, 5)[-1] >= 1.7e308
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory that refuses new files (a read-only one; /sys/kernel when run as root)."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        path = Path("/sys/kernel")
+        if not path.is_dir() or os.access(path, os.W_OK) and _creates(path):
+            pytest.skip("no unwritable directory for root here")
+        yield path
+        return
+    path = tmp_path / "read-only"
+    path.mkdir()
+    path.chmod(0o555)
+    yield path
+    path.chmod(0o755)
+
+
+def _creates(path: Path) -> bool:
+    try:
+        (path / ".jaxwise-probe").touch()
+    except OSError:
+        return False
+    (path / ".jaxwise-probe").unlink()
+    return True
+
+
+def _marking_script(tmp_path: Path) -> tuple[Path, Path]:
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "s.py"
+    script.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    return script, marker
+
+
+def test_watch_json_never_overwrites_the_script_or_another_file(tmp_path, capsys):
+    script, marker = _marking_script(tmp_path)
+    source = script.read_text()
+    assert main(["watch", "--json", str(script), str(script)]) == 2
+    assert "is the script itself" in capsys.readouterr().err
+    assert script.read_text() == source and not marker.exists()  # refused before running
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    assert main(["watch", "--json", str(notes), str(script)]) == 2
+    assert "not a jaxwise watch report" in capsys.readouterr().err
+    assert notes.read_text() == '{"mine": 1}\n'
+    report = tmp_path / "w.json"
+    assert main(["watch", "--json", str(report), str(script)]) == 0
+    assert main(["watch", "--json", str(report), str(script)]) == 0  # its own report: replaced
+    assert json.loads(report.read_text())["schema"] == 1
+
+
+@pytest.mark.parametrize("option", ["--html", "--json"])
+def test_watch_unwritable_output_refused_before_the_script_runs(
+    tmp_path, capsys, unwritable_dir, option
+):
+    script, marker = _marking_script(tmp_path)
+    target = unwritable_dir / "w.out"
+    assert main(["watch", option, str(target), str(script)]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {target}: not writable" in err and ".tmp" not in err
+    assert not marker.exists()
+
+
+def test_report_unwritable_out_named_by_its_option(tmp_path, capsys, unwritable_dir):
+    run = _run_dir(tmp_path, watch=False)
+    target = unwritable_dir / "r.html"
+    assert main(["report", str(run), "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {target}: not writable" in err and ".tmp" not in err

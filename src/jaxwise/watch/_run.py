@@ -26,10 +26,12 @@ import signal
 import sys
 import traceback
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from jaxwise._atomic import atomic_write_text, probe_writable
 from jaxwise._checks import UserError
 from jaxwise._frames import is_library_file
 from jaxwise.watch._report import WatchReport
@@ -126,15 +128,50 @@ def _print_exception(err: BaseException, stream: TextIO) -> None:
     stream.write("".join(report.format()))
 
 
+def _is_watch_json(path: str) -> bool:
+    """Whether ``path`` holds a ``watch --json`` report (the only file ``--json`` replaces)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            doc = json.loads(f.read(1 << 24))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "schema" in doc and "functions" in doc
+
+
 def _check_outputs(script: str, json_path: str | None, html_path: str | None = None) -> None:
+    """Refuse, before the script runs, an output that cannot or must not be written."""
     if not os.path.isfile(script):
         raise UserError(f"watch: no such script: {script}")
     for option, path in (("--json", json_path), ("--html", html_path)):
         if path is None:
             continue
+        if os.path.exists(path) and os.path.samefile(path, script):
+            raise UserError(f"watch: {option} {path}: is the script itself; choose another file")
+        if option == "--html":
+            from jaxwise.report._write import check_output
+
+            try:
+                check_output(Path(path), option)
+            except UserError as err:
+                raise UserError(f"watch: {err}") from None
+            continue
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            continue  # a device or a pipe (``--json /dev/stdout``): written in place
         parent = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise UserError(f"watch: {option} {path}: is a directory, expected a file name")
         if not os.path.isdir(parent):
             raise UserError(f"watch: {option} {path}: the directory {parent} does not exist")
+        if os.path.exists(path) and not _is_watch_json(path):
+            raise UserError(
+                f"watch: {option} {path}: the file exists and is not a jaxwise watch report; "
+                f"choose another {option} or move it away"
+            )
+        try:
+            probe_writable(path)
+        except OSError as err:
+            why = err.strerror or err
+            raise UserError(f"watch: {option} {path}: not writable ({why})") from None
 
 
 def _run(
@@ -216,9 +253,16 @@ def run_script(
     sys.stdout.flush()
     render(report, out, watch.fail_on)
     if json_path is not None:
-        with open(json_path, "w") as f:
-            json.dump(report.to_json(), f, allow_nan=False, indent=1)
-            f.write("\n")
+        text = json.dumps(report.to_json(), allow_nan=False, indent=1) + "\n"
+        try:
+            if os.path.exists(json_path) and not os.path.isfile(json_path):
+                with open(json_path, "w", encoding="utf-8") as f:  # a device or a pipe
+                    f.write(text)
+            else:
+                atomic_write_text(json_path, text)
+        except OSError as err:
+            why = err.strerror or err
+            raise UserError(f"watch: --json {json_path}: not written ({why})") from None
     if html_path is not None:
         from jaxwise.report import write_watch_report
 
