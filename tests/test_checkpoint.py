@@ -712,3 +712,24 @@ def test_the_lock_of_a_writer_killed_holding_it_is_taken_over_with_a_warning(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # released cleanly this time: nothing to say
         save(ck, _small(2), {"epoch": 2})
+
+
+def test_a_damaged_newest_step_is_moved_aside_and_saved_again(tmp_path):
+    """restore skips a step whose data fails its CRC; saving that step again replaces it."""
+    with Checkpointer(tmp_path, keep=3) as ck:
+        ck.save({"w": jnp.ones(4)}, step=1)
+        ck.save({"w": jnp.full(4, 2.0)}, step=2)
+    data = tmp_path / "2" / "state" / "data"
+    damaged = bytearray(data.read_bytes())
+    damaged[0] ^= 0x01
+    data.write_bytes(damaged)
+    with pytest.warns(CheckpointWarning, match="skipped damaged checkpoint step 2"):
+        assert restore(tmp_path, like={"w": jnp.zeros(4)})["w"].tolist() == [1.0] * 4
+    with Checkpointer(tmp_path, keep=3) as ck:
+        aside = r"step 2 .* is damaged .*moved aside as 2\.damaged-0"
+        with pytest.warns(CheckpointWarning, match=aside):
+            ck.save({"w": jnp.full(4, 3.0)}, step=2)
+        with pytest.raises(CheckpointError, match="already exists"):  # an intact step: never
+            ck.save({"w": jnp.full(4, 4.0)}, step=2)
+    assert (tmp_path / "2.damaged-0" / "state" / "data").read_bytes() == bytes(damaged)
+    assert restore(tmp_path, like={"w": jnp.zeros(4)})["w"].tolist() == [3.0] * 4
