@@ -19,12 +19,17 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import importlib.machinery
+import io
 import json
 import os
+import pkgutil
 import runpy
 import signal
 import sys
 import traceback
+import types
+import zipfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TextIO
@@ -174,6 +179,35 @@ def _check_outputs(script: str, json_path: str | None, html_path: str | None = N
             raise UserError(f"watch: {option} {path}: not writable ({why})") from None
 
 
+def _run_as_main(path: str) -> None:
+    """Run the script at ``path`` as ``python SCRIPT`` does: in a fresh ``__main__`` module,
+    ``__file__`` absolute, ``sys.argv`` left as given (``runpy.run_path`` would set
+    ``sys.argv[0]`` to ``path``; Python keeps it as typed). A zip application goes to runpy."""
+    if zipfile.is_zipfile(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    with io.open_code(path) as f:
+        code = pkgutil.read_code(f)  # a compiled .pyc script
+    if code is None:
+        with io.open_code(path) as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+        __package__=None,
+        __spec__=None,
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
+
+
 def _run(
     script: str, argv: Sequence[str], watch: Watch, stream: TextIO, state: tuple[Any, ...] | None
 ) -> int:
@@ -183,7 +217,7 @@ def _run(
     sys.path.insert(0, os.path.dirname(path))
     try:
         with _numpy_as_plain_python(state), watch:
-            runpy.run_path(path, run_name="__main__")
+            _run_as_main(path)
         return 0
     except SystemExit as err:
         return _exit_code(err, stream)
