@@ -34,6 +34,7 @@ __all__ = [
     "FORMAT",
     "TMP_MARK",
     "check_data",
+    "check_leaf",
     "host_bytes",
     "read_leaves",
     "sharding_of",
@@ -117,6 +118,11 @@ def write_step(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def check_leaf(row: dict[str, Any], blob: memoryview) -> np.ndarray:
+    """The leaf of ``row`` in the data file's bytes ``blob``, after its CRC-32 (or `Damaged`)."""
+    return _array(row, blob)
 
 
 def _array(row: dict[str, Any], blob: memoryview) -> np.ndarray:
