@@ -713,3 +713,64 @@ def test_the_lock_of_a_writer_killed_holding_it_is_taken_over_with_a_warning(tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # released cleanly this time: nothing to say
         save(ck, _small(2), {"epoch": 2})
+
+
+def test_a_damaged_newest_step_is_moved_aside_and_saved_again(tmp_path):
+    """restore skips a step whose data fails its CRC; saving that step again replaces it."""
+    with Checkpointer(tmp_path, keep=3) as ck:
+        ck.save({"w": jnp.ones(4)}, step=1)
+        ck.save({"w": jnp.full(4, 2.0)}, step=2)
+    data = tmp_path / "2" / "state" / "data"
+    damaged = bytearray(data.read_bytes())
+    damaged[0] ^= 0x01
+    data.write_bytes(damaged)
+    with pytest.warns(CheckpointWarning, match="skipped damaged checkpoint step 2"):
+        assert restore(tmp_path, like={"w": jnp.zeros(4)})["w"].tolist() == [1.0] * 4
+    with Checkpointer(tmp_path, keep=3) as ck:
+        aside = r"step 2 .* is damaged .*moved aside as 2\.damaged-0"
+        with pytest.warns(CheckpointWarning, match=aside):
+            ck.save({"w": jnp.full(4, 3.0)}, step=2)
+        with pytest.raises(CheckpointError, match="already exists"):  # an intact step: never
+            ck.save({"w": jnp.full(4, 4.0)}, step=2)
+    assert (tmp_path / "2.damaged-0" / "state" / "data").read_bytes() == bytes(damaged)
+    assert restore(tmp_path, like={"w": jnp.zeros(4)})["w"].tolist() == [3.0] * 4
+
+
+def test_export_orbax_gives_plain_orbax_the_nested_step(tmp_path, key):
+    """Every saved step can be handed to plain orbax as a pytree with its nesting."""
+    from jaxwise.checkpoint import export_orbax
+    from jaxwise.checkpoint._format import stored_parts
+
+    state = make_state(key, step=7)
+    with Checkpointer(tmp_path / "ck", keep=3) as ck:
+        ck.save(make_state(key, step=3))
+        ck.save(state)
+    out = export_orbax(tmp_path / "ck", tmp_path / "orbax")
+    with ocp.StandardCheckpointer() as plain:
+        tree = plain.restore(out)
+    flat, _ = jax.tree_util.tree_flatten_with_path(state)
+    for path, leaf in flat:  # every leaf at its nested place, bit for bit
+        node = tree
+        for part in stored_parts(path):
+            node = node[part]
+        typed = jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key)
+        want = jax.random.key_data(leaf) if typed else leaf
+        assert np.asarray(node).tobytes() == np.asarray(want).tobytes(), path
+    assert set(tree) == {"step", "params", "opt_state", "key", "model_state"}
+    assert set(tree["model_state"]) == {"bn%2Emean", "bn"}  # "bn.mean" and "bn"/"mean" kept apart
+    simple = {"enc": {"w": jnp.arange(3.0)}, "n": jnp.asarray(2)}
+    save(tmp_path / "simple", simple, step=1)
+    again = restore(export_orbax(tmp_path / "simple", tmp_path / "simple-orbax"), like=simple)
+    assert again["enc"]["w"].tolist() == [0.0, 1.0, 2.0]  # jaxwise reads an export too
+    earlier = export_orbax(tmp_path / "ck", tmp_path / "orbax-3", step=3)
+    with ocp.StandardCheckpointer() as plain:
+        assert int(plain.restore(earlier)["step"]) == 3
+    with pytest.raises(CheckpointError, match="exists"):
+        export_orbax(tmp_path / "ck", out)
+    data = tmp_path / "ck" / "7" / "state" / "data"
+    damaged = bytearray(data.read_bytes())
+    damaged[-1] ^= 0x01
+    data.write_bytes(damaged)
+    with pytest.raises(CheckpointError, match="damaged"):
+        export_orbax(tmp_path / "ck", tmp_path / "bad", step=7)
+    assert not (tmp_path / "bad").exists()

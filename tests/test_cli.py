@@ -208,6 +208,29 @@ def test_resume_skips_a_damaged_newest_step(tmp_path, blob_csv, capsys):
     assert json.loads(resumed)["resumed_from_epoch"] == 2
 
 
+def test_resume_past_a_damaged_newest_step_moves_it_aside(tmp_path, blob_csv, capsys):
+    """A flipped byte in the newest step's data: resumed from the one before, then replaced."""
+    common = ["train", str(blob_csv), "--label", "colour", "--batch-size", "64", "--epochs", "4"]
+    out = tmp_path / "d"
+    assert run_cli([*common, "--out", str(out), "--stop-after", "3"], capsys)[0] == 0
+    steps = sorted((p for p in (out / "checkpoint").iterdir() if p.name.isdigit()), key=_num)
+    newest = steps[-1]
+    data = newest / "state" / "data"
+    damaged = bytearray(data.read_bytes())
+    damaged[len(damaged) // 2] ^= 0x01
+    data.write_bytes(damaged)
+    code, resumed, err = run_cli([*common, "--out", str(out), "--resume", "--json"], capsys)
+    assert code == 0, err
+    assert json.loads(resumed)["resumed_from_epoch"] == 2
+    aside = out / "checkpoint" / f"{newest.name}.damaged-0"
+    assert (aside / "state" / "data").read_bytes() == bytes(damaged)  # kept for inspection
+    assert (out / "checkpoint" / newest.name / "state" / "data").read_bytes() != bytes(damaged)
+
+
+def _num(path):
+    return int(path.name)
+
+
 def test_existing_checkpoint_is_never_overwritten(tmp_path, blob_csv, capsys):
     common = [
         "train",

@@ -126,9 +126,10 @@ def test_accumulated_ignores_non_finite_masked_rows_and_compiles_once():
             mask=mask,
         )[0]
 
-    with CompileBudget(1, step):
+    with CompileBudget(1, step) as budget:
         got = step(params, micro, jnp.asarray(mask.reshape(2, 4)))
         step(params, micro, jnp.asarray(mask.reshape(2, 4)))
+    assert budget.count == 1  # exactly one: the budget alone would pass at 0
     want = dp_gradient(
         _loss,
         params,

@@ -161,3 +161,75 @@ def test_mlflow_file_store_flag_is_only_a_default(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     MLflowWriter(tmp_path, run_name="a").close()
     assert os.environ["MLFLOW_ALLOW_FILE_STORE"] == "true"
+
+
+def test_jsonl_never_deletes_another_writers_lines(tmp_path):
+    """A `jaxwise train` run's file is keyed `epoch`: a `step` writer refuses it by name."""
+    path = tmp_path / "metrics.jsonl"
+    cli_lines = '{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": 0.4}\n'
+    path.write_text(cli_lines)
+    w = JsonlWriter(path)
+    with pytest.raises(ValueError, match=r"no numeric 'step' field.*step_key='epoch'"):
+        w.write(10, {"loss": 0.1})
+    w.close()
+    assert path.read_text() == cli_lines  # untouched
+    with JsonlWriter(path, step_key="epoch") as w:  # the file's own key continues it
+        w.write(3, {"loss": 0.3})
+    assert [r["epoch"] for r in jsonl(path)] == [1, 2, 3]
+
+
+def test_jsonl_float_steps_and_foreign_lines_are_kept(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1.0, "loss": 1}\n# a note\n[1, 2]\n{"step": 2.0, "loss": 2}\n')
+    with JsonlWriter(path) as w:  # resumed at step 2: only the float step 2.0 goes
+        w.write(2, {"loss": 20.0})
+    assert path.read_text().splitlines() == [
+        '{"step": 1.0, "loss": 1}',
+        "# a note",
+        "[1, 2]",
+        '{"step": 2, "loss": 20.0}',
+    ]
+
+
+@pytest.mark.parametrize("name", ["acc@1", "err%", "x" * 251, "../up", "/abs"])
+def test_mlflow_refuses_a_bad_metric_name_at_write(tmp_path, name):
+    w = MLflowWriter(tmp_path / "ml", run_name="r")
+    with pytest.raises(ValueError, match="not accepted by MLflow"):
+        w.write(1, {"loss": 1.0, name: 1.0})
+    w.write(1, {"loss": 1.0, "acc:1 / top-5_x.y": 1.0})  # every character MLflow allows
+    w.close()  # the flush succeeds: nothing bad was queued
+    assert mlflow_history(w, "loss") == [(1, 1.0)]
+
+
+def test_mlflow_continued_run_logs_a_new_metric_from_its_first_step(tmp_path):
+    w = MLflowWriter(tmp_path / "ml", run_name="r")
+    for s in range(1, 4):
+        w.write(s, {"loss": float(s)})
+    w.close()
+    w2 = MLflowWriter(tmp_path / "ml", run_name="r")
+    for s in range(2, 6):
+        w2.write(s, {"loss": 10.0 * s, "acc": 0.1 * s})
+    w2.close()
+    assert [s for s, _ in mlflow_history(w2, "loss")] == [1, 2, 3, 4, 5]
+    assert mlflow_history(w2, "acc") == [(s, 0.1 * s) for s in range(2, 6)]
+
+
+@pytest.mark.parametrize("run_name", ["bob's run", 'say "hi"', 'it\'s "both"'])
+def test_mlflow_run_names_with_quotes_continue_their_run(tmp_path, run_name):
+    w = MLflowWriter(tmp_path / "ml", run_name=run_name)
+    w.write(1, {"loss": 1.0})
+    w.close()
+    other = MLflowWriter(tmp_path / "ml", run_name="plain")
+    w2 = MLflowWriter(tmp_path / "ml", run_name=run_name)
+    assert w2.run_id == w.run_id != other.run_id
+    w2.close()
+    other.close()
+
+
+def test_mlflow_refuses_a_file_as_its_store(tmp_path):
+    path = tmp_path / "a_file"
+    path.write_text("x")
+    for given in (path, path.as_uri()):
+        with pytest.raises(ValueError, match="`tracking_uri` must be a directory"):
+            MLflowWriter(given, run_name="r")
+    assert path.read_text() == "x"

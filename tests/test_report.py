@@ -4,6 +4,7 @@ CLI's errors, and the page as headless Chromium renders it (DOM, screenshot, con
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import subprocess
@@ -385,3 +386,125 @@ def test_watch_page_in_headless_chromium(tmp_path):
     page = write_watch_report(WATCH, tmp_path / "watch.html")
     dom = _chromium(tmp_path, page.resolve().as_uri(), "--dump-dom")
     assert 'id="watch-functions"' in dom.stdout and "Uncaught" not in dom.stderr
+
+
+def test_option_names_are_escaped(tmp_path):
+    run = _run_dir(tmp_path, watch=False)
+    marker = json.loads((run / ".jaxwise-run.json").read_text())
+    marker["options"] = {"<script>alert(1)</script>": 1, "epochs": 5}
+    (run / ".jaxwise-run.json").write_text(json.dumps(marker))
+    page = run_report_html(run)
+    assert "<script" not in page and "--&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
+def _polyline_xs(page: str) -> list[list[float]]:
+    return [
+        [float(p.split(",")[0]) for p in pts.split()]
+        for pts in re.findall(r'<polyline class="line" stroke="[^"]+" points="([^"]+)"', page)
+    ]
+
+
+def test_repeated_and_out_of_order_epochs_are_sorted_last_wins(tmp_path):
+    run = _run_dir(tmp_path, watch=False)
+    lines = [{"epoch": e, "loss": float(e)} for e in (1, 2, 3, 4)]
+    lines += [{"epoch": 3, "loss": 30.0}, {"epoch": 4, "loss": 40.0}, {"epoch": 5, "loss": 5.0}]
+    lines.insert(0, lines.pop(2))  # epoch 3 first: out of order as well
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    summary = json.loads((run / "summary.json").read_text())
+    del summary["final_loss"]
+    (run / "summary.json").write_text(json.dumps(summary))
+    page = run_report_html(run)
+    (xs,) = _polyline_xs(page)
+    assert xs == sorted(xs) and len(xs) == 5  # one point per epoch, left to right
+    assert "epoch 3 appears 2 times, epoch 4 appears 2 times" in page
+    assert "last record is plotted" in page and "sorted by epoch" in page
+    assert ">5<" in page.split("final loss")[1][:80]  # the last epoch's loss, not the file's
+    from jaxwise.report._html import ordered_metrics
+
+    ordered, _ = ordered_metrics(lines)
+    assert [(r["epoch"], r["loss"]) for r in ordered] == [
+        (1, 1.0), (2, 2.0), (3, 30.0), (4, 40.0), (5, 5.0)
+    ]  # fmt: skip
+
+
+def test_losses_near_float_max_are_plotted(tmp_path, capsys):
+    run = _run_dir(tmp_path, watch=False)
+    lines = [{"epoch": 1, "loss": 1e308}, {"epoch": 2, "loss": -1e308}, {"epoch": 3, "loss": 0.0}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    assert main(["report", str(run), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    coords = re.findall(r'(?:points|cx|cy|x|y|x1|y1|x2|y2)="([^"]+)"', page.split("<svg")[1])
+    numbers = [float(v) for c in coords for pair in c.split() for v in pair.split(",")]
+    assert len(numbers) > 10 and all(map(math.isfinite, numbers))
+    ticks = nice_ticks(-1e308, 1e308, 5)
+    assert ticks[0] <= -1e308 and ticks[-1] >= 1e308 and all(map(math.isfinite, ticks))
+    assert nice_ticks(-1.7e308, 1.7e308, 5)[-1] >= 1.7e308
+
+
+@pytest.fixture
+def unwritable_dir(tmp_path):
+    """A directory that refuses new files (a read-only one; /sys/kernel when run as root)."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        path = Path("/sys/kernel")
+        if not path.is_dir() or os.access(path, os.W_OK) and _creates(path):
+            pytest.skip("no unwritable directory for root here")
+        yield path
+        return
+    path = tmp_path / "read-only"
+    path.mkdir()
+    path.chmod(0o555)
+    yield path
+    path.chmod(0o755)
+
+
+def _creates(path: Path) -> bool:
+    try:
+        (path / ".jaxwise-probe").touch()
+    except OSError:
+        return False
+    (path / ".jaxwise-probe").unlink()
+    return True
+
+
+def _marking_script(tmp_path: Path) -> tuple[Path, Path]:
+    marker = tmp_path / "ran.txt"
+    script = tmp_path / "s.py"
+    script.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    return script, marker
+
+
+def test_watch_json_never_overwrites_the_script_or_another_file(tmp_path, capsys):
+    script, marker = _marking_script(tmp_path)
+    source = script.read_text()
+    assert main(["watch", "--json", str(script), str(script)]) == 2
+    assert "is the script itself" in capsys.readouterr().err
+    assert script.read_text() == source and not marker.exists()  # refused before running
+    notes = tmp_path / "notes.json"
+    notes.write_text('{"mine": 1}\n')
+    assert main(["watch", "--json", str(notes), str(script)]) == 2
+    assert "not a jaxwise watch report" in capsys.readouterr().err
+    assert notes.read_text() == '{"mine": 1}\n'
+    report = tmp_path / "w.json"
+    assert main(["watch", "--json", str(report), str(script)]) == 0
+    assert main(["watch", "--json", str(report), str(script)]) == 0  # its own report: replaced
+    assert json.loads(report.read_text())["schema"] == 1
+
+
+@pytest.mark.parametrize("option", ["--html", "--json"])
+def test_watch_unwritable_output_refused_before_the_script_runs(
+    tmp_path, capsys, unwritable_dir, option
+):
+    script, marker = _marking_script(tmp_path)
+    target = unwritable_dir / "w.out"
+    assert main(["watch", option, str(target), str(script)]) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {target}: not writable" in err and ".tmp" not in err
+    assert not marker.exists()
+
+
+def test_report_unwritable_out_named_by_its_option(tmp_path, capsys, unwritable_dir):
+    run = _run_dir(tmp_path, watch=False)
+    target = unwritable_dir / "r.html"
+    assert main(["report", str(run), "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {target}: not writable" in err and ".tmp" not in err

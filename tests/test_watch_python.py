@@ -82,3 +82,22 @@ def test_ctrl_c_prints_the_traceback_and_dies_by_sigint(tmp_path):
     assert plain.stderr.endswith(tail)
     assert tail in watched.stderr
     assert watched.stderr.index(tail) < watched.stderr.index("jaxwise watch:")  # then the report
+
+
+def test_argv_and_main_module_as_python_gives_them(tmp_path):
+    """``sys.argv[0]`` as typed (runpy would make it absolute), ``__file__`` absolute."""
+    plain, watched = _both(
+        tmp_path,
+        """
+        import os, pickle, sys
+
+        class Point:
+            pass
+
+        print(sys.argv, os.path.isabs(__file__), __name__, __spec__, __package__)
+        print(type(__loader__).__name__, len(pickle.dumps(Point())) > 0)
+        """,
+    )
+    assert plain.returncode == watched.returncode == 0, watched.stderr
+    assert plain.stdout == watched.stdout
+    assert watched.stdout.startswith("['sub/script.py'] True __main__ None None\n")

@@ -206,7 +206,9 @@ def test_pmap_function_is_reported_with_its_calls_and_compiles():
     assert np.asarray(out).tolist() == [[2.0, 2.0, 2.0]] * jax.local_device_count()
     fn = only(w.report(), "<lambda>")
     assert (fn.where, fn.calls) == (_line("JIT: pmap"), 3)
-    assert fn.compiles == len(compiles) >= 1  # every compile of the calls: JAX's own count
+    # JAX compiles the pmap once; with several devices its call also compiles JAX's own
+    # `jit(_multi_slice)` (the result split per device): eager work, not the user's function
+    assert fn.compiles == 1 <= len(compiles)
 
 
 # ---------------------------------------------------------------------------

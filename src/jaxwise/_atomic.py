@@ -23,7 +23,7 @@ from pathlib import Path
 
 from jaxwise._disk import naming
 
-__all__ = ["atomic_write", "atomic_write_text", "temporary_name"]
+__all__ = ["atomic_write", "atomic_write_text", "probe_writable", "temporary_name"]
 
 
 def temporary_name(path: Path) -> Path:
@@ -36,6 +36,30 @@ def temporary_name(path: Path) -> Path:
         ``path``'s directory / ``.NAME.PID.RANDOM.tmp``.
     """
     return path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def probe_writable(path: str | os.PathLike[str]) -> None:
+    """Check that `atomic_write` can create ``path``'s temporary file (and remove it).
+
+    Done before long work whose result goes to ``path``, so that an unwritable target is
+    found first.
+
+    Args:
+        path: the file that will be written.
+
+    Raises:
+        OSError: the directory refuses a new file; it names ``path`` (never the temporary
+            file), with the system's reason (``EACCES``, ``EROFS``, ``ENOSPC``...).
+    """
+    path = Path(path)
+    tmp = temporary_name(path)
+    try:
+        with open(tmp, "x", encoding="utf-8"):
+            pass
+    except OSError as err:
+        raise naming(err, path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def atomic_write(path: str | os.PathLike[str], write: Callable[[Path], object]) -> Path:

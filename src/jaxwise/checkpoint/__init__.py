@@ -5,7 +5,8 @@ arrays or a plain dict is saved as one step directory: the leaves' bytes in one 
 sealed table of leaves with a checksum each; a damaged step is skipped on restore, a
 directory has one writer at a time, and arrays are restored onto the target's shardings
 (also across the processes of a ``jax.distributed`` job, whose steps go through orbax).
-Plain orbax/Flax checkpoints are read too. Needs the ``checkpoint`` extra
+Plain orbax/Flax checkpoints are read too, and `export_orbax` writes a saved step as a
+plain orbax pytree with its nesting (for orbax-based tools). Needs the ``checkpoint`` extra
 (``pip install 'jaxwise[checkpoint]'``, orbax-checkpoint).
 
 Examples:
@@ -21,6 +22,7 @@ Examples:
 """
 
 from jaxwise.checkpoint._checkpointer import Checkpointer, save
+from jaxwise.checkpoint._export import export_orbax
 from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning
 from jaxwise.checkpoint._leaves import data_fingerprint
 from jaxwise.checkpoint._restore import restore
@@ -31,6 +33,7 @@ __all__ = [
     "CheckpointWarning",
     "Checkpointer",
     "data_fingerprint",
+    "export_orbax",
     "latest_step",
     "load_metadata",
     "restore",

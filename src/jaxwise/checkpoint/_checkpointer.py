@@ -27,9 +27,9 @@ from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _native as native
 from jaxwise.checkpoint import _safety as safety
 from jaxwise.checkpoint._async import SaveQueue, track, untrack
-from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning
+from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning, Damaged
 from jaxwise.checkpoint._leaves import check_metadata, jsonable_static, leaf_rows, step_of
-from jaxwise.checkpoint._steps import Foreign, check_run_id, step_problem
+from jaxwise.checkpoint._steps import Foreign, check_run_id, read_meta, step_problem
 
 __all__ = ["Checkpointer", "save"]
 
@@ -73,6 +73,22 @@ def _snapshot(leaves: list[Any]) -> list[Any]:
     for i, copy in zip(arrays, copies):
         out[i] = copy
     return out
+
+
+def _damaged_data(step_dir: Path) -> Damaged | None:
+    """Why an intact-looking native step's data is damaged (a leaf failing its CRC), or None.
+
+    `restore` skips such a step and falls back to an older one; a resumed run then saves
+    that step number again, so the damaged step must give way (moved aside, never deleted).
+    Read only when a save finds its slot taken: never on the normal path.
+    """
+    try:
+        doc = read_meta(step_dir)
+        if doc.get("format") == native.FORMAT:
+            native.check_data(step_dir, doc["leaves"])
+    except Damaged as err:
+        return err
+    return None
 
 
 def writes_natively() -> bool:
@@ -298,6 +314,8 @@ class Checkpointer:
     def _clear_slot(self, step: int, target: Path) -> None:
         if target.exists():
             problem = step_problem(target, step, self.run_id)
+            bad_data = _damaged_data(target) if problem is None else None
+            problem = problem or bad_data
             if problem is None:
                 raise CheckpointError(f"a checkpoint for step {step} already exists in {self.path}")
             if jax.process_index() == 0:  # another run's, stray or damaged: kept, out of the way
@@ -305,7 +323,15 @@ class Checkpointer:
                 n = 0
                 while target.with_name(f"{step}.{kind}-{n}").exists():
                     n += 1
-                target.rename(target.with_name(f"{step}.{kind}-{n}"))
+                aside = target.with_name(f"{step}.{kind}-{n}")
+                target.rename(aside)
+                if bad_data is not None:  # it looked intact: say why it is moved
+                    warnings.warn(
+                        f"checkpoint step {step} in {self.path} is damaged ({problem}): moved "
+                        f"aside as {aside.name} (kept for inspection) and written again",
+                        CheckpointWarning,
+                        stacklevel=3,
+                    )
         _sync(f"jaxwise-checkpoint-slot-{step}")
 
     def wait(self) -> None:

@@ -30,7 +30,16 @@ from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint._format import Damaged
 from jaxwise.checkpoint._safety import TMP_MARKS
 
-__all__ = ["FORMAT", "TMP_MARK", "host_bytes", "read_leaves", "sharding_of", "write_step"]
+__all__ = [
+    "FORMAT",
+    "TMP_MARK",
+    "check_data",
+    "check_leaf",
+    "host_bytes",
+    "read_leaves",
+    "sharding_of",
+    "write_step",
+]
 
 FORMAT = "jaxwise-checkpoint-3"
 TMP_MARK = TMP_MARKS[1]
@@ -111,6 +120,11 @@ def write_step(
         raise
 
 
+def check_leaf(row: dict[str, Any], blob: memoryview) -> np.ndarray:
+    """The leaf of ``row`` in the data file's bytes ``blob``, after its CRC-32 (or `Damaged`)."""
+    return _array(row, blob)
+
+
 def _array(row: dict[str, Any], blob: memoryview) -> np.ndarray:
     start, size = int(row["offset"]), int(row["nbytes"])
     chunk = blob[start : start + size]
@@ -123,6 +137,16 @@ def _array(row: dict[str, Any], blob: memoryview) -> np.ndarray:
     if size != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
         raise Damaged(f"`{row['name']}` has the wrong size (corrupted data)")
     return np.frombuffer(chunk, dtype=dtype).reshape(shape)
+
+
+def check_data(step_dir: Path, rows: list[dict[str, Any]]) -> None:
+    """`Damaged` unless every leaf of the native step in ``step_dir`` passes its CRC-32."""
+    try:
+        blob = memoryview((step_dir / fmt.STATE / DATA).read_bytes())
+    except OSError as err:
+        raise Damaged(f"its data file is unreadable ({type(err).__name__})") from None
+    for row in rows:
+        _array(row, blob)
 
 
 def sharding_of(leaf: Any) -> jax.sharding.Sharding:

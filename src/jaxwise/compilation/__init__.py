@@ -28,14 +28,12 @@ Examples:
     (2, 'shape')
 """
 
-from jaxwise.compilation._convolution import canonical_convolutions as canonical_convolutions
+import typing as _typing
+
 from jaxwise.compilation._counter import CompileBudget as CompileBudget
 from jaxwise.compilation._counter import CompileBudgetExceeded as CompileBudgetExceeded
 from jaxwise.compilation._counter import CompileCounter as CompileCounter
 from jaxwise.compilation._counter import compile_budget as compile_budget
-from jaxwise.compilation._evaluate import EquationHook as EquationHook
-from jaxwise.compilation._evaluate import evaluate_equation as evaluate_equation
-from jaxwise.compilation._evaluate import evaluate_jaxpr as evaluate_jaxpr
 from jaxwise.compilation._explain import KINDS as KINDS
 from jaxwise.compilation._explain import CacheMiss as CacheMiss
 from jaxwise.compilation._explain import Difference as Difference
@@ -46,6 +44,36 @@ from jaxwise.compilation._hub import subscribe as subscribe
 from jaxwise.compilation._stage import StageReport as StageReport
 from jaxwise.compilation._stage import count_eqns as count_eqns
 from jaxwise.compilation._stage import stage_report as stage_report
+
+if _typing.TYPE_CHECKING:
+    from jaxwise.compilation._convolution import canonical_convolutions as canonical_convolutions
+    from jaxwise.compilation._evaluate import EquationHook as EquationHook
+    from jaxwise.compilation._evaluate import evaluate_equation as evaluate_equation
+    from jaxwise.compilation._evaluate import evaluate_jaxpr as evaluate_jaxpr
+
+# Imported on first use: they import `jax.extend`, which loads Pallas (~0.1 s of start-up
+# that `jaxwise watch`, which counts compiles only, would pay for nothing).
+_LAZY = {
+    "canonical_convolutions": "jaxwise.compilation._convolution",
+    "EquationHook": "jaxwise.compilation._evaluate",
+    "evaluate_equation": "jaxwise.compilation._evaluate",
+    "evaluate_jaxpr": "jaxwise.compilation._evaluate",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "KINDS",

@@ -280,10 +280,37 @@ class Index:
             if self.enclosing_jitted(fn) is not None
             or (hot is not None and any(n in hot.segment(fn) for n in names))
         ]
+        if hot is not None:  # bodies passing keys to helpers that draw (JW003), transitively
+            todo += self._callers_of_drawing_helpers(hot, {id(fn) for fn in todo})
         for fn in todo:
             self._traverse(list(fn.body), [*reversed(list(self.scope_chain(fn)))], None)
         self.aliases = Aliases(self.imports)  # imports inside the visited bodies count too
         self._cache.clear()
+
+    def _callers_of_drawing_helpers(self, hot: HotLines, taken: set[int]) -> list[Any]:
+        """Deferred bodies that call, by name, a function whose body draws random numbers
+        (``def train(key): a = sample(key, 3); b = sample(key, 3)``): a key passed twice to
+        such a helper is reused, though the caller's own text mentions no ``random``."""
+        deferred = {id(fn) for fn in self._deferred}
+        drawing = {
+            fn.name
+            for fn, _ in self.defs
+            if id(fn) not in deferred and "random" in hot.segment(fn) or id(fn) in taken
+        }
+        found: list[Any] = []
+        changed = bool(drawing)
+        while changed:  # a helper of a helper: to a fixed point
+            changed = False
+            for fn in self._deferred:
+                if id(fn) in taken:
+                    continue
+                text = hot.segment(fn)
+                if any(f"{name}(" in text for name in drawing if name != fn.name):
+                    taken.add(id(fn))
+                    found.append(fn)
+                    drawing.add(fn.name)
+                    changed = True
+        return found
 
     # -- derived views (computed once, on demand) ----------------------------------------
     def calls_named(self, name: str) -> list[tuple[ast.Call, Scope]]:

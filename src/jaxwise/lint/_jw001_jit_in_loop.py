@@ -134,6 +134,39 @@ def _instances(ix: Index, scope: Scope) -> set[str]:
     return found
 
 
+def _field_holder_value(ix: Index, value: ast.AST | None) -> bool:
+    """A value whose ``.apply`` is a NamedTuple field: ``hk.transform(f)``, ``optax.adam(…)``,
+    a local factory not returning an instance, or a name bound to one of these."""
+    if isinstance(value, ast.Name):
+        return any(_field_holder_value(ix, b.value) for b in ix.bindings.get(value.id, ()))
+    return (
+        isinstance(value, ast.Call)
+        and not _is_class(value.func)
+        and not _is_instance_value(ix, value, set())
+    )
+
+
+def _untyped(ix: Index, scope: Scope) -> set[str]:
+    """Unannotated parameters of the functions around ``scope`` that no visible caller shows
+    to be a NamedTuple of functions: ``jax.jit(net.apply)`` in a loop on one of these is a new
+    bound method on every iteration whenever ``net`` is a class instance (a Flax module)."""
+    found: set[str] = set()
+    for s in ix.scope_chain(scope):
+        if not isinstance(s, FUNCS):
+            continue
+        args = [*s.args.posonlyargs, *s.args.args, *s.args.kwonlyargs]
+        for i, arg in enumerate(args):
+            if arg.annotation is not None or arg.arg in ("self", "cls"):
+                continue
+            passed = []
+            for call, _ in ix.calls.get(s.name, ()):
+                value = call.args[i] if i < len(call.args) else None
+                passed.append(next((k.value for k in call.keywords if k.arg == arg.arg), value))
+            if not any(_field_holder_value(ix, v) for v in passed):
+                found.add(arg.arg)
+    return found
+
+
 def _in_loop(fn: ast.AST, node: ast.AST) -> bool:
     """Whether ``node`` sits inside a ``for``/``while`` loop of ``fn``'s body."""
     line = getattr(node, "lineno", 0)
@@ -153,6 +186,17 @@ def _runs_once(ix: Index, scope: Scope) -> bool:
     return len(calls) == 1 and calls[0][1] is None and isinstance(calls[0][0].func, ast.Name)
 
 
+def _seen(ix: Index, scope: Scope, site: ast.AST) -> set[str]:
+    """The names taken for class instances at ``site``: `_instances`, and in a loop the
+    untyped parameters too (a jit re-created per iteration on a guess costs a note; missed,
+    it costs a compile per iteration)."""
+    found = _instances(ix, scope)
+    loop = isinstance(scope, (ast.For, ast.AsyncFor, ast.While))
+    if loop or (isinstance(scope, FUNCS) and _in_loop(scope, site)):
+        found |= _untyped(ix, scope)
+    return found
+
+
 def check(ix: Index) -> None:
     """Find jitted callables re-created on every execution of a body and called in it."""
     local_defs: dict[int, set[str]] = {}
@@ -165,7 +209,7 @@ def check(ix: Index) -> None:
     assigned = ix.assigned_name()
     for call, scope in ix.jit_calls():
         if scope is None or not _recreated(
-            call.args[0], local_defs.get(id(scope), set()), _instances(ix, scope)
+            call.args[0], local_defs.get(id(scope), set()), _seen(ix, scope, call)
         ):
             continue
         if id(call) in assigned:
@@ -175,7 +219,7 @@ def check(ix: Index) -> None:
         if (
             scope is not None
             and inner is not None
-            and _recreated(inner.args[0], local_defs.get(id(scope), set()), _instances(ix, scope))
+            and _recreated(inner.args[0], local_defs.get(id(scope), set()), _seen(ix, scope, outer))
             and not (_runs_once(ix, scope) and not _in_loop(scope, outer))
         ):
             ix.add(

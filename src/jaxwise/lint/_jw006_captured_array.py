@@ -8,6 +8,7 @@ an array maker (``jnp.arange(4096)``) or an expression of one (``jnp.arange(4096
 from __future__ import annotations
 
 import ast
+import math
 
 from jaxwise.lint._core import const_int, params
 from jaxwise.lint._index import Index
@@ -30,10 +31,13 @@ _NOT_ARRAYS = frozenset(
 )
 
 
-def _integral(node: ast.AST | None, consts: dict[str, int]) -> int | None:
-    """``const_int``, also for an integral float literal (``jnp.arange(4096.0)``)."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, float) and node.value.is_integer():
-        return int(node.value)
+def _number(node: ast.AST | None, consts: dict[str, int]) -> float | None:
+    """``const_int``, also for a float literal (``4096.0``, ``0.01``, ``-0.5``)."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
+        inner = _number(node.operand, consts)
+        return None if inner is None else (-inner if isinstance(node.op, ast.USub) else inner)
+    if isinstance(node, ast.Constant) and isinstance(node.value, float):
+        return node.value if math.isfinite(node.value) else None
     return const_int(node, consts)
 
 
@@ -61,12 +65,12 @@ def literal_size(call: ast.Call, name: str, consts: dict[str, int]) -> int | Non
         given |= {k.arg: k.value for k in call.keywords if k.arg in ("start", "stop", "step")}
         if "stop" not in given:  # arange(stop)
             given = {"stop": given["start"]} if "start" in given else {}
-        start = _integral(given.get("start"), consts) if "start" in given else 0
-        stop = _integral(given.get("stop"), consts)
-        step = _integral(given["step"], consts) if "step" in given else 1
+        start = _number(given.get("start"), consts) if "start" in given else 0
+        stop = _number(given.get("stop"), consts)
+        step = _number(given["step"], consts) if "step" in given else 1
         if start is None or stop is None or not step:
             return None
-        return max(0, -((start - stop) // step))
+        return max(0, math.ceil((stop - start) / step))  # NumPy's length, float steps too
     if name.endswith((".eye", ".identity")):
         dims = [const_int(a, consts) for a in call.args[:2]]
         dims = [d for d in dims if d is not None]

@@ -68,19 +68,49 @@ def check_scalars(step: object, scalars: object) -> dict[str, float]:
     return out
 
 
-def _read_records(path: Path, key: str) -> list[dict[str, object]]:
-    """The JSON objects of ``path`` with an int ``key`` (a line cut by a kill is dropped)."""
+def _is_step(value: object) -> bool:
+    """A number that can be a step: an int, or a float such as ``1.0`` (not a bool)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _kept_lines(path: Path, key: str, step: int) -> list[str]:
+    """The lines of ``path`` to keep when a write at ``step`` continues it.
+
+    A line whose ``key`` is a number ``>= step`` goes (a resumed run rewrites it); every other
+    line is kept verbatim, except a last line cut by a kill (no newline, not JSON). A file
+    whose JSON objects have no numeric ``key`` (another writer's, e.g. the CLI's ``epoch``
+    lines) is refused: its lines are the user's and are never deleted.
+    """
     if not path.exists():
         return []
-    records = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    text = path.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines(keepends=True)
+    kept: list[str] = []
+    foreign: list[str] = []
+    for i, line in enumerate(lines):
         try:
             record = json.loads(line)
         except ValueError:
+            if i == len(lines) - 1 and not line.endswith("\n"):
+                continue  # the half-written last line of a killed process
+            kept.append(line if line.endswith("\n") else line + "\n")
             continue
-        if isinstance(record, dict) and is_int(record.get(key)):
-            records.append(record)
-    return records
+        if isinstance(record, dict) and _is_step(record.get(key)):
+            if record[key] < step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+        elif isinstance(record, dict):
+            foreign.append(line.strip())
+        else:
+            kept.append(line if line.endswith("\n") else line + "\n")
+    if foreign:
+        keys = sorted({k for line in foreign for k in json.loads(line)})
+        raise ValueError(
+            f"JsonlWriter({str(path)!r}, step_key={key!r}): {len(foreign)} line(s) of the "
+            f"file have no numeric {key!r} field (their fields: {', '.join(keys[:8])}); "
+            f"they are not this writer's lines and are never deleted: pass the file's own "
+            f"step field (e.g. step_key='epoch' for a `jaxwise train` run) or another path"
+        )
+    return kept
 
 
 class JsonlWriter:
@@ -88,8 +118,10 @@ class JsonlWriter:
 
     A non-finite value is written as ``null`` (JSON has no NaN). Opened on an existing file
     (a resumed run), the first ``write`` at step ``s`` rewrites the file without its lines at
-    steps ``>= s`` (atomically), so steps logged by a killed run after its last checkpoint
-    are replaced, never duplicated.
+    steps ``>= s`` (atomically; a step written as ``1.0`` counts as step 1), so steps logged
+    by a killed run after its last checkpoint are replaced, never duplicated. Every other
+    line is kept; a file whose lines have no numeric ``step_key`` field (a `jaxwise train`
+    run's ``metrics.jsonl`` is keyed ``epoch``) is refused with a ``ValueError``.
 
     Args:
         path: the file (its directory is created).
@@ -121,7 +153,8 @@ class JsonlWriter:
 
         Raises:
             TypeError: ``step`` or an entry of ``scalars`` is not what is expected.
-            ValueError: the writer is closed.
+            ValueError: the writer is closed, or the file holds lines of another writer
+                (no numeric ``step_key``), which are never deleted.
         """
         values = check_scalars(step, scalars)
         if self._closed:
@@ -134,10 +167,9 @@ class JsonlWriter:
 
     def _open(self, step: int) -> TextIO:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        records = _read_records(self.path, self.step_key)
-        kept = [r for r in records if int(r[self.step_key]) < step]  # type: ignore[arg-type]
+        kept = _kept_lines(self.path, self.step_key, step)
         if self.path.exists():
-            atomic_write_text(self.path, "".join(json.dumps(r) + "\n" for r in kept))
+            atomic_write_text(self.path, "".join(kept))
         return self.path.open("a", encoding="utf-8")
 
     def flush(self) -> None:

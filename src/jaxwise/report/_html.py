@@ -31,8 +31,48 @@ def _x_axis(metrics: Sequence[Mapping[str, Any]]) -> tuple[str, list[float]]:
     return "record", [float(i + 1) for i in range(len(metrics))]
 
 
+def ordered_metrics(
+    metrics: Sequence[Mapping[str, Any]],
+) -> tuple[list[Mapping[str, Any]], str]:
+    """The records sorted by epoch (or step), the last record of a repeated one kept.
+
+    A resumed run may leave an epoch twice or out of order in ``metrics.jsonl``; plotted in
+    file order the line would run backwards. Records without a finite epoch/step stay in file
+    order. Returns the records and a note saying what was reordered (empty when nothing was).
+
+    >>> records, note = ordered_metrics([{"epoch": 2, "loss": 1}, {"epoch": 1}, {"epoch": 2}])
+    >>> records
+    [{'epoch': 1}, {'epoch': 2}]
+    >>> print(note)
+    epoch 2 appears 2 times: its last record is plotted; records sorted by epoch (...)
+    """
+    for key in ("epoch", "step"):
+        xs = [x for x in (finite_number(m.get(key)) for m in metrics) if x is not None]
+        if not metrics or len(xs) != len(metrics):
+            continue
+        last: dict[float, Mapping[str, Any]] = {}
+        counts: dict[float, int] = {}
+        for x, m in zip(xs, metrics):
+            last[x] = m
+            counts[x] = counts.get(x, 0) + 1
+        out = [last[x] for x in sorted(last)]
+        notes = []
+        repeated = [x for x in sorted(counts) if counts[x] > 1]
+        if repeated:
+            shown = ", ".join(f"{key} {x:g} appears {counts[x]} times" for x in repeated[:5])
+            more = f" (and {len(repeated) - 5} more)" if len(repeated) > 5 else ""
+            verb = "its" if len(repeated) == 1 else "each one's"
+            notes.append(f"{shown}{more}: {verb} last record is plotted")
+        if xs != sorted(xs):
+            notes.append(f"records sorted by {key} (the file has them out of order)")
+        return out, "; ".join(notes)
+    return list(metrics), ""
+
+
 def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
     """One chart per metric, its ``val_`` twin on the same axes (``loss`` with ``val_loss``)."""
+    count = len(metrics)
+    metrics, reordered = ordered_metrics(metrics)
     x_name, xs = _x_axis(metrics)
     keys: list[str] = []
     for m in metrics:
@@ -61,7 +101,9 @@ def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
             charts.append(f"<figure>{chart}</figure>")
     if not charts:
         return '<p class="note">metrics.jsonl holds no numeric series</p>'
-    note = f'<p class="note">{len(metrics)} records of metrics.jsonl</p>'
+    note = f'<p class="note">{count} records of metrics.jsonl</p>'
+    if reordered:
+        note += f'<p class="note">{cell(reordered)}</p>'
     return f'<div class="charts">{"".join(charts)}</div>{note}'
 
 
@@ -192,7 +234,7 @@ def _configuration(data: RunData) -> str:
     rows += [("job", cell(data.job)), ("run id", cell(marker.get("run_id")))]
     options = marker.get("options")
     if isinstance(options, Mapping):
-        rows += [(f"--{str(k).replace('_', '-')}", cell(v)) for k, v in options.items()]
+        rows += [(cell(f"--{str(k).replace('_', '-')}"), cell(v)) for k, v in options.items()]
     for key in (
         "epochs",
         "steps",
@@ -241,7 +283,7 @@ def _chips(data: RunData) -> list[tuple[str, str]]:
         if finite_number(s.get(key)) is not None:
             chips.append((label, f"{s[key]:.4g}"))
     if data.metrics and not any(label == "final loss" for label, _ in chips):
-        last = finite_number(data.metrics[-1].get("loss"))
+        last = finite_number(ordered_metrics(data.metrics)[0][-1].get("loss"))
         if last is not None:
             chips.append(("final loss", f"{last:.4g}"))
     if s.get("compiles") is not None:

@@ -55,12 +55,18 @@ def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     """
     if hi <= lo:
         lo, hi = lo - 0.5, hi + 0.5
-    raw = (hi - lo) / max(count, 1)
-    magnitude = 10 ** math.floor(math.log10(raw))
+    raw = hi / max(count, 1) - lo / max(count, 1)  # no overflow when hi - lo exceeds float max
+    magnitude = 10.0 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 5, 10) if m * magnitude >= raw)
     first = math.floor(lo / step)
     last = math.ceil(hi / step)
-    return [i * step for i in range(first, last + 1)]
+    ticks = [i * step for i in range(first, last + 1)]
+    inside = [t for t in ticks if math.isfinite(t)]  # near float max a round tick overflows
+    if inside[0] > lo:
+        inside.insert(0, lo)
+    if inside[-1] < hi:
+        inside.append(hi)
+    return inside
 
 
 def _label(value: float) -> str:
@@ -159,11 +165,14 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
     yt = nice_ticks(min(p[1] for p in points), max(p[1] for p in points), 5)
     width, height = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
+    def fraction(v: float, lo: float, hi: float) -> float:  # halves: no overflow near float max
+        return (v / 2 - lo / 2) / (hi / 2 - lo / 2)
+
     def sx(x: float) -> float:
-        return _LEFT + (x - xt[0]) / (xt[-1] - xt[0]) * width
+        return _LEFT + fraction(x, xt[0], xt[-1]) * width
 
     def sy(y: float) -> float:
-        return _H - _BOTTOM - (y - yt[0]) / (yt[-1] - yt[0]) * height
+        return _H - _BOTTOM - fraction(y, yt[0], yt[-1]) * height
 
     body = _axes(xt, yt, sx, sy, x_label, y_label) + _legend(series)
     for i, segments in enumerate(runs):

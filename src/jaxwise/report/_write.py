@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxwise._atomic import atomic_write_text
+from jaxwise._atomic import atomic_write_text, probe_writable
 from jaxwise._errors import UserError
 from jaxwise._lock import FileLock, LockHeld, describe_holder
 from jaxwise.report._collect import collect
@@ -54,7 +54,16 @@ def _is_report(path: Path) -> bool:
     return f'<meta name="generator" content="{GENERATOR}">' in head
 
 
-def _write(path: Path, text: str, option: str) -> Path:
+def check_output(path: Path, option: str) -> None:
+    """Refuse, by ``option`` and ``path``, a page target that cannot (or must not) be written.
+
+    Called before the work whose result goes there (``watch --html`` checks before the
+    script runs).
+
+    Raises:
+        UserError: ``path`` a directory, in a missing directory, an existing file that is not
+            a jaxwise report, or in a directory that refuses a new file.
+    """
     if path.is_dir():
         raise UserError(f"{option} {path}: is a directory, expected a file name")
     if path.exists() and not _is_report(path):
@@ -64,7 +73,18 @@ def _write(path: Path, text: str, option: str) -> Path:
         )
     if not path.parent.is_dir():
         raise UserError(f"{option} {path}: the directory {path.parent} does not exist")
-    return atomic_write_text(path, text)
+    try:
+        probe_writable(path)
+    except OSError as err:
+        raise UserError(f"{option} {path}: not writable ({err.strerror or err})") from None
+
+
+def _write(path: Path, text: str, option: str) -> Path:
+    check_output(path, option)
+    try:
+        return atomic_write_text(path, text)
+    except OSError as err:
+        raise UserError(f"{option} {path}: not written ({err.strerror or err})") from None
 
 
 def run_report_html(run_dir: str | os.PathLike[str]) -> str:

@@ -54,6 +54,52 @@ def _decode(saved: Mapping[str, Any]) -> Any:
     return saved["json"]
 
 
+def _form(state: Any) -> str:
+    return "bytes" if isinstance(state, bytes) else type(state).__name__
+
+
+def _restore(iterator: Any, saved: Mapping[str, Any], batches: object) -> None:
+    """``iterator.set_state`` of the saved position, refused by name when it is another kind's.
+
+    A grain ``DataLoader`` keeps its position as bytes, an ``IterDataset`` iterator as a dict
+    (keyed by its pipeline): a position saved by one kind (or another pipeline) given to the
+    other fails deep inside grain, so the forms are compared first (a fresh iterator's
+    ``get_state()``), and a ``set_state`` that still fails is reported with both.
+    """
+    try:
+        state = _decode(saved)
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(
+            "`resume_from` holds a data position jaxwise cannot read "
+            f"(metadata['fit']['data'] = {str(dict(saved))[:120]}): not one `fit` saved"
+        ) from None
+    fresh = iterator.get_state()
+    kind = f"{type(batches).__name__} (its iterator {type(iterator).__name__})"
+    same = _form(fresh) == _form(state) and (
+        not isinstance(state, Mapping) or set(state) == set(fresh)
+    )
+    if not same:
+        raise ValueError(
+            f"`resume_from` holds the data position of another kind of pipeline "
+            f"({_form(state)}{_keys(state)}) than `batches`, a {kind} whose position is "
+            f"{_form(fresh)}{_keys(fresh)}: resume with the same kind of pipeline as the run "
+            "that saved the checkpoint (a grain DataLoader's position fits only a DataLoader, "
+            "an IterDataset's only the same IterDataset pipeline)"
+        )
+    try:
+        iterator.set_state(state)
+    except Exception as err:  # grain's own failure, deep in its internals
+        raise ValueError(
+            f"`resume_from`'s data position does not fit `batches`, a {kind}: its "
+            f"set_state failed ({type(err).__name__}: {err}); resume with the same pipeline "
+            "as the run that saved the checkpoint"
+        ) from err
+
+
+def _keys(state: Any) -> str:
+    return f" with keys {sorted(map(str, state))}" if isinstance(state, Mapping) else ""
+
+
 def _first_batch(resume_from: Mapping[str, Any] | None, default: int) -> int:
     if resume_from is None:
         return default
@@ -106,7 +152,7 @@ class DataPosition:
                 "iterator; restart the iterator yourself and pass `resume_from=None`"
             )
         if stateful and saved is not None:
-            iterator.set_state(_decode(saved))  # pyright: ignore[reportAttributeAccessIssue]
+            _restore(iterator, saved, batches)
         return cls(iterator, first, stateful)
 
     @property

@@ -19,17 +19,24 @@ from __future__ import annotations
 import atexit
 import builtins
 import contextlib
+import importlib.machinery
+import io
 import json
 import os
+import pkgutil
 import runpy
 import signal
 import sys
 import traceback
+import types
+import zipfile
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
+from jaxwise._atomic import atomic_write_text, probe_writable
 from jaxwise._checks import UserError
 from jaxwise._frames import is_library_file
 from jaxwise.watch._report import WatchReport
@@ -126,15 +133,79 @@ def _print_exception(err: BaseException, stream: TextIO) -> None:
     stream.write("".join(report.format()))
 
 
+def _is_watch_json(path: str) -> bool:
+    """Whether ``path`` holds a ``watch --json`` report (the only file ``--json`` replaces)."""
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            doc = json.loads(f.read(1 << 24))
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and "schema" in doc and "functions" in doc
+
+
 def _check_outputs(script: str, json_path: str | None, html_path: str | None = None) -> None:
+    """Refuse, before the script runs, an output that cannot or must not be written."""
     if not os.path.isfile(script):
         raise UserError(f"watch: no such script: {script}")
     for option, path in (("--json", json_path), ("--html", html_path)):
         if path is None:
             continue
+        if os.path.exists(path) and os.path.samefile(path, script):
+            raise UserError(f"watch: {option} {path}: is the script itself; choose another file")
+        if option == "--html":
+            from jaxwise.report._write import check_output
+
+            try:
+                check_output(Path(path), option)
+            except UserError as err:
+                raise UserError(f"watch: {err}") from None
+            continue
+        if os.path.exists(path) and not os.path.isfile(path) and not os.path.isdir(path):
+            continue  # a device or a pipe (``--json /dev/stdout``): written in place
         parent = os.path.dirname(os.path.abspath(path))
+        if os.path.isdir(path):
+            raise UserError(f"watch: {option} {path}: is a directory, expected a file name")
         if not os.path.isdir(parent):
             raise UserError(f"watch: {option} {path}: the directory {parent} does not exist")
+        if os.path.exists(path) and not _is_watch_json(path):
+            raise UserError(
+                f"watch: {option} {path}: the file exists and is not a jaxwise watch report; "
+                f"choose another {option} or move it away"
+            )
+        try:
+            probe_writable(path)
+        except OSError as err:
+            why = err.strerror or err
+            raise UserError(f"watch: {option} {path}: not writable ({why})") from None
+
+
+def _run_as_main(path: str) -> None:
+    """Run the script at ``path`` as ``python SCRIPT`` does: in a fresh ``__main__`` module,
+    ``__file__`` absolute, ``sys.argv`` left as given (``runpy.run_path`` would set
+    ``sys.argv[0]`` to ``path``; Python keeps it as typed). A zip application goes to runpy."""
+    if zipfile.is_zipfile(path):
+        runpy.run_path(path, run_name="__main__")
+        return
+    with io.open_code(path) as f:
+        code = pkgutil.read_code(f)  # a compiled .pyc script
+    if code is None:
+        with io.open_code(path) as f:
+            code = compile(f.read(), path, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(
+        __file__=path,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", path),
+        __package__=None,
+        __spec__=None,
+    )
+    saved = sys.modules.get("__main__")
+    sys.modules["__main__"] = main
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if saved is not None:
+            sys.modules["__main__"] = saved
 
 
 def _run(
@@ -146,7 +217,7 @@ def _run(
     sys.path.insert(0, os.path.dirname(path))
     try:
         with _numpy_as_plain_python(state), watch:
-            runpy.run_path(path, run_name="__main__")
+            _run_as_main(path)
         return 0
     except SystemExit as err:
         return _exit_code(err, stream)
@@ -216,9 +287,16 @@ def run_script(
     sys.stdout.flush()
     render(report, out, watch.fail_on)
     if json_path is not None:
-        with open(json_path, "w") as f:
-            json.dump(report.to_json(), f, allow_nan=False, indent=1)
-            f.write("\n")
+        text = json.dumps(report.to_json(), allow_nan=False, indent=1) + "\n"
+        try:
+            if os.path.exists(json_path) and not os.path.isfile(json_path):
+                with open(json_path, "w", encoding="utf-8") as f:  # a device or a pipe
+                    f.write(text)
+            else:
+                atomic_write_text(json_path, text)
+        except OSError as err:
+            why = err.strerror or err
+            raise UserError(f"watch: --json {json_path}: not written ({why})") from None
     if html_path is not None:
         from jaxwise.report import write_watch_report
 

@@ -22,6 +22,7 @@ While a watch is active:
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -351,7 +352,7 @@ class Watch:
             return
         self._compiling += event.seconds
         tracked, args, kwargs, timed = _current_call(sys._getframe(1))
-        if event.internal and (tracked is None or tracked.kind != "pmap"):
+        if event.internal and (tracked is None or not _pmap_program(tracked, event)):
             self._eager_seconds += event.seconds
             if tracked is not None:  # inside the call all the same: not its compile
                 tracked.stats.charge(event.seconds, timed, compile=False)
@@ -522,6 +523,20 @@ class Watch:
             "replayable, as with jax_debug_nans): donations were not checked; run without "
             "--nans to check them",
         )
+
+
+def _pmap_program(tracked: _patch.Tracked, event: CompileEvent) -> bool:
+    """Whether an internal compile during a ``pmap`` call is the pmap's own program.
+
+    JAX compiles a ``pmap`` as a program defined in its pmap implementation (``pmap.py``);
+    other JAX-internal programs compiled during the call (``jit(_multi_slice)``, which splits
+    the result per device) are eager work, not a compile of the user's function.
+    """
+    if tracked.kind != "pmap":
+        return False
+    where = event.defined_at or ""
+    file = where.rpartition(":")[0] or where
+    return os.path.basename(file) in ("pmap.py", "pxla.py")
 
 
 def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
