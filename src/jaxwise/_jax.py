@@ -79,7 +79,8 @@ Literal = jex.Literal
 DropVar = jex.DropVar
 # JAX < 0.12: ``ClosedJaxpr`` is its own class (an open jaxpr and its constants); 0.12: the
 # same class as ``Jaxpr``.
-_PROGRAM_TYPES: tuple[type, ...] = (jex.Jaxpr, jex.ClosedJaxpr)
+_CLOSED: type = getattr(jex, "ClosedJaxpr", jex.Jaxpr)
+_PROGRAM_TYPES: tuple[type, ...] = (jex.Jaxpr, _CLOSED)
 
 # the logger of JAX's cache-miss explanations (jax/_src/interpreters/partial_eval.py, ``explain``)
 EXPLAIN_LOGGER = "jax._src.interpreters.partial_eval"
@@ -129,7 +130,7 @@ def program_parts(program: Any) -> tuple[Any, list[Any]]:
         >>> [e.primitive.name for e in body.eqns], consts
         (['sin'], [])
     """
-    if isinstance(program, jex.ClosedJaxpr) and not isinstance(program, jex.Jaxpr):
+    if isinstance(program, _CLOSED) and not isinstance(program, jex.Jaxpr):
         return program.jaxpr, list(program.consts)  # JAX < 0.12
     return program, list(getattr(program, "consts", ()) or ())
 

@@ -56,7 +56,7 @@ class EquationHook(Protocol):
         ...
 
 
-def _descend_all(jaxpr: jex.Jaxpr) -> bool:
+def _descend_all(jaxpr: Any) -> bool:
     del jaxpr
     return True
 
@@ -67,7 +67,7 @@ def evaluate_jaxpr(
     hook: EquationHook | None = None,
     *,
     consts: Sequence[Any] | None = None,
-    descend: Callable[[jex.Jaxpr], bool] | None = None,
+    descend: Callable[[Any], bool] | None = None,
 ) -> list[Any]:
     """Evaluate ``jaxpr`` on ``args``, letting ``hook`` replace any equation's outputs.
 
@@ -148,7 +148,7 @@ def evaluate_equation(
     invals: Sequence[Any],
     hook: EquationHook | None = None,
     *,
-    descend: Callable[[jex.Jaxpr], bool] | None = None,
+    descend: Callable[[Any], bool] | None = None,
 ) -> list[Any]:
     """Evaluate one equation (not through ``hook``), its sub-programs through ``hook``.
 
@@ -178,20 +178,21 @@ def evaluate_equation(
     return list(out) if eqn.primitive.multiple_results else [out]
 
 
-def _sub_program(value: Any, hook: EquationHook, descend: Callable[[jex.Jaxpr], bool]) -> Any:
+def _sub_program(value: Any, hook: EquationHook, descend: Callable[[Any], bool]) -> Any:
     """A parameter with every sub-program (alone or in a tuple) re-traced through ``hook``."""
     if isinstance(value, tuple) and value and all(is_program(v) for v in value):
         return tuple(_sub_program(v, hook, descend) for v in value)
     if not is_program(value) or not descend(value):
         return value
+    program: Any = value
 
     def run(*args: Any) -> list[Any]:
-        return evaluate_jaxpr(value, args, hook, descend=descend)
+        return evaluate_jaxpr(program, args, hook, descend=descend)
 
     # traced here, inside the caller's axis environment, from avals that keep their weak
     # types and varying mesh axes
-    traced = jax.make_jaxpr(run)(*value.in_avals)
-    if traced.out_avals != value.out_avals:  # the hook changed a type: keep the original
+    traced = jax.make_jaxpr(run)(*program.in_avals)
+    if traced.out_avals != program.out_avals:  # the hook changed a type: keep the original
         return value
     if program_parts(traced)[1] and not program_parts(value)[1]:  # bound without constants
         return value
@@ -200,7 +201,7 @@ def _sub_program(value: Any, hook: EquationHook, descend: Callable[[jex.Jaxpr], 
 
 
 def _shard_map(
-    eqn: jex.JaxprEqn, invals: list[Any], hook: EquationHook, descend: Callable[[jex.Jaxpr], bool]
+    eqn: jex.JaxprEqn, invals: list[Any], hook: EquationHook, descend: Callable[[Any], bool]
 ) -> list[Any]:
     """A ``shard_map`` equation with its body evaluated through ``hook``, inside its mesh."""
     p = eqn.params
