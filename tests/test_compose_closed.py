@@ -274,3 +274,46 @@ def test_functional_and_object_forms_are_bit_identical(noise, clip):
             assert np.asarray(a).tobytes() == np.asarray(b).tobytes()
         ours, theirs = g.state, f.state
         params = params - 0.1 * g.grads
+
+
+def test_a_padded_sampler_refuses_a_gradient_that_ignores_its_mask():
+    # a batch-mean loss over a Poisson batch would average the zero padding rows in (#43)
+    import numpy as np
+
+    from jaxwise import optim, privacy, train
+
+    def mean_loss(p, batch):
+        x, y = batch
+        return jnp.mean((x @ p["w"] - y) ** 2)
+
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(64, 3)), jnp.float32)
+    data = (x, x.sum(1))
+    state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), jax.random.key(0))
+    for sampler in (privacy.PoissonSampler(8), privacy.CyclicPoissonSampler(8, groups=2)):
+        epoch = train.make_epoch(train.value_and_grad(mean_loss), sampler)
+        with pytest.raises(ValueError, match="pads its batches.*does not honour a mask"):
+            epoch(state, data)
+    # the same gradient with a shuffle (no padding) trains
+    state, metrics = train.make_epoch(train.value_and_grad(mean_loss), train.ShuffleSampler(8))(
+        state, data
+    )
+    assert np.isfinite(np.asarray(metrics["loss"])).all()
+
+
+def test_no_amplified_epsilon_for_shuffled_batches():
+    # a ShuffleSampler DP epoch trains, but the Poisson-amplified epsilon is not proved for it
+    from jaxwise import privacy, train
+    from jaxwise.privacy import PairingError
+
+    def loss(p, example):
+        x, y = example
+        return (x @ p["w"] - y) ** 2
+
+    gradient = dp_gradient_fn(loss, clip_norm=1.0, noise_multiplier=1.0)
+    shuffled = train.make_epoch(gradient, train.ShuffleSampler(8))
+    with pytest.raises(PairingError, match="not Poisson sampling.*sample_rate=1.0"):
+        privacy.epoch_epsilon(shuffled, 64, steps=8, delta=1e-5)
+    for sampler in (PoissonSampler(8), privacy.CyclicPoissonSampler(8, groups=2)):
+        assert sampler.poisson_sampled is True
+        eps = privacy.epoch_epsilon(train.make_epoch(gradient, sampler), 64, steps=8, delta=1e-5)
+        assert 0 < eps < float("inf")

@@ -15,7 +15,7 @@ import numpy as np
 
 from jaxwise._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._extras import require
-from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism
+from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism, PairingError
 from jaxwise.privacy._noise import check_noise
 from jaxwise.train import TrainEpoch
 
@@ -304,7 +304,8 @@ def epoch_epsilon(
     Raises:
         TypeError: ``epoch`` is not a DP epoch, or its mechanism or clip policy gives no
             ``dp_event``.
-        PairingError: the epoch's sampler does not separate participations as its
+        PairingError: the epoch's sampler is not Poisson sampling (a shuffle: no amplified
+            epsilon is proved for it), or it does not separate participations as its
             mechanism assumes.
         ValueError: an argument out of range.
 
@@ -330,6 +331,14 @@ def epoch_epsilon(
             f"{type(epoch).__name__} of {type(getattr(epoch, 'gradient', None)).__name__}"
         )
     privacy.check_sampler(epoch.sampler)
+    if getattr(epoch.sampler, "poisson_sampled", False) is not True:
+        raise PairingError(
+            f"`epoch` draws its batches with {type(epoch.sampler).__name__}, which is not "
+            "Poisson sampling: the amplified epsilon the accountant computes is not proved for "
+            "it (shuffled fixed-size batches get no such amplification). Train with "
+            "privacy.PoissonSampler (or CyclicPoissonSampler) for an epsilon, or account "
+            "without amplification: privacy.epsilon(..., sample_rate=1.0, steps=...)"
+        )
     n = check_int(n, "n", min_value=1)
     check_int(steps, "steps", min_value=1)
     check_probability(delta, "delta", open_low=True, open_high=True)

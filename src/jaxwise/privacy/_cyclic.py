@@ -55,6 +55,16 @@ class CyclicPoissonSampler:
         self._poisson()  # validates the other fields
 
     @property
+    def poisson_sampled(self) -> bool:
+        """``True``: every example joins its group's steps independently (the amplification by
+        sampling that `epoch_epsilon` accounts for holds).
+
+        Returns:
+            ``True``.
+        """
+        return True
+
+    @property
     def min_separation(self) -> int:
         """``groups``: an example's participations lie at least ``groups`` steps apart.
 

@@ -93,7 +93,7 @@ class DPGradientFn:
     @property
     def requirements(self) -> Requirements:
         """A key every step, its `DPAccounting`, and it applies the compute dtype itself."""
-        return Requirements(key=True, privacy=self.accounting, precision=True)
+        return Requirements(key=True, privacy=self.accounting, precision=True, mask=True)
 
     def init(self, params: Any) -> dict[str, Any]:
         """``{"noise": mechanism state, "clip": policy state}`` (``()`` for an absent part).

@@ -68,6 +68,16 @@ class PoissonSampler:
         check_int(self.buckets, "buckets", min_value=1, max_value=16)
 
     @property
+    def poisson_sampled(self) -> bool:
+        """``True``: every example joins each step's batch independently (the amplification by
+        sampling that `epoch_epsilon` accounts for holds).
+
+        Returns:
+            ``True``.
+        """
+        return True
+
+    @property
     def min_separation(self) -> int:
         """1: an example may join two consecutive steps (what the DP-SGD accountant assumes).
 

@@ -90,6 +90,14 @@ class TrainEpoch(JitProgram):
 
             def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
                 idx, mask, drawn = sampler.draw(x, n)
+                if mask is not None and not plan.requirements.mask:
+                    raise ValueError(
+                        f"`{type(sampler).__name__}` pads its batches with masked-out rows, but "
+                        f"`{type(gradient).__name__}` does not honour a mask (its loss would "
+                        "average the zero padding rows in): use a gradient that does "
+                        "(`jaxwise.privacy.dp_gradient_fn`, or one whose `requirements` has "
+                        "`mask=True`), or `jaxwise.train.ShuffleSampler`"
+                    )
                 if len(widths) > 1 and mask is not None:
                     count = jnp.sum(mask.astype(jnp.int32))
                     # the smallest width that holds the real examples

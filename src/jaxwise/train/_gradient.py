@@ -110,11 +110,15 @@ class Requirements:
         precision: it applies ``context.compute_dtype`` and ``context.loss_scale`` itself
             (`mixed_precision` then only sets them; otherwise it casts around the call and
             refuses loss scaling).
+        mask: it honours the sampler's ``mask`` (padding rows change neither its loss nor its
+            gradient). A padded sampler (Poisson) refuses a gradient without it: a batch-mean
+            loss would average the zero padding rows in.
     """
 
     key: bool = True
     privacy: PrivacyClaim | None = None
     precision: bool = False
+    mask: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

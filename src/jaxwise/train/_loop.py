@@ -107,7 +107,8 @@ class FitReport:
     Attributes:
         steps: batches trained on in this call.
         skipped: steps the NaN guard skipped (non-finite loss or gradients; state unchanged).
-        losses: float64 ``(steps,)``: the loss of every step, in order.
+        losses: float64 ``(steps,)``: the loss of every step, in order (NaN for a step whose
+            gradient reports no loss, e.g. a DP gradient).
         checkpoints: the step numbers saved, in order.
         seconds: wall-clock time of the loop.
     """
@@ -173,9 +174,16 @@ def _check_callbacks(callbacks: Any) -> tuple[FitCallback, ...]:
     return tuple(callbacks)
 
 
+_NUMBERS = (jax.Array, np.ndarray, np.generic, int, float)
+
+
 def _scalars(metrics: dict[str, Any]) -> dict[str, float]:
     """The 0-d numeric entries of a step's metrics, as floats (one transfer for all)."""
-    chosen = {k: v for k, v in metrics.items() if isinstance(k, str) and np.ndim(v) == 0}
+    chosen = {
+        k: v
+        for k, v in metrics.items()  # a has_aux dict (or None) is not a scalar metric
+        if isinstance(k, str) and isinstance(v, _NUMBERS) and np.ndim(v) == 0
+    }
     return {k: float(v) for k, v in jax.device_get(chosen).items()}
 
 
@@ -208,7 +216,7 @@ class _Log:
         due = bool(self.writers) and batch % self.log_every == 0
         if scalars is None:
             scalars = _scalars(metrics if due else _loss_and_skipped(metrics))
-        self.losses.append(float(scalars["loss"]))
+        self.losses.append(float(scalars.get("loss", np.nan)))  # a DP gradient has none
         self.skipped += int(scalars.get("skipped", 0))
         self.advance(loss=self.losses[-1], skipped=self.skipped)
         if due:
@@ -217,7 +225,11 @@ class _Log:
 
     def flush(self) -> None:
         for w in self.writers:
-            w.flush()
+            try:
+                w.flush()
+            except Exception as err:
+                err.add_note(f"raised by the metric writer {type(w).__name__}'s flush()")
+                raise
 
 
 class _Loop:
@@ -245,7 +257,11 @@ class _Loop:
             raise
         finally:
             _finish_saves(self.checkpointer, failure)
-            self.log.flush()
+            if failure is None:
+                self.log.flush()
+            else:  # the first error is the one to see (a writer's flush may fail again)
+                with contextlib.suppress(Exception):
+                    self.log.flush()
 
     def _steps(self, state: TrainState, feed: Iterable[Any]) -> TrainState:
         pending, done = None, 0
@@ -284,11 +300,22 @@ class _Loop:
         return FitReport(len(losses), self.log.skipped, losses, tuple(self.saved), seconds)
 
     def _checkpoint(self, state: TrainState) -> None:
-        self.log.flush()  # the writers hold every step a checkpoint holds
+        try:
+            self.log.flush()  # the writers hold every step a checkpoint holds
+        except Exception as err:  # a writer's failure never costs the checkpoint: save, then
+            if self._save(state):  # report the writer's error
+                err.add_note(f"fit saved the checkpoint of step {int(state.step)} first")
+            raise
+        self._save(state)
+
+    def _save(self, state: TrainState) -> bool:
+        """Save ``state`` unless it is saved already (or there is no checkpointer)."""
         if self.checkpointer is not None and int(state.step) not in self.saved:  # else: nothing
             metadata = {**(self.metadata or {}), "fit": self.position.saved(self.log.batch)}
             self.checkpointer.save(state, metadata)
             self.saved.append(int(state.step))
+            return True
+        return False
 
 
 def fit(
