@@ -82,3 +82,23 @@ def test_a_dp_step_without_a_loss_trains_through_fit():
     state, report = train.fit(train.make_step(gradient), state, [_data()] * 3)
     assert report.steps == 3 and int(state.step) == 3
     assert np.isnan(report.losses).all()  # a DP gradient reports no loss
+
+
+def test_a_list_of_batches_resumes_where_the_checkpoint_was_taken():
+    rng = np.random.default_rng(1)
+    batches = []
+    for _ in range(6):
+        x = jnp.asarray(rng.normal(size=(8, 3)), jnp.float32)
+        batches.append((x, x.sum(1)))
+    step = train.make_step(train.value_and_grad(_mean_loss))
+
+    def fresh():
+        return train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(0.1), jax.random.key(0))
+
+    whole, _ = train.fit(step, fresh(), batches)
+    half, _ = train.fit(step, fresh(), batches[:3])
+    resumed, report = train.fit(step, half, batches, resume_from={"fit": {"batches": 3}})
+    assert report.steps == 3 and int(resumed.step) == 6
+    np.testing.assert_array_equal(np.asarray(resumed.params["w"]), np.asarray(whole.params["w"]))
+    with pytest.raises(ValueError, match="continues after batch 9, but `batches` holds 6"):
+        train.fit(step, fresh(), batches, resume_from={"fit": {"batches": 9}})

@@ -360,7 +360,10 @@ def fit(
         writers: `jaxwise.metrics` writers, each ``log_every``-th batch's scalar metrics
             written at its batch number (counted across resumed runs); flushed, left open.
         log_every: write every this many batches.
-        resume_from: the metadata of the checkpoint ``state`` was restored from.
+        resume_from: the metadata of the checkpoint ``state`` was restored from. A list (any
+            ``Sequence``) of batches continues after the batches already trained; a
+            stateful iterator (grain) is restored to its saved position; a plain iterator is
+            taken as positioned by the caller.
         callbacks: each called after every batch as ``callback(state, batch, scalars)``
             with the state that batch produced (the loop waits for it); one returning True
             stops the loop after that batch (saved, as at the end).
