@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_float
+
+if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
+    from dp_accounting import DpEvent
 
 __all__ = ["AdaptiveClip"]
 
@@ -124,7 +127,7 @@ class AdaptiveClip:
         step = jnp.exp(-self.learning_rate * (fraction - self.target_quantile))
         return {"clip_norm": (clip * step).astype(jnp.float32)}
 
-    def dp_event(self, participations: int) -> Any:
+    def dp_event(self, participations: int) -> DpEvent:
         """The count's own release: ``participations`` Gaussians of multiplier ``2·count_noise``
         (sensitivity 1/2), as one ``dp_accounting.GaussianDpEvent``.
 

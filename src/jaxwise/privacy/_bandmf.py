@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +32,9 @@ import numpy as np
 from jaxwise._checks import check_float, check_int
 from jaxwise._extras import require
 from jaxwise.privacy import _toeplitz
+
+if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
+    from dp_accounting import DpEvent
 
 __all__ = ["BandMF", "BandMFStrategy", "bandmf_strategy", "column_norms"]
 
@@ -276,7 +280,9 @@ class BandMF:
         noise, buffers = jax.tree.transpose(outer, jax.tree.structure((0, 0)), pairs)
         return noise, {"buffers": buffers, "index": (pos + 1) % self.steps}
 
-    def dp_event(self, release: Any, *, sample_rate: float, steps: int) -> Any:
+    def dp_event(
+        self, release: Callable[[int], DpEvent], *, sample_rate: float, steps: int
+    ) -> DpEvent:
         """Amplified BandMF: ``ceil(steps / bands)`` Poisson-sampled releases (Choquette-Choo
         et al. 2023), an example joining at most once every ``bands`` steps.
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -29,6 +30,9 @@ import numpy as np
 from jaxwise._checks import check_float, check_int
 from jaxwise._extras import require
 from jaxwise.privacy import _toeplitz
+
+if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
+    from dp_accounting import DpEvent
 
 __all__ = ["BLT", "BLTStrategy", "blt_strategy"]
 
@@ -296,7 +300,9 @@ class BLT:
         )
         return noise, {"buffers": buffers}
 
-    def dp_event(self, release: Any, *, sample_rate: float, steps: int) -> Any:
+    def dp_event(
+        self, release: Callable[[int], DpEvent], *, sample_rate: float, steps: int
+    ) -> DpEvent:
         """One release over the whole run: the noise is scaled to sensitivity 1 under the
         participation (no amplification, as jax-privacy's ``SingleReleaseTrainingAccountant``).
 

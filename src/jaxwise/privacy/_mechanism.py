@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +36,9 @@ from jaxwise.privacy._noise import (
     unflatten_like,
 )
 from jaxwise.train import Sampler
+
+if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
+    from dp_accounting import DpEvent
 
 __all__ = [
     "ClipPolicy",
@@ -117,7 +120,9 @@ class NoiseMechanism(Protocol):
         """
         ...
 
-    def dp_event(self, release: Callable[[int], Any], *, sample_rate: float, steps: int) -> Any:
+    def dp_event(
+        self, release: Callable[[int], DpEvent], *, sample_rate: float, steps: int
+    ) -> DpEvent:
         """The accounting event of ``steps`` steps.
 
         Args:
@@ -294,7 +299,7 @@ class ClipPolicy(Protocol):
         """
         ...
 
-    def dp_event(self, participations: int) -> Any:
+    def dp_event(self, participations: int) -> DpEvent:
         """The policy's own release for ``participations`` participations of an example.
 
         Args:
@@ -346,7 +351,7 @@ class DPAccounting:
         """
         check_pairing(self.noise, sampler)
 
-    def dp_event(self, sample_rate: float, steps: int) -> Any:
+    def dp_event(self, sample_rate: float, steps: int) -> DpEvent:
         """The run's ``dp_accounting`` event: the mechanism's over the merged releases.
 
         Args:

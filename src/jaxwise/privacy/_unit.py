@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -35,7 +36,7 @@ class UnitClipped:
         return self.gradient.requirements
 
     @property
-    def loss(self) -> Any:
+    def loss(self) -> Callable[..., Any]:
         """The wrapped gradient's loss (it names the program)."""
         return self.gradient.loss
 

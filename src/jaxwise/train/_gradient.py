@@ -409,7 +409,7 @@ class MixedPrecision:
         return requirements_of(self.gradient)
 
     @property
-    def loss(self) -> Any:
+    def loss(self) -> Callable[..., Any]:
         """The user's loss inside the wrapped gradient (it names the program)."""
         return gradient_loss(self.gradient)
 

@@ -267,6 +267,9 @@ def run_script(
             After a ``KeyboardInterrupt`` it does not return: the report is written, then the
             process dies by SIGINT.
 
+    Raises:
+        UserError: the ``--json`` report could not be written.
+
     Examples:
         >>> import io, pathlib, tempfile
         >>> script = pathlib.Path(tempfile.mkdtemp()) / "hello.py"
