@@ -140,3 +140,10 @@ def test_report_reads_the_watch_json_and_never_imports_watch() -> None:
         and any(n == "jaxwise.watch" or n.startswith("jaxwise.watch.") for n in _imported(node))
     ]
     assert not found, found
+
+
+def test_the_cli_quiets_the_loggers_the_internals_module_names() -> None:
+    # cli.py names JAX's loggers as strings (importing jaxwise._jax would load jax at start-up)
+    from jaxwise._jax import COMPILER_LOGGERS
+
+    assert all(name in (SRC / "cli.py").read_text() for name in COMPILER_LOGGERS)

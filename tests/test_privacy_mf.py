@@ -404,13 +404,13 @@ def test_ctrl_c_inside_the_strategy_optimiser_propagates(monkeypatch, kind):
 
 
 def test_progress_shows_a_bar_only_after_its_delay(capsys):
-    from jaxwise.privacy._toeplitz import Progress
+    from jaxwise.privacy._toeplitz import StrategyProgress
 
-    with Progress("quick", after=3600.0) as progress:
+    with StrategyProgress("quick", after=3600.0) as progress:
         progress(1.0)
     assert capsys.readouterr().err == ""
     pytest.importorskip("rich")
-    with Progress("slow strategy", after=0.0) as progress:
+    with StrategyProgress("slow strategy", after=0.0) as progress:
         progress(2.5)
         progress(1.25)
     err = capsys.readouterr().err

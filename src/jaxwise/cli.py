@@ -465,9 +465,10 @@ def _quiet() -> None:
     import logging
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from jaxwise._jax import COMPILER_LOGGERS
-
-    for name in ("absl", "orbax", *COMPILER_LOGGERS):
+    # JAX's compile-cache loggers by name (strings: importing jaxwise._jax would load jax,
+    # which a failing command must not; the names are kept equal to _jax.COMPILER_LOGGERS)
+    compiler = ("jax._src.xla_bridge", "jax._src.compiler", "jax._src.compilation_cache")
+    for name in ("absl", "orbax", *compiler):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
         from absl import logging as absl_logging  # type: ignore[import-not-found]

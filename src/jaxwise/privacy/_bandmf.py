@@ -100,7 +100,7 @@ def _optimise(steps: int, bands: int, momentum: float) -> BandMFStrategy:
         # scale-free: c_0 is fixed at 1 and the others kept in [0, 1]; a line-search trial
         # whose recurrence C⁻¹ blows up (e.g. c_1 > c_0) is an infinite loss, not an overflow
         _toeplitz.solve(np.ones(1), np.ones(1))  # imports SciPy before the clock starts
-        with _toeplitz.Progress(f"BandMF({bands}, {steps}) strategy") as progress:
+        with _toeplitz.StrategyProgress(f"BandMF({bands}, {steps}) strategy") as progress:
 
             def fun(c: np.ndarray) -> tuple[float, np.ndarray]:
                 loss, grad = _finite_loss_and_grad(c, workload)  # O(steps · bands)

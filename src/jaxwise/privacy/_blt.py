@@ -136,7 +136,7 @@ def _optimise(buffers: int, steps: int, min_sep: int, momentum: float) -> BLTStr
     start = np.linspace(4.0, -1.0, buffers)  # decays from 0.98 down to 0.27
     u0 = np.concatenate([start, np.zeros(buffers), [0.0]])
     _toeplitz.solve(np.ones(1), np.ones(1))  # imports SciPy before the clock starts
-    with _toeplitz.Progress(f"BLT({buffers}, {steps}) strategy") as progress:
+    with _toeplitz.StrategyProgress(f"BLT({buffers}, {steps}) strategy") as progress:
 
         def fun(u: np.ndarray) -> tuple[float, np.ndarray]:
             loss, _, grad = _loss_and_grad(u, buffers, workload, min_sep)

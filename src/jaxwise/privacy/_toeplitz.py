@@ -9,7 +9,7 @@ recurrence, SciPy's ``lfilter``), and the workload ``A`` of the mechanism is the
 Every function costs ``O(n · b)`` for ``b`` coefficients (a banded ``C``) or ``b`` filter
 taps (a BLT's rational ``C = P/Q``, `rational_loss_and_grad`), never ``O(n²)``: the
 coefficients are never padded to ``n``, and the min-separation sensitivity is one filter
-run over the participation pattern. The optimisers report through `Progress` (a bar once
+run over the participation pattern. The optimisers report through `StrategyProgress` (a bar once
 they take over a second; Ctrl-C is served between the evaluations, each a few short
 filter runs).
 
@@ -31,7 +31,7 @@ import numpy as np
 from jaxwise._extras import require
 
 __all__ = [
-    "Progress",
+    "StrategyProgress",
     "max_participations",
     "mean_error",
     "minsep_sensitivity_squared",
@@ -175,7 +175,7 @@ def rational_loss_and_grad(
     )
 
 
-class Progress:
+class StrategyProgress:
     """An optimiser's evaluation counter that shows a rich bar once it has run a second.
 
     Call it after each evaluation with the current loss; ``close()`` (or the ``with`` block)
@@ -191,7 +191,7 @@ class Progress:
         self._stack = ExitStack()
         self._advance: Any = None
 
-    def __enter__(self) -> Progress:
+    def __enter__(self) -> StrategyProgress:
         return self
 
     def __exit__(self, *exc: object) -> None:

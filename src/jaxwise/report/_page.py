@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from html import escape
 
+from jaxwise._page_target import GENERATOR
+
 __all__ = ["GENERATOR", "badge", "cell", "page", "section", "table"]
 
 #: The ``<meta name="generator">`` of every report (how an existing report is recognised).
-GENERATOR = "jaxwise report"
 
 _CSS = """
 :root{--fg:#1f2937;--muted:#6b7280;--line:#e5e7eb;--bg:#f8fafc;--card:#fff;--ok:#15803d;

@@ -13,12 +13,12 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxwise._atomic import atomic_write_text, probe_writable
+from jaxwise._atomic import atomic_write_text
 from jaxwise._errors import UserError
 from jaxwise._lock import FileLock, LockHeld, describe_holder
+from jaxwise._page_target import check_output
 from jaxwise.report._collect import collect
 from jaxwise.report._html import run_html
-from jaxwise.report._page import GENERATOR
 from jaxwise.report._watch_html import watch_html
 
 __all__ = ["run_report_html", "watch_report_html", "write_run_report", "write_watch_report"]
@@ -43,40 +43,6 @@ def _reading(run_dir: Path) -> Iterator[None]:
         yield
     finally:
         lock.release()
-
-
-def _is_report(path: Path) -> bool:
-    try:
-        with path.open("r", encoding="utf-8", errors="replace") as f:
-            head = f.read(4096)
-    except OSError:
-        return False
-    return f'<meta name="generator" content="{GENERATOR}">' in head
-
-
-def check_output(path: Path, option: str) -> None:
-    """Refuse, by ``option`` and ``path``, a page target that cannot (or must not) be written.
-
-    Called before the work whose result goes there (``watch --html`` checks before the
-    script runs).
-
-    Raises:
-        UserError: ``path`` a directory, in a missing directory, an existing file that is not
-            a jaxwise report, or in a directory that refuses a new file.
-    """
-    if path.is_dir():
-        raise UserError(f"{option} {path}: is a directory, expected a file name")
-    if path.exists() and not _is_report(path):
-        raise UserError(
-            f"{option} {path}: the file exists and is not a jaxwise report; choose another "
-            f"{option} or move it away"
-        )
-    if not path.parent.is_dir():
-        raise UserError(f"{option} {path}: the directory {path.parent} does not exist")
-    try:
-        probe_writable(path)
-    except OSError as err:
-        raise UserError(f"{option} {path}: not writable ({err.strerror or err})") from None
 
 
 def _write(path: Path, text: str, option: str) -> Path:

@@ -342,8 +342,9 @@ def fit(
     a ``checkpointer`` the state is saved (asynchronously, at most one save in flight) every
     ``checkpoint_every`` steps and at the end, with ``metadata`` as it is at that save plus
     ``"fit"`` (the batch count, a `StatefulIterator`'s position: pass it back as ``resume_from``
-    to continue exactly). Writers are flushed before each save; the save in flight is finished
-    on return and on any exception; SIGTERM (default handler) does that and raises `Terminated`.
+    to continue exactly). Writers are flushed before each save (a failed flush: saved first,
+    then raised); the save in flight is finished on return, on any exception and on SIGTERM
+    (default handler: then `Terminated` is raised).
 
     Args:
         step: a ``step(state, batch) -> (state, metrics)`` whose metrics have ``"loss"``
@@ -360,10 +361,8 @@ def fit(
         writers: `jaxwise.metrics` writers, each ``log_every``-th batch's scalar metrics
             written at its batch number (counted across resumed runs); flushed, left open.
         log_every: write every this many batches.
-        resume_from: the metadata of the checkpoint ``state`` was restored from. A list (any
-            ``Sequence``) of batches continues after the batches already trained; a
-            stateful iterator (grain) is restored to its saved position; a plain iterator is
-            taken as positioned by the caller.
+        resume_from: the metadata of the checkpoint ``state`` was restored from (a list
+            skips the batches trained, grain is restored, a plain iterator is the caller's).
         callbacks: each called after every batch as ``callback(state, batch, scalars)``
             with the state that batch produced (the loop waits for it); one returning True
             stops the loop after that batch (saved, as at the end).
@@ -372,14 +371,12 @@ def fit(
         ``(state, report)``: the final state and a [`FitReport`][jaxwise.train.FitReport].
 
     Raises:
-        TypeError: an argument is not of its type (``state`` a ``TrainState``, a writer
-            without ``write``, a callback not callable, a count not an int).
+        TypeError: an argument is not of its type (a writer without ``write``, …).
         ValueError: a count is out of range, ``checkpoint_every`` without a
             ``checkpointer``, or ``resume_from``'s data position does not fit ``batches``.
 
     Examples:
-        >>> import jax.numpy as jnp, numpy as np
-        >>> from jaxwise import optim
+        >>> import jax.numpy as jnp, numpy as np; from jaxwise import optim
         >>> from jaxwise.train import TrainState, make_train_step
         >>> loss = lambda p, b: jnp.mean((b[0] @ p["w"] - b[1]) ** 2)
         >>> x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)

@@ -153,7 +153,7 @@ def _check_outputs(script: str, json_path: str | None, html_path: str | None = N
         if os.path.exists(path) and os.path.samefile(path, script):
             raise UserError(f"watch: {option} {path}: is the script itself; choose another file")
         if option == "--html":
-            from jaxwise.report._write import check_output
+            from jaxwise._page_target import check_output
 
             try:
                 check_output(Path(path), option)

@@ -526,17 +526,12 @@ class Watch:
 
 
 def _pmap_program(tracked: _patch.Tracked, event: CompileEvent) -> bool:
-    """Whether an internal compile during a ``pmap`` call is the pmap's own program.
-
-    JAX compiles a ``pmap`` as a program defined in its pmap implementation (``pmap.py``);
-    other JAX-internal programs compiled during the call (``jit(_multi_slice)``, which splits
-    the result per device) are eager work, not a compile of the user's function.
-    """
-    if tracked.kind != "pmap":
-        return False
+    """Whether an internal compile during a ``pmap`` call is the pmap's own program (defined
+    in JAX's ``pmap.py``/``pxla.py``); others (``jit(_multi_slice)``, splitting the result per
+    device) are eager work, not a compile of the user's function."""
     where = event.defined_at or ""
     file = where.rpartition(":")[0] or where
-    return os.path.basename(file) in ("pmap.py", "pxla.py")
+    return tracked.kind == "pmap" and os.path.basename(file) in ("pmap.py", "pxla.py")
 
 
 def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
