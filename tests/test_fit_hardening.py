@@ -24,9 +24,9 @@ class _Saver:
     def __init__(self):
         self.steps = []
 
-    def save(self, state, metadata=None):
+    def save(self, tree, metadata=None):
         del metadata
-        self.steps.append(int(state.step))
+        self.steps.append(int(tree.step))
 
 
 class _BrokenFlush:
@@ -36,7 +36,7 @@ class _BrokenFlush:
     def write(self, step, scalars):
         self.written.append((step, dict(scalars)))
 
-    def flush(self):
+    def flush(self) -> None:
         raise ValueError("Invalid metric name: 'acc@1'")
 
     def close(self):

@@ -299,7 +299,7 @@ class ClipPolicy(Protocol):
         """
         ...
 
-    def dp_event(self, participations: int) -> DpEvent:
+    def dp_event(self, participations: int) -> DpEvent | None:
         """The policy's own release for ``participations`` participations of an example.
 
         Args:
