@@ -135,14 +135,6 @@ class DataPosition:
     ) -> DataPosition:
         """The position of ``batches``, moved to ``resume_from``'s saved one when it has one."""
         first = _first_batch(resume_from, default_first)
-        if resume_from is not None and isinstance(batches, Sequence) and first > 0:
-            # a list restarts where the checkpoint was taken, not at its batch 0
-            if first > len(batches):
-                raise ValueError(
-                    f"`resume_from` continues after batch {first}, but `batches` holds "
-                    f"{len(batches)}: pass the same batches as the run that saved it"
-                )
-            batches = itertools.islice(batches, first, None)
         iterator = iter(batches)  # a grain DataLoader gives its stateful iterator
         stateful = isinstance(iterator, StatefulIterator)
         record = (resume_from or {}).get("fit", {})
@@ -162,6 +154,14 @@ class DataPosition:
             )
         if stateful and saved is not None:
             _restore(iterator, saved, batches)
+        if resume_from is not None and isinstance(batches, Sequence) and first > 0:
+            # a list restarts where the checkpoint was taken, not at its batch 0
+            if first > len(batches):
+                raise ValueError(
+                    f"`resume_from` continues after batch {first}, but `batches` holds "
+                    f"{len(batches)}: pass the same batches as the run that saved it"
+                )
+            iterator = itertools.islice(batches, first, None)
         return cls(iterator, first, stateful)
 
     @property

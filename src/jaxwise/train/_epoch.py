@@ -90,14 +90,6 @@ class TrainEpoch(JitProgram):
 
             def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
                 idx, mask, drawn = sampler.draw(x, n)
-                if mask is not None and not plan.requirements.mask:
-                    raise ValueError(
-                        f"`{type(sampler).__name__}` pads its batches with masked-out rows, but "
-                        f"`{type(gradient).__name__}` does not honour a mask (its loss would "
-                        "average the zero padding rows in): use a gradient that does "
-                        "(`jaxwise.privacy.dp_gradient_fn`, or one whose `requirements` has "
-                        "`mask=True`), or `jaxwise.train.ShuffleSampler`"
-                    )
                 if len(widths) > 1 and mask is not None:
                     count = jnp.sum(mask.astype(jnp.int32))
                     # the smallest width that holds the real examples
@@ -108,6 +100,15 @@ class TrainEpoch(JitProgram):
                 else:
                     batch = _gather(data, idx)
                     carry, metrics = update(carry, batch, mask, context)
+                # after tracing the update, so that a gradient's own refusal comes first
+                if mask is not None and not plan.requirements.mask:
+                    raise ValueError(
+                        f"`{type(sampler).__name__}` pads its batches with masked-out rows, but "
+                        f"`{type(gradient).__name__}` does not honour a mask (its loss would "
+                        "average the zero padding rows in): use a gradient that does "
+                        "(`jaxwise.privacy.dp_gradient_fn`, or one whose `requirements` has "
+                        "`mask=True`), or `jaxwise.train.ShuffleSampler`"
+                    )
                 return carry, {**metrics, **drawn}
 
             return jax.lax.scan(body, state.replace(key=key), xs)
