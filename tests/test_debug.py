@@ -243,11 +243,17 @@ def test_guarded_cosine_gradient_nan_is_created_in_the_backward_pass(user_debug_
     with jax.debug_nans(False), jax.debug_infs(False):
         assert float(guarded_cosine(a, b)) == 0.0  # the forward value is finite
     report = locate_nan(jax.grad(guarded_cosine), a, b)
-    assert report is not None
-    assert report.primitive == "mul" and report.kind == "nan" and report.phase == "backward"
+    assert report is not None and report.kind == "nan"
+    if jax.__version_info__ >= (0, 12, 1):
+        # JAX's derivative of x / n reuses the forward quotient (0/0 = NaN, discarded by the
+        # where in the forward pass, multiplied into the gradient by the backward pass)
+        assert report.primitive == "div" and report.phase == "forward"
+        assert "transpose" not in report.name_stack
+    else:  # older JAX multiplies the cotangent by 1/n: 0 * inf in the backward pass
+        assert report.primitive == "mul" and report.phase == "backward"
+        assert "transpose" in report.name_stack
     assert report.frame is not None
     assert report.frame.line == _line_of("guarded_cosine") and report.frame.file == __file__
-    assert "transpose" in report.name_stack
 
 
 def test_guarded_cosine_with_check_inf_blames_the_forward_division():

@@ -30,7 +30,13 @@ def test_captured_constants_finds_closure_matrix_not_argument():
         assert report.flagged and report.total_bytes == 300 * 300 * 4
         assert report.constants[0].shape == (300, 300) and report.constants[0].dtype == "float32"
         assert report.constants[0].name == "a"
-        assert report.program_chars > 2 * 300 * 300 * 4 > report.program_chars_without
+        program = jax.jit(lambda v: jnp.tanh(a @ v)).lower(x).as_text()
+        if "jax.const" in program:  # JAX >= 0.12.1 passes captured arrays as arguments itself
+            assert report.program_chars < 300 * 300 * 4
+            assert "KiB of StableHLO" not in report.verdict
+        else:  # older JAX writes the 360 KB array into the program text
+            assert report.program_chars > 2 * 300 * 300 * 4 > report.program_chars_without
+            assert "KiB of StableHLO vs" in report.verdict
         assert "pass them as arguments" in report.verdict and "`a`" in report.verdict
         assert report.scalars == ()
     clean = captured_constants(lambda m, v: jnp.tanh(m @ v), a, x)

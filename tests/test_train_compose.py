@@ -1,13 +1,14 @@
 """Training as composition: gradient function × sampler → program.
 
-The golden numbers in ``tests/data/compose_golden.npz`` were written by the old,
+The golden numbers in ``tests/data/compose_golden-jax<version>.npz`` were written by the old,
 pre-composition API (``make_train_epoch(loss, tx, b)`` and ``make_dp_train_epoch(loss, tx,
 b, ...)`` at commit c8d5d3e) with ``tests/data/make_compose_golden.py``:
 
     git archive c8d5d3e src | tar -x -C /tmp/old
     PYTHONPATH=/tmp/old/src python tests/data/make_compose_golden.py
 
-The composed programs must reproduce them bit for bit.
+The composed programs must reproduce them bit for bit (on the JAX that wrote the file:
+``tests/goldens.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import sys
 from pathlib import Path
 
 import dp_accounting
+import goldens
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from jaxwise import optim
-from jaxwise._jax import jax_version
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import DPGradientFn, PoissonSampler, dp_gradient_fn
 from jaxwise.train import (
@@ -40,7 +41,7 @@ DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
 import make_compose_golden as golden  # noqa: E402  # pyright: ignore[reportMissingImports]
 
-GOLDEN = np.load(DATA / "compose_golden.npz")
+GOLDEN, EXACT = goldens.load("compose")
 
 
 def test_plain_epoch_is_bit_identical_to_the_old_make_train_epoch():
@@ -58,9 +59,9 @@ def test_plain_epoch_is_bit_identical_to_the_old_make_train_epoch():
 
 
 def _assert_golden(got: np.ndarray, want: np.ndarray) -> None:
-    """Bit for bit on the JAX that wrote the goldens (0.12); another XLA (the oldest lane's
-    0.10) vectorises float32 sums differently: a few ulps, far below any training change."""
-    if jax_version()[:2] >= (0, 12):
+    """Bit for bit on the JAX that wrote the goldens; another XLA (the oldest lane's 0.10)
+    vectorises float32 sums differently: a few ulps, far below any training change."""
+    if EXACT:
         assert got.tobytes() == want.tobytes()
     else:
         np.testing.assert_allclose(got, want, rtol=0, atol=8 * np.spacing(np.abs(want).max()))

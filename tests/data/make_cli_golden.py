@@ -1,4 +1,4 @@
-"""Writes tests/data/cli_golden.npz: the CLI jobs' final parameters before they ran on `train.fit`.
+"""Writes tests/data/cli_golden-jax<version>.npz: the CLI jobs' parameters before `train.fit`.
 
 Run once against jaxwise at commit 96af08f (the CLI's own epoch loop, ``jobs/_loop.py``):
 
@@ -77,7 +77,8 @@ def main() -> None:
                 arrays[f"{name}/{i}"] = leaf
     for i, leaf in enumerate(spiral_params()):
         arrays[f"spiral/{i}"] = leaf
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name("cli_golden.npz")
+    name = f"cli_golden-jax{jax.__version__}.npz"  # one file per JAX: see tests/goldens.py
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).with_name(name)
     np.savez(target, **arrays)
     print(f"wrote {len(arrays)} arrays to {target}")
 

@@ -1,4 +1,4 @@
-"""Writes tests/data/compose_golden.npz: training numbers of the pre-composition API.
+"""Writes tests/data/compose_golden-jax<version>.npz: training numbers of the pre-composition API.
 
 Run once against jaxwise at commit c8d5d3e (before `make_epoch`/`dp_gradient_fn` existed):
 
@@ -41,7 +41,7 @@ def main():
     out = {}
     tx = optim.adam(0.05)
     state = TrainState.create(params(), tx, jax.random.key(3))
-    epoch = make_train_epoch(mse, 8)
+    epoch = make_train_epoch(mse, tx, 8)  # pyright: ignore[reportCallIssue, reportArgumentType]
     losses = []
     for _ in range(3):
         state, metrics = epoch(state, (x, y))
@@ -50,7 +50,7 @@ def main():
     out["plain_loss"] = jnp.concatenate(losses)
     tx = optim.sgd(0.1)
     state = TrainState.create(params(), tx, jax.random.key(4))
-    epoch = make_dp_train_epoch(squared, 16, clip_norm=1.0, noise_multiplier=1.1)
+    epoch = make_dp_train_epoch(squared, tx, 16, clip_norm=1.0, noise_multiplier=1.1)  # pyright: ignore[reportCallIssue, reportArgumentType]
     sizes, norms = [], []
     for _ in range(2):
         state, metrics = epoch(state, {"x": x, "y": y})
@@ -59,7 +59,8 @@ def main():
     out["dp_w"], out["dp_b"] = state.params["w"], state.params["b"]
     out["dp_batch_size"], out["dp_grad_norm"] = jnp.concatenate(sizes), jnp.concatenate(norms)
     out["dp_key"] = jax.random.key_data(state.key)
-    np.savez("tests/data/compose_golden.npz", **{k: np.asarray(v) for k, v in out.items()})  # pyright: ignore[reportArgumentType]
+    target = f"tests/data/compose_golden-jax{jax.__version__}.npz"  # see tests/goldens.py
+    np.savez(target, **{k: np.asarray(v) for k, v in out.items()})  # pyright: ignore[reportArgumentType]
 
 
 if __name__ == "__main__":

@@ -154,7 +154,7 @@ def sharding_of(leaf: Any) -> jax.sharding.Sharding:
     sharding = getattr(leaf, "sharding", None)
     if isinstance(sharding, jax.sharding.Sharding):
         return sharding
-    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    return jax.sharding.make_single_device_sharding(jax.local_devices()[0])
 
 
 def read_leaves(step_dir: Path, rows: list[dict[str, Any]], like_leaves: list[Any]) -> list[Any]:
