@@ -1,6 +1,6 @@
 # Two commands on a fresh machine: `make run` (the spiral demo) and `make test`.
-# `make test` is the newest lane (Python 3.12, the newest JAX, every extra, lint, types, docs,
-# every test); `make test-oldest` the oldest (Python 3.11, JAX 0.10.2 and the peers of
+# `make test` is the newest lane (Python 3.12, the newest tested JAX and peers of
+# .ci/newest.txt, every extra, lint, types, docs, every test); `make test-oldest` the oldest (Python 3.11, JAX 0.10.2 and the peers of
 # .ci/oldest.txt, the non-slow tests). CI (.ci/run) runs both.
 PYTHON ?= python3.12
 VENV   := .venv
@@ -14,10 +14,10 @@ OLDSTAMP := $(OLD)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml .ci/newest.txt
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -c .ci/newest.txt -e ".[test]"
 	@touch $(STAMP)
 
 run: $(STAMP)

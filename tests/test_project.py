@@ -55,11 +55,7 @@ def _requirements() -> dict[str, str]:
 def test_the_supported_range_is_tested_at_its_oldest_end():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11"
-    pins = {}
-    for line in (ROOT / ".ci" / "oldest.txt").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, version = line.split("==")
-            pins[name.strip().lower()] = version.strip()
+    pins = _pins("oldest.txt")
     requirements = _requirements()
     assert requirements["jax"] == requirements["jaxlib"] == ">=0.10.2"  # no upper cap
     for name in ("jax", "jaxlib", "optax", "flax", "orbax-checkpoint", "equinox"):
@@ -68,6 +64,30 @@ def test_the_supported_range_is_tested_at_its_oldest_end():
     from jaxwise._jax import OLDEST_TESTED_JAX
 
     assert pins["jax"] == OLDEST_TESTED_JAX
+
+
+def _pins(name: str) -> dict[str, str]:
+    pins = {}
+    for line in (ROOT / ".ci" / name).read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            package, version = line.split("==")
+            pins[package.strip().lower()] = version.strip()
+    return pins
+
+
+def test_the_newest_lane_is_pinned_to_what_was_tested():
+    # a JAX released between two CI runs must not change what CI tests: the newest lane
+    # installs .ci/newest.txt, whose JAX is the newest tested one that `jaxwise doctor` names
+    from jaxwise._jax import NEWEST_TESTED_JAX
+
+    pins = _pins("newest.txt")
+    assert pins["jax"] == pins["jaxlib"] == NEWEST_TESTED_JAX
+    requirements = _requirements()
+    for name in ("optax", "flax", "orbax-checkpoint", "equinox", "dp-accounting", "grain"):
+        assert name in pins and name in requirements, name
+    makefile = (ROOT / "Makefile").read_text()
+    assert '-c .ci/newest.txt -e ".[test]"' in makefile
+    assert "$(STAMP): pyproject.toml .ci/newest.txt" in makefile
 
 
 def test_ci_runs_both_lanes_and_python_311_is_selected_for_the_oldest():

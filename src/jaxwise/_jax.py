@@ -90,7 +90,7 @@ COMPILER_LOGGERS = ("jax._src.xla_bridge", "jax._src.compiler", "jax._src.compil
 
 # the two ends of the supported range that CI tests (.ci/run: the oldest and the newest lane)
 OLDEST_TESTED_JAX = "0.10.2"
-NEWEST_TESTED_JAX = "0.12.0.1"
+NEWEST_TESTED_JAX = "0.12.1"
 
 
 def jax_version(version: str | None = None) -> tuple[int, ...]:

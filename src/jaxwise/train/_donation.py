@@ -35,6 +35,7 @@ import jax
 import optax
 from jax.core import Tracer
 
+from jaxwise._buffers import buffer_ids, donated_buffers, kept
 from jaxwise._errors import JaxwiseError
 from jaxwise._events import DonationFailed, donation_suspended, publish
 from jaxwise.train._state import type_signature
@@ -93,17 +94,6 @@ def _fail(err: DonationError, function: str = "") -> DonationError:
     return err
 
 
-def _buffer_ids(x: jax.Array) -> list[int]:
-    try:
-        return [x.unsafe_buffer_pointer()]  # one device: the cheap way
-    except Exception:
-        pass
-    try:
-        return [shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards]
-    except Exception:
-        return [id(x)]
-
-
 def check_donatable(tree: Any, what: str = "state", *, function: str = "") -> None:
     """Raise `DonationError` if ``tree`` cannot be donated to a jitted call.
 
@@ -141,7 +131,7 @@ def check_donatable(tree: Any, what: str = "state", *, function: str = "") -> No
             )
         # A replicated array's shards may share one host buffer (CPU devices can alias one
         # NumPy source): only a buffer shared by two different leaves is a double donation.
-        for buffer in set(_buffer_ids(leaf)):
+        for buffer in set(buffer_ids(leaf)):
             if buffer in seen and seen[buffer] != i:
                 names = path_names(tree)
                 first, second = names[seen[buffer]], names[i]
@@ -255,11 +245,11 @@ def _check_signature_stable(before: Any, after: Any, function: str = "") -> None
 _IS_DELETED = operator.methodcaller("is_deleted")
 
 _LIVE_VIEW = (
-    "was not deleted by the donating call: something still holds its buffer, so JAX silently "
-    "skipped the donation (a second copy stays in memory and the old state stays readable). The "
-    "usual cause is a live NumPy view: `np.asarray(...)` of a state array on CPU shares its "
-    "memory. Keep host copies with `jaxwise.tree.host_copy(...)` (a real copy) instead. The "
-    "call's result is in this error's `.result`"
+    "kept its buffer through the donating call: something still holds it, so XLA could not "
+    "reuse it and a second copy stays in memory (JAX says nothing). The usual cause is a live "
+    "NumPy view: `np.asarray(...)` of a state array on CPU shares its memory. Keep host copies "
+    "with `jaxwise.tree.host_copy(...)` (a real copy) instead. The call's result is in this "
+    "error's `.result`"
 )
 
 
@@ -287,6 +277,7 @@ class Audit:
         self._warned = False
         self._returned: Any = None  # a weak reference to the last result's state
         self._fast = False  # this call's state is the last result: its checks are deferred
+        self._buffers: list[tuple[int, ...]] | None = None  # the donated CPU buffers
 
     def _skipped(self, leaves: list[Any], concrete: bool) -> bool:
         if donation_suspended() is not None:
@@ -320,6 +311,7 @@ class Audit:
             check_donatable(state, function=self.function)  # deleted leaves, one buffer twice
         self._check_data(state, leaves, data, last)
         self._fast = last
+        self._buffers = donated_buffers(leaves)
         return leaves
 
     def _check_data(self, state: Any, leaves: list[Any], data: Any, concrete: bool) -> None:
@@ -374,21 +366,22 @@ class Audit:
         if self._skip:
             return
         self._remember(result)
-        if self._fast:
+        if self._fast and self._buffers is None:
             try:
                 if all(map(_IS_DELETED, leaves)):
                     return  # every leaf was donated
             except AttributeError:  # a leaf that is not an array (put in by hand): see below
                 pass
-        for leaf in leaves:
-            if isinstance(leaf, jax.Array) and not leaf.is_deleted():
-                name = self._name_of(state, leaf)
-                err = DonationError(
-                    f"the donated state leaf `{name}` {_LIVE_VIEW}",
-                    argument="state" + _leaf_path(state, leaf),
-                )
-                err.result = result
-                raise _fail(err, self.function)
+        out = result[0] if isinstance(result, tuple) and result else result
+        for index in kept(leaves, self._buffers, out):
+            leaf = leaves[index]
+            name = self._name_of(state, leaf)
+            err = DonationError(
+                f"the donated state leaf `{name}` {_LIVE_VIEW}",
+                argument="state" + _leaf_path(state, leaf),
+            )
+            err.result = result
+            raise _fail(err, self.function)
 
     def first_call(self, call: Callable[[Any, Any], Any], state: Any, data: Any) -> Any:
         """Type-signature check; JAX's donation warnings become errors."""

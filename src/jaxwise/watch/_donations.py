@@ -1,14 +1,15 @@
 """Why a donation failed, told apart by what the call shows.
 
-After a watched call, a donated array that is still alive was not donated. The cause is read
-from the call itself, in this order:
+After a watched call, a donated array whose buffer survived the call was not donated. The cause
+is read from the call itself, in this order:
 
 - ``unused``: the function does not use the argument, so ``jit`` drops it;
 - ``no output``: no output has the array's shape and dtype (or fewer outputs than donated
   arrays of that type), so XLA has nothing to reuse its buffer for (JAX warns "Some donated
   buffers were not usable", unless a library, like Equinox, silences it);
 - ``held``: otherwise something else holds the buffer (a live NumPy view), and JAX silently
-  skipped the donation.
+  skipped the donation (up to JAX 0.12.0 the array stays alive; from 0.12.1 it is deleted
+  while the view keeps its buffer: ``jaxwise._buffers`` sees both).
 
 A call that fails because one buffer was donated twice, or donated and also passed undonated
 (XLA: "Attempt to donate the same buffer twice"), is a ``duplicate``: both paths are named.
@@ -39,8 +40,8 @@ NO_OUTPUT = (
     "do not donate this argument"
 )
 HELD = (
-    "the buffer was still alive after the call, so JAX silently skipped the donation and kept a "
-    "second copy: something else holds it, usually a live NumPy view (np.asarray(x) of a CPU "
+    "the buffer was still alive after the call, so XLA could not reuse it and a second copy was "
+    "kept, silently: something else holds it, usually a live NumPy view (np.asarray(x) of a CPU "
     "array shares its memory); keep host copies with jaxwise.tree.host_copy(...) or np.array(x) "
     "(a copy)"
 )

@@ -34,7 +34,7 @@ from typing import Any
 
 import jax
 
-from jaxwise import _events
+from jaxwise import _buffers, _events
 from jaxwise._checks import check_bool, check_int
 from jaxwise._frames import short_path, user_frame, user_site
 from jaxwise.compilation import CompileEvent, subscribe
@@ -270,12 +270,13 @@ class Watch:
         plan: _calls.CallPlan = tracked.plan
         stats: Stats = tracked.stats
         donated = plan.donated_leaves(args, kwargs) if plan.donates else None
+        buffers = _buffers.donated_buffers(donated) if donated else None
         if self.transfers:
             self._count_transfers(tracked, args, kwargs)
         out = self._run(tracked, tracked.jitted, args, kwargs, donated is not None)
         try:
             if donated:
-                alive = [leaf for leaf in donated if not leaf.is_deleted()]
+                alive = [donated[i] for i in _buffers.kept(donated, buffers, out)]
                 if alive:
                     self._on_live_donations(tracked, args, kwargs, alive, out)
             if self.nans is not None and not stats.nan_checked:

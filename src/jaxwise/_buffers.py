@@ -1,0 +1,94 @@
+"""Did a donating call reuse the donated buffers? One answer on every JAX of the range.
+
+Donation saves memory only when XLA writes an output into the donated buffer. Something
+else holding the buffer — a live NumPy view of a CPU array (``np.asarray(x)`` shares its
+memory) — prevents that, and JAX says nothing. What the call leaves behind differs by version:
+
+- up to JAX 0.12.0 the donated array is not deleted (JAX skipped the donation);
+- from JAX 0.12.1 the array is deleted all the same, but its buffer lives on (the view holds
+  it) and no output is written into it.
+
+`donated_buffers` before the call and `kept` after it see both forms. An unreused buffer
+alone does not prove a view (XLA:CPU also copies a donated buffer it cannot use in place, such
+as one from ``jax.device_put(x, may_alias=False)``), so a deleted leaf counts only while its
+buffer is exported to Python: the NumPy view's ``memoryview`` holds the array through a
+``managedbuffer``, which the garbage collector names (read only for a leaf that tripped the
+address check). Only a CPU buffer can be shared with NumPy, so on other devices only the
+first form is looked for (no per-leaf cost).
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+__all__ = ["buffer_ids", "donated_buffers", "kept"]
+
+
+def buffer_ids(x: jax.Array) -> tuple[int, ...]:
+    """The device buffers (addresses) of ``x``: one per addressable shard, ``id(x)`` when its
+    buffers cannot be read (a deleted array)."""
+    try:
+        return (x.unsafe_buffer_pointer(),)  # one device: the cheap way
+    except Exception:
+        pass
+    try:
+        return tuple(shard.data.unsafe_buffer_pointer() for shard in x.addressable_shards)
+    except Exception:
+        return (id(x),)
+
+
+def _on_cpu(leaves: Sequence[Any]) -> bool:
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array):
+            try:
+                return all(device.platform == "cpu" for device in leaf.devices())
+            except Exception:  # a deleted array or a tracer: nothing to compare
+                return False
+    return False
+
+
+def donated_buffers(leaves: Sequence[Any]) -> list[tuple[int, ...]] | None:
+    """Before a donating call: the buffers of its donated ``leaves`` (CPU arrays), or ``None``
+    when they are not on the CPU (no NumPy view can hold them there)."""
+    if not _on_cpu(leaves):
+        return None
+    return [buffer_ids(leaf) if isinstance(leaf, jax.Array) else () for leaf in leaves]
+
+
+def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) -> list[int]:
+    """After the call: the positions of donated ``leaves`` whose buffer was not reused.
+
+    Args:
+        leaves: the donated arrays, as passed to the call.
+        before: `donated_buffers` of ``leaves``, taken before the call (``None``: only
+            undeleted arrays count).
+        out: the call's output (any pytree).
+
+    Returns:
+        Positions in ``leaves`` of arrays that are still alive, or (``before`` given) deleted
+        while no output lives in their buffer and a NumPy view still holds it.
+    """
+    alive = [
+        i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array) and not leaf.is_deleted()
+    ]
+    if before is None:
+        return alive
+    written: set[int] = set()
+    for leaf in jax.tree.leaves(out):
+        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+            written.update(buffer_ids(leaf))
+    lost = [
+        i
+        for i, (leaf, ids) in enumerate(zip(leaves, before))
+        if ids and isinstance(leaf, jax.Array) and leaf.is_deleted() and written.isdisjoint(ids)
+    ]
+    return sorted({*alive, *(i for i in lost if _exported(leaves[i]))})
+
+
+def _exported(leaf: jax.Array) -> bool:
+    """Does a Python buffer export (a NumPy view's memoryview) still hold ``leaf``?"""
+    return any(type(ref).__name__ == "managedbuffer" for ref in gc.get_referrers(leaf))
