@@ -88,7 +88,7 @@ def test_environment_names_backend_device_precision_and_float64():
 
 @pytest.mark.parametrize(
     ("version", "status"),
-    [("0.10.2", "PASS"), ("0.12.0.1", "PASS"), ("0.12.1", "WARN"), ("0.13.0rc1", "WARN")],
+    [("0.10.2", "PASS"), ("0.12.1", "PASS"), ("0.12.2", "WARN"), ("0.13.0rc1", "WARN")],
 )
 def test_a_jax_newer_than_the_newest_tested_is_a_note(version, status):
     check = doctor.check_tested_jax(version)
