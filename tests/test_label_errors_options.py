@@ -70,7 +70,7 @@ W = {"w": np.ones((2, 3), np.float32)}
         (lambda: le.Training(patience=0), ValueError, r"`Training.patience` must be >= 1"),
         (lambda: le.Training(patience=2.5), TypeError, r"`Training.patience` must be an int"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         (
-            lambda: le.Training(optimizer="adam"),
+            lambda: le.Training(optimizer="adam"),  # pyright: ignore[reportArgumentType]  # bad input on purpose
             TypeError,
             r"`Training.optimizer` must be an Optax GradientTransformation .* got str",
         ),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, Literal
 
 import jax
+import optax
 
 from jaxwise._checks import check_bool, check_callable, check_choice, check_int
 from jaxwise._params import check_params
@@ -208,7 +209,7 @@ class Training:
 
     epochs: int | None = None
     batch_size: int | None = None
-    optimizer: Any = None
+    optimizer: optax.GradientTransformation | None = None
     patience: int | None = 5
 
     def __post_init__(self) -> None:
