@@ -389,7 +389,7 @@ def test_check_params_names_the_adapter():
         ({"a": [jnp.ones(2), np.ones(1, bool)]}, TypeError, "leaf `a.1` has dtype bool"),
         ({"z": jnp.ones(2, jnp.complex64)}, TypeError, "leaf `z` has dtype complex64"),
         ({"s": 3}, TypeError, "leaf `s` has dtype int64"),
-        ({}, ValueError, "`params` has no array leaves"),
+        ({}, ValueError, "params` has no array leaves"),  # `params`, `MLP.params`
         (None, TypeError, "`params`"),
     ],
 )
@@ -402,7 +402,10 @@ def test_params_must_be_float_arrays_everywhere(params, error, match):
         lambda: per_example.ghost_coverage(lambda p, e: jnp.sum(e), params, x[0]),
         lambda: TrainState.create(params, optim.sgd(0.1), 0),
         lambda: label_errors.find_label_errors(
-            x, jnp.zeros(4, jnp.int32), method="gradnorm", params=params
+            x,
+            jnp.zeros(4, jnp.int32),
+            model=label_errors.MLP(params=params),
+            scoring=label_errors.Scoring(method="gradnorm"),
         ),
     ]
     for call in calls:
@@ -417,9 +420,7 @@ def test_model_objects_are_named_at_every_boundary():
         lambda: per_example.per_example_grad_norms(lambda p, e: jnp.sum(e), linear, x),
         lambda: TrainState.create(linear, optim.sgd(0.1), 0),  # pyright: ignore[reportArgumentType]  # bad input on purpose
         lambda: TrainState.create({"w": x}, optim.sgd(0.1), 0, model_state=linear),
-        lambda: label_errors.find_label_errors(
-            x, jnp.zeros(4, jnp.int32), method="gradnorm", params=linear
-        ),
+        lambda: label_errors.Classifier(lambda p, xb: xb, params=linear),
     ):
         with pytest.raises(TypeError, match=r"flax.nnx model object Linear; .*from_nnx"):
             call()

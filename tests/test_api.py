@@ -32,7 +32,8 @@ CONTRACT = {
     ),
     "label_errors": (
         "find_label_errors hardest_examples LabelIssues confident_learning "
-        "out_of_fold_probabilities stratified_folds precision_recall OutOfFold"
+        "out_of_fold_probabilities stratified_folds precision_recall OutOfFold "
+        "MLP Classifier Folds Training Scoring"
     ),
     "optim": (
         "GradientTransformation apply_updates global_norm identity scale "

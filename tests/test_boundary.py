@@ -824,14 +824,19 @@ PER_EXAMPLE: list[Row] = [
     ),
     (
         "gradnorm-no-params",
-        lambda: label_errors.find_label_errors(X, Y, method="gradnorm"),
+        lambda: label_errors.find_label_errors(
+            X, Y, scoring=label_errors.Scoring(method="gradnorm")
+        ),
         TypeError,
         "params",
     ),
     (
         "gradnorm-int-params",
         lambda: label_errors.find_label_errors(
-            X, Y, method="gradnorm", params={"w": jnp.ones(2, jnp.int32)}
+            X,
+            Y,
+            model=label_errors.MLP(params={"w": jnp.ones(2, jnp.int32)}),
+            scoring=label_errors.Scoring(method="gradnorm"),
         ),
         TypeError,
         "params",
@@ -1357,13 +1362,13 @@ LABEL_ERRORS: list[Row] = [
     ),
     (
         "fle-hidden-zero",
-        lambda: label_errors.find_label_errors(X, LABELS, hidden=(0,)),
+        lambda: label_errors.find_label_errors(X, LABELS, model=label_errors.MLP(hidden=(0,))),
         ValueError,
         "hidden",
     ),
     (
         "fle-hidden-int",
-        lambda: label_errors.find_label_errors(X, LABELS, hidden=4),  # pyright: ignore[reportArgumentType]
+        lambda: label_errors.find_label_errors(X, LABELS, model=label_errors.MLP(hidden=4)),  # pyright: ignore[reportArgumentType]
         TypeError,
         "hidden",
     ),
@@ -1378,15 +1383,15 @@ LABEL_ERRORS: list[Row] = [
     ("fle-y-neg", lambda: label_errors.find_label_errors(X, LABELS - 1), ValueError, "y"),
     (
         "fle-folds-one",
-        lambda: label_errors.find_label_errors(X, LABELS, folds=1),
+        lambda: label_errors.find_label_errors(X, LABELS, folds=label_errors.Folds(1)),
         ValueError,
-        "folds",
+        "n_splits",
     ),
     (
         "fle-repeats-zero",
-        lambda: label_errors.find_label_errors(X, LABELS, repeats=0),
+        lambda: label_errors.find_label_errors(X, LABELS, folds=label_errors.Folds(n_repeats=0)),
         ValueError,
-        "repeats",
+        "n_repeats",
     ),
     (
         "fle-seed-neg",
@@ -1396,19 +1401,23 @@ LABEL_ERRORS: list[Row] = [
     ),
     (
         "fle-batch-zero",
-        lambda: label_errors.find_label_errors(X, LABELS, batch_size=0),
+        lambda: label_errors.find_label_errors(
+            X, LABELS, training=label_errors.Training(batch_size=0)
+        ),
         ValueError,
         "batch_size",
     ),
     (
         "fle-epochs-zero",
-        lambda: label_errors.find_label_errors(X, LABELS, epochs=0),
+        lambda: label_errors.find_label_errors(X, LABELS, training=label_errors.Training(epochs=0)),
         ValueError,
         "epochs",
     ),
     (
         "fle-apply-no-init",
-        lambda: label_errors.find_label_errors(X, LABELS, apply_fn=models.mlp_apply),
+        lambda: label_errors.find_label_errors(
+            X, LABELS, model=label_errors.Classifier(models.mlp_apply)
+        ),
         TypeError,
         "init",
     ),
@@ -1421,7 +1430,11 @@ LABEL_ERRORS: list[Row] = [
     ("top-k-neg", lambda: label_errors.confident_learning(PROBS, LABELS).top(-1), ValueError, "k"),
     (
         "fle-ranked-by",
-        lambda: label_errors.find_label_errors(X, LABELS, ranked_by="x"),  # pyright: ignore[reportArgumentType]
+        lambda: label_errors.find_label_errors(
+            X,
+            LABELS,
+            scoring=label_errors.Scoring(ranked_by="x"),  # pyright: ignore[reportArgumentType]
+        ),
         ValueError,
         "ranked_by",
     ),

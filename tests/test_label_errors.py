@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -167,9 +168,9 @@ def test_out_of_fold_is_one_program_and_reused() -> None:
 def test_no_recompilation_for_a_nearby_size() -> None:
     assert padded_rows(300) == padded_rows(310)
     x, y = make_blobs(310, n_features=3, n_classes=3, seed=0)
-    le.find_label_errors(x[:300], y[:300], epochs=2, seed=0)
+    le.find_label_errors(x[:300], y[:300], training=le.Training(epochs=2), seed=0)
     with CompileBudget(0, exact=True):
-        found = le.find_label_errors(x, y, epochs=2, seed=5)
+        found = le.find_label_errors(x, y, training=le.Training(epochs=2), seed=5)
     assert found.pred_probs.shape == (310, 3) and len(found.indices) == 310
 
 
@@ -200,11 +201,11 @@ def test_standardize_false_sees_the_raw_features() -> None:
     noise = np.random.default_rng(0).normal(0, 1e3, (300, 2)).astype(np.float32)
     scaled = np.concatenate([x * np.float32(1e-3), noise], axis=1) + np.float32(100)
     found = le.find_label_errors(scaled, noisy, seed=0)
-    raw = le.find_label_errors(scaled, noisy, seed=0, standardize=False)
+    raw = le.find_label_errors(scaled, noisy, model=le.MLP(standardize=False), seed=0)
     precision = le.precision_recall(found.indices, flipped, 30)[0]
     assert precision >= 0.9 and le.precision_recall(raw.indices, flipped, 30)[0] <= 0.5
     pre = (scaled - scaled.mean(0)) / scaled.std(0)
-    again = le.find_label_errors(pre, noisy, seed=0, standardize=False)
+    again = le.find_label_errors(pre, noisy, model=le.MLP(standardize=False), seed=0)
     assert le.precision_recall(again.indices, flipped, 30)[0] >= precision - 0.05
 
 
@@ -257,8 +258,9 @@ def test_inner_validation_rows_are_not_trained_on() -> None:
     """Early stopping costs one training row in 6: ``batch_size`` must fit in the rest."""
     x, y = make_blobs(40, n_features=2, n_classes=2, seed=0)
     with pytest.raises(ValueError, match=r"batch_size.*26 rows.*early stopping"):
-        le.find_label_errors(x, y, epochs=1, batch_size=30)
-    le.find_label_errors(x, y, epochs=1, batch_size=30, patience=None)  # all 32 trained on
+        le.find_label_errors(x, y, training=le.Training(epochs=1, batch_size=30))
+    # without early stopping all 32 are trained on
+    le.find_label_errors(x, y, training=le.Training(epochs=1, batch_size=30, patience=None))
 
 
 def test_early_stopping_keeps_the_best_epoch() -> None:
@@ -294,7 +296,7 @@ def test_finds_flipped_labels(dataset: str, min_precision: float, min_recall: fl
         x, y = make_spiral(100, n_classes=3, noise=0.1, seed=0)
     k = int(y.max()) + 1
     noisy, flipped = flip_labels(y, len(y) // 10, k, seed=1)
-    found = le.find_label_errors(x, noisy, hidden=(64, 64), seed=0)
+    found = le.find_label_errors(x, noisy, model=le.MLP(hidden=(64, 64)), seed=0)
     precision, recall = le.precision_recall(found.indices, flipped, len(flipped))
     assert precision >= min_precision and recall >= min_recall
     # the suggested label of a flipped row found in the top K is mostly its true label
@@ -312,40 +314,68 @@ def test_custom_model_through_apply_fn() -> None:
         return xb @ params["w"] + params["b"]
 
     init = {"w": jnp.zeros((2, 3)), "b": jnp.zeros(3)}
-    found = le.find_label_errors(x, noisy, apply_fn=linear, init=init, epochs=40, repeats=1)
+    found = le.find_label_errors(
+        x,
+        noisy,
+        model=le.Classifier(linear, init=init),
+        folds=le.Folds(n_repeats=1),
+        training=le.Training(epochs=40),
+    )
     assert le.precision_recall(found.indices, flipped, 20)[0] >= 0.7
     assert len(found.oof) == 1 and found.pred_probs.shape == (200, 3)
 
 
+GRADNORM = le.Scoring(method="gradnorm")
+ONE_EPOCH = le.Training(epochs=1)
+W = {"w": jnp.ones(2)}
+
+
 @pytest.mark.parametrize(
-    ("kwargs", "error", "name"),
+    ("options", "error", "name"),
     [
-        ({"x": "data"}, TypeError, "x"),
-        ({"y": np.zeros(10)}, TypeError, "y"),
-        ({"folds": 1}, ValueError, "folds"),
-        ({"repeats": 0}, ValueError, "repeats"),
-        ({"epochs": True}, TypeError, "epochs"),
-        ({"ranked_by": "grad"}, ValueError, "ranked_by"),
-        ({"num_classes": 1}, ValueError, "num_classes"),
-        ({"apply_fn": mlp_apply}, TypeError, "init"),
-        ({"batch_size": 0}, ValueError, "batch_size"),
-        ({"method": "loss"}, ValueError, "method"),
-        ({"params": {"w": jnp.ones(2)}}, TypeError, "params"),
-        ({"method": "gradnorm"}, TypeError, "params"),
-        ({"method": "gradnorm", "init": {"w": jnp.ones(2)}}, TypeError, "init"),
-        ({"method": "gradnorm", "params": {"w": jnp.ones(2, jnp.int32)}}, TypeError, "params"),
-        ({"method": "gradnorm", "params": init_mlp(0, (2, 3)), "num_classes": 2}, ValueError, "3"),
-        ({"y": np.zeros(7, np.int32)}, ValueError, "rows"),
-        ({"standardize": "yes"}, TypeError, "standardize"),
-        ({"batch_size": 33}, ValueError, "batch_size"),
-        ({"patience": 0}, ValueError, "patience"),
-        ({"x": np.full((40, 2), np.inf)}, ValueError, "finite"),
+        (lambda: {"x": "data"}, TypeError, "x"),
+        (lambda: {"y": np.zeros(10)}, TypeError, "y"),
+        (lambda: {"folds": le.Folds(1)}, ValueError, "Folds.n_splits"),
+        (lambda: {"folds": le.Folds(n_repeats=0)}, ValueError, "Folds.n_repeats"),
+        (lambda: {"training": le.Training(epochs=True)}, TypeError, "Training.epochs"),
+        (lambda: {"scoring": le.Scoring(ranked_by="grad")}, ValueError, "Scoring.ranked_by"),  # pyright: ignore[reportArgumentType]
+        (lambda: {"num_classes": 1}, ValueError, "num_classes"),
+        (lambda: {"model": le.Classifier(mlp_apply)}, TypeError, "init"),
+        (lambda: {"training": le.Training(1, batch_size=0)}, ValueError, "batch_size"),
+        (lambda: {"scoring": le.Scoring(method="loss")}, ValueError, "Scoring.method"),  # pyright: ignore[reportArgumentType]
+        (lambda: {"model": le.MLP(params=W)}, TypeError, "params"),
+        (lambda: {"scoring": GRADNORM}, TypeError, "params"),
+        (
+            lambda: {"scoring": GRADNORM, "model": le.Classifier(mlp_apply, init=W)},
+            TypeError,
+            "init",
+        ),
+        (
+            lambda: {"scoring": GRADNORM, "model": le.MLP(params={"w": jnp.ones(2, jnp.int32)})},
+            TypeError,
+            "params",
+        ),
+        (
+            lambda: {
+                "scoring": GRADNORM,
+                "model": le.MLP(params=init_mlp(0, (2, 3))),
+                "num_classes": 2,
+            },
+            ValueError,
+            "3",
+        ),
+        (lambda: {"y": np.zeros(7, np.int32)}, ValueError, "rows"),
+        (lambda: {"model": le.MLP(standardize="yes")}, TypeError, "MLP.standardize"),  # pyright: ignore[reportArgumentType]
+        (lambda: {"training": le.Training(1, batch_size=33)}, ValueError, "batch_size"),
+        (lambda: {"training": le.Training(1, patience=0)}, ValueError, "Training.patience"),
+        (lambda: {"x": np.full((40, 2), np.inf)}, ValueError, "finite"),
+        (lambda: {"seed": -1}, ValueError, "seed"),
     ],
 )
-def test_find_label_errors_bad_input(kwargs: dict, error: type, name: str) -> None:
+def test_find_label_errors_bad_input(options: Callable[[], dict], error: type, name: str) -> None:
     x, y = make_blobs(40, n_features=2, n_classes=2, seed=0)
-    call = {"x": x, "y": y, "epochs": 1, **kwargs}
     with pytest.raises(error, match=name):
+        call = {"x": x, "y": y, "training": ONE_EPOCH, **options()}
         le.find_label_errors(call.pop("x"), call.pop("y"), **call)
 
 
@@ -374,7 +404,9 @@ def test_gradnorm_ranks_by_a_trained_models_gradient_norm() -> None:
     x, y = make_blobs(1000, 20, 10, seed=0)
     noisy, flipped = flip_labels(y, 20, 10, seed=1)
     params = _trained_linear_softmax(x, noisy)
-    found = le.find_label_errors(x, noisy, method="gradnorm", params=params)
+    found = le.find_label_errors(
+        x, noisy, model=le.MLP(params=params), scoring=le.Scoring(method="gradnorm")
+    )
     recall = len(set(found.indices[:40].tolist()) & set(flipped.tolist())) / len(flipped)
     assert recall >= 0.9, recall
     # float64 referee: for softmax(x W + b), ‖∇_i‖² = (‖x_i‖² + 1) ‖p_i − onehot(y_i)‖²
@@ -436,9 +468,9 @@ def test_a_second_process_loads_the_program_from_the_persistent_cache(tmp_path) 
         "jax.monitoring.register_event_listener(\n"
         "    lambda event, **_: hits.append(event) if 'cache_hits' in event else None)\n"
         "from jaxwise.data import make_blobs\n"
-        "from jaxwise.label_errors import find_label_errors\n"
+        "from jaxwise.label_errors import Training, find_label_errors\n"
         "x, y = make_blobs(200, n_classes=3, seed=0)\n"
-        "find_label_errors(x, y, epochs=2)\n"
+        "find_label_errors(x, y, training=Training(epochs=2))\n"
         "print(len(hits))\n"
     )
     runs = [

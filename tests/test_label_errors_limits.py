@@ -68,9 +68,9 @@ def test_folds_above_the_smallest_class_are_refused(no_training: None) -> None:
     with pytest.raises(ValueError, match=r"`folds`=5 is more than the 3 row\(s\) of class 1"):
         le.find_label_errors(x, y)
     with pytest.raises(ValueError, match=r"`folds`=4"):
-        le.find_label_errors(x, y, folds=4)
+        le.find_label_errors(x, y, folds=le.Folds(4))
     with pytest.raises(_Reached):
-        le.find_label_errors(x, y, folds=3, batch_size=4)
+        le.find_label_errors(x, y, folds=le.Folds(3), training=le.Training(batch_size=4))
 
 
 @pytest.mark.parametrize("fn", [le.confident_learning, le.label_quality])

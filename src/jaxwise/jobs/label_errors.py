@@ -169,7 +169,7 @@ def _grad_norms(params: Any, x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _oof(prep: tabular.Prepared, folds: int, cache_dir: Path | None) -> tuple[Any, dict[str, Any]]:
     """The out-of-fold ranking of `jaxwise.label_errors` and its phase report."""
-    from jaxwise.label_errors import find_label_errors
+    from jaxwise.label_errors import Folds, find_label_errors
 
     cfg = prep.cfg
     if len(prep.table.y) < 2 * folds:
@@ -184,8 +184,8 @@ def _oof(prep: tabular.Prepared, folds: int, cache_dir: Path | None) -> tuple[An
             issues = find_label_errors(
                 prep.table.x,
                 prep.table.y,
+                folds=Folds(folds),
                 num_classes=len(prep.table.classes),
-                folds=folds,
                 seed=cfg.seed,
             )
     except ValueError as err:

@@ -2,7 +2,7 @@
 
 A model trained on every row memorises its mislabeled rows, so its own confidence (or
 gradient norm) on them says little. [`find_label_errors`][jaxwise.label_errors.find_label_errors]
-(``method="oof"``, the default) trains every fold model at once — ``vmap`` over models in
+(method ``"oof"``, the default) trains every fold model at once — ``vmap`` over models in
 one compiled program, through `jaxwise.train`'s update path — so every row's probabilities
 come from models that never saw it; each fold standardises its inputs with its own training
 rows and stops early on an inner validation split of them (one training row in 6, not
@@ -11,9 +11,13 @@ The rows are then ranked by ONE label-quality score
 ([`label_quality`][jaxwise.label_errors.label_quality]: self-confidence ``p(given)`` by
 default), and confident learning (Northcutt et al., 2021) estimates how many labels are wrong
 (``LabelIssues.num_issues``: a suggested cut-off, not a reordering).
-``method="gradnorm"`` ranks the rows of a model trained on all of them by per-example
+Method ``"gradnorm"`` ranks the rows of a model trained on all of them by per-example
 gradient norm; [`hardest_examples`][jaxwise.label_errors.hardest_examples] does the same for
-any loss.
+any loss. The options come in four small objects: the model
+([`MLP`][jaxwise.label_errors.MLP] or any [`Classifier`][jaxwise.label_errors.Classifier]),
+the cross-validation ([`Folds`][jaxwise.label_errors.Folds]), the training of each fold model
+([`Training`][jaxwise.label_errors.Training]) and the score
+([`Scoring`][jaxwise.label_errors.Scoring]).
 
 Examples:
     Fifteen flipped labels among 300 rows, found out of fold:
@@ -40,10 +44,20 @@ from jaxwise.label_errors._gradnorm import hardest_examples as hardest_examples
 from jaxwise.label_errors._oof import OutOfFold as OutOfFold
 from jaxwise.label_errors._oof import out_of_fold_probabilities as out_of_fold_probabilities
 from jaxwise.label_errors._oof import stratified_folds as stratified_folds
+from jaxwise.label_errors._options import MLP as MLP
+from jaxwise.label_errors._options import Classifier as Classifier
+from jaxwise.label_errors._options import Folds as Folds
+from jaxwise.label_errors._options import Scoring as Scoring
+from jaxwise.label_errors._options import Training as Training
 
 __all__ = [
+    "MLP",
+    "Classifier",
+    "Folds",
     "LabelIssues",
     "OutOfFold",
+    "Scoring",
+    "Training",
     "confident_learning",
     "find_label_errors",
     "hardest_examples",

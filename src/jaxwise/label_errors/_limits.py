@@ -55,5 +55,5 @@ def check_memory(n: int, classes: int, width: int | None, repeats: int, models: 
         raise ValueError(
             f"`num_classes`={classes:,} with {n:,} rows and {models} fold models needs about "
             f"{need / 2**30:,.1f} GiB (limit {MEMORY_LIMIT / 2**30:.0f} GiB): pass fewer classes "
-            "(the labels' own count), fewer `repeats`, or fewer rows"
+            "(the labels' own count), fewer repeats (`Folds.n_repeats`), or fewer rows"
         )

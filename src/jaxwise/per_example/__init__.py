@@ -7,7 +7,8 @@ whose leaves share a leading example axis; ``loss`` receives one example, that a
 removed. Everything here maps ``loss`` over that axis with ``in_axes=(None, 0)`` — never
 the default ``in_axes=0``, which silently maps the parameters too when their leading
 dimension happens to equal the batch size. Label-error ranking by gradient norm lives in
-`jaxwise.label_errors` (`hardest_examples`, `find_label_errors(method="gradnorm")`).
+`jaxwise.label_errors` (`hardest_examples`, `find_label_errors` with
+``Scoring(method="gradnorm")``).
 
 Methods (``method=``):
 
