@@ -146,10 +146,13 @@ class DataPosition:
 
     @classmethod
     def start(
-        cls, batches: Iterable[Any], resume: Resume | None, default_first: int
+        cls, batches: Iterable[Any], resume: Resume | None, default_first: int, saving: bool = True
     ) -> DataPosition:
-        """The position of ``batches``, moved to ``resume``'s saved one when it has one."""
-        print_ = fingerprint(batches)
+        """The position of ``batches``, moved to ``resume``'s saved one when it has one.
+
+        The data's fingerprint is taken when it is saved (``saving``) or checked (``resume``).
+        """
+        print_ = fingerprint(batches) if saving or resume is not None else None
         iterator = iter(batches)  # a grain DataLoader gives its stateful iterator
         stateful = isinstance(iterator, StatefulIterator)
         if resume is None:

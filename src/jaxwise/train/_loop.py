@@ -315,7 +315,8 @@ def fit(
     _check(program, state, batches, steps, prefetch)
     roles = plan(callbacks)
     total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
-    position = DataPosition.start(batches, roles.resume, int(state.step))
+    saving = roles.checkpointing is not None
+    position = DataPosition.start(batches, roles.resume, int(state.step), saving)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_raises(Terminated, only_default=True))
