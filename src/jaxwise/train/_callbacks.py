@@ -170,8 +170,8 @@ class Resume:
 
     Attributes:
         metadata: the checkpoint's metadata (its ``"fit"`` entry is what `fit` reads).
-        positioned: the caller positioned ``batches`` already: `fit` neither moves nor checks
-            them, and only continues the batch count.
+        positioned: the caller positioned ``batches`` already: `fit` does not move them (nor
+            warn); it continues the batch count and still compares the data's fingerprint.
 
     Raises:
         TypeError: ``metadata`` is not a mapping.
@@ -229,7 +229,7 @@ def plan(callbacks: Any) -> Plan:
         raise TypeError(f"`callbacks` must be a list, got {type(callbacks).__name__}")
     found: dict[str, Any] = {"functions": [], "logging": []}
     for i, callback in enumerate(callbacks):
-        role = _ONE.get(type(callback))
+        role = next((name for kind, name in _ONE.items() if isinstance(callback, kind)), None)
         if role is not None:
             if role in found:
                 raise ValueError(
