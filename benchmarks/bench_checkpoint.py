@@ -32,7 +32,7 @@ from common import QUICK, fmt_time, main_guard, table, write_section
 from jaxwise import numerics, optim
 from jaxwise.checkpoint import Checkpointer, _checkpointer, _native
 from jaxwise.models import from_nnx, init_mlp
-from jaxwise.train import TrainState, fit, make_train_step
+from jaxwise.train import Checkpointing, TrainState, fit, make_train_step
 
 STEPS = 200 if QUICK else 600
 EVERY = 100
@@ -116,12 +116,12 @@ def fit_table(root: Path) -> str:
     y = rng.integers(0, 10, size=(STEPS, CNN_BATCH)).astype(np.int32)
     data = [(x[i], y[i]) for i in range(STEPS)]
     fresh = lambda: TrainState.create(model.params, tx, 0)  # noqa: E731
-    fit(step, fresh(), data[:3], progress=False)  # compile outside the timings
+    fit(step, fresh(), data[:3])  # compile outside the timings
 
     def run_fit(kwargs, orbax=False):
         def go(i):
             if kwargs is None:
-                fit(step, fresh(), data, progress=False)
+                fit(step, fresh(), data)
                 return
             with contextlib.ExitStack() as stack:
                 if orbax:
@@ -129,7 +129,7 @@ def fit_table(root: Path) -> str:
                 directory = root / f"fit-{i}-{len(kwargs)}-{orbax}"
                 ck = Checkpointer(directory, keep=3, **kwargs)
             with ck:
-                fit(step, fresh(), data, checkpointer=ck, checkpoint_every=EVERY)
+                fit(step, fresh(), data, callbacks=[Checkpointing(ck, every=EVERY)])
 
         return go
 

@@ -17,7 +17,7 @@ import numpy as np
 from jaxwise import optim
 from jaxwise.metrics import TensorBoardWriter
 from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.train import TrainState, fit, make_train_step
+from jaxwise.train import MetricLogging, TrainState, fit, make_train_step
 
 STEPS, BATCH = 300, 256
 REPEATS = int(os.environ.get("REPEATS", "9"))
@@ -37,7 +37,7 @@ def run(with_tb: bool) -> tuple[float, float]:
     state = TrainState.create(init_mlp(jax.random.key(0), (256, 512, 512, 1)), tx, 0)
     writers = [TensorBoardWriter(tempfile.mkdtemp())] if with_tb else []
     t0, c0 = time.perf_counter(), time.process_time()
-    state, _ = fit(step, state, data, writers=writers)
+    state, _ = fit(step, state, data, callbacks=[MetricLogging(writers)])
     jax.block_until_ready(state)
     dt, dc = time.perf_counter() - t0, time.process_time() - c0
     for w in writers:

@@ -1,7 +1,7 @@
 """A grain input pipeline (shuffle, map, batch, shard by process) whose position is checkpointed.
 
 `train.fit` saves the grain iterator's state in each checkpoint's metadata beside the
-`TrainState`; a run stopped after any checkpoint and resumed from it (`resume_from=` the
+`TrainState`; a run stopped after any checkpoint and resumed from it (`Resume` with the
 checkpoint's metadata) sees exactly the batches an uninterrupted run sees, so its final
 parameters are bit-identical. Metrics go to `metrics.jsonl` and TensorBoard event files.
 """
@@ -18,7 +18,14 @@ import numpy as np
 from jaxwise import optim
 from jaxwise.checkpoint import Checkpointer, latest_step, load_metadata, restore
 from jaxwise.metrics import JsonlWriter, TensorBoardWriter
-from jaxwise.train import TrainState, fit, make_train_step
+from jaxwise.train import (
+    Checkpointing,
+    MetricLogging,
+    Resume,
+    TrainState,
+    fit,
+    make_train_step,
+)
 
 ROWS, FEATURES, BATCH, EPOCHS = 512, 8, 32, 3
 TRUE_W = np.linspace(-1.0, 1.0, FEATURES, dtype=np.float32)
@@ -52,23 +59,14 @@ def train(directory: Path, *, steps: int | None = None, checkpointer=None) -> Tr
     tx = optim.adam(0.05)
     state = TrainState.create({"w": jnp.zeros(FEATURES)}, tx, jax.random.key(0))
     ckpt = checkpointer or Checkpointer(directory / "checkpoint", keep=2)
-    resume_from = None
+    writers = [JsonlWriter(directory / "metrics.jsonl"), TensorBoardWriter(directory / "tb")]
+    callbacks = [Checkpointing(ckpt, every=4), MetricLogging(writers)]
     last = latest_step(directory / "checkpoint")
     if last is not None:  # resume: the state and the pipeline's position of that step
         state = restore(directory / "checkpoint", state, last)
-        resume_from = load_metadata(directory / "checkpoint", last)
-    writers = [JsonlWriter(directory / "metrics.jsonl"), TensorBoardWriter(directory / "tb")]
+        callbacks.append(Resume(load_metadata(directory / "checkpoint", last)))
     try:
-        state, _ = fit(
-            make_train_step(loss),
-            state,
-            pipeline(),
-            steps=steps,
-            checkpointer=ckpt,
-            checkpoint_every=4,
-            writers=writers,
-            resume_from=resume_from,
-        )
+        state, _ = fit(make_train_step(loss), state, pipeline(), steps=steps, callbacks=callbacks)
     finally:
         for w in writers:
             w.close()

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import traceback
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -609,12 +610,12 @@ TRAIN: list[Row] = [
         ValueError,
         "steps",
     ),
-    ("fit-step-str", lambda: train.fit("step", _state(), []), TypeError, "step"),  # pyright: ignore[reportArgumentType]
+    ("fit-program-str", lambda: train.fit("step", _state(), []), TypeError, "program"),  # pyright: ignore[reportArgumentType]
     (
-        "fit-every-no-dir",
-        lambda: train.fit(lambda s, b: (s, {}), _state(), [], checkpoint_every=2),
+        "fit-checkpointing-every-zero",
+        lambda: train.Checkpointing(types.SimpleNamespace(save=print), every=0),  # pyright: ignore[reportArgumentType]
         ValueError,
-        "checkpoint_every",
+        "every",
     ),
     (
         "loss-scale-nan",

@@ -1,5 +1,6 @@
 """Checkpoints: nesting kept, sharded restore, damage table, writer lock, orbax/Flax interop."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -47,12 +48,20 @@ def awkward_params(key):
     }
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class WideState(TrainState):
+    """A state with configuration of its own (a static field)."""
+
+    width: int = dataclasses.field(default=0, metadata=dict(static=True))
+
+
 def make_state(key, step=0, **static):
     model_state = {
         "bn.mean": jnp.full((4,), 0.5),
         "bn": {"mean": jnp.zeros(4), "count": jnp.asarray(3)},
     }
-    state = TrainState.create(
+    state = (WideState if static else TrainState).create(
         awkward_params(key), optim.adam(1e-3), jax.random.key(11), model_state=model_state, **static
     )
     return state.replace(step=jnp.asarray(step, jnp.int32))
@@ -81,7 +90,7 @@ def test_roundtrip_keeps_nesting_keys_model_state_and_metadata(tmp_path, key):
     assert restored.params["enc.w"].tolist() != restored.params["enc"]["w"].tolist()
     assert meta == {"epoch": 2, "note": "dotted"} == load_metadata(tmp_path / "ck")
     assert latest_step(tmp_path / "ck") == 5
-    with pytest.raises(CheckpointError, match="static `config`"):
+    with pytest.raises(CheckpointError, match="static `width`"):
         restore(tmp_path / "ck", like=make_state(key, width=9))
 
 

@@ -79,7 +79,7 @@ def _regression():
 def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
     from jaxwise.checkpoint import Checkpointer, load_metadata
     from jaxwise.compilation import CompileBudget
-    from jaxwise.train import fit
+    from jaxwise.train import Checkpointing, fit
 
     step, state, batches = _regression()
     seen, meta = [], {"note": 0}
@@ -95,10 +95,8 @@ def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
         manual.append((float(m["loss"]), np.array(s.params["w"])))
     step, state, batches = _regression()
     with Checkpointer(tmp_path, async_save=True) as ck, CompileBudget(1, step, exact=True):
-        state, report = fit(
-            step, state, batches, callbacks=[watch], checkpointer=ck, checkpoint_every=3,
-            metadata=meta, prefetch=0,
-        )  # fmt: skip
+        saving = Checkpointing(ck, every=3, metadata=meta)
+        state, report = fit(step, state, batches, prefetch=0, callbacks=[watch, saving])
     assert report.steps == 4 and int(state.step) == 4 and report.checkpoints == (3, 4)
     assert [(b, s) for b, s, _, _ in seen] == [(1, 1), (2, 2), (3, 3), (4, 4)]
     for (_, _, loss, w), (want_loss, want_w) in zip(seen, manual):
@@ -122,8 +120,8 @@ def test_without_callbacks_fit_is_unchanged_by_them():
 @pytest.mark.parametrize(
     ("callbacks", "message"),
     [
-        (lambda s, b, m: None, "`callbacks` must be a list of callables, got function"),
-        ([3], r"`callbacks\[0\]` must be callable as callback\(state, batch, scalars\), got int"),
+        (lambda s, b, m: None, "`callbacks` must be a list, got function"),
+        ([3], r"`callbacks\[0\]` must be callable as callback\(state, batch, scalars\), or a"),
     ],
 )
 def test_fit_names_a_bad_callback(callbacks, message):

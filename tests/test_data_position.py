@@ -9,6 +9,7 @@ import base64
 import numpy as np
 import pytest
 
+from jaxwise.train import Resume, ResumeError
 from jaxwise.train._data_state import DataPosition
 
 grain = pytest.importorskip("grain")
@@ -42,7 +43,7 @@ def _saved_after(batches, n):
         if isinstance(state, bytes)
         else {"json": state}
     )
-    return {"fit": {"batches": n, "data": data}}
+    return Resume({"fit": {"batches": n, "data": data}})
 
 
 @pytest.mark.parametrize(
@@ -51,9 +52,9 @@ def _saved_after(batches, n):
 )
 def test_a_position_of_another_kind_of_pipeline_is_refused_by_name(saved_by, resumed_with, found):
     saved = _saved_after(saved_by(), 2)
-    with pytest.raises(ValueError, match="another kind of pipeline") as err:
+    with pytest.raises(ResumeError, match="another kind of pipeline") as err:
         DataPosition.start(resumed_with(), saved, 0)
-    assert found in str(err.value) and "`resume_from`" in str(err.value)
+    assert found in str(err.value) and "`Resume`" in str(err.value)
 
 
 @pytest.mark.parametrize("make", [_dataset, _loader])
@@ -64,6 +65,6 @@ def test_the_same_pipeline_resumes_at_its_position(make):
 
 
 def test_a_position_grain_rejects_is_reported_by_name():
-    saved = {"fit": {"batches": 2, "data": {"json": {"next_index": "two"}}}}
-    with pytest.raises(ValueError, match="set_state failed"):
+    saved = Resume({"fit": {"batches": 2, "data": {"json": {"next_index": "two"}}}})
+    with pytest.raises(ResumeError, match="set_state failed"):
         DataPosition.start(_dataset(), saved, 0)

@@ -30,6 +30,7 @@ OLD_BASES: dict[str, type[Exception]] = {
     "jaxwise.per_example._graph.Unsupported": Exception,
     "jaxwise.privacy.PairingError": ValueError,  # new this round: a ValueError from the start
     "jaxwise.train.DonationError": ValueError,
+    "jaxwise.train.ResumeError": ValueError,  # the resume refusals were ValueErrors
 }
 
 

@@ -32,7 +32,7 @@ SCRIPT = textwrap.dedent(
 
     import jax, jax.numpy as jnp, numpy as np
     from jaxwise import optim
-    from jaxwise.train import TrainState, fit, make_train_epoch, make_train_step
+    from jaxwise.train import ProgressBar, TrainState, fit, make_train_epoch, make_train_step
 
     def loss(params, batch):
         x, y = batch
@@ -73,8 +73,8 @@ SCRIPT = textwrap.dedent(
     out["checkpoint.save"] = error(lambda: checkpoint.save(directory, state))
     out["checkpoint.Checkpointer"] = error(lambda: checkpoint.Checkpointer(directory))
     out["checkpoint.restore"] = error(lambda: checkpoint.restore(directory, like=state))
-    out["fit(progress=True)"] = error(
-        lambda: fit(make_train_step(loss), state, [(x, y)], progress=True)
+    out["fit ProgressBar"] = error(
+        lambda: fit(make_train_step(loss), state, [(x, y)], callbacks=[ProgressBar()])
     )
     out["privacy.epsilon"] = error(
         lambda: privacy.epsilon(noise_multiplier=1.0, sample_rate=0.01, steps=10, delta=1e-5)
@@ -101,7 +101,7 @@ FEATURES = {
     "checkpoint.save": "checkpoint",
     "checkpoint.Checkpointer": "checkpoint",
     "checkpoint.restore": "checkpoint",
-    "fit(progress=True)": "cli",
+    "fit ProgressBar": "cli",
     "privacy.epsilon": "privacy",
     "models.from_nnx": "flax",
     "models.from_linen": "flax",

@@ -13,7 +13,7 @@ import pytest
 from jaxwise import optim
 from jaxwise.checkpoint import Checkpointer, CheckpointError, latest_step, restore
 from jaxwise.compilation import CompileBudget
-from jaxwise.train import TrainState, fit, make_train_step
+from jaxwise.train import Checkpointing, TrainState, fit, make_train_step
 from jaxwise.tree import host_copy
 
 
@@ -102,9 +102,7 @@ def test_async_fit_checkpoints_restore_exactly_the_states_at_those_steps(tmp_pat
                 recording(step, seen),
                 new_state(tx),
                 host_batches(23),
-                checkpointer=writer,
-                checkpoint_every=5,
-                progress=False,
+                callbacks=[Checkpointing(writer, every=5)],
             )
         assert (
             writer._queue is not None and not writer._queue.busy
@@ -169,9 +167,7 @@ def test_fit_raises_a_failed_async_save(tmp_path):
             make_train_step(loss),
             new_state(tx),
             host_batches(6),
-            checkpointer=writer,
-            checkpoint_every=2,
-            progress=False,
+            callbacks=[Checkpointing(writer, every=2)],
         )
     writer.close()
     assert latest_step(tmp_path / "ck") == 2
@@ -191,7 +187,7 @@ def test_an_exception_in_the_loop_first_finishes_the_save_in_flight(tmp_path):
         return step(state, batch)
 
     with pytest.raises(KeyboardInterrupt):
-        fit(interrupted, new_state(tx), host_batches(6), checkpointer=writer, checkpoint_every=2)
+        fit(interrupted, new_state(tx), host_batches(6), callbacks=[Checkpointing(writer, every=2)])
     assert gated.events == [("start", 2), ("end", 2)]  # finished before fit re-raised
     writer.close()
     assert latest_step(tmp_path / "ck") == 2
@@ -218,7 +214,7 @@ PRELUDE = """
     import jax.numpy as jnp, numpy as np
     from jaxwise import optim
     from jaxwise.checkpoint import Checkpointer, _checkpointer
-    from jaxwise.train import TrainState, fit, make_train_step
+    from jaxwise.train import Checkpointing, TrainState, fit, make_train_step
 
     _checkpointer.writes_natively = lambda: False  # gate orbax's writer (multi-process format)
 
@@ -268,7 +264,7 @@ def test_sigterm_during_fit_finishes_the_save_and_exits_143(tmp_path):
         return step(state, batch)
 
     writer = Checkpointer("ck")
-    fit(terminated, state, batches, checkpointer=writer, checkpoint_every=4)
+    fit(terminated, state, batches, callbacks=[Checkpointing(writer, every=4)])
     """,
         tmp_path,
     )

@@ -22,7 +22,16 @@ from test_metrics import tb_scalars
 from jaxwise import optim
 from jaxwise.checkpoint import Checkpointer, CheckpointWarning
 from jaxwise.metrics import JsonlWriter, TensorBoardWriter
-from jaxwise.train import StatefulIterator, TrainState, fit, make_train_step
+from jaxwise.train import (
+    Checkpointing,
+    MetricLogging,
+    Resume,
+    ResumeError,
+    StatefulIterator,
+    TrainState,
+    fit,
+    make_train_step,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -44,7 +53,8 @@ def test_writers_get_every_step_as_the_report(tmp_path):
     tx = optim.adam(0.1)
     state = TrainState.create({"w": jnp.zeros(gp.FEATURES)}, tx, 0)
     writers = [JsonlWriter(tmp_path / "m.jsonl"), TensorBoardWriter(tmp_path / "tb")]
-    _, report = fit(make_train_step(gp.loss), state, gp.pipeline(), steps=10, writers=writers)
+    logging = MetricLogging(writers)
+    _, report = fit(make_train_step(gp.loss), state, gp.pipeline(), steps=10, callbacks=[logging])
     for w in writers:
         w.close()
     expected = [(i + 1, float(v)) for i, v in enumerate(report.losses)]
@@ -59,7 +69,8 @@ def test_log_every(tmp_path):
     tx = optim.adam(0.1)
     state = TrainState.create({"w": jnp.zeros(gp.FEATURES)}, tx, 0)
     with JsonlWriter(tmp_path / "m.jsonl") as w:
-        fit(make_train_step(gp.loss), state, gp.pipeline(), steps=10, writers=[w], log_every=3)
+        logging = MetricLogging([w], every=3)
+        fit(make_train_step(gp.loss), state, gp.pipeline(), steps=10, callbacks=[logging])
     assert [s for s, _ in jsonl_steps(tmp_path / "m.jsonl")] == [3, 6, 9]
 
 
@@ -92,14 +103,16 @@ def test_grain_loader_state_is_bytes_and_round_trips(tmp_path):
     def run(steps, ckpt_dir, resume=None, state=None):
         state = state or TrainState.create({"w": jnp.ones(2)}, tx, 0)
         with Checkpointer(ckpt_dir) as ckpt:
-            return fit(step, state, loader, steps=steps, checkpointer=ckpt, resume_from=resume)
+            callbacks = [Checkpointing(ckpt), *([Resume(resume)] if resume else [])]
+            return fit(step, state, loader, steps=steps, callbacks=callbacks)
 
     full, _ = run(None, tmp_path / "a")
     part, _ = run(3, tmp_path / "b")
     from jaxwise.checkpoint import load_metadata
 
     meta = load_metadata(tmp_path / "b")
-    assert set(meta["fit"]) == {"batches", "data"} and "bytes" in meta["fit"]["data"]
+    assert set(meta["fit"]) == {"batches", "data", "fingerprint"} and "bytes" in meta["fit"]["data"]
+    assert meta["fit"]["fingerprint"]["sources"][0]["length"] == 32  # the loader's source
     assert meta["fit"]["batches"] == 3
     resumed, report = run(None, tmp_path / "c", meta, part)
     assert report.steps == 5
@@ -112,19 +125,43 @@ def test_resume_errors(tmp_path):
     step = make_train_step(gp.loss)
     batch = next(iter(gp.pipeline()))
     saved = {"fit": {"batches": 4, "data": {"json": {"next_index": 4}}}}
-    with pytest.raises(ValueError, match="has no `get_state`/`set_state`"):
-        fit(step, state, [batch] * 3, resume_from=saved)
+    with pytest.raises(ResumeError, match="has no `get_state`/`set_state`"):
+        fit(step, state, [batch] * 3, callbacks=[Resume(saved)])
     assert isinstance(iter(gp.pipeline()), StatefulIterator)
-    with pytest.raises(ValueError, match="holds no data position"):
-        fit(step, state, gp.pipeline(), resume_from={"fit": {"batches": 4}})
-    with pytest.raises(TypeError, match="`resume_from` must be the checkpoint's metadata"):
-        fit(step, state, gp.pipeline(), resume_from=[1])  # type: ignore[arg-type]
+    with pytest.raises(ResumeError, match="holds no data position"):
+        fit(step, state, gp.pipeline(), callbacks=[Resume({"fit": {"batches": 4}})])
+    with pytest.raises(TypeError, match="`metadata` must be the checkpoint's metadata"):
+        Resume([1])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`writers\[0\]` must be a jaxwise.metrics.MetricWriter"):
-        fit(step, state, [batch], writers=[print])  # type: ignore[list-item]
+        MetricLogging([print])  # type: ignore[list-item]
     with pytest.raises(TypeError, match="`writers` must be a list"):
-        fit(step, state, [batch], writers=JsonlWriter(tmp_path / "m"))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="`log_every`"):
-        fit(step, state, [batch], log_every=0)
+        MetricLogging(JsonlWriter(tmp_path / "m"))  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="`every`"):
+        MetricLogging([], every=0)
+
+
+def test_a_grain_run_resumed_over_other_rows_is_refused_by_name(tmp_path):
+    """256 rows saved, 200 rows given to the resume: refused, not continued silently."""
+    import grain
+
+    def pipeline(rows):
+        x = np.random.default_rng(0).normal(size=(rows, gp.FEATURES)).astype(np.float32)
+        ds = grain.MapDataset.source([(xi, np.float32(xi @ gp.TRUE_W)) for xi in x])
+        return ds.shuffle(seed=0).batch(32, drop_remainder=True).to_iter_dataset()
+
+    tx = optim.adam(0.1)
+    step = make_train_step(gp.loss)
+    with Checkpointer(tmp_path / "ck") as ckpt:
+        fresh = TrainState.create({"w": jnp.zeros(gp.FEATURES)}, tx, 0)
+        state, _ = fit(step, fresh, pipeline(256), steps=3, callbacks=[Checkpointing(ckpt)])
+    from jaxwise.checkpoint import load_metadata
+
+    saved = load_metadata(tmp_path / "ck")
+    assert saved["fit"]["fingerprint"]["sources"][0]["length"] == 256
+    with pytest.raises(ResumeError, match=r"length 256 \(now 200\)"):
+        fit(step, state, pipeline(200), callbacks=[Resume(saved)])
+    _, report = fit(step, state, pipeline(256), callbacks=[Resume(saved)])
+    assert report.steps == 8 - 3  # the same rows: continued after the 3 batches trained
 
 
 KILLED = textwrap.dedent(

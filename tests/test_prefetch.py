@@ -15,7 +15,7 @@ from jaxwise.checkpoint import Checkpointer, latest_step, load_metadata, restore
 from jaxwise.compilation import CompileCounter
 from jaxwise.data import prefetch_to_device
 from jaxwise.sharding import data_mesh
-from jaxwise.train import TrainState, fit, make_train_step
+from jaxwise.train import Checkpointing, ProgressBar, TrainState, fit, make_train_step
 
 
 def loss_fn(params, batch):
@@ -152,7 +152,7 @@ def test_fit_compiles_once_counts_skipped_steps_and_matches_a_manual_loop():
     tx = optim.adam(0.05)
     step = make_train_step(loss_fn)
     with CompileCounter(step) as counter:
-        state, report = fit(step, new_state(tx), host_batches(30, nan_at=4), progress=False)
+        state, report = fit(step, new_state(tx), host_batches(30, nan_at=4))
     assert counter.count == 1
     assert report.steps == 30 and report.skipped == 1 and int(state.step) == 29
     assert np.isnan(report.losses[4]) and report.losses[-1] < report.losses[0]
@@ -168,9 +168,9 @@ def test_fit_on_a_mesh_uses_the_prefetched_sharded_batches():
     mesh = data_mesh(mesh_devices(4))
     step = make_train_step(loss_fn, mesh=mesh)
     with CompileCounter(step) as counter:
-        state, report = fit(step, new_state(tx), host_batches(12), progress=False)
+        state, report = fit(step, new_state(tx), host_batches(12))
     assert counter.count == 1 and report.steps == 12
-    single, _ = fit(make_train_step(loss_fn), new_state(tx), host_batches(12), progress=False)
+    single, _ = fit(make_train_step(loss_fn), new_state(tx), host_batches(12))
     np.testing.assert_allclose(
         np.asarray(state.params["w"]), np.asarray(single.params["w"]), rtol=1e-5
     )
@@ -185,22 +185,19 @@ def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
             step,
             new_state(tx),
             host_batches(10),
-            checkpointer=checkpointer,
-            checkpoint_every=4,
-            metadata={"run": "a"},
-            progress=False,
+            callbacks=[Checkpointing(checkpointer, every=4, metadata={"run": "a"})],
         )
     assert report.checkpoints == (4, 8, 10) and latest_step(ck) == 10
     assert load_metadata(ck, step=4) == {"run": "a", "fit": {"batches": 4}}  # fit keeps its count
 
-    straight, _ = fit(step, new_state(tx), host_batches(16), progress=False)
+    straight, _ = fit(step, new_state(tx), host_batches(16))
     batches = host_batches(16)
     with Checkpointer(tmp_path / "r") as checkpointer:
         first, _ = fit(
-            step, new_state(tx), batches, steps=7, checkpointer=checkpointer, progress=False
+            step, new_state(tx), batches, steps=7, callbacks=[Checkpointing(checkpointer)]
         )
     resumed = restore(tmp_path / "r", like=new_state(tx))
-    resumed, report = fit(step, resumed, batches, progress=False)
+    resumed, report = fit(step, resumed, batches)
     assert report.steps == 9 and int(resumed.step) == 16
     np.testing.assert_array_equal(np.asarray(resumed.params["w"]), np.asarray(straight.params["w"]))
 
@@ -212,10 +209,15 @@ def test_fit_progress_bar_shows_loss_and_skipped(capsys):
         new_state(tx),
         host_batches(5, nan_at=1),
         steps=3,
-        progress=True,
+        callbacks=[ProgressBar()],
     )
     err = capsys.readouterr().err
     assert "train" in err and "3/3" in err and "skipped 1" in err
+
+
+class _Keep:
+    def save(self, state, metadata=None):
+        pass
 
 
 def test_fit_bad_arguments(tmp_path):
@@ -223,14 +225,16 @@ def test_fit_bad_arguments(tmp_path):
     step = make_train_step(loss_fn)
     with pytest.raises(TypeError, match="`state` must be a TrainState"):
         fit(step, {"w": 1}, [])  # pyright: ignore[reportArgumentType]
-    with pytest.raises(TypeError, match="`step` must be callable"):
+    with pytest.raises(TypeError, match="`program` must be callable"):
         fit(3, new_state(tx), [])  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="`steps` must be >= 1"):
         fit(step, new_state(tx), [], steps=0)
-    with pytest.raises(ValueError, match="`checkpoint_every` needs `checkpointer`"):
-        fit(step, new_state(tx), [], checkpoint_every=2)
+    with pytest.raises(ValueError, match="`every` must be >= 1"):
+        Checkpointing(_Keep(), every=0)
     with pytest.raises(TypeError, match="`checkpointer` must be a jaxwise.checkpoint.Checkpointer"):
-        fit(step, new_state(tx), [], checkpointer=str(tmp_path))  # pyright: ignore[reportArgumentType]
+        Checkpointing(str(tmp_path))  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match="a second Checkpointing"):
+        fit(step, new_state(tx), [], callbacks=[ProgressBar(), *[Checkpointing(_Keep())] * 2])
     with pytest.raises(TypeError, match="`batches` must be an iterable"):
         fit(step, new_state(tx), 5)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="`prefetch` must be >= 0"):

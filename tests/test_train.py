@@ -104,7 +104,7 @@ def test_create_validation(key):
     with pytest.raises(TypeError, match="key"):
         TrainState.create(init_params(key), optim.sgd(0.1), "seed")  # pyright: ignore[reportArgumentType]  # bad input on purpose
     with pytest.raises(TypeError, match="hashable"):
-        TrainState.create(init_params(key), optim.sgd(0.1), 0, layers=[1, 2])
+        SizedState.create(init_params(key), optim.sgd(0.1), 0, hidden=[1, 2])
     with pytest.raises(ValueError, match="no array leaves"):
         TrainState.create({}, optim.sgd(0.1), 0)
     raw = TrainState.create(init_params(key), optim.sgd(0.1), jax.random.PRNGKey(3))
@@ -115,10 +115,11 @@ def test_static_field_change_recompiles_exactly_once_more(setup):
     tx, state, (x, y) = setup
     batch = (x[:32], y[:32])
     step = make_train_step(loss_fn)
+    state = SizedState(**vars(state))  # a subclass with a static field, `hidden`
     with CompileBudget(2, step, exact=True) as budget:
         state, _ = step(state, batch)
         state, _ = step(state, batch)
-        state = dataclasses.replace(state, config=(("dropout", 0.1),))
+        state = dataclasses.replace(state, hidden=(8,))
         state, _ = step(state, batch)
         state, _ = step(state, batch)
     explanation = budget.records[1].explanation
@@ -321,15 +322,24 @@ def test_has_aux_and_with_key(setup):
 # ---------------------------------------------------------------------------
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class SizedState(TrainState):
+    """Configuration as a static field of a subclass (``TrainState`` has no ``config``)."""
+
+    hidden: tuple[int, ...] = dataclasses.field(default=(), metadata=dict(static=True))
+
+
 def test_checkpoint_roundtrip_with_typed_key_and_static(tmp_path, key):
     tx = optim.adam(1e-3)
-    state = TrainState.create(init_params(key), tx, jax.random.key(5), hidden=(16,))
+    state = SizedState.create(init_params(key), tx, jax.random.key(5), hidden=(16,))
     save(tmp_path / "ck", state, {"epoch": 3, "note": "hello"})
     restored = restore(tmp_path / "ck", like=state)
     for a, b in zip(jax.tree.leaves(host_copy(restored)), jax.tree.leaves(host_copy(state))):
         assert a.tobytes() == b.tobytes()
     assert jnp.issubdtype(restored.key.dtype, jax.dtypes.prng_key)
-    assert restored.config == state.config and type_signature(restored) == type_signature(state)
+    assert restored.hidden == state.hidden == (16,)
+    assert type_signature(restored) == type_signature(state)
     assert load_metadata(tmp_path / "ck") == {"epoch": 3, "note": "hello"}
     assert latest_step(tmp_path / "ck") == 0
     with pytest.raises(CheckpointError, match="already exists"):
@@ -338,19 +348,19 @@ def test_checkpoint_roundtrip_with_typed_key_and_static(tmp_path, key):
 
 def test_restore_errors_name_the_problem(tmp_path, key):
     tx = optim.adam(1e-3)
-    state = TrainState.create(init_params(key), tx, 0, hidden=(16,))
+    state = SizedState.create(init_params(key), tx, 0, hidden=(16,))
     save(tmp_path / "ck", state)
-    other = TrainState.create(init_params(key, sizes=(4, 8, 3)), tx, 0, hidden=(16,))
+    other = SizedState.create(init_params(key, sizes=(4, 8, 3)), tx, 0, hidden=(16,))
     with pytest.raises(
         CheckpointError,
         match=r"at `params.dense_0.b`: checkpoint float32\[16\], `like` float32\[8\]",
     ):
         restore(tmp_path / "ck", like=other)
-    renamed = TrainState.create({"layer": init_params(key)["dense_0"]}, tx, 0, hidden=(16,))
+    renamed = SizedState.create({"layer": init_params(key)["dense_0"]}, tx, 0, hidden=(16,))
     with pytest.raises(CheckpointError, match="first differing path"):
         restore(tmp_path / "ck", like=renamed)
-    with pytest.raises(CheckpointError, match="static `config`"):
-        restore(tmp_path / "ck", like=TrainState.create(init_params(key), tx, 0, hidden=(32,)))
+    with pytest.raises(CheckpointError, match="static `hidden`"):
+        restore(tmp_path / "ck", like=SizedState.create(init_params(key), tx, 0, hidden=(32,)))
     with pytest.raises(CheckpointError, match="no checkpoint directory"):
         restore(tmp_path / "missing", like=state)
     with pytest.raises(CheckpointError, match="no checkpoint for step 9"):
@@ -913,3 +923,17 @@ def test_create_compiles_one_program_for_any_number_of_states(key):
     assert counter.count == 1
     assert all(s.params["dense_0"]["w"] is not params["dense_0"]["w"] for s in states)
     assert all(not s.model_state["mean"].is_deleted() for s in states)
+
+
+def test_configuration_is_a_static_field_of_a_subclass(key):
+    tx = optim.adam(1e-3)
+    with pytest.raises(TypeError, match=r"`depth` is not a static field of TrainState"):
+        TrainState.create(init_params(key), tx, 0, depth=2)
+    assert len(dataclasses.fields(TrainState)) == 7  # the contract's limit
+    from jaxwise.checkpoint import CheckpointError
+    from jaxwise.checkpoint._leaves import check_static
+
+    state = TrainState.create(init_params(key), tx, 0)
+    check_static({"static": {"config": []}}, state)  # a checkpoint of an older TrainState
+    with pytest.raises(CheckpointError, match="static `config`"):
+        check_static({"static": {"config": [["depth", 2]]}}, state)

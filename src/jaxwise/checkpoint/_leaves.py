@@ -3,7 +3,7 @@
 Any pytree of arrays is saved (a `jaxwise.train.TrainState`, a Flax NNX ``nnx.State``, an
 Equinox model's arrays from ``eqx.partition``, a dict): each leaf is one row of the table
 (its dotted name, its key path, shape, dtype, and how it is stored: typed PRNG keys as
-their raw ``uint32`` key data). A dataclass's static fields (``TrainState``'s ``config``)
+their raw ``uint32`` key data). A dataclass's static fields (a ``TrainState`` subclass's)
 are recorded too, so that a checkpoint refuses a target built with another configuration.
 """
 
@@ -132,7 +132,9 @@ def jsonable_static(tree: Any) -> dict[str, Any]:
 
 def check_static(doc: Mapping[str, Any], like: Any) -> None:
     """``CheckpointError`` when the stored static fields differ from ``like``'s."""
-    saved, current = doc.get("static", {}), jsonable_static(like)
+    saved, current = dict(doc.get("static", {})), jsonable_static(like)
+    if saved.get("config") == [] and "config" not in current:
+        del saved["config"]  # the empty `config` field TrainState had until this release
     for name in sorted(set(saved) | set(current)):
         if saved.get(name) != current.get(name):
             raise CheckpointError(

@@ -32,6 +32,7 @@ from jaxwise.jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests,
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
 from jaxwise.models import mlp_apply
+from jaxwise.train import MetricLogging
 from jaxwise.train import fit as train_fit
 from jaxwise.tree import param_table
 
@@ -274,8 +275,7 @@ def fit(run: _Run) -> None:
             itertools.repeat(run.fit_data),
             steps=cfg.epochs,
             prefetch=0,
-            writers=_writers(run, stack),
-            callbacks=[Progress(advance)],
+            callbacks=[Progress(advance), MetricLogging(_writers(run, stack))],
         )
     run.train_seconds = report.seconds
     run.skipped = report.skipped

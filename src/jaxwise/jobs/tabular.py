@@ -47,7 +47,7 @@ from jaxwise.jobs._fitting import (
 from jaxwise.jobs._outputs import SUMMARY, atomic_write, hold_for_tests, write_summary
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.jobs._prepare import Prepared, TabularConfig, prepare, run_dir
-from jaxwise.train import FitReport, TrainState
+from jaxwise.train import Checkpointing, FitReport, MetricLogging, Resume, TrainState
 from jaxwise.train import fit as train_fit
 
 __all__ = ["Prepared", "TabularConfig", "fit", "prepare", "run_dir", "run_train"]
@@ -411,22 +411,13 @@ def _epochs(
         callbacks: list[Any] = [EpochCount(meta), Progress(stack.enter_context(bar))]
         if cfg.early_stopping is not None:
             callbacks.append(EarlyStopping(cfg.early_stopping, meta, best.save))
-        writers = [log, *_log_writers(prep, stack)]
-        saver = None
+        callbacks += [MetricLogging([log, *_log_writers(prep, stack)]), Resume.after(first)]
         if ckpt is not None:
             saver = stack.enter_context(Checkpointer(ckpt, run_id=_run_id(prep)))
+            callbacks.append(Checkpointing(saver, every=cfg.checkpoint_every, metadata=meta))
+        repeated = itertools.repeat(step.train_data)  # one epoch program per batch
         return train_fit(
-            step,
-            state,
-            itertools.repeat(step.train_data),
-            steps=last_epoch - first,
-            checkpointer=saver,
-            checkpoint_every=cfg.checkpoint_every if saver is not None else None,
-            metadata=meta,
-            prefetch=0,
-            writers=writers,
-            resume_from={"fit": {"batches": first}},
-            callbacks=callbacks,
+            step, state, repeated, steps=last_epoch - first, prefetch=0, callbacks=callbacks
         )
 
 

@@ -39,13 +39,26 @@ from jaxwise.train._gradient import (
     mixed_precision,
     value_and_grad,
 )
-from jaxwise.train._loop import FitCallback, FitReport, StatefulIterator, Terminated, fit
+from jaxwise.train._loop import (
+    Checkpointing,
+    FitCallback,
+    FitReport,
+    MetricLogging,
+    ProgressBar,
+    Resume,
+    ResumeError,
+    ResumeWarning,
+    StatefulIterator,
+    Terminated,
+    fit,
+)
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
 from jaxwise.train._sampler import Sampler, ShuffleSampler
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.train._step import TrainStep, make_step, make_train_step
 
 __all__ = [
+    "Checkpointing",
     "DonationError",
     "DynamicLossScale",
     "FitCallback",
@@ -53,9 +66,14 @@ __all__ = [
     "GradientFn",
     "Gradients",
     "LossScaleState",
+    "MetricLogging",
     "MixedPrecision",
     "PrivacyClaim",
+    "ProgressBar",
     "Requirements",
+    "Resume",
+    "ResumeError",
+    "ResumeWarning",
     "Sampler",
     "ShuffleSampler",
     "StatefulIterator",

@@ -5,12 +5,32 @@ from __future__ import annotations
 import base64
 import collections
 import itertools
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from jaxwise._checks import is_int
+from jaxwise._errors import JaxwiseError
+from jaxwise.train._fingerprint import fingerprint, mismatch
 
-__all__ = ["DataPosition", "StatefulIterator"]
+if TYPE_CHECKING:
+    from jaxwise.train._callbacks import Resume
+
+__all__ = ["DataPosition", "ResumeError", "ResumeWarning", "StatefulIterator"]
+
+
+class ResumeError(JaxwiseError, ValueError):
+    """`fit` cannot continue the saved run over these ``batches`` (another pipeline's
+    position, other data than the run that saved the checkpoint, a list too short)."""
+
+    __module__ = "jaxwise.train"
+
+
+class ResumeWarning(UserWarning):
+    """`fit` resumes over a plain iterator it cannot move to the saved position: the batches
+    restart at the iterator's own beginning unless the caller positioned it."""
+
+    __module__ = "jaxwise.train"
 
 
 @runtime_checkable
@@ -70,8 +90,8 @@ def _restore(iterator: Any, saved: Mapping[str, Any], batches: object) -> None:
     try:
         state = _decode(saved)
     except (KeyError, TypeError, ValueError):
-        raise ValueError(
-            "`resume_from` holds a data position jaxwise cannot read "
+        raise ResumeError(
+            "`Resume` holds a data position jaxwise cannot read "
             f"(metadata['fit']['data'] = {str(dict(saved))[:120]}): not one `fit` saved"
         ) from None
     fresh = iterator.get_state()
@@ -80,8 +100,8 @@ def _restore(iterator: Any, saved: Mapping[str, Any], batches: object) -> None:
         not isinstance(state, Mapping) or set(state) == set(fresh)
     )
     if not same:
-        raise ValueError(
-            f"`resume_from` holds the data position of another kind of pipeline "
+        raise ResumeError(
+            f"`Resume` holds the data position of another kind of pipeline "
             f"({_form(state)}{_keys(state)}) than `batches`, a {kind} whose position is "
             f"{_form(fresh)}{_keys(fresh)}: resume with the same kind of pipeline as the run "
             "that saved the checkpoint (a grain DataLoader's position fits only a DataLoader, "
@@ -90,8 +110,8 @@ def _restore(iterator: Any, saved: Mapping[str, Any], batches: object) -> None:
     try:
         iterator.set_state(state)
     except Exception as err:  # grain's own failure, deep in its internals
-        raise ValueError(
-            f"`resume_from`'s data position does not fit `batches`, a {kind}: its "
+        raise ResumeError(
+            f"`Resume`'s data position does not fit `batches`, a {kind}: its "
             f"set_state failed ({type(err).__name__}: {err}); resume with the same pipeline "
             "as the run that saved the checkpoint"
         ) from err
@@ -101,16 +121,8 @@ def _keys(state: Any) -> str:
     return f" with keys {sorted(map(str, state))}" if isinstance(state, Mapping) else ""
 
 
-def _first_batch(resume_from: Mapping[str, Any] | None, default: int) -> int:
-    if resume_from is None:
-        return default
-    if not isinstance(resume_from, Mapping):
-        raise TypeError(
-            "`resume_from` must be the checkpoint's metadata (a mapping, from "
-            f"checkpoint.load_metadata), got {type(resume_from).__name__}"
-        )
-    record = resume_from.get("fit", {})
-    batches = record.get("batches") if isinstance(record, Mapping) else None
+def _first_batch(record: Mapping[str, Any], default: int) -> int:
+    batches = record.get("batches")
     return int(batches) if batches is not None and is_int(batches) else default
 
 
@@ -122,47 +134,42 @@ class DataPosition:
     queued here, and ``consumed`` pops the one of the batch just dispatched.
     """
 
-    def __init__(self, iterator: Iterator[Any], first: int, stateful: bool) -> None:
+    def __init__(
+        self, iterator: Iterator[Any], first: int, stateful: bool, print_: dict[str, Any] | None
+    ) -> None:
         self.first = first
         self._iterator = iterator
         self._stateful = stateful
+        self._fingerprint = print_
         self._queued: collections.deque[Any] = collections.deque()
         self._current: Any = None
 
     @classmethod
     def start(
-        cls, batches: Iterable[Any], resume_from: Mapping[str, Any] | None, default_first: int
+        cls, batches: Iterable[Any], resume: Resume | None, default_first: int, saving: bool = True
     ) -> DataPosition:
-        """The position of ``batches``, moved to ``resume_from``'s saved one when it has one."""
-        first = _first_batch(resume_from, default_first)
+        """The position of ``batches``, moved to ``resume``'s saved one when it has one.
+
+        The data's fingerprint is taken when it is saved (``saving``) or checked (``resume``).
+        """
+        print_ = fingerprint(batches) if saving or resume is not None else None
         iterator = iter(batches)  # a grain DataLoader gives its stateful iterator
         stateful = isinstance(iterator, StatefulIterator)
-        record = (resume_from or {}).get("fit", {})
-        saved = record.get("data") if isinstance(record, Mapping) else None
-        if resume_from is not None and saved is not None and not stateful:
-            raise ValueError(
-                "`resume_from` holds a data position, but `batches` "
-                f"({type(batches).__name__}) has no `get_state`/`set_state` to restore it: "
-                "pass the same kind of stateful iterator (e.g. a grain DataLoader) as the run "
-                "that saved the checkpoint"
+        if resume is None:
+            return cls(iterator, default_first, stateful, print_)
+        record = resume.metadata.get("fit", {})
+        record = record if isinstance(record, Mapping) else {}
+        first = _first_batch(record, default_first)
+        different = mismatch(record.get("fingerprint"), print_)
+        if different:
+            raise ResumeError(
+                f"`Resume`'s data is not `batches`: the run that saved the checkpoint "
+                f"trained on {different}; resume over the same data (a fresh run needs no "
+                "`Resume`)"
             )
-        if resume_from is not None and stateful and saved is None:
-            raise ValueError(
-                "`batches` is a stateful iterator but `resume_from` holds no data position "
-                "(metadata['fit']['data']): the checkpoint was not saved by `fit` with this "
-                "iterator; restart the iterator yourself and pass `resume_from=None`"
-            )
-        if stateful and saved is not None:
-            _restore(iterator, saved, batches)
-        if resume_from is not None and isinstance(batches, Sequence) and first > 0:
-            # a list restarts where the checkpoint was taken, not at its batch 0
-            if first > len(batches):
-                raise ValueError(
-                    f"`resume_from` continues after batch {first}, but `batches` holds "
-                    f"{len(batches)}: pass the same batches as the run that saved it"
-                )
-            iterator = itertools.islice(batches, first, None)
-        return cls(iterator, first, stateful)
+        if not resume.positioned:
+            iterator = _positioned(iterator, batches, record.get("data"), first, stateful)
+        return cls(iterator, first, stateful, print_)
 
     @property
     def source(self) -> Iterable[Any]:
@@ -185,6 +192,48 @@ class DataPosition:
     def saved(self, batches: int) -> dict[str, Any]:
         """What a checkpoint records (``metadata["fit"]``) after ``batches`` batches."""
         record: dict[str, Any] = {"batches": batches}
+        if self._fingerprint:
+            record["fingerprint"] = self._fingerprint
         if self._stateful and self._current is not None:
             record["data"] = _encode(self._current)
         return record
+
+
+def _positioned(
+    iterator: Iterator[Any], batches: Iterable[Any], saved: Any, first: int, stateful: bool
+) -> Iterator[Any]:
+    """``iterator`` moved after the ``first`` batches trained (or refused, or warned about)."""
+    if saved is not None and not stateful:
+        raise ResumeError(
+            "`Resume` holds a data position, but `batches` "
+            f"({type(batches).__name__}) has no `get_state`/`set_state` to restore it: "
+            "pass the same kind of stateful iterator (e.g. a grain DataLoader) as the run "
+            "that saved the checkpoint"
+        )
+    if stateful and saved is None:
+        raise ResumeError(
+            "`batches` is a stateful iterator but `Resume` holds no data position "
+            "(metadata['fit']['data']): the checkpoint was not saved by `fit` with this "
+            "iterator; position the iterator yourself and pass Resume(..., positioned=True)"
+        )
+    if stateful and saved is not None:
+        _restore(iterator, saved, batches)
+    elif isinstance(batches, Sequence) and first > 0:
+        # a list restarts where the checkpoint was taken, not at its batch 0
+        if first > len(batches):
+            raise ResumeError(
+                f"`Resume` continues after batch {first}, but `batches` holds "
+                f"{len(batches)}: pass the same batches as the run that saved it"
+            )
+        return itertools.islice(batches, first, None)
+    elif first > 0 and not isinstance(batches, itertools.repeat):
+        warnings.warn(
+            f"`Resume` continues after batch {first}, but `batches` "
+            f"({type(batches).__name__}) is a plain iterator that fit cannot move there: it "
+            "starts at its own beginning, so the resumed run trains on other batches than an "
+            "uninterrupted one. Pass a list or a stateful iterator (a grain loader), or "
+            "position it yourself and say so with Resume(..., positioned=True)",
+            ResumeWarning,
+            stacklevel=4,
+        )
+    return iterator

@@ -7,8 +7,8 @@ import dataclasses
 import itertools
 import signal
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Iterable, Sequence, Sized
+from typing import Any
 
 import jax
 import numpy as np
@@ -17,48 +17,31 @@ from jaxwise._checks import check_callable, check_int
 from jaxwise._interrupt import sigterm_raises
 from jaxwise._prefetch import prefetch_to_device
 from jaxwise._progress import progress_bar
-from jaxwise.train._data_state import DataPosition, StatefulIterator
+from jaxwise.train._callbacks import (
+    Checkpointing,
+    FitCallback,
+    MetricLogging,
+    Plan,
+    ProgressBar,
+    Resume,
+    plan,
+)
+from jaxwise.train._data_state import DataPosition, ResumeError, ResumeWarning, StatefulIterator
 from jaxwise.train._state import TrainState
 
-__all__ = ["FitCallback", "FitReport", "StatefulIterator", "Terminated", "fit"]
-
-
-class _Writer(Protocol):
-    """A `jaxwise.metrics.MetricWriter` (structural: ``train`` does not import ``metrics``)."""
-
-    def write(self, step: int, scalars: Mapping[str, float]) -> None: ...
-
-    def flush(self) -> None: ...
-
-
-class _Saver(Protocol):
-    """What `fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
-
-    A structural type, so that ``train`` does not import ``checkpoint`` (the layer above it).
-    An optional ``wait()`` finishes an asynchronous save in flight (raising its error).
-    """
-
-    def save(self, tree: TrainState, metadata: dict[str, Any] | None = None) -> Any: ...
-
-
-@runtime_checkable
-class FitCallback(Protocol):
-    """What `fit` calls after each batch: early stopping, validation, a progress display, ….
-
-    Called with the state the batch produced, the batch's number (counted across resumed
-    runs, as the writers see it) and its scalar metrics as floats; returning True stops
-    ``fit`` after that batch (it saves a checkpoint then, as at the end of the data).
-
-    Examples:
-        >>> def stop_below(state, batch, scalars):
-        ...     return scalars["loss"] < 1e-3
-        >>> isinstance(stop_below, FitCallback)
-        True
-    """
-
-    def __call__(
-        self, state: TrainState, batch: int, scalars: Mapping[str, float]
-    ) -> bool | None: ...
+__all__ = [
+    "Checkpointing",
+    "FitCallback",
+    "FitReport",
+    "MetricLogging",
+    "ProgressBar",
+    "Resume",
+    "ResumeError",
+    "ResumeWarning",
+    "StatefulIterator",
+    "Terminated",
+    "fit",
+]
 
 
 class Terminated(SystemExit):
@@ -120,58 +103,15 @@ class FitReport:
     seconds: float
 
 
-def _check(state: Any, steps: Any, checkpointer: Any, checkpoint_every: Any, prefetch: Any) -> None:
+def _check(program: Any, state: Any, batches: Any, steps: Any, prefetch: Any) -> None:
+    check_callable(program, "program")
     if not isinstance(state, TrainState):
         raise TypeError(f"`state` must be a TrainState, got {type(state).__name__}")
-    if steps is not None:
-        check_int(steps, "steps", min_value=1)
-    if checkpoint_every is not None:
-        check_int(checkpoint_every, "checkpoint_every", min_value=1)
-        if checkpointer is None:
-            raise ValueError("`checkpoint_every` needs `checkpointer`")
-    if checkpointer is not None and not callable(getattr(checkpointer, "save", None)):
-        raise TypeError(
-            "`checkpointer` must be a jaxwise.checkpoint.Checkpointer (an object with "
-            f"`save(state, metadata)`), got {type(checkpointer).__name__}"
-        )
-    check_int(prefetch, "prefetch", min_value=0)
-
-
-def _check_all(
-    step: Any, state: Any, batches: Any, saving: tuple[Any, Any, Any], rest: tuple[Any, ...]
-) -> tuple[tuple[_Writer, ...], tuple[FitCallback, ...]]:
-    """`fit`'s arguments checked: the writers and callbacks, as tuples."""
-    prefetch, writers, log_every, callbacks = rest
-    check_callable(step, "step")
-    _check(state, *saving, prefetch)
     if not isinstance(batches, Iterable):
         raise TypeError(f"`batches` must be an iterable of batches, got {type(batches).__name__}")
-    return _check_writers(writers, log_every), _check_callbacks(callbacks)
-
-
-def _check_writers(writers: Any, log_every: Any) -> tuple[_Writer, ...]:
-    if not isinstance(writers, (list, tuple)):
-        raise TypeError(f"`writers` must be a list of metric writers, got {type(writers).__name__}")
-    for i, w in enumerate(writers):
-        if not (callable(getattr(w, "write", None)) and callable(getattr(w, "flush", None))):
-            raise TypeError(
-                f"`writers[{i}]` must be a jaxwise.metrics.MetricWriter (write, flush, close), "
-                f"got {type(w).__name__}"
-            )
-    check_int(log_every, "log_every", min_value=1)
-    return tuple(writers)
-
-
-def _check_callbacks(callbacks: Any) -> tuple[FitCallback, ...]:
-    if not isinstance(callbacks, (list, tuple)):
-        raise TypeError(f"`callbacks` must be a list of callables, got {type(callbacks).__name__}")
-    for i, callback in enumerate(callbacks):
-        if not callable(callback):
-            raise TypeError(
-                f"`callbacks[{i}]` must be callable as callback(state, batch, scalars), "
-                f"got {type(callback).__name__}"
-            )
-    return tuple(callbacks)
+    if steps is not None:
+        check_int(steps, "steps", min_value=1)
+    check_int(prefetch, "prefetch", min_value=0)
 
 
 _NUMBERS = (jax.Array, np.ndarray, np.generic, int, float)
@@ -194,10 +134,8 @@ def _loss_and_skipped(metrics: dict[str, Any]) -> dict[str, Any]:
 class _Log:
     """The loop's record: losses, skipped steps, the progress bar and the metric writers."""
 
-    def __init__(
-        self, writers: tuple[_Writer, ...], log_every: int, first: int, advance: Any
-    ) -> None:
-        self.writers, self.log_every, self.first, self.advance = writers, log_every, first, advance
+    def __init__(self, logging: tuple[MetricLogging, ...], first: int, advance: Any) -> None:
+        self.logging, self.first, self.advance = logging, first, advance
         self.losses: list[float] = []
         self.skipped = 0
 
@@ -213,23 +151,24 @@ class _Log:
         the skipped count.
         """
         batch = self.batch + 1
-        due = bool(self.writers) and batch % self.log_every == 0
+        due = [group for group in self.logging if batch % group.every == 0]
         if scalars is None:
             scalars = _scalars(metrics if due else _loss_and_skipped(metrics))
         self.losses.append(float(scalars.get("loss", np.nan)))  # a DP gradient has none
         self.skipped += int(scalars.get("skipped", 0))
         self.advance(loss=self.losses[-1], skipped=self.skipped)
-        if due:
-            for w in self.writers:
+        for group in due:
+            for w in group.writers:
                 w.write(batch, scalars)
 
     def flush(self) -> None:
-        for w in self.writers:
-            try:
-                w.flush()
-            except Exception as err:
-                err.add_note(f"raised by the metric writer {type(w).__name__}'s flush()")
-                raise
+        for group in self.logging:
+            for w in group.writers:
+                try:
+                    w.flush()
+                except Exception as err:
+                    err.add_note(f"raised by the metric writer {type(w).__name__}'s flush()")
+                    raise
 
 
 class _Loop:
@@ -237,14 +176,15 @@ class _Loop:
 
     def __init__(
         self,
-        step: Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]],
+        program: Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]],
         log: _Log,
         position: DataPosition,
-        saving: tuple[_Saver | None, int | None, dict[str, Any] | None],
-        callbacks: tuple[FitCallback, ...],
+        plan: Plan,
     ) -> None:
-        self.step, self.log, self.position, self.callbacks = step, log, position, callbacks
-        self.checkpointer, self.every, self.metadata = saving
+        self.program, self.log, self.position = program, log, position
+        self.callbacks = plan.functions
+        self.saving = plan.checkpointing
+        self.every = self.saving.every if self.saving is not None else None
         self.saved: list[int] = []
 
     def run(self, state: TrainState, feed: Iterable[Any]) -> TrainState:
@@ -256,7 +196,8 @@ class _Loop:
             failure = err
             raise
         finally:
-            _finish_saves(self.checkpointer, failure)
+            if self.saving is not None:
+                _finish_saves(self.saving.checkpointer, failure)
             if failure is None:
                 self.log.flush()
             else:  # the first error is the one to see (a writer's flush may fail again)
@@ -266,13 +207,13 @@ class _Loop:
     def _steps(self, state: TrainState, feed: Iterable[Any]) -> TrainState:
         pending, done = None, 0
         for batch in feed:
-            state, metrics = self.step(state, batch)
+            state, metrics = self.program(state, batch)
             self.position.consumed()
             done += 1
             if pending is not None:
                 self.log.record(pending)  # the previous step's metrics: this step is queued
             pending = metrics
-            due = bool(self.every) and done % self.every == 0  # type: ignore[operator]
+            due = self.every is not None and done % self.every == 0
             if self.callbacks or due:  # read now: the callbacks see this step's state
                 stop = self._call_back(state, pending)
                 pending = None
@@ -309,71 +250,56 @@ class _Loop:
         self._save(state)
 
     def _save(self, state: TrainState) -> bool:
-        """Save ``state`` unless it is saved already (or there is no checkpointer)."""
-        if self.checkpointer is not None and int(state.step) not in self.saved:  # else: nothing
-            metadata = {**(self.metadata or {}), "fit": self.position.saved(self.log.batch)}
-            self.checkpointer.save(state, metadata)
+        """Save ``state`` unless it is saved already (or there is no checkpointing)."""
+        if self.saving is not None and int(state.step) not in self.saved:  # else: nothing
+            record = self.position.saved(self.log.batch)
+            self.saving.checkpointer.save(state, {**(self.saving.metadata or {}), "fit": record})
             self.saved.append(int(state.step))
             return True
         return False
 
 
 def fit(
-    step: Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]],
+    program: Callable[[TrainState, Any], tuple[TrainState, dict[str, Any]]],
     state: TrainState,
     batches: Iterable[Any],
     *,
     steps: int | None = None,
-    checkpointer: _Saver | None = None,
-    checkpoint_every: int | None = None,
-    metadata: dict[str, Any] | None = None,
     prefetch: int = 2,
-    progress: bool = False,
-    writers: Sequence[_Writer] = (),
-    log_every: int = 1,
-    resume_from: Mapping[str, Any] | None = None,
-    callbacks: Sequence[FitCallback] = (),
+    callbacks: Sequence[FitCallback | Checkpointing | MetricLogging | ProgressBar | Resume] = (),
 ) -> tuple[TrainState, FitReport]:
-    """Train ``step`` over an iterator of host batches, keeping the device busy.
+    """Train ``program`` over an iterator of host batches, keeping the device busy.
 
     Batches are transferred ``prefetch`` ahead by
-    [`prefetch_to_device`][jaxwise.data.prefetch_to_device] (over ``step.mesh``'s ``"data"``
-    axis when it has one); a step's metrics are read after the next step is dispatched. With
-    a ``checkpointer`` the state is saved (asynchronously, at most one save in flight) every
-    ``checkpoint_every`` steps and at the end, with ``metadata`` as it is at that save plus
-    ``"fit"`` (the batch count, a `StatefulIterator`'s position: pass it back as ``resume_from``
-    to continue exactly). Writers are flushed before each save (a failed flush: saved first,
-    then raised); the save in flight is finished on return, on any exception and on SIGTERM
-    (default handler: then `Terminated` is raised).
+    [`prefetch_to_device`][jaxwise.data.prefetch_to_device] (over ``program.mesh``'s ``"data"``
+    axis when it has one); a step's metrics are read after the next step is dispatched.
+    Everything else is a callback: [`Checkpointing`][jaxwise.train.Checkpointing] (saves, at
+    most one in flight, finished on return, on any exception and on SIGTERM: then `Terminated`
+    is raised), [`MetricLogging`][jaxwise.train.MetricLogging] (writers),
+    [`ProgressBar`][jaxwise.train.ProgressBar], [`Resume`][jaxwise.train.Resume] (continue a
+    checkpointed run exactly) and plain [`FitCallback`][jaxwise.train.FitCallback] functions.
 
     Args:
-        step: a ``step(state, batch) -> (state, metrics)`` whose metrics have ``"loss"``
-            (and ``"skipped"``), e.g. [`make_train_step`][jaxwise.train.make_train_step].
-        state: the initial state (donated to the first step, as with ``step``).
+        program: a ``program(state, batch) -> (state, metrics)`` whose metrics have ``"loss"``
+            (and ``"skipped"``), e.g. [`make_step`][jaxwise.train.make_step]'s.
+        state: the initial state (donated to the first step, as with ``program``).
         batches: an iterable of batches (pytrees of host arrays); in a multi-process job,
             each process's own rows.
         steps: stop after this many batches (default: when ``batches`` ends).
-        checkpointer: a `jaxwise.checkpoint.Checkpointer` (left open), or ``None``.
-        checkpoint_every: save every this many steps (and at the end); needs ``checkpointer``.
-        metadata: JSON metadata of every checkpoint, read at each save.
         prefetch: batches kept ready on the devices (0: transfer in the loop).
-        progress: show a progress bar on stderr (needs rich, the ``cli`` extra).
-        writers: `jaxwise.metrics` writers, each ``log_every``-th batch's scalar metrics
-            written at its batch number (counted across resumed runs); flushed, left open.
-        log_every: write every this many batches.
-        resume_from: the metadata of the checkpoint ``state`` was restored from (a list
-            skips the batches trained, grain is restored, a plain iterator is the caller's).
-        callbacks: each called after every batch as ``callback(state, batch, scalars)``
-            with the state that batch produced (the loop waits for it); one returning True
-            stops the loop after that batch (saved, as at the end).
+        callbacks: the loop's plug-ins, in a list: functions called after every batch as
+            ``callback(state, batch, scalars)`` (one returning True stops the loop after that
+            batch, saved as at the end), and at most one `Checkpointing`, `ProgressBar` and
+            `Resume`, any number of `MetricLogging`.
 
     Returns:
         ``(state, report)``: the final state and a [`FitReport`][jaxwise.train.FitReport].
 
     Raises:
-        TypeError: an argument is not of its type (a writer without ``write``, …).
-        ValueError: a count is out of range, ``checkpoint_every`` without a
-            ``checkpointer``, or ``resume_from``'s data position does not fit ``batches``.
+        TypeError: an argument is not of its type (a callback neither callable nor one of
+            the objects, …).
+        ValueError: a count is out of range, or two objects of a role that takes one.
+        ResumeError: `Resume`'s data position or fingerprint does not fit ``batches``.
 
     Examples:
         >>> import jax.numpy as jnp, numpy as np; from jaxwise import optim
@@ -386,16 +312,17 @@ def fit(
         >>> report.steps, report.skipped, bool(report.losses[-1] < 1e-3)
         (200, 0, True)
     """
-    outs, hooks = _check_all(step, state, batches, (steps, checkpointer, checkpoint_every),
-                             (prefetch, writers, log_every, callbacks))  # fmt: skip
+    _check(program, state, batches, steps, prefetch)
+    roles = plan(callbacks)
     total = steps if steps is not None else (len(batches) if isinstance(batches, Sized) else None)
-    position = DataPosition.start(batches, resume_from, int(state.step))
+    saving = roles.checkpointing is not None
+    position = DataPosition.start(batches, roles.resume, int(state.step), saving)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(sigterm_raises(Terminated, only_default=True))
-        feed = _feed(stack, position.source, steps, prefetch, getattr(step, "mesh", None))
-        log = _Log(outs, log_every, position.first, stack.enter_context(_bar(progress, total)))
-        loop = _Loop(step, log, position, (checkpointer, checkpoint_every, metadata), hooks)
+        feed = _feed(stack, position.source, steps, prefetch, getattr(program, "mesh", None))
+        advance = stack.enter_context(_bar(roles.progress, total))
+        loop = _Loop(program, _Log(roles.logging, position.first, advance), position, roles)
         state = loop.run(state, feed)
     return state, loop.report(time.perf_counter() - started)
 
@@ -415,7 +342,7 @@ def _bar(progress: Any, total: int | None) -> Any:
         total,
         "train",
         "loss {loss:.4g}  skipped {skipped}",
-        feature="jaxwise.train.fit(progress=True)",
+        feature="jaxwise.train.ProgressBar",
         loss=float("nan"),
         skipped=0,
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any
+from typing import Any, Self
 
 import jax
 import jax.numpy as jnp
@@ -127,15 +127,14 @@ class TrainState:
     the optimizer's: DP noise buffers, an adaptive clip norm, a dynamic loss scale; ``None``
     when it has none). ``tx``,
     the optimizer, is a *static* field as in Flax's ``TrainState`` (the programs read it
-    there: it is never passed a second time), and so is ``config`` (part of the tree
-    structure, not a leaf): hashable configuration as sorted ``(name, value)`` pairs, read
-    with ``state.config_dict``. Changing either recompiles once; nothing else about the state
-    ever does, because
+    there: it is never passed a second time). Changing it recompiles once; nothing else about
+    the state ever does, because
     [`create`][jaxwise.train.TrainState.create] builds every array independently with a
     fixed, strong dtype.
-    Subclass it (with ``@jax.tree_util.register_dataclass`` and
-    ``@dataclasses.dataclass(frozen=True)``) to add named static fields
-    (``dataclasses.field(metadata=dict(static=True))``).
+    Configuration of your own is a named static field of a subclass (with
+    ``@jax.tree_util.register_dataclass`` and ``@dataclasses.dataclass(frozen=True)``,
+    ``dataclasses.field(default=..., metadata=dict(static=True))``): part of the tree
+    structure, not a leaf, saved with checkpoints and compared on restore.
 
     Attributes:
         step: int32 scalar, the number of updates applied.
@@ -146,15 +145,18 @@ class TrainState:
         gradient_state: the gradient function's state (``gradient.init(params)``), or
             ``None`` when it keeps none.
         tx: the optimizer (static).
-        config: static ``(name, value)`` pairs (see ``config_dict``).
 
     Examples:
-        >>> import jax, jax.numpy as jnp
+        >>> import dataclasses, jax, jax.numpy as jnp
         >>> from jaxwise import optim
+        >>> @jax.tree_util.register_dataclass
+        ... @dataclasses.dataclass(frozen=True)
+        ... class DeepState(TrainState):
+        ...     depth: int = dataclasses.field(default=1, metadata=dict(static=True))
         >>> tx = optim.adam(1e-3)
-        >>> state = TrainState.create({"w": jnp.ones(3)}, tx, jax.random.key(0), depth=2)
-        >>> int(state.step), state.config_dict
-        (0, {'depth': 2})
+        >>> state = DeepState.create({"w": jnp.ones(3)}, tx, jax.random.key(0), depth=2)
+        >>> int(state.step), state.depth
+        (0, 2)
     """
 
     step: jax.Array
@@ -166,7 +168,6 @@ class TrainState:
     tx: optax.GradientTransformation | None = dataclasses.field(
         default=None, metadata=dict(static=True, saved=False)
     )
-    config: tuple[tuple[str, Any], ...] = dataclasses.field(default=(), metadata=dict(static=True))
 
     @classmethod
     def create(
@@ -178,7 +179,7 @@ class TrainState:
         model_state: Any = None,
         gradient: Any = None,
         **static: Any,
-    ) -> TrainState:
+    ) -> Self:
         """A fresh state: copies of ``params``, ``tx.init`` state, step 0, a typed key.
 
         Args:
@@ -195,8 +196,7 @@ class TrainState:
                 with: its ``init(params)`` becomes ``gradient_state``, made here once (a
                 program refuses a ``None`` state for a gradient whose state has arrays);
                 ``None``, or a state without arrays: ``gradient_state`` stays ``None``.
-            **static: hashable configuration; names of static fields of a
-                subclass go to those fields, the rest to ``config``.
+            **static: values of a subclass's static fields (hashable), by name.
 
         Returns:
             The state at step 0, every array a fresh buffer with a strong dtype.
@@ -204,7 +204,8 @@ class TrainState:
         Raises:
             TypeError: ``tx`` has no ``init``/``update``, ``params`` or
                 ``model_state`` has a leaf that is not a (floating-point) array or is a model
-                object, ``key`` is not a key or seed, or a static value is not hashable.
+                object, ``key`` is not a key or seed, a static value is not hashable, or a
+                name in ``static`` is not a static field of ``cls``.
             ValueError: ``key`` is a batch of keys.
         """
         check_optimizer(tx, "tx")
@@ -218,11 +219,8 @@ class TrainState:
                 )
         params, model_state, opt_state = _build(params, model_state, tx)
         gradient_state = init_gradient_state(gradient, params)
-        own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")}
-        own -= {"config", "tx"}
-        fields = {k: v for k, v in static.items() if k in own}
-        config = tuple(sorted((k, v) for k, v in static.items() if k not in own))
-        for name, value in [*fields.items(), *config]:
+        fields = _static_fields(cls, static)
+        for name, value in fields.items():
             try:
                 hash(value)
             except TypeError as err:
@@ -238,14 +236,8 @@ class TrainState:
             model_state=model_state,
             gradient_state=gradient_state,
             tx=tx,
-            config=config,
             **fields,
         )
-
-    @property
-    def config_dict(self) -> dict[str, Any]:
-        """The static configuration as a dict."""
-        return dict(self.config)
 
     def replace(self, **changes: Any) -> TrainState:
         """``dataclasses.replace(self, **changes)``.
@@ -257,6 +249,19 @@ class TrainState:
             A new state; ``self`` is unchanged.
         """
         return dataclasses.replace(self, **changes)
+
+
+def _static_fields(cls: type, static: dict[str, Any]) -> dict[str, Any]:
+    """``static`` checked against ``cls``'s own static fields (``TypeError`` naming a stranger)."""
+    own = {f.name for f in dataclasses.fields(cls) if f.metadata.get("static")} - {"tx"}
+    for name in static:
+        if name not in own:
+            raise TypeError(
+                f"`{name}` is not a static field of {cls.__name__} (its static fields: "
+                f"{sorted(own) or 'none'}): declare it on a subclass, "
+                f"`{name}: T = dataclasses.field(default=..., metadata=dict(static=True))`"
+            )
+    return static
 
 
 def type_signature(tree: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
