@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxwise._blame import user_loss
 from jaxwise._checks import check_bool, check_callable, check_float, check_key
 from jaxwise._losses import (
     ChunkSize,
@@ -267,6 +268,8 @@ def dp_step(
         {"noise", "clip"}, this step's clip norm)``.
     """
     o = options
+    if callable(loss):  # (a loss that is not callable is refused by name below)
+        loss = user_loss(loss)  # its errors are marked as the loss's (train._step names them)
     policy = clip_policy(o.clip_norm)
     clip: Any = o.clip_norm if policy is None else policy.norm(state["clip"])
     summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from jaxwise._blame import user_loss
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._loss_output import describe, unpack_loss_output
 from jaxwise.train._precision import (
@@ -325,6 +326,7 @@ class ValueAndGrad:
         """
         name = f"`loss` `{getattr(self.loss, '__name__', type(self.loss).__name__)}`"
         takes_state = self.model_state
+        loss_fn = user_loss(self.loss)  # its errors are marked as the loss's (train._step)
 
         def scaled_loss(p: Any) -> tuple[jax.Array, tuple[Any, Any, Any]]:
             args: tuple[Any, ...] = (cast_floating(p, dtype),)
@@ -334,7 +336,7 @@ class ValueAndGrad:
             if self.with_key:
                 args += (key,)
             loss, new_state, aux = unpack_loss_output(
-                self.loss(*args), model_state=takes_state, has_aux=self.has_aux, name=name
+                loss_fn(*args), model_state=takes_state, has_aux=self.has_aux, name=name
             )
             _check_scalar(loss, name)
             loss = loss.astype(jnp.float32)
