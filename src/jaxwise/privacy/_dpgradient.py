@@ -26,6 +26,7 @@ from jaxwise._losses import (
     check_clip_norm,
     check_method,
 )
+from jaxwise._typing import PyTree
 from jaxwise.privacy._mechanism import (
     ClipPolicy,
     DPAccounting,
@@ -96,7 +97,7 @@ class DPGradientFn:
         """A key every step, its `DPAccounting`, and it applies the compute dtype itself."""
         return Requirements(key=True, privacy=self.accounting, precision=True, mask=True)
 
-    def init(self, params: Any) -> dict[str, Any]:
+    def init(self, params: PyTree) -> dict[str, Any]:
         """``{"noise": mechanism state, "clip": policy state}`` (``()`` for an absent part).
 
         Args:
@@ -318,8 +319,8 @@ def _clipped(
 
 def dp_gradient(
     loss: Callable[..., Any],
-    params: Any,
-    batch: Any,
+    params: PyTree,
+    batch: PyTree,
     key: jax.Array,
     *,
     clip_norm: float | ClipPolicy,
@@ -328,10 +329,10 @@ def dp_gradient(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
-    model_state: Any = NO_MODEL_STATE,
+    model_state: PyTree = NO_MODEL_STATE,
     freeze_model_state: bool = False,
     noise: NoiseMechanism | None = None,
-    state: Any = None,
+    state: PyTree = None,
 ) -> DPGradient:
     """The DP-SGD gradient of one batch, `dp_gradient_fn`'s computation bit for bit.
 

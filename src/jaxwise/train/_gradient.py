@@ -28,6 +28,7 @@ from jax.typing import DTypeLike
 from jaxwise._blame import user_loss
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._loss_output import describe, unpack_loss_output
+from jaxwise._typing import PyTree
 from jaxwise.train._precision import (
     DynamicLossScale,
     LossScaleState,
@@ -203,7 +204,7 @@ class GradientFn(Protocol):
         True
     """
 
-    def init(self, params: Any) -> Any:
+    def init(self, params: PyTree) -> PyTree:
         """The state before the first step.
 
         Args:
@@ -216,10 +217,10 @@ class GradientFn(Protocol):
 
     def __call__(
         self,
-        params: Any,
-        model_state: Any,
-        batch: Any,
-        state: Any,
+        params: PyTree,
+        model_state: PyTree,
+        batch: PyTree,
+        state: PyTree,
         *,
         key: jax.Array | None,
         mask: jax.Array | None,
@@ -274,7 +275,7 @@ class ValueAndGrad:
         """A key only ``with_key``; it applies the compute dtype and loss scale itself."""
         return Requirements(key=self.with_key, precision=True)
 
-    def init(self, params: Any) -> tuple[()]:
+    def init(self, params: PyTree) -> tuple[()]:
         """No state: ``()``.
 
         Args:
@@ -415,7 +416,7 @@ class MixedPrecision:
         """The user's loss inside the wrapped gradient (it names the program)."""
         return gradient_loss(self.gradient)
 
-    def init(self, params: Any) -> dict[str, Any]:
+    def init(self, params: PyTree) -> dict[str, Any]:
         """``{"gradient": the wrapped state, "loss_scale": the dynamic scale's or ()}``.
 
         Args:
