@@ -15,8 +15,9 @@ method binding.
 The watched call in progress is `CURRENT`, a ``contextvars.ContextVar`` set around each watched
 call (and each ``.lower``/``.compile`` staging) by this module and reset after it: per thread
 and per asyncio task, and nothing reads a frame's locals to find it. The user's line that
-jitted a function is found here too (`user_site`: the innermost live frame outside the
-libraries), the one live-stack walk of jaxwise besides ``jaxwise._jax``.
+jitted a function (or compiled it, or passed it a host array) is `user_site`, the innermost
+live frame outside the libraries: the watch's own reading of the live stack
+(tests/test_layering.py lists the few modules that may read frames or tracebacks).
 """
 
 from __future__ import annotations
