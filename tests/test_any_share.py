@@ -1,11 +1,13 @@
-"""At most 10 % of the public API's annotations are a bare ``Any`` (issue 33's size and types).
+"""At most 8 % of the public API's annotations are a bare ``Any`` (issues 33 and 44).
 
 The annotations counted are those written on the public callables that
 ``tests/test_docstrings.py`` walks: every public function, the constructor jaxwise wrote for
 each public class, and every public method (parameters, ``*args``/``**kwargs`` and return
 types). A bare ``Any`` is an annotation that is ``Any`` itself (``Any``, ``typing.Any`` or the
-string ``"Any"``); ``dict[str, Any]`` says what the container is and is not counted here
-(``python -m tests.any_share`` reports every annotation of ``src/`` that mentions ``Any``).
+string ``"Any"``); ``dict[str, Any]`` says what the container is and is not counted here, nor
+is ``jaxwise._typing.PyTree`` (any pytree, named: ``Any`` to a type checker, as
+``jaxtyping.PyTree``). ``python -m tests.any_share`` reports every annotation of ``src/`` that
+mentions ``Any``, through such aliases too.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 import pytest
 from test_docstrings import _own_init, public_callables, public_methods
 
-MAX_SHARE = 0.10
+MAX_SHARE = 0.08
 
 
 def written_annotations(fn: Callable) -> list[ast.expr]:
@@ -67,7 +69,7 @@ def public_functions() -> Iterator[tuple[str, Callable]]:
             yield f"{dotted}.{name}", fn
 
 
-def test_bare_any_is_at_most_a_tenth_of_the_public_annotations() -> None:
+def test_bare_any_is_at_most_8_percent_of_the_public_annotations() -> None:
     counts = []
     for name, fn in public_functions():
         found = written_annotations(fn)

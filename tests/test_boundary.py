@@ -1273,7 +1273,12 @@ PRIVACY: list[Row] = [
     ("noise-bs-zero", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, 0), ValueError, "batch_size"),
     ("noise-bs-neg", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, -3), ValueError, "batch_size"),
     ("noise-bs-nan", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, NAN), ValueError, "batch_size"),
-    ("noise-bs-str", lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, "4"), TypeError, "batch_size"),
+    (
+        "noise-bs-str",
+        lambda: privacy.add_dp_noise(P, KEY, 1.0, 1.0, "4"),  # pyright: ignore[reportArgumentType]
+        TypeError,
+        "batch_size",
+    ),
     ("noise-summed-str", lambda: privacy.add_dp_noise("s", KEY, 1.0, 1.0, 4), TypeError, "summed"),
     (
         "dpg-batch-empty",

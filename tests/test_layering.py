@@ -147,3 +147,99 @@ def test_the_cli_quiets_the_loggers_the_internals_module_names() -> None:
     from jaxwise._jax import COMPILER_LOGGERS
 
     assert all(name in (SRC / "cli.py").read_text() for name in COMPILER_LOGGERS)
+
+
+# Reading Python's frames and tracebacks: allowed only where there is no other way.
+FRAME_NAMES = frozenset(
+    {
+        "_getframe",  # sys._getframe
+        "_current_frames",  # sys._current_frames
+        "currentframe",  # inspect.currentframe
+        "getouterframes",
+        "getinnerframes",
+        "f_locals",
+        "f_back",
+        "tb_frame",
+        "tb_next",
+        "extract_tb",  # traceback.extract_tb
+        "walk_tb",
+        "extract_stack",
+        "walk_stack",
+    }
+)
+FRAME_MODULE_CALLS = frozenset({"stack", "trace"})  # inspect.stack(), inspect.trace()
+FRAME_MODULES = ("sys", "inspect", "traceback")
+FRAME_READERS = {
+    "_jax.py": "JAX's internals: its frames and trace state, for both ends of the JAX range",
+    "watch/_patch.py": "watch's patching: the user's line that jitted a function",
+    "watch/_watch.py": "watch: where a compile, a transfer or a NaN happened in the user's code",
+    "watch/_names.py": "watch: the user's variable name of a donated array",
+    "watch/_run.py": "watch: the watched script's own traceback, without watch's frames",
+    "checkpoint/_safety.py": "asyncio's own traceback of an unraisable closed-loop report",
+}
+
+
+def frame_walking_sites(root: Path = SRC, allowed: frozenset[str] = frozenset()) -> list[str]:
+    """``file:line: name`` for every read of frames or tracebacks outside ``allowed``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        if relative in allowed:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Attribute):
+                value = node.value
+                module = value.id if isinstance(value, ast.Name) else None
+                if node.attr in FRAME_NAMES or (
+                    module == "inspect" and node.attr in FRAME_MODULE_CALLS
+                ):
+                    names.append(node.attr)
+            elif isinstance(node, ast.ImportFrom) and node.module in FRAME_MODULES:
+                names += [
+                    a.name
+                    for a in node.names
+                    if a.name in FRAME_NAMES
+                    or (node.module == "inspect" and a.name in FRAME_MODULE_CALLS)
+                ]
+            found += [f"{relative}:{getattr(node, 'lineno', 0)}: {name}" for name in names]
+    return found
+
+
+def test_no_frame_or_traceback_walking_outside_watch_and_the_internals_module() -> None:
+    # Runtime state travels in contextvars and exceptions carry their own marks
+    # (jaxwise/_blame.py); reading frames is for watch's patching and JAX's internals.
+    found = frame_walking_sites(allowed=frozenset(FRAME_READERS))
+    assert not found, "\n".join(found)
+    reading = {site.split(":")[0] for site in frame_walking_sites()}
+    unused = [name for name in FRAME_READERS if name not in reading]
+    assert not unused, f"allowed but no longer reading frames (remove them): {unused}"
+
+
+def test_the_frame_scan_finds_each_form(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "_a.py").write_text(
+        "import sys, inspect, traceback\n"
+        "f = sys._getframe(1).f_back\n"  # two reads on one line
+        "g = inspect.currentframe()\n"
+        "h = inspect.stack()\n"
+        "def k(err):\n    return err.__traceback__.tb_next.tb_frame.f_locals\n"
+    )
+    (tmp_path / "_b.py").write_text(
+        "from traceback import extract_tb, format_exc\nfrom inspect import signature\n"
+    )
+    (tmp_path / "_jax.py").write_text("import sys\nsys._getframe(0)\n")  # allowed below
+    (tmp_path / "_c.py").write_text("import contextvars\nx = frame.stack\n")  # fine
+    found = frame_walking_sites(tmp_path, frozenset({"_jax.py"}))
+    assert sorted(found) == sorted(
+        [
+            "_b.py:1: extract_tb",
+            "pkg/_a.py:2: f_back",
+            "pkg/_a.py:2: _getframe",
+            "pkg/_a.py:3: currentframe",
+            "pkg/_a.py:4: stack",
+            "pkg/_a.py:6: f_locals",
+            "pkg/_a.py:6: tb_frame",
+            "pkg/_a.py:6: tb_next",
+        ]
+    )

@@ -1,9 +1,10 @@
 """User frames: the first frame outside JAX and the libraries around it.
 
-A diagnostic points at the user's line, not at JAX, Optax, Flax, Equinox or jaxwise. Two kinds
-of stacks are read: the traceback JAX stores with every jaxpr equation
-(``eqn.source_info.traceback.frames``, for `locate_nan`) and the live Python stack (for
-``jaxwise.watch``'s call sites). Library directories are found with
+A diagnostic points at the user's line, not at JAX, Optax, Flax, Equinox or jaxwise. This
+module reads the traceback JAX stores with every jaxpr equation
+(``eqn.source_info.traceback.frames``, for `locate_nan`) and tells library files from the
+user's; it walks no live Python stack (``jaxwise.watch._patch`` finds the user's call sites,
+``jaxwise._jax`` reads JAX's own frames). Library directories are found with
 ``importlib.util.find_spec``, so nothing is imported to recognise them.
 """
 
@@ -15,10 +16,8 @@ import functools
 import importlib.util
 import linecache
 import os
-import sys
 import sysconfig
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 __all__ = [
@@ -27,13 +26,10 @@ __all__ = [
     "live_rule_frames",
     "short_path",
     "source_frames",
-    "user_frame",
-    "user_site",
 ]
 
 # Frames in these packages are never "the user's line".
 LIBRARIES = ("jax", "jaxlib", "optax", "flax", "equinox", "chex", "orbax", "jaxwise")
-_MAX_DEPTH = 400
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,27 +99,6 @@ def _short_path(path: str, cwd: str) -> str:
     except ValueError:  # another drive (Windows)
         return path
     return path if relative.startswith("..") else relative
-
-
-def user_frame(frame: FrameType | None) -> FrameType | None:
-    """The innermost live frame outside the libraries, starting at ``frame`` and walking out."""
-    for _ in range(_MAX_DEPTH):
-        if frame is None or not is_library_file(frame.f_code.co_filename):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def user_site(frame: FrameType | None = None) -> str | None:
-    """``"file.py:LINE"`` of the innermost live frame outside the libraries, or ``None``.
-
-    Args:
-        frame: where to start walking outwards (default: the caller's frame).
-    """
-    found = user_frame(frame if frame is not None else sys._getframe(1))
-    if found is None:
-        return None
-    return f"{short_path(found.f_code.co_filename)}:{found.f_lineno}"
 
 
 def source_frames(source_info: Any) -> tuple[Frame, ...]:

@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import jax
 
+from jaxwise._blame import own
+
 __all__ = ["example_mixing_error", "private_training"]
 
 Mode = Literal["refuse", "freeze"]
@@ -59,10 +61,12 @@ def example_mixing_error(what: str, paths: Sequence[str]) -> ValueError:
         'DP-SGD cannot train the nnx.BatchNorm layer `bn`: it'
     """
     names = ", ".join(f"`{p}`" for p in paths)
-    return ValueError(
-        f"DP-SGD cannot train the {what} {names}: it mixes examples (statistics of the whole "
-        "batch reach every example's output, or the state carried to the next step), so "
-        f"per-example clipping does not bound one example's influence; {_FIX}"
+    return own(  # raised inside the user's loss: a training program passes it on unchanged
+        ValueError(
+            f"DP-SGD cannot train the {what} {names}: it mixes examples (statistics of the whole "
+            "batch reach every example's output, or the state carried to the next step), so "
+            f"per-example clipping does not bound one example's influence; {_FIX}"
+        )
     )
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 
+from jaxwise._blame import own
 from jaxwise._checks import is_key
 from jaxwise._extras import require
 from jaxwise._model_modes import equinox_mode, linen_mode, nnx_mode
@@ -103,12 +104,14 @@ def from_nnx(module: nnx.Module, trainable: Any = None) -> Model:
 
     def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if (model_state is None) == has_state:
-            raise ValueError(
-                "`model_state` must be "
-                + (
-                    "the model's non-trainable state (Model.model_state)"
-                    if has_state
-                    else "None: this NNX module has no non-trainable variables"
+            raise own(
+                ValueError(
+                    "`model_state` must be "
+                    + (
+                        "the model's non-trainable state (Model.model_state)"
+                        if has_state
+                        else "None: this NNX module has no non-trainable variables"
+                    )
                 )
             )
         states = (params, model_state) if has_state else (params,)
@@ -216,22 +219,28 @@ def _linen_apply(
 
     def apply(params: Any, model_state: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         if "mutable" in kwargs:
-            raise TypeError(
-                "do not pass `mutable`: every collection besides 'params' "
-                f"({list(collections)}) is mutable and returned as the new model_state"
+            raise own(
+                TypeError(
+                    "do not pass `mutable`: every collection besides 'params' "
+                    f"({list(collections)}) is mutable and returned as the new model_state"
+                )
             )
         if not names:
             with linen_mode(linen):
                 return module.apply({"params": params}, *args, **kwargs), None
         if model_state is None or set(model_state) != set(names):
             got = None if model_state is None else sorted(model_state)
-            raise ValueError(f"`model_state` must hold the collections {list(names)}, got {got}")
+            raise own(
+                ValueError(f"`model_state` must hold the collections {list(names)}, got {got}")
+            )
         new_streams = {}
         if streams:
             if "rngs" in kwargs:
-                raise TypeError(
-                    "do not pass `rngs`: this model carries its RNG streams "
-                    f"{sorted(streams)} in model_state['rngs']"
+                raise own(
+                    TypeError(
+                        "do not pass `rngs`: this model carries its RNG streams "
+                        f"{sorted(streams)} in model_state['rngs']"
+                    )
                 )
             halves = {name: jax.random.split(k) for name, k in model_state["rngs"].items()}
             new_streams = {"rngs": {name: pair[0] for name, pair in halves.items()}}
@@ -335,9 +344,10 @@ def from_equinox(
         if key is None:
             return call(params, model_state, args, kwargs)
         if "key" in kwargs:
-            raise TypeError("do not pass `key`: this model carries its key in model_state['key']")
+            message = "do not pass `key`: this model carries its key in model_state['key']"
+            raise own(TypeError(message))
         if not (isinstance(model_state, Mapping) and set(model_state) == {"state", "key"}):
-            raise ValueError("`model_state` must be the model's {'state': ..., 'key': ...}")
+            raise own(ValueError("`model_state` must be the model's {'state': ..., 'key': ...}"))
         carried, use = jax.random.split(model_state["key"])
         out, new_state = call(params, model_state["state"], args, {**kwargs, "key": use})
         return out, {"state": new_state, "key": carried}

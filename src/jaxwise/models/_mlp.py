@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from jaxwise._blame import own_errors
 from jaxwise._checks import check_array, check_callable, check_int, check_key, is_int
 
 __all__ = ["init_mlp", "mlp_apply", "mlp_loss"]
@@ -124,14 +125,15 @@ def mlp_apply(params: Params, x: jax.Array) -> jax.Array:
         >>> mlp_apply(init_mlp(0, (2, 4, 3)), jnp.zeros(2)).tolist()
         [0.0, 0.0, 0.0]
     """
-    layers = _mlp_layers(params)
-    x = check_array(x, "x", dtype_kind="fiu")
-    if x.ndim == 0:
-        raise ValueError("`x` must be one example (d,) or a batch (B, d), got a scalar")
-    if x.shape[-1] != layers[0]["w"].shape[0]:
-        raise ValueError(
-            f"`x` has {x.shape[-1]} features, the MLP expects {layers[0]['w'].shape[0]}"
-        )
+    with own_errors():  # precise already: a training program passes them on unchanged
+        layers = _mlp_layers(params)
+        x = check_array(x, "x", dtype_kind="fiu")
+        if x.ndim == 0:
+            raise ValueError("`x` must be one example (d,) or a batch (B, d), got a scalar")
+        if x.shape[-1] != layers[0]["w"].shape[0]:
+            raise ValueError(
+                f"`x` has {x.shape[-1]} features, the MLP expects {layers[0]['w'].shape[0]}"
+            )
     for layer in layers[:-1]:
         x = jax.nn.relu(x @ layer["w"] + layer["b"])
     return x @ layers[-1]["w"] + layers[-1]["b"]

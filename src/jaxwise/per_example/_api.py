@@ -23,6 +23,7 @@ from jaxwise._losses import (
     leaf_label,
     weights_of,
 )
+from jaxwise._typing import PyTree
 from jaxwise.per_example import _ghost
 from jaxwise.per_example._graph import CoverageRow, ExampleGraph, Unsupported, coverage, trace
 from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
@@ -67,8 +68,8 @@ def _check(
 
 def per_example_grad_norms(
     loss: LossFn,
-    params: Any,
-    batch: Any,
+    params: PyTree,
+    batch: PyTree,
     *,
     method: Method = "auto",
     chunk_size: ChunkSize = None,
@@ -119,7 +120,7 @@ def per_example_grad_norms(
 def clip_and_sum(
     loss: LossFn,
     params: P,
-    batch: Any,
+    batch: PyTree,
     *,
     clip_norm: float,
     method: Method = "auto",
@@ -178,7 +179,7 @@ def clip_and_sum(
     return jax.tree.unflatten(treedef, summed), norms
 
 
-def ghost_coverage(loss: LossFn, params: Any, example: Any) -> list[CoverageRow]:
+def ghost_coverage(loss: LossFn, params: PyTree, example: PyTree) -> list[CoverageRow]:
     """How each parameter leaf's per-example norm is computed by ``method="ghost"``.
 
     Traces ``loss`` for ONE example (nothing is computed) and returns one

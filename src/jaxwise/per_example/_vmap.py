@@ -18,6 +18,7 @@ from jaxwise._losses import (
     check_params,
     clip_factor,
 )
+from jaxwise._typing import PyTree
 from jaxwise.optim import global_norm
 
 P = TypeVar("P")
@@ -25,7 +26,7 @@ P = TypeVar("P")
 _MAPPED = (None, 0)  # params shared, the batch mapped over its leading axis
 
 
-def per_example_grads(loss: LossFn, params: P, batch: Any) -> P:
+def per_example_grads(loss: LossFn, params: P, batch: PyTree) -> P:
     """Gradients of every example: a pytree like ``params`` with a leading batch axis.
 
     ``vmap(grad(loss), in_axes=(None, 0))``: the parameters are shared, only the batch is
@@ -150,7 +151,7 @@ def vmap_clip_and_sum(
 
 
 def auto_chunk_size(
-    loss: LossFn, params: Any, batch: Any, *, memory_budget: int = DEFAULT_MEMORY_BUDGET
+    loss: LossFn, params: PyTree, batch: PyTree, *, memory_budget: int = DEFAULT_MEMORY_BUDGET
 ) -> int:
     """The largest power-of-two chunk whose compiled temporary memory fits ``memory_budget`` bytes.
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import jax
 import jax.numpy as jnp
 
 from jaxwise._checks import check_float
+from jaxwise._typing import PyTree
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
     from dp_accounting import DpEvent
@@ -75,7 +76,7 @@ class AdaptiveClip:
         check_float(self.learning_rate, "learning_rate", min_value=0.0, min_inclusive=False)
         check_float(self.count_noise, "count_noise", min_value=0.0, min_inclusive=False)
 
-    def init(self) -> Any:
+    def init(self) -> dict[str, jax.Array]:
         """The state: ``{"clip_norm": float32 scalar}``, starting at ``initial``.
 
         Returns:
@@ -83,7 +84,7 @@ class AdaptiveClip:
         """
         return {"clip_norm": jnp.asarray(self.initial, jnp.float32)}
 
-    def norm(self, state: Any) -> jax.Array:
+    def norm(self, state: PyTree) -> jax.Array:
         """The clip norm of this step (float32 scalar).
 
         Args:
@@ -96,12 +97,12 @@ class AdaptiveClip:
 
     def update(
         self,
-        state: Any,
+        state: PyTree,
         norms: jax.Array,
         mask: jax.Array | None,
         normal: jax.Array,
         expected_batch_size: float | jax.Array,
-    ) -> Any:
+    ) -> dict[str, jax.Array]:
         """The state after one step: the geometric update from the noised unclipped count.
 
         Args:

@@ -31,6 +31,7 @@ import numpy as np
 
 from jaxwise._checks import check_float, check_int
 from jaxwise._extras import require
+from jaxwise._typing import PyTree
 from jaxwise.privacy import _toeplitz
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
@@ -224,7 +225,7 @@ class BandMF:
         """The optimised strategy (cached)."""
         return bandmf_strategy(self.steps, self.bands, momentum=self.momentum)
 
-    def init(self, params: Any) -> Any:
+    def init(self, params: PyTree) -> PyTree:
         """Zero buffers: ``{"buffers": like params, a leading (bands − 1,) axis; "index"}``.
 
         Args:
@@ -241,7 +242,7 @@ class BandMF:
             "index": jnp.zeros((), jnp.int32),
         }
 
-    def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
+    def correlate(self, state: PyTree, z: PyTree) -> tuple[PyTree, PyTree]:
         """This step's noise ``‖c[:steps − t]‖ · (C⁻¹z)_t`` and the new state.
 
         The buffers are a ring: the step at position ``t`` of its block (``state["index"]``)

@@ -29,6 +29,7 @@ import numpy as np
 
 from jaxwise._checks import check_float, check_int
 from jaxwise._extras import require
+from jaxwise._typing import PyTree
 from jaxwise.privacy import _toeplitz
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
@@ -258,7 +259,7 @@ class BLT:
         """The optimised strategy (cached)."""
         return blt_strategy(self.buffers, self.steps, min_sep=self.min_sep, momentum=self.momentum)
 
-    def init(self, params: Any) -> Any:
+    def init(self, params: PyTree) -> dict[str, PyTree]:
         """Zero buffers: ``{"buffers": tree like params with a leading (buffers,) axis}``.
 
         Args:
@@ -272,7 +273,7 @@ class BLT:
             "buffers": jax.tree.map(lambda p: jnp.zeros((lead, *jnp.shape(p)), p.dtype), params)
         }
 
-    def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
+    def correlate(self, state: PyTree, z: PyTree) -> tuple[PyTree, PyTree]:
         """This step's noise ``sensitivity · (C⁻¹z)_t`` and the new state.
 
         Args:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxwise._blame import user_loss
 from jaxwise._checks import check_bool, check_callable, check_float, check_key
 from jaxwise._losses import (
     ChunkSize,
@@ -25,6 +26,7 @@ from jaxwise._losses import (
     check_clip_norm,
     check_method,
 )
+from jaxwise._typing import PyTree
 from jaxwise.privacy._mechanism import (
     ClipPolicy,
     DPAccounting,
@@ -95,7 +97,7 @@ class DPGradientFn:
         """A key every step, its `DPAccounting`, and it applies the compute dtype itself."""
         return Requirements(key=True, privacy=self.accounting, precision=True, mask=True)
 
-    def init(self, params: Any) -> dict[str, Any]:
+    def init(self, params: PyTree) -> dict[str, Any]:
         """``{"noise": mechanism state, "clip": policy state}`` (``()`` for an absent part).
 
         Args:
@@ -267,6 +269,8 @@ def dp_step(
         {"noise", "clip"}, this step's clip norm)``.
     """
     o = options
+    if callable(loss):  # (a loss that is not callable is refused by name below)
+        loss = user_loss(loss)  # its errors are marked as the loss's (train._step names them)
     policy = clip_policy(o.clip_norm)
     clip: Any = o.clip_norm if policy is None else policy.norm(state["clip"])
     summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)
@@ -315,8 +319,8 @@ def _clipped(
 
 def dp_gradient(
     loss: Callable[..., Any],
-    params: Any,
-    batch: Any,
+    params: PyTree,
+    batch: PyTree,
     key: jax.Array,
     *,
     clip_norm: float | ClipPolicy,
@@ -325,10 +329,10 @@ def dp_gradient(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
-    model_state: Any = NO_MODEL_STATE,
+    model_state: PyTree = NO_MODEL_STATE,
     freeze_model_state: bool = False,
     noise: NoiseMechanism | None = None,
-    state: Any = None,
+    state: PyTree = None,
 ) -> DPGradient:
     """The DP-SGD gradient of one batch, `dp_gradient_fn`'s computation bit for bit.
 

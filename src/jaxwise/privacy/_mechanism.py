@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._errors import JaxwiseError
+from jaxwise._typing import PyTree
 from jaxwise.privacy._noise import (
     flat_normal,
     flat_size,
@@ -97,7 +98,7 @@ class NoiseMechanism(Protocol):
         """
         ...
 
-    def init(self, params: Any) -> Any:
+    def init(self, params: PyTree) -> PyTree:
         """The state before the first step.
 
         Args:
@@ -108,7 +109,7 @@ class NoiseMechanism(Protocol):
         """
         ...
 
-    def correlate(self, state: Any, z: Any) -> tuple[Any, Any]:
+    def correlate(self, state: PyTree, z: PyTree) -> tuple[PyTree, PyTree]:
         """This step's noise from its standard-normal draw.
 
         Args:
@@ -258,7 +259,7 @@ class ClipPolicy(Protocol):
     schedule), which the accountant merges with the gradient's.
     """
 
-    def init(self) -> Any:
+    def init(self) -> PyTree:
         """The state before the first step (a pytree of arrays).
 
         Returns:
@@ -266,7 +267,7 @@ class ClipPolicy(Protocol):
         """
         ...
 
-    def norm(self, state: Any) -> jax.Array:
+    def norm(self, state: PyTree) -> jax.Array:
         """This step's clip norm.
 
         Args:
@@ -279,12 +280,12 @@ class ClipPolicy(Protocol):
 
     def update(
         self,
-        state: Any,
+        state: PyTree,
         norms: jax.Array,
         mask: jax.Array | None,
         normal: jax.Array,
         expected_batch_size: float,
-    ) -> Any:
+    ) -> PyTree:
         """The state after a step.
 
         Args:

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from jaxwise._checks import (
     check_array,
@@ -23,6 +24,7 @@ from jaxwise._losses import (
     leaf_label,
 )
 from jaxwise._random import draw_length, padded_length
+from jaxwise._typing import PyTree
 from jaxwise.per_example import clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
@@ -58,8 +60,8 @@ def check_noise_scale(clip_norm: Any, noise_multiplier: Any) -> None:
 
 
 def add_dp_noise(
-    summed: Any, key: jax.Array, clip_norm: float, noise_multiplier: float, batch_size: Any
-) -> Any:
+    summed: PyTree, key: jax.Array, clip_norm: float, noise_multiplier: float, batch_size: ArrayLike
+) -> PyTree:
     """``(summed + N(0, σ²C²)) / batch_size``: ONE normal draw over all parameters.
 
     The noise for every leaf comes from a single ``jax.random.normal`` of the
@@ -269,8 +271,8 @@ def _inner_size(microbatches: Any) -> int:
 
 def dp_gradient_accumulated(
     loss: Callable[..., Any],
-    params: Any,
-    microbatches: Any,
+    params: PyTree,
+    microbatches: PyTree,
     key: jax.Array,
     *,
     clip_norm: float,
@@ -279,7 +281,7 @@ def dp_gradient_accumulated(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float,
-    model_state: Any = NO_MODEL_STATE,
+    model_state: PyTree = NO_MODEL_STATE,
     freeze_model_state: bool = False,
 ) -> DPGradient:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.

@@ -25,8 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
+from jaxwise._blame import user_loss
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._loss_output import describe, unpack_loss_output
+from jaxwise._typing import PyTree
 from jaxwise.train._precision import (
     DynamicLossScale,
     LossScaleState,
@@ -202,7 +204,7 @@ class GradientFn(Protocol):
         True
     """
 
-    def init(self, params: Any) -> Any:
+    def init(self, params: PyTree) -> PyTree:
         """The state before the first step.
 
         Args:
@@ -215,10 +217,10 @@ class GradientFn(Protocol):
 
     def __call__(
         self,
-        params: Any,
-        model_state: Any,
-        batch: Any,
-        state: Any,
+        params: PyTree,
+        model_state: PyTree,
+        batch: PyTree,
+        state: PyTree,
         *,
         key: jax.Array | None,
         mask: jax.Array | None,
@@ -273,7 +275,7 @@ class ValueAndGrad:
         """A key only ``with_key``; it applies the compute dtype and loss scale itself."""
         return Requirements(key=self.with_key, precision=True)
 
-    def init(self, params: Any) -> tuple[()]:
+    def init(self, params: PyTree) -> tuple[()]:
         """No state: ``()``.
 
         Args:
@@ -325,6 +327,7 @@ class ValueAndGrad:
         """
         name = f"`loss` `{getattr(self.loss, '__name__', type(self.loss).__name__)}`"
         takes_state = self.model_state
+        loss_fn = user_loss(self.loss)  # its errors are marked as the loss's (train._step)
 
         def scaled_loss(p: Any) -> tuple[jax.Array, tuple[Any, Any, Any]]:
             args: tuple[Any, ...] = (cast_floating(p, dtype),)
@@ -334,7 +337,7 @@ class ValueAndGrad:
             if self.with_key:
                 args += (key,)
             loss, new_state, aux = unpack_loss_output(
-                self.loss(*args), model_state=takes_state, has_aux=self.has_aux, name=name
+                loss_fn(*args), model_state=takes_state, has_aux=self.has_aux, name=name
             )
             _check_scalar(loss, name)
             loss = loss.astype(jnp.float32)
@@ -413,7 +416,7 @@ class MixedPrecision:
         """The user's loss inside the wrapped gradient (it names the program)."""
         return gradient_loss(self.gradient)
 
-    def init(self, params: Any) -> dict[str, Any]:
+    def init(self, params: PyTree) -> dict[str, Any]:
         """``{"gradient": the wrapped state, "loss_scale": the dynamic scale's or ()}``.
 
         Args:

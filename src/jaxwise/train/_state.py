@@ -13,6 +13,7 @@ import optax
 
 from jaxwise._checks import is_key
 from jaxwise._params import check_alive, check_not_a_model, check_params
+from jaxwise._typing import PyTree
 from jaxwise.train._gradient import check_gradient_fn
 from jaxwise.tree import path_names
 
@@ -176,7 +177,7 @@ class TrainState:
         tx: optax.GradientTransformation,
         key: jax.Array | int,
         *,
-        model_state: Any = None,
+        model_state: PyTree = None,
         gradient: Any = None,
         **static: Any,
     ) -> Self:
@@ -264,7 +265,7 @@ def _static_fields(cls: type, static: dict[str, Any]) -> dict[str, Any]:
     return static
 
 
-def type_signature(tree: Any) -> list[tuple[str, tuple[int, ...], str, bool]]:
+def type_signature(tree: PyTree) -> list[tuple[str, tuple[int, ...], str, bool]]:
     """``(path, shape, dtype, weak_type)`` of every leaf: what ``jit`` keys its cache on.
 
     Args:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -11,6 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
+from jaxwise._blame import from_user_loss
 from jaxwise._checks import check_bool, check_callable
 from jaxwise._params import check_alive, check_params, describe_leaves
 from jaxwise._placement import data_size as _data_size
@@ -34,8 +34,6 @@ if TYPE_CHECKING:  # types only: train does not import per_example at run time
     from jaxwise.per_example import LossFn
 
 __all__ = ["JitProgram", "TrainStep", "make_step", "make_train_step"]
-
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def leading_size(data: Any, what: str) -> int:
@@ -138,7 +136,6 @@ class JitProgram:
         self._checks = audit
         self._first = True
         self._plan = plan
-        self._loss_code = _code_of(loss)
 
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
@@ -221,12 +218,12 @@ class JitProgram:
     def _named(self, err: Exception, state: TrainState, data: Any) -> Exception:
         """An error raised inside the user's loss while tracing, with the shapes it was given.
 
-        jaxwise's own validation errors (raised by a jaxwise frame, e.g. DP's refusal of
-        BatchNorm statistics) are already precise and pass unchanged.
+        The gradient functions mark the errors that leave the user's loss where they call it
+        (``jaxwise._blame.user_loss``); jaxwise's own validation errors raised inside it (e.g.
+        DP's refusal of BatchNorm statistics, marked ``own``) are already precise and pass
+        unchanged, as do errors raised anywhere else.
         """
-        if self._loss_code is None or not _raised_in(err, self._loss_code):
-            return err
-        if _raised_by_jaxwise(err):
+        if not from_user_loss(err):
             return err
         sizes = {jnp.shape(x)[0] for x in jax.tree.leaves(data) if jnp.ndim(x)}
         leading = " (their leading dimensions differ)" if len(sizes) > 1 else ""
@@ -239,35 +236,6 @@ class JitProgram:
             return type(err)(message)
         except Exception:  # an exception type that takes other arguments: keep it as it is
             return err
-
-
-def _code_of(fn: Any) -> Any:
-    while hasattr(fn, "func"):  # functools.partial
-        fn = fn.func
-    code = getattr(fn, "__code__", None)
-    if code is None and callable(fn):  # an object with a __call__ method
-        code = getattr(type(fn).__call__, "__code__", None)
-    return code
-
-
-def _raised_in(err: BaseException, code: Any) -> bool:
-    """Whether a frame of ``code`` is in ``err``'s traceback."""
-    tb = err.__traceback__
-    while tb is not None:
-        if tb.tb_frame.f_code is code:
-            return True
-        tb = tb.tb_next
-    return False
-
-
-def _raised_by_jaxwise(err: BaseException) -> bool:
-    """Whether the innermost frame of ``err``'s traceback is jaxwise's own code."""
-    tb = err.__traceback__
-    if tb is None:
-        return False
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE + os.sep)
 
 
 class TrainStep(JitProgram):

@@ -11,6 +11,7 @@ import jax
 import numpy as np
 
 from jaxwise._checks import check_bool, check_float, is_key
+from jaxwise._typing import PyTree
 
 __all__ = [
     "ParamRow",
@@ -34,7 +35,7 @@ def _join(path: tuple[Any, ...]) -> str:
     return ".".join(_key_name(k) for k in path)
 
 
-def path_names(tree: Any) -> list[str]:
+def path_names(tree: PyTree) -> list[str]:
     """Dotted names of every leaf, in ``jax.tree.leaves`` order.
 
     Dict keys, attribute names (dataclasses, NamedTuples) and sequence
@@ -118,7 +119,7 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
-def param_table(params: Any) -> ParamTable:
+def param_table(params: PyTree) -> ParamTable:
     """A table of every array leaf: path, shape, dtype, count, bytes, with totals.
 
     Args:
@@ -153,8 +154,8 @@ def _searcher(pattern: re.Pattern[str]) -> Callable[[str], bool]:
 
 
 def mask_by_path(
-    tree: Any, predicate_or_regex: str | re.Pattern[str] | Callable[[str], bool]
-) -> Any:
+    tree: PyTree, predicate_or_regex: str | re.Pattern[str] | Callable[[str], bool]
+) -> PyTree:
     """A bool tree: ``True`` where the leaf's dotted path matches.
 
     Args:
@@ -195,8 +196,8 @@ def mask_by_path(
 
 
 def tree_allclose(
-    a: Any,
-    b: Any,
+    a: PyTree,
+    b: PyTree,
     rtol: float | np.floating = 1e-5,
     atol: float | np.floating = 1e-8,
     equal_nan: bool = False,
@@ -244,7 +245,7 @@ def _numeric_leaf(leaf: Any, name: str) -> np.ndarray:
     return arr
 
 
-def host_copy(tree: Any) -> Any:
+def host_copy(tree: PyTree) -> PyTree:
     """A real NumPy copy of every array leaf (``np.array(x, copy=True)``).
 
     Safe to keep across donation: unlike ``np.asarray`` on CPU, it does not

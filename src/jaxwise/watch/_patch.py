@@ -11,11 +11,19 @@ exit, also when the block raises. tests/test_watch.py::test_jax_jit_patch_still_
 JAX changes what the patch relies on: ``jax.jit``'s signature, and the jitted function's
 attributes (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``__wrapped__``) and
 method binding.
+
+The watched call in progress is `CURRENT`, a ``contextvars.ContextVar`` set around each watched
+call (and each ``.lower``/``.compile`` staging) by this module and reset after it: per thread
+and per asyncio task, and nothing reads a frame's locals to find it. The user's line that
+jitted a function (or compiled it, or passed it a host array) is `user_site`, the innermost
+live frame outside the libraries: the watch's own reading of the live stack
+(tests/test_layering.py lists the few modules that may read frames or tracebacks).
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import sys
 import time
@@ -25,10 +33,20 @@ from typing import Any, Protocol
 
 import jax
 
-from jaxwise._frames import user_site
+from jaxwise._frames import is_library_file, short_path
 from jaxwise._jax import hot_trace_state, trace_state_clean
 
-__all__ = ["ORIGINAL_JIT", "ORIGINAL_PMAP", "Tracked", "installed", "under_transformation"]
+__all__ = [
+    "CURRENT",
+    "ORIGINAL_JIT",
+    "ORIGINAL_PMAP",
+    "Call",
+    "Tracked",
+    "installed",
+    "under_transformation",
+    "user_frame",
+    "user_site",
+]
 
 ORIGINAL_JIT = jax.jit
 ORIGINAL_PMAP = jax.pmap
@@ -37,6 +55,14 @@ _TIME_FIRST = 64  # counted calls timed one by one; after them, one in eight
 _SAMPLE = 7
 # `trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
 _TRACE, _EVAL, _AXES, _NO_AXES = hot_trace_state()
+_MAX_DEPTH = 400
+
+# (function, args, kwargs, timed): a counted call (timed or not), a checked call (timed), or a
+# staging (``.lower``/``.compile``: no arguments, ``timed`` None).
+Call = tuple["Tracked", "tuple[Any, ...] | None", "dict[str, Any] | None", "bool | None"]
+CURRENT: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
+    "jaxwise_watch_call", default=None
+)
 
 
 class Session(Protocol):
@@ -69,10 +95,8 @@ class Tracked:
         plan: what the watch checks per call (donated and static arguments).
         counted: set by the session when a call needs no check: it is then only counted
             here (``stats.calls``), and timed (``stats.timed_seconds``) for its first 64
-            calls and one in eight after them, with no other work per call (the watch finds
-            the call in progress, when a compile happens, by walking the frames: a
-            ``__call__`` frame with ``calls`` bound is a counted call, with ``start`` a
-            timed one).
+            calls and one in eight after them, with no other work per call than setting
+            `CURRENT` (where a compile during the call finds it) and resetting it.
     """
 
     def __init__(
@@ -106,12 +130,20 @@ class Tracked:
                 calls = stats.calls = stats.calls + 1
                 self.session._last = self.name
                 if calls & _SAMPLE and calls > _TIME_FIRST:
-                    return self.jitted(*args, **kwargs)
-                start = _now()
-                out = self.jitted(*args, **kwargs)
-                stats.timed_seconds += _now() - start
-                stats.timed_calls += 1
-                return out
+                    token = CURRENT.set((self, args, kwargs, False))
+                    try:
+                        return self.jitted(*args, **kwargs)
+                    finally:
+                        CURRENT.reset(token)
+                token = CURRENT.set((self, args, kwargs, True))
+                try:
+                    start = _now()
+                    out = self.jitted(*args, **kwargs)
+                    stats.timed_seconds += _now() - start
+                    stats.timed_calls += 1
+                    return out
+                finally:
+                    CURRENT.reset(token)
         if self.session.passthrough or not trace_state_clean():
             return self.jitted(*args, **kwargs)
         return self.session.call(self, args, kwargs)
@@ -186,6 +218,27 @@ def under_transformation() -> bool:
     inlined (private, but the one cheap test); tests/test_watch.py fails if they disagree."""
     trace = _TRACE.value
     return not (trace is None or (trace is _EVAL and _AXES.value is _NO_AXES))
+
+
+def user_frame(frame: types.FrameType | None) -> types.FrameType | None:
+    """The innermost live frame outside the libraries, starting at ``frame`` and walking out."""
+    for _ in range(_MAX_DEPTH):
+        if frame is None or not is_library_file(frame.f_code.co_filename):
+            return frame
+        frame = frame.f_back
+    return None
+
+
+def user_site(frame: types.FrameType | None = None) -> str | None:
+    """``"file.py:LINE"`` of the innermost live frame outside the libraries, or ``None``.
+
+    Args:
+        frame: where to start walking outwards (default: the caller's frame).
+    """
+    found = user_frame(frame if frame is not None else sys._getframe(1))
+    if found is None:
+        return None
+    return f"{short_path(found.f_code.co_filename)}:{found.f_lineno}"
 
 
 Factory = Callable[[Any, dict[str, Any], "str | None", str], Any]

@@ -7,10 +7,11 @@ While a watch is active:
   (``jax.pmap`` and ahead-of-time ``.lower(...).compile()`` forms too);
 - every backend compilation arrives from ``jax.monitoring`` through
   `jaxwise.compilation`'s listener with its structured `CacheMiss`, and is attributed to the
-  watched call running on this thread, found by walking this thread's frames when the
-  compile happens (a call that needs no check does nothing per call but count and time
-  itself); tracing and lowering times arrive the same way. An Equinox ``filter_jit`` function's
-  compiles are explained by the user's own arguments (`._arguments`);
+  watched call running on this thread (or task): `._patch.CURRENT`, a context variable that
+  each watched call sets and resets (a call that needs no check does nothing else per call
+  but count and time itself); tracing and lowering times arrive the same way. An Equinox
+  ``filter_jit`` function's compiles are explained by the user's own arguments
+  (`._arguments`);
 - donations: every donated input is checked after the call and a failure gets its cause
   (`._donations`: an unused argument, no output of its type, a live view, a duplicate);
   jaxwise steps' ``DonationError`` arrive as ``jaxwise._events.DonationFailed`` events;
@@ -26,7 +27,6 @@ import os
 import sys
 import threading
 import time
-import types
 import warnings
 from collections import Counter
 from collections.abc import Callable
@@ -36,10 +36,11 @@ import jax
 
 from jaxwise import _buffers, _events
 from jaxwise._checks import check_bool, check_int
-from jaxwise._frames import short_path, user_frame, user_site
+from jaxwise._frames import short_path
 from jaxwise.compilation import CompileEvent, subscribe
 from jaxwise.watch import _arguments, _calls, _donations, _patch
 from jaxwise.watch._names import name_in_frame
+from jaxwise.watch._patch import user_frame, user_site
 from jaxwise.watch._report import (
     FAIL_ON,
     DonationFinding,
@@ -289,8 +290,9 @@ class Watch:
         self, tracked: _patch.Tracked, run: Any, args: tuple, kwargs: dict, donates: bool
     ) -> Any:
         """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted (compiles
-        find it by its frame)."""
+        find it in ``_patch.CURRENT``)."""
         stats: Stats = tracked.stats
+        token = _patch.CURRENT.set((tracked, args, kwargs, True))
         start = _now()
         try:
             return run(*args, **kwargs)
@@ -299,6 +301,7 @@ class Watch:
                 self._on_duplicate(tracked, args, kwargs)
             raise
         finally:
+            _patch.CURRENT.reset(token)
             stats.timed_seconds += _now() - start
             stats.timed_calls += 1
             stats.calls = (stats.calls or 0) + 1
@@ -338,13 +341,13 @@ class Watch:
     @staticmethod
     def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
         """The innermost watched call in progress on this thread, and its arguments."""
-        return _current_call(sys._getframe(1))[:3]
+        return _current_call()[:3]
 
     def _on_trace_time(self, seconds: float) -> None:
         if not self._active or self._internal:
             return
         self._compiling += seconds
-        tracked, _, _, timed = _current_call(sys._getframe(1))
+        tracked, _, _, timed = _current_call()
         if tracked is not None:
             tracked.stats.charge(seconds, timed)
 
@@ -352,7 +355,7 @@ class Watch:
         if not self._active or self._internal:
             return
         self._compiling += event.seconds
-        tracked, args, kwargs, timed = _current_call(sys._getframe(1))
+        tracked, args, kwargs, timed = _current_call()
         if event.internal and (tracked is None or not _pmap_program(tracked, event)):
             self._eager_seconds += event.seconds
             if tracked is not None:  # inside the call all the same: not its compile
@@ -536,41 +539,27 @@ def _pmap_program(tracked: _patch.Tracked, event: CompileEvent) -> bool:
 
 
 def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
-    """``run()``, a staging call of ``tracked``: its frame (with ``tracked`` among its locals,
-    read by `_current_call`) marks the staging in progress."""
-    return run()
+    """``run()``, a staging call of ``tracked``, with ``_patch.CURRENT`` marking it in progress
+    (no arguments, ``timed`` None)."""
+    token = _patch.CURRENT.set((tracked, None, None, None))
+    try:
+        return run()
+    finally:
+        _patch.CURRENT.reset(token)
 
 
-def _current_call(
-    frame: types.FrameType | None,
-) -> tuple[_patch.Tracked | None, tuple | None, dict | None, bool | None]:
-    """The innermost watched call or staging in progress in ``frame`` and its callers: the
+def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None, bool | None]:
+    """The innermost watched call or staging in progress on this thread (or asyncio task): the
     function, its arguments, and whether the call is timed (``None``: a staging, or none).
 
-    Watched calls leave nothing per call but their frames (a counted `Tracked` call, a
-    checked call in `Watch._run`, a staging in `_staged`); compiles, trace times and warnings,
-    which run in the calling thread, find the call here. A ``Tracked.__call__`` frame is a
-    counted call once it has bound ``calls`` (otherwise it passed the call through), and a
-    timed one once it has bound ``start``.
+    Each watched call sets ``_patch.CURRENT`` for its duration (a counted `Tracked` call, a
+    checked call in `Watch._run`, a staging in `_staged`) and resets it after; compiles, trace
+    times and warnings, which run in the calling thread, read it here.
     """
-    while frame is not None:
-        code = frame.f_code
-        if code is _TRACKED_CALL:
-            found = frame.f_locals
-            if "calls" in found:
-                return found["self"], found["args"], found["kwargs"], "start" in found
-        elif code is _CHECKED_CALL:
-            found = frame.f_locals
-            return found["tracked"], found["args"], found["kwargs"], True
-        elif code is _STAGING:
-            return frame.f_locals["tracked"], None, None, None
-        frame = frame.f_back
-    return None, None, None, None
-
-
-_TRACKED_CALL = _patch.Tracked.__call__.__code__
-_CHECKED_CALL = Watch._run.__code__
-_STAGING = _staged.__code__
+    found = _patch.CURRENT.get()
+    if found is None:
+        return None, None, None, None
+    return found
 
 
 def _load_nan_checks() -> Any:
