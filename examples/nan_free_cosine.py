@@ -3,7 +3,8 @@
 `jnp.where(norm > 0, dot / norm, 0)` looks safe, but its *gradient* is NaN at a zero vector:
 the discarded branch's 0/0 still reaches the gradient. `locate_nan` names the equation, its
 line and the pass (the backward `mul` by 1/n up to JAX 0.12.0, the forward `div` whose NaN
-quotient the backward pass reuses from 0.12.1); `jaxwise.numerics.cosine_similarity` is the double-where fix.
+quotient the backward pass reuses from 0.12.1); `jaxwise.numerics.cosine_similarity` is the
+double-where fix.
 """
 
 import jax
