@@ -1,7 +1,7 @@
 """``find_label_errors``' grouped options: their checks, and the same results as the 17 keywords.
 
-``tests/data/label_errors_golden.npz`` holds what ``find_label_errors`` returned at commit
-404afb0, before its options were grouped (written by
+``tests/data/label_errors_golden-jax<version>.npz`` holds what ``find_label_errors`` returned
+at commit 404afb0 under that JAX (``tests/goldens.py``), before its options were grouped (written by
 ``tests/data/make_label_errors_golden.py``): the default call, a call that set every old
 keyword to a non-default value, and a ``method="gradnorm"`` call. On the machine and JAX
 version that wrote it the new calls agree bit for bit; another CPU or JAX release may compile
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import goldens
 import jax
 import numpy as np
 import optax
@@ -31,7 +32,7 @@ DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
 import make_label_errors_golden as golden  # noqa: E402  # pyright: ignore[reportMissingImports]
 
-GOLDEN = np.load(DATA / "label_errors_golden.npz")
+GOLDEN, _ = goldens.load("label_errors")
 W = {"w": np.ones((2, 3), np.float32)}
 
 
@@ -142,7 +143,7 @@ def test_the_signature_is_at_most_eight_parameters_with_option_objects_as_defaul
 
 
 # ---------------------------------------------------------------------------
-# the same results as the 17 keywords (tests/data/label_errors_golden.npz)
+# the same results as the 17 keywords (tests/data/label_errors_golden-jax*.npz)
 # ---------------------------------------------------------------------------
 
 

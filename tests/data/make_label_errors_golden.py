@@ -1,4 +1,4 @@
-"""Writes tests/data/label_errors_golden.npz: ``find_label_errors`` before its options were grouped.
+"""Writes tests/data/label_errors_golden-jax<version>.npz: ``find_label_errors`` before grouping.
 
 Run once against jaxwise at commit 404afb0 (17 keyword parameters, issue 44):
 
@@ -69,7 +69,7 @@ def main() -> None:
             arrays[f"{name}/{field}"] = np.asarray(getattr(issues, field))
         arrays[f"{name}/num_issues"] = np.asarray(issues.num_issues)
         arrays[f"{name}/best_epoch"] = np.asarray([run.best_epoch for run in issues.oof])
-    default = Path(__file__).with_name("label_errors_golden.npz")
+    default = Path(__file__).with_name(f"label_errors_golden-jax{jax.__version__}.npz")
     target = Path(sys.argv[1]) if len(sys.argv) > 1 else default
     np.savez_compressed(target, **arrays)
     print(f"wrote {target} ({len(arrays)} arrays) with jax {jax.__version__}")
