@@ -25,10 +25,10 @@ run: $(STAMP)
 
 # Everything CI runs: lint, types, the documentation site, then every test (slow ones too).
 test: check docs
-	$(BIN)/python -m pytest -n 2 --basetemp=build/pytest
+	$(BIN)/python -m pytest -n 2 --basetemp=build/pytest --durations=15
 
 test-oldest: $(OLDSTAMP)
-	$(OLD)/bin/python -m pytest -n 2 --basetemp=build/pytest-oldest -m "not slow" -p no:cacheprovider
+	$(OLD)/bin/python -m pytest -n 2 --basetemp=build/pytest-oldest -m "not slow" -p no:cacheprovider --durations=15
 
 $(OLDSTAMP): pyproject.toml .ci/oldest.txt
 	@test -x $(OLD)/bin/python || $(PYTHON_OLDEST) -m venv $(OLD)
