@@ -155,10 +155,10 @@ def test_audit_canaries_refuses_a_memory_blow_up_by_name():
     assert audit_canaries(data, 6, seed=0).m == 6
 
 
-def _select_elements(hlo: str) -> int:
+def _select_elements(hlo: str | None) -> int:
     """Elements written by every ``select`` of a compiled HLO module (fused or not)."""
     total = 0
-    for match in re.finditer(r"= \w+\[([\d,]*)\][^ ]* select\(", hlo):
+    for match in re.finditer(r"= \w+\[([\d,]*)\][^ ]* select\(", hlo or ""):
         total += int(np.prod([int(d) for d in match.group(1).split(",") if d]))
     return total
 

@@ -195,7 +195,7 @@ def masked_clip_and_sum(
     first = jax.numpy.argmax(live)
 
     def pick(x: Any) -> Any:
-        if jax.dtypes.issubdtype(jax.numpy.result_type(x), jax.dtypes.prng_key):
+        if jax.numpy.issubdtype(jax.numpy.result_type(x), jax.dtypes.prng_key):
             return x  # a key is never NaN: nothing to replace
         keep = live.reshape(-1, *([1] * (jax.numpy.ndim(x) - 1)))
         return jax.numpy.where(keep, x, x[first])
