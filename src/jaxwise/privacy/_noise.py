@@ -177,7 +177,8 @@ class DPGradient(NamedTuple):
 
     Attributes:
         grads: the noisy mean gradient, a pytree like ``params``.
-        norms: the pre-clip per-example norms, float32 ``(B,)`` (``(M, m)`` accumulated).
+        norms: the pre-clip per-example norms, float32 ``(B,)`` (``(M, m)`` accumulated);
+            0 for the masked-out (padding) rows of a ``mask``.
         model_state: the new model state, or ``None`` when none was given.
         state: ``{"noise": the mechanism's state, "clip": the clip policy's}`` after the step
             (pass it back as ``state=`` next step; ``()`` parts without them).
