@@ -187,6 +187,32 @@ def masked_clip_and_sum(
     fused by XLA:CPU), so their norms are not theirs: they are returned as 0. Only for a
     caller that never releases a padding row's norm (`jaxwise.privacy`, whose metrics and
     adaptive clip weigh the norms by the mask). With no live row at all the sum is 0.
+
+    Args:
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: shared parameters, any pytree of float arrays.
+        batch: the examples, leaves with a leading axis ``B``; weight-0 rows may hold anything.
+        clip_norm: ``C > 0``.
+        method: as in `clip_and_sum`.
+        chunk_size: as in `clip_and_sum`.
+        weights: ``(B,)`` per-example weights, 0 for padding (a float mask).
+        memory_budget: as in `clip_and_sum`.
+
+    Returns:
+        ``(summed, norms)``: a pytree like ``params``; ``(B,)`` norms, 0 on weight-0 rows.
+
+    Raises:
+        TypeError, ValueError: as in `clip_and_sum`.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(w * x)
+        >>> x = jnp.asarray([[3.0, 4.0], [jnp.nan, 1.0], [0.0, 0.5]])
+        >>> summed, norms = masked_clip_and_sum(
+        ...     loss, jnp.ones(2), x, clip_norm=1.0, weights=jnp.asarray([1.0, 0.0, 1.0])
+        ... )
+        >>> [round(v, 4) for v in summed.tolist()], norms.tolist()
+        ([0.6, 1.3], [5.0, 0.0, 0.5])
     """
     n = _check(loss, params, batch, method, chunk_size, memory_budget)
     check_clip_norm(clip_norm)
