@@ -19,7 +19,11 @@ block B = 32 T = 64, NNX CNN with GroupNorm B = 64), one jitted epoch of 8 steps
 
 Every epoch uses SGD and ghost clipping (``method="auto"``). Timings are medians of rounds
 that interleave the four epochs (the machine is shared); each call feeds the state back.
+``JAXWISE_BENCH_MODEL=NNX`` runs only the models whose title contains ``NNX`` and prints
+their rows without rewriting the results table (a quick check of one model).
 """
+
+import os
 
 import jax
 import jax.numpy as jnp
@@ -118,12 +122,18 @@ def model_rows(title, loss, params, batch):
 
 def run() -> None:
     detail, summary = [], []
+    only = os.environ.get("JAXWISE_BENCH_MODEL")
     for title, make in MODELS.items():
+        if only and only not in title:
+            continue
         loss, params, batch = make()
         rows, s = model_rows(title, loss, params, batch)
         detail += rows
         summary.append(s)
         print(s, flush=True)
+    if only:  # one model: print its rows, keep the table of the full run
+        print(table(["model", "epoch", "time", "vs non-private", "compiles"], detail))
+        return
     body = (
         "Medians of interleaved rounds (the four epochs in turn) on a shared machine; one "
         f"epoch = {STEPS} steps over {STEPS} B examples, SGD, ghost clipping, σ = {SIGMA}.\n\n"

@@ -164,9 +164,99 @@ def clip_and_sum(
     n = _check(loss, params, batch, method, chunk_size, memory_budget)
     check_clip_norm(clip_norm)
     w = weights_of(weights, n)
+    return _clip_and_sum(loss, params, batch, clip_norm, method, chunk_size, w, memory_budget)
+
+
+def masked_clip_and_sum(
+    loss: LossFn,
+    params: P,
+    batch: PyTree,
+    *,
+    clip_norm: float,
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
+    weights: jax.Array,
+    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+) -> tuple[P, jax.Array]:
+    """`clip_and_sum` for DP: the rows of weight 0 (padding) are replaced by a live row FIRST.
+
+    The clipped sum is `clip_and_sum`'s, bit for bit of the live rows' terms, and NaN or
+    inf in a weight-0 row never reaches it; but those rows are replaced once at the input
+    (``(B,)``-row selects on the batch, cheap) instead of being selected out of every
+    activation and output gradient of the ghost pass (one extra read and write of each, not
+    fused by XLA:CPU), so their norms are not theirs: they are returned as 0. Only for a
+    caller that never releases a padding row's norm (`jaxwise.privacy`, whose metrics and
+    adaptive clip weigh the norms by the mask). With no live row at all the sum is 0.
+
+    Args:
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: shared parameters, any pytree of float arrays.
+        batch: the examples, leaves with a leading axis ``B``; weight-0 rows may hold anything.
+        clip_norm: ``C > 0``.
+        method: as in `clip_and_sum`.
+        chunk_size: as in `clip_and_sum`.
+        weights: ``(B,)`` per-example weights, 0 for padding (a float mask).
+        memory_budget: as in `clip_and_sum`.
+
+    Returns:
+        ``(summed, norms)``: a pytree like ``params``; ``(B,)`` norms, 0 on weight-0 rows.
+
+    Raises:
+        TypeError, ValueError: as in `clip_and_sum`.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(w * x)
+        >>> x = jnp.asarray([[3.0, 4.0], [jnp.nan, 1.0], [0.0, 0.5]])
+        >>> summed, norms = masked_clip_and_sum(
+        ...     loss, jnp.ones(2), x, clip_norm=1.0, weights=jnp.asarray([1.0, 0.0, 1.0])
+        ... )
+        >>> [round(v, 4) for v in summed.tolist()], norms.tolist()
+        ([0.6, 1.3], [5.0, 0.0, 0.5])
+    """
+    n = _check(loss, params, batch, method, chunk_size, memory_budget)
+    check_clip_norm(clip_norm)
+    w = weights_of(weights, n)
+    live = w != 0
+    first = jax.numpy.argmax(live)
+
+    def pick(x: Any) -> Any:
+        if jax.numpy.issubdtype(jax.numpy.result_type(x), jax.dtypes.prng_key):
+            return x  # a key is never NaN: nothing to replace
+        keep = live.reshape(-1, *([1] * (jax.numpy.ndim(x) - 1)))
+        return jax.numpy.where(keep, x, x[first])
+
+    clean = jax.tree.map(pick, batch)
+    summed, norms = _clip_and_sum(
+        loss, params, clean, clip_norm, method, chunk_size, w, memory_budget, select_rows=False
+    )
+    any_live = jax.numpy.any(live)  # all padding: row 0 stood in, its sum is dropped
+    summed = jax.tree.map(lambda g: jax.numpy.where(any_live, g, jax.numpy.zeros_like(g)), summed)
+    return summed, jax.numpy.where(live, norms, 0.0)
+
+
+def _clip_and_sum(
+    loss: LossFn,
+    params: Any,
+    batch: Any,
+    clip_norm: float,
+    method: Method,
+    chunk_size: ChunkSize,
+    w: jax.Array,
+    memory_budget: int,
+    *,
+    select_rows: bool = True,
+) -> tuple[Any, jax.Array]:
+    """The clipped sum and norms (arguments checked).
+
+    ``select_rows`` (`clip_and_sum`): every ghost per-example quantity of a weight-0 row is
+    selected out (the row may hold NaN); `masked_clip_and_sum` has replaced those rows by
+    finite ones at the input and skips these selects.
+    """
     program, chunk = _resolve(loss, params, batch, method, chunk_size, memory_budget)
     if program is None:
         return vmap_clip_and_sum(loss, params, batch, clip_norm, w, chunk)
+    n = batch_size_of(batch)
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
@@ -175,7 +265,8 @@ def clip_and_sum(
     norms = jax.numpy.sqrt(sq)
     live = w != 0  # weight-0 rows are selected out, never multiplied by 0 (NaN padding)
     factor = jax.lax.stop_gradient(jax.numpy.where(live, clip_factor(norms, clip_norm) * w, 0.0))
-    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor, live)
+    select = live if select_rows else None
+    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor, select)
     return jax.tree.unflatten(treedef, summed), norms
 
 

@@ -486,24 +486,29 @@ def weighted_sum(
     pe: dict[int, jax.Array],
     kept: dict[int, jax.Array],
     factor: jax.Array,
-    live: jax.Array,
+    live: jax.Array | None,
 ) -> list[Any]:
     """``Σ_i f_i ∇_i`` for every leaf, from the pass's quantities (book-keeping).
 
     Rows where ``live`` is False are selected out of every per-example quantity first
-    (``jnp.where``): NaN or inf in a masked-out row never meets its zero factor.
+    (``jnp.where``): NaN or inf in a masked-out row never meets its zero factor. ``live=None``
+    skips these selects (one extra read and write of every tensor): for a batch whose
+    weight-0 rows were replaced by finite ones at the input
+    (`jaxwise.per_example._api.masked_clip_and_sum`).
 
     Materialised leaves and kept uses sum their per-example gradients weighted by ``f``; the
     other ghost uses take one batched vector-Jacobian product at ``f·g`` (a weight gradient).
     """
 
     def rows(x: Any) -> Any:
+        assert live is not None
         return jnp.where(_expand(live, x).astype(bool), x, jnp.zeros((), x.dtype))
 
-    pe = {i: rows(g) for i, g in pe.items()}
-    kept = {j: rows(g) for j, g in kept.items()}
-    acts = [[rows(a) for a in group] for group in acts]
-    grads = [[rows(g) for g in group] for group in grads]
+    if live is not None:
+        pe = {i: rows(g) for i, g in pe.items()}
+        kept = {j: rows(g) for j, g in kept.items()}
+        acts = [[rows(a) for a in group] for group in acts]
+        grads = [[rows(g) for g in group] for group in grads]
     out: list[Any] = [jnp.zeros_like(x) for x in leaves]
     for i, grad in pe.items():
         out[i] = jnp.tensordot(factor, grad.astype(jnp.float32), axes=1).astype(leaves[i].dtype)

@@ -26,6 +26,7 @@ from jaxwise._losses import (
 from jaxwise._random import draw_length, padded_length
 from jaxwise._typing import PyTree
 from jaxwise.per_example import clip_and_sum
+from jaxwise.per_example._api import masked_clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
     advance,
@@ -176,7 +177,8 @@ class DPGradient(NamedTuple):
 
     Attributes:
         grads: the noisy mean gradient, a pytree like ``params``.
-        norms: the pre-clip per-example norms, float32 ``(B,)`` (``(M, m)`` accumulated).
+        norms: the pre-clip per-example norms, float32 ``(B,)`` (``(M, m)`` accumulated);
+            0 for the masked-out (padding) rows of a ``mask``.
         model_state: the new model state, or ``None`` when none was given.
         state: ``{"noise": the mechanism's state, "clip": the clip policy's}`` after the step
             (pass it back as ``state=`` next step; ``()`` parts without them).
@@ -214,15 +216,20 @@ def clipped_sum(
         if model_state is not NO_MODEL_STATE:
             new_state = advance(loss, params, model_state, batch)
             loss, batch = per_example(loss, model_state, batch, n)
-        summed, norms = clip_and_sum(
-            loss,
-            params,
-            batch,
-            clip_norm=clip_norm,
-            method=method,
-            chunk_size=chunk_size,
-            weights=weights,
-        )
+        if weights is None:
+            summed, norms = clip_and_sum(
+                loss, params, batch, clip_norm=clip_norm, method=method, chunk_size=chunk_size
+            )
+        else:  # padding rows replaced once at the input; their norms (never released) are 0
+            summed, norms = masked_clip_and_sum(
+                loss,
+                params,
+                batch,
+                clip_norm=clip_norm,
+                method=method,
+                chunk_size=chunk_size,
+                weights=weights,
+            )
     return summed, norms, new_state
 
 
@@ -242,7 +249,7 @@ def _scan_clipped(
         step_loss = loss
         if model_state is not NO_MODEL_STATE:
             step_loss, micro = per_example(loss, model_state, micro, inner, salt=j)
-        summed, norms = clip_and_sum(step_loss, params, micro, weights=w, **options)
+        summed, norms = masked_clip_and_sum(step_loss, params, micro, weights=w, **options)
         return jax.tree.map(jnp.add, total, summed), norms
 
     zero = jax.tree.map(jnp.zeros_like, params)
