@@ -40,6 +40,7 @@ Examples:
 from jaxwise._losses import LossFn as LossFn
 from jaxwise.per_example._api import clip_and_sum as clip_and_sum
 from jaxwise.per_example._api import ghost_coverage as ghost_coverage
+from jaxwise.per_example._api import masked_clip_and_sum as masked_clip_and_sum
 from jaxwise.per_example._api import per_example_grad_norms as per_example_grad_norms
 from jaxwise.per_example._graph import CoverageRow as CoverageRow
 from jaxwise.per_example._vmap import auto_chunk_size as auto_chunk_size
@@ -51,6 +52,7 @@ __all__ = [
     "auto_chunk_size",
     "clip_and_sum",
     "ghost_coverage",
+    "masked_clip_and_sum",
     "per_example_grad_norms",
     "per_example_grads",
 ]

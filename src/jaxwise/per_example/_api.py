@@ -186,7 +186,8 @@ def masked_clip_and_sum(
     activation and output gradient of the ghost pass (one extra read and write of each, not
     fused by XLA:CPU), so their norms are not theirs: they are returned as 0. Only for a
     caller that never releases a padding row's norm (`jaxwise.privacy`, whose metrics and
-    adaptive clip weigh the norms by the mask). With no live row at all the sum is 0.
+    adaptive clip weigh the norms by the mask); `clip_and_sum(weights=)` when the padding
+    rows' own norms are wanted. With no live row at all the sum is 0.
 
     Args:
         loss: ``loss(params, example) -> scalar`` for ONE example.

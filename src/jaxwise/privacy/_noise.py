@@ -25,8 +25,7 @@ from jaxwise._losses import (
 )
 from jaxwise._random import draw_length, padded_length
 from jaxwise._typing import PyTree
-from jaxwise.per_example import clip_and_sum
-from jaxwise.per_example._api import masked_clip_and_sum
+from jaxwise.per_example import clip_and_sum, masked_clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
     advance,
