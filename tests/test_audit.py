@@ -130,6 +130,7 @@ def audited_run(sigma, seed, m=200, steps=40, batch_size=32):
     return canaries, scores, n, total
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_honest_noise_never_gives_a_bound_above_the_theoretical_epsilon():
     sigma = 2.0  # ε ≈ 1.6
     for seed in range(8):
@@ -327,6 +328,7 @@ def test_the_audited_epoch_compiles_once():
 # ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_spiral_dp_audit_reports_theory_and_lower_bound(capsys):
     from jaxwise.cli import main
     from jaxwise.jobs import SpiralConfig, run_spiral

@@ -36,6 +36,7 @@ def amplified_bandmf_epsilon(sigma, q, steps, bands):
     return acc.get_epsilon(1e-5)
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_spiral_bandmf_reports_its_mechanism_and_amplified_epsilon(tmp_path, capsys):
     summary = spiral(capsys, tmp_path, "--mechanism", "bandmf", "--bands", "4")
     dp = summary["dp"]
@@ -53,6 +54,7 @@ def test_spiral_bandmf_reports_its_mechanism_and_amplified_epsilon(tmp_path, cap
     assert 0 < dp["expected_error_vs_dpsgd"] < 1  # BandMF(4) beats DP-SGD at the same ε
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_spiral_auto_keeps_dpsgds_epsilon_and_never_loses_to_it(tmp_path, capsys):
     from jaxwise import privacy
 
@@ -67,6 +69,7 @@ def test_spiral_auto_keeps_dpsgds_epsilon_and_never_loses_to_it(tmp_path, capsys
     assert dp["epsilon"] == pytest.approx(dpsgd, rel=1e-3)
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_spiral_blt_with_adaptive_clip_counts_the_count_in_epsilon(tmp_path, capsys):
     from jaxwise import privacy
 
@@ -133,6 +136,7 @@ def blob_csv(tmp_path):
     return path
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_train_bandmf_resume_is_bit_identical_and_other_mechanisms_are_refused(
     tmp_path, blob_csv, capsys
 ):

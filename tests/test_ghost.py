@@ -527,6 +527,7 @@ def test_conv_layouts(x_shape, k_shape, dn, strides, padding, lhs_dil, rhs_dil):
         _close(summed, ref_sum, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget():
     """Layers with positions keep their per-example gradients (norm and sum from one
     contraction) while they fit the budget; without the budget the Gram path gives the same."""

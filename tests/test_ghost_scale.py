@@ -100,6 +100,7 @@ def test_coverage_takes_both_forms_by_shape():
     assert "gram" in str(rows["blocks.0.qkv"])
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 @pytest.mark.parametrize("budget", [2**28, 1])  # per-example gradients kept / formed and dropped
 def test_ghost_equals_vmap_and_float64_on_a_causal_transformer(budget):
     params, batch = init(jax.random.key(1)), batch_of(12)
@@ -144,6 +145,7 @@ def test_ghost_clipped_sum_equals_jax_privacy():
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_dp_epoch_with_ghost_compiles_once():
     params = init(jax.random.key(3))
     tokens, target = batch_of(40, seed=5)
@@ -165,6 +167,7 @@ def _memory(fn, *args):
     return mem.temp_size_in_bytes + mem.argument_size_in_bytes + mem.output_size_in_bytes
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_ghost_peak_memory_within_a_quarter_of_the_non_private_step():
     """Compiled ``memory_analysis`` (temp + arguments + outputs) at a CPU-sized config."""
     t, d = 64, 64

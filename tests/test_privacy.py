@@ -312,6 +312,7 @@ def _train(epoch, state, data, epochs):
 @pytest.mark.parametrize(
     "sampler", [PoissonSampler(100), ShuffleSampler(100)], ids=["poisson", "shuffle"]
 )
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_dp_sgd_and_plain_sgd_exceed_90_percent_on_blobs(sampler):
     x, y = data.make_blobs(2000, 20, 10, seed=0)
     xtr, xte, ytr, yte = data.train_test_split(x, y, test_fraction=0.25, seed=1)

@@ -68,6 +68,7 @@ def dp_epoch(loss, sampler, *, mesh=None, **dp):
     return make_epoch(dp_gradient_fn(loss, **dp), sampler, mesh=mesh)
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_dp_epoch_with_mesh_skips_exactly_the_steps_that_sample_a_nan_row():
     mesh = data_mesh(mesh_devices(4))
     tx = optim.sgd(0.05)
