@@ -7,8 +7,15 @@ implicit promotion (peer libraries that do — Optax — are called under
 """
 
 import os
+import signal
 
 os.environ.setdefault("MPLBACKEND", "Agg")
+
+# Ctrl-C tests send SIGINT. A runner that starts the suite in the background (a shell's `&`)
+# ignores SIGINT, Python then keeps it ignored and every child inherits that: restore Python's
+# handler, so the worker and the programs it starts receive SIGINT as at a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import jax
 import numpy as np
