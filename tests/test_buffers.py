@@ -1,0 +1,74 @@
+"""`jaxwise._buffers`: was a donated buffer reused? Both JAX forms of a live NumPy view, and no
+false alarm where XLA merely declines to reuse a buffer."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxwise._buffers import buffer_ids, donated_buffers, kept
+
+pytestmark = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="a NumPy view shares a buffer only on CPU"
+)
+
+
+def _donating(x):
+    return jax.jit(lambda a: a + 1.0, donate_argnums=0)(x)
+
+
+def test_a_clean_donation_keeps_nothing():
+    x = jnp.arange(64.0)
+    before = donated_buffers([x])
+    out = _donating(x)
+    assert before is not None and before[0] != ()
+    assert x.is_deleted() and kept([x], before, out) == []
+    np.testing.assert_array_equal(np.asarray(out), np.arange(64.0) + 1.0)
+
+
+def test_a_live_numpy_view_is_kept_whatever_jax_does_with_the_array():
+    x = jnp.arange(64.0)
+    view = np.asarray(x)  # noqa: JW011 - the pitfall under test
+    before = donated_buffers([x])
+    out = _donating(x)
+    # JAX <= 0.12.0 leaves x alive; 0.12.1 deletes it while the view keeps its buffer
+    assert kept([x], before, out) == [0]
+    np.testing.assert_array_equal(view, np.arange(64.0))  # the old buffer, still readable
+    del view
+
+
+def test_without_addresses_only_an_undeleted_array_counts():
+    x = jnp.arange(64.0)
+    view = np.asarray(x)  # noqa: JW011 - the pitfall under test
+    out = _donating(x)
+    assert kept([x], None, out) == ([] if x.is_deleted() else [0])
+    del view
+
+
+def test_a_buffer_xla_declines_to_reuse_without_a_view_is_no_alarm():
+    # XLA:CPU copies a donated buffer it cannot use in place (here: one device_put without
+    # aliasing); the array is deleted, no output lives in its buffer, and nothing holds it
+    x = jax.device_put(np.arange(64.0, dtype=np.float32), may_alias=False)
+    before = donated_buffers([x])
+    out = _donating(x)
+    assert kept([x], before, out) == []
+
+
+def test_buffer_ids_of_a_sharded_array_name_every_shard():
+    devices = jax.devices("cpu")[:4]
+    mesh = jax.sharding.Mesh(np.array(devices), ("d",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+    x = jax.device_put(jnp.arange(16.0), spec)
+    assert len(set(buffer_ids(x))) == len(devices)
+    deleted = jnp.arange(3.0)
+    deleted.delete()
+    assert buffer_ids(deleted) == (id(deleted),)
+
+
+def test_non_arrays_are_neither_measured_nor_kept():
+    assert donated_buffers([1.0, "x"]) is None
+    x = jnp.arange(4.0)
+    before = donated_buffers([x, 3])
+    assert before is not None and before[1] == ()
+    out = _donating(x)
+    assert kept([x, 3], before, out) == []
