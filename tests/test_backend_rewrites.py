@@ -24,10 +24,11 @@ from jaxwise.train import TrainState, make_train_epoch
 
 
 def test_the_table_says_cpu_on_and_tpu_off():
-    assert set(REWRITES) == {"canonical_convolutions", "padded_draws"}
+    assert set(REWRITES) == {"canonical_convolutions", "padded_draws", "branching_guard"}
     for name in REWRITES:
         assert rewrite_on(name, "cpu") and rewrite_on(name, "CPU")
-        assert not rewrite_on(name, "tpu") and not rewrite_on(name, "gpu")
+        assert not rewrite_on(name, "tpu")
+        assert rewrite_on(name, "gpu") == (name == "branching_guard")
         with assume_backend("tpu"):
             assert current_backend() == "tpu" and not rewrite_on(name)
         assert current_backend() == jax.default_backend()

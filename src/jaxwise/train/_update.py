@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from jaxwise._backends import rewrite_on
 from jaxwise.optim import apply_updates, global_norm
 from jaxwise.train._gradient import Gradients, Requirements, StepContext, requirements_of
 from jaxwise.train._state import TrainState
@@ -101,6 +102,15 @@ def _guarded(
     return jax.lax.cond(ok, lambda: new, lambda: state), ok
 
 
+def _selected(
+    state: TrainState, ok: jax.Array, *new_parts: Any, step_increment: int
+) -> tuple[TrainState, jax.Array]:
+    """`_guarded` without branches: the update always runs, ``jnp.where`` keeps the old state."""
+    new, updates = _apply(state, *new_parts, step_increment=step_increment)
+    ok = ok & _finite_sum(updates)
+    return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
+
+
 def _call(
     gradient: Any, plan: UpdatePlan, state: TrainState, batch: Any, key: Any, mask: Any, context
 ):
@@ -124,10 +134,13 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Callable[..., tuple[TrainSta
     the step and moves the key on: no noise draw is used twice, a cyclic sampler's groups stay
     ``groups`` steps apart, and the step counter equals the steps the accountant counts.
 
-    The guard is two nested ``lax.cond``: the optimizer runs only for a finite gradient, and
-    its result is kept only when the update is finite. Selecting every state leaf with
-    ``jnp.where`` instead costs about a quarter more compile time and, on CPU, up to half
-    more run time per epoch (every leaf is copied).
+    On XLA:CPU the guard is two nested ``lax.cond``: the optimizer runs only for a finite
+    gradient, and its result is kept only when the update is finite (selecting every state leaf
+    with ``jnp.where`` costs there up to half more run time per epoch: every leaf is copied).
+    Elsewhere (the ``branching_guard`` row of ``jaxwise._backends.REWRITES``) the update always
+    runs and ``jnp.where`` selects the old or the new state: no ``conditional`` in the step, and
+    the selects fuse into the optimizer's update. Both skip a step bit-identically; a taken step
+    agrees to float32 rounding (XLA fuses the two programs differently).
     """
     private = plan.private
 
@@ -156,17 +169,18 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Callable[..., tuple[TrainSta
         if private:
             moved.update(step=state.step + 1, key=key)
         state = state.replace(**moved)
-        new, ok = jax.lax.cond(
-            ok,
-            # a private gradient's step was counted above
-            functools.partial(_guarded, step_increment=0 if private else 1),
-            lambda s, *_: (s, jnp.zeros((), bool)),  # skipped: bit-identical state
-            state,
-            g.grads,
-            key,
-            g.model_state,
-            gradient_state,
-        )
+        parts = (g.grads, key, g.model_state, gradient_state)
+        increment = 0 if private else 1  # a private gradient's step was counted above
+        if rewrite_on("branching_guard"):
+            new, ok = jax.lax.cond(
+                ok,
+                functools.partial(_guarded, step_increment=increment),
+                lambda s, *_: (s, jnp.zeros((), bool)),  # skipped: bit-identical state
+                state,
+                *parts,
+            )
+        else:
+            new, ok = _selected(state, ok, *parts, step_increment=increment)
         metrics["skipped"] = (~ok).astype(jnp.int32)
         if g.aux is not None:
             metrics["aux"] = g.aux
