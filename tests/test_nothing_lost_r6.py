@@ -10,9 +10,15 @@ import signal
 import subprocess
 import sys
 
+import jax.numpy as jnp
+import numpy as np
 import pytest
 
+from jaxwise import optim
 from jaxwise.metrics import JsonlWriter, TensorBoardWriter
+from jaxwise.train import Checkpointing, Resume, ResumeError, TrainState, fit, make_train_step
+from jaxwise.train._data_state import DataPosition
+from jaxwise.train._fingerprint import fingerprint
 
 # ----------------------------------------------------------------------------- data loss
 
@@ -79,3 +85,99 @@ def test_a_forgotten_writer_releases_its_path_when_collected(tmp_path):
     with JsonlWriter(path) as again:
         again.write(2, {"a": 2.0})
     assert not os.path.exists(tmp_path / ".m.jsonl.jaxwise-lock")
+
+
+# ----------------------------------------------------------------------------- silent wrong results
+
+
+def _loss(params, batch):
+    x, y = batch
+    return jnp.mean((x @ params["w"] - y) ** 2)
+
+
+def _batches(n=10, changed=None):
+    rng = np.random.default_rng(0)
+    out = []
+    for i in range(n):
+        x = rng.normal(size=(4, 3)).astype(np.float32)
+        if i == changed:
+            x = x.copy()
+            x[1, 2] += 1.0  # one value of one batch
+        out.append((x, x @ np.asarray([1.0, -2.0, 0.5], np.float32)))
+    return out
+
+
+def _fit(root, batches, *, steps=None, resume=False):
+    """``fit`` over ``batches`` checkpointing every 4 into ``root`` (continuing it: ``resume``)."""
+    pytest.importorskip("orbax.checkpoint")
+    from jaxwise.checkpoint import Checkpointer, latest_step, load_metadata, restore
+
+    state = TrainState.create({"w": jnp.zeros(3)}, optim.adam(0.1), 0)
+    callbacks: list = []
+    if resume:
+        step = latest_step(root)
+        state = restore(root, state, step)
+        callbacks.append(Resume(load_metadata(root, step)))
+    with Checkpointer(root, async_save=False) as ck:
+        callbacks.append(Checkpointing(ck, every=4))
+        return fit(make_train_step(_loss), state, batches, steps=steps, callbacks=callbacks)
+
+
+def test_a_resume_over_a_list_whose_trained_batch_changed_is_refused(tmp_path):
+    """Was: only the length and batch 0 were compared; batch 6 (trained) changed, accepted."""
+    _fit(tmp_path / "ck", _batches(), steps=8)  # saved at 4 and 8
+    with pytest.raises(ResumeError, match=r"trained on other batches 0\.\.7 \(their chained"):
+        _fit(tmp_path / "ck", _batches(changed=6), resume=True)
+
+
+def test_a_resume_over_a_list_checks_only_what_was_trained(tmp_path):
+    """Batch 9 is not trained yet at step 8: changing it continues the run (not other data)."""
+    _fit(tmp_path / "a", _batches(), steps=8)
+    state, report = _fit(tmp_path / "a", _batches(changed=9), resume=True)
+    assert report.steps == 2 and int(state.step) == 10
+    _fit(tmp_path / "b", _batches(), steps=8)  # the same list resumes, as if never stopped
+    resumed, _ = _fit(tmp_path / "b", _batches(), resume=True)
+    whole, _ = _fit(tmp_path / "c", _batches())
+    np.testing.assert_array_equal(resumed.params["w"], whole.params["w"])
+
+
+def test_an_old_checkpoints_fingerprint_still_resumes(tmp_path):
+    """A fifth-round checkpoint's record (length and first hash, no chain) is checked on those."""
+    first = _batches()
+    old = {"fit": {"batches": 8, "fingerprint": fingerprint(first)}}
+    del old["fit"]["fingerprint"]["first"]  # as if saved before the key existed: still fine
+    position = DataPosition.start(first, Resume(old), 0, saving=True)
+    np.testing.assert_array_equal(next(iter(position.source))[0], first[8][0])
+    position.consumed()
+    assert position.saved(9)["trained"]["from"] == 8  # a new chain from where it resumed
+    with pytest.raises(ResumeError, match="length 10 \\(now 9\\)"):
+        DataPosition.start(first[:9], Resume(old), 0)
+
+
+def _grain_pipeline(records, seed=0):
+    grain = pytest.importorskip("grain")
+    ds = grain.MapDataset.source(records).shuffle(seed=seed).batch(8)
+    return ds.to_iter_dataset()
+
+
+def _records(changed=None):
+    rows = [np.full(3, i, np.float32) for i in range(64)]
+    if changed is not None:
+        rows[changed] = rows[changed] + 0.5
+    return [(r, r.sum()) for r in rows]
+
+
+@pytest.mark.parametrize(
+    "other, found",
+    [
+        (lambda: _grain_pipeline(_records(changed=40)), "sampled-records hash"),
+        (lambda: _grain_pipeline(_records(), seed=1), r"step \d \(ShuffleMapDataset\) has seed 0"),
+    ],
+    ids=["record-40-of-64", "shuffle-seed-1"],
+)
+def test_a_resume_over_another_grain_pipeline_is_refused(tmp_path, other, found):
+    """Was: a grain source was seen by its length and record 0 only; the seeds not at all."""
+    _fit(tmp_path / "ck", _grain_pipeline(_records()), steps=4)
+    with pytest.raises(ResumeError, match=found):
+        _fit(tmp_path / "ck", other(), resume=True)
+    _fit(tmp_path / "ck", _grain_pipeline(_records()), resume=True)  # the same one resumes

@@ -1,0 +1,145 @@
+"""A streaming hash of every batch `fit` trains on, so a resume can check the batches trained.
+
+Each batch's leaves (dtype, shape and bytes) are hashed with SHA-256 as the batch is pulled
+(in the prefetch thread, off the training thread), and the digests are chained in training
+order: ``h(k+1) = sha256(h(k) || digest(batch k))`` from ``h = 0`` at the batch the chain
+starts. A checkpoint records the chain's span and value (``{"from": a, "to": b, "sha256":
+h}``); a resume over a list recomputes the chain over ``batches[a:b]`` (the batches already
+trained) and refuses other data, naming the span. Batches after the checkpoint are never
+compared: they were not trained yet, so changing them is a new continuation, not other data.
+
+Leaves on an accelerator are hashed by dtype and shape only (hashing their bytes would copy
+them back to the host each step). In a multi-process job each process reads its own rows
+while the checkpoint's metadata is process 0's, so no chain is kept there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from jaxwise._checks import is_int
+
+__all__ = ["TrainedHash", "batch_digest"]
+
+_ZERO = bytes(32)
+
+
+def _leaf_bytes(leaf: Any) -> tuple[str, Any]:
+    """``(dtype and shape, the bytes to hash)`` of one leaf, without copying when possible."""
+    if isinstance(leaf, jax.Array) and any(d.platform != "cpu" for d in leaf.devices()):
+        return f"{leaf.dtype.str}{leaf.shape}@device", b""
+    array = np.asarray(leaf)
+    if array.dtype == object:  # no stable bytes: its type stands for it
+        return f"object{array.shape}", type(leaf).__qualname__.encode()
+    data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)  # a view: no copy
+    return f"{array.dtype.str}{array.shape}", data
+
+
+def batch_digest(batch: Any) -> bytes:
+    """The SHA-256 digest of one batch: each leaf's dtype, shape and bytes, in tree order.
+
+    Args:
+        batch: a pytree of arrays (host arrays, scalars, or arrays on a device).
+
+    Returns:
+        32 bytes.
+
+    Examples:
+        >>> import numpy as np
+        >>> batch_digest((np.ones(3), 1)) == batch_digest((np.ones(3), 1))
+        True
+        >>> batch_digest(np.ones(3)) == batch_digest(np.ones(3, np.float32))
+        False
+    """
+    digest = hashlib.sha256()
+    for leaf in jax.tree.leaves(batch):
+        form, data = _leaf_bytes(leaf)
+        digest.update(form.encode())
+        digest.update(data)
+    return digest.digest()
+
+
+def _chain(start: bytes, digests: Any) -> bytes:
+    value = start
+    for d in digests:
+        value = hashlib.sha256(value + d).digest()
+    return value
+
+
+def _span(saved: Any) -> tuple[int, int, bytes] | None:
+    """``(from, to, value)`` of a saved chain record, or None when it is not one."""
+    if not isinstance(saved, Mapping):
+        return None
+    start, end, value = saved.get("from"), saved.get("to"), saved.get("sha256")
+    if not (is_int(start) and is_int(end) and isinstance(value, str)):
+        return None
+    try:
+        raw = bytes.fromhex(value)
+    except ValueError:
+        return None
+    return (int(start), int(end), raw) if 0 <= int(start) <= int(end) else None
+
+
+class TrainedHash:
+    """The chained hash of the batches trained so far (``add`` one digest per batch trained).
+
+    Args:
+        first: the number of the first batch this call trains (batches counted over resumes).
+        saved: the chain a checkpoint recorded (``metadata["fit"]["trained"]``), continued
+            when it ends at ``first``; else a new chain starts at ``first``.
+
+    Examples:
+        >>> import numpy as np
+        >>> data = [np.full(2, i) for i in range(4)]
+        >>> chain = TrainedHash(0, None)
+        >>> for batch in data[:3]:
+        ...     chain.add(batch_digest(batch))
+        >>> saved = chain.record()
+        >>> saved["from"], saved["to"]
+        (0, 3)
+        >>> TrainedHash.differs(saved, data) is None
+        True
+        >>> TrainedHash.differs(saved, [data[0], np.full(2, 9), *data[2:]])
+        'batches 0..2'
+    """
+
+    def __init__(self, first: int, saved: Any) -> None:
+        span = _span(saved)
+        if span is not None and span[1] == first:
+            self._from, self._value = span[0], span[2]
+        else:
+            self._from, self._value = first, _ZERO
+        self._to = first
+
+    def add(self, digest: bytes) -> None:
+        """Chain the digest of the next batch trained."""
+        self._value = hashlib.sha256(self._value + digest).digest()
+        self._to += 1
+
+    def record(self) -> dict[str, Any]:
+        """What a checkpoint records: ``{"from": a, "to": b, "sha256": hex}``."""
+        return {"from": self._from, "to": self._to, "sha256": self._value.hex()}
+
+    @staticmethod
+    def differs(saved: Any, batches: Sequence[Any]) -> str | None:
+        """The span of ``batches`` whose chain differs from ``saved`` (None: same, or unknown).
+
+        Args:
+            saved: a chain record a checkpoint holds (``metadata["fit"]["trained"]``).
+            batches: the data as a list; the batches ``saved`` spans are hashed again.
+
+        Returns:
+            ``"batches a..b-1"`` when they differ from what the saved run trained, else None
+            (also when there is no saved chain or ``batches`` is too short to hold it).
+        """
+        span = _span(saved)
+        if span is None or span[1] == span[0] or span[1] > len(batches):
+            return None
+        start, end, value = span
+        now = _chain(_ZERO, (batch_digest(batches[i]) for i in range(start, end)))
+        return None if now == value else f"batches {start}..{end - 1}"
