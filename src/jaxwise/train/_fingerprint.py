@@ -201,9 +201,6 @@ def mismatch(saved: Any, now: dict[str, Any] | None) -> str | None:
     for key, said in (("length", "length"), ("first", "first batch hash"), ("sample", _SAID)):
         if key in saved and key in now and saved[key] != now[key]:
             return f"{said} {saved[key]} (now {now[key]})"
-    different = _pipeline_mismatch(saved.get("pipeline"), now.get("pipeline"))
-    if different is not None:
-        return different
     then, current = saved.get("sources"), now.get("sources")
     if isinstance(then, list) and isinstance(current, list):
         if len(then) != len(current):
@@ -212,7 +209,7 @@ def mismatch(saved: Any, now: dict[str, Any] | None) -> str | None:
             different = mismatch(a, b) if isinstance(b, dict) else None
             if different is not None:
                 return f"a data source (#{i}) of {different.replace('first batch', 'first record')}"
-    return None
+    return _pipeline_mismatch(saved.get("pipeline"), now.get("pipeline"))
 
 
 _SAID = "sampled-records hash"
