@@ -1,11 +1,19 @@
 """A streaming hash of every batch `fit` trains on, so a resume can check the batches trained.
 
-Each batch's leaves (dtype, shape and bytes) are hashed with SHA-256 as the batch is pulled
-(in the prefetch thread, off the training thread), and the digests are chained in training
-order: ``h(k+1) = sha256(h(k) || digest(batch k))`` from ``h = 0`` at the batch the chain
-starts. A checkpoint records the chain's span and value (``{"from": a, "to": b, "sha256":
-h}``); a resume over a list recomputes the chain over ``batches[a:b]`` (the batches already
-trained) and refuses other data, naming the span. Batches after the checkpoint are never
+Each batch is digested as it is pulled (in the prefetch thread, off the training thread),
+and the digests are chained in training order: ``h(k+1) = sha256(h(k) || digest(batch k))``
+from ``h = 0`` at the batch the chain starts. A batch's digest reads every byte once, at
+memory speed (SHA-256 of a whole batch cost up to 20% of a small model's step on a loaded
+2-core machine): each leaf's 8-byte words are multiplied by fixed odd keys (splitmix64 of
+their position in a 512 KiB block), mixed (``y ^ y >> 29``) and summed modulo 2**64 per
+block; SHA-256 then covers the leaf's dtype, shape, block sums and trailing bytes. Changing
+any one word always changes the digest (each step is a bijection of that word); a change of
+several words goes unseen only if their mixed terms cancel modulo 2**64. It detects
+accidents (other files, another order, another preprocessing), not an adversary.
+
+A checkpoint records the chain's span and value (``{"from": a, "to": b, "sha256": h}``); a
+resume over a list recomputes the chain over ``batches[a:b]`` (the batches already trained)
+and refuses other data, naming the span. Batches after the checkpoint are never
 compared: they were not trained yet, so changing them is a new continuation, not other data.
 
 Leaves on an accelerator are hashed by dtype and shape only (hashing their bytes would copy
@@ -27,21 +35,47 @@ from jaxwise._checks import is_int
 __all__ = ["TrainedHash", "batch_digest"]
 
 _ZERO = bytes(32)
+_BLOCK = 1 << 16  # words (512 KiB) per block sum
+_SHIFT = np.uint64(29)
 
 
-def _leaf_bytes(leaf: Any) -> tuple[str, Any]:
-    """``(dtype and shape, the bytes to hash)`` of one leaf, without copying when possible."""
+def _splitmix(n: int) -> np.ndarray:
+    """``(n,)`` uint64: splitmix64 of 1..n, made odd (fixed: no library's random stream)."""
+    with np.errstate(over="ignore"):
+        z = (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return (z ^ (z >> np.uint64(31))) | np.uint64(1)
+
+
+_KEYS = _splitmix(_BLOCK)
+
+
+def _word_sums(data: np.ndarray) -> bytes:
+    """The mixed key-weighted sums of ``data``'s (uint8, C order) 8-byte words, per block."""
+    words = data[: data.size // 8 * 8].view(np.uint64)
+    sums = np.empty(-(-words.size // _BLOCK), np.uint64)
+    for i, start in enumerate(range(0, words.size, _BLOCK)):
+        part = words[start : start + _BLOCK]
+        mixed = part * _KEYS[: part.size]
+        mixed ^= mixed >> _SHIFT
+        sums[i] = mixed.sum(dtype=np.uint64)
+    return sums.tobytes() + data[words.size * 8 :].tobytes()
+
+
+def _leaf_bytes(leaf: Any) -> tuple[str, bytes]:
+    """``(dtype and shape, what stands for its bytes)`` of one leaf (no copy when possible)."""
     if isinstance(leaf, jax.Array) and any(d.platform != "cpu" for d in leaf.devices()):
         return f"{leaf.dtype.str}{leaf.shape}@device", b""
     array = np.asarray(leaf)
     if array.dtype == object:  # no stable bytes: its type stands for it
         return f"object{array.shape}", type(leaf).__qualname__.encode()
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)  # a view: no copy
-    return f"{array.dtype.str}{array.shape}", data
+    return f"{array.dtype.str}{array.shape}", _word_sums(data)
 
 
 def batch_digest(batch: Any) -> bytes:
-    """The SHA-256 digest of one batch: each leaf's dtype, shape and bytes, in tree order.
+    """The digest of one batch: each leaf's dtype, shape and bytes, in tree order.
 
     Args:
         batch: a pytree of arrays (host arrays, scalars, or arrays on a device).
@@ -54,6 +88,9 @@ def batch_digest(batch: Any) -> bytes:
         >>> batch_digest((np.ones(3), 1)) == batch_digest((np.ones(3), 1))
         True
         >>> batch_digest(np.ones(3)) == batch_digest(np.ones(3, np.float32))
+        False
+        >>> x = np.zeros(100_000); y = x.copy(); y[77_777] = -0.0  # one bit of one value
+        >>> batch_digest(x) == batch_digest(y)
         False
     """
     digest = hashlib.sha256()
