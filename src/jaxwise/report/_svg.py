@@ -137,7 +137,7 @@ def downsample(
     Examples:
         >>> ys = np.zeros(10_000); ys[1234] = 5.0; ys[7777] = -3.0
         >>> x, y = downsample(np.arange(10_000.0), ys, buckets=50)
-        >>> len(x) <= 102, x[0], x[-1], y.max(), y.min()
+        >>> len(x) <= 102, float(x[0]), float(x[-1]), float(y.max()), float(y.min())
         (True, 0.0, 9999.0, 5.0, -3.0)
     """
     n = len(xs)
