@@ -2,14 +2,16 @@
 
 Each batch is digested as it is pulled (in the prefetch thread, off the training thread),
 and the digests are chained in training order: ``h(k+1) = sha256(h(k) || digest(batch k))``
-from ``h = 0`` at the batch the chain starts. A batch's digest reads every byte once, at
-memory speed (SHA-256 of a whole batch cost up to 20% of a small model's step on a loaded
-2-core machine): each leaf's 8-byte words are multiplied by fixed odd keys (splitmix64 of
-their position in a 512 KiB block), mixed (``y ^ y >> 29``) and summed modulo 2**64 per
-block; SHA-256 then covers the leaf's dtype, shape, block sums and trailing bytes. Changing
-any one word always changes the digest (each step is a bijection of that word); a change of
-several words goes unseen only if their mixed terms cancel modulo 2**64. It detects
-accidents (other files, another order, another preprocessing), not an adversary.
+from ``h = 0`` at the batch the chain starts. A batch's digest reads every byte once, in one
+fused pass (SHA-256 of a whole batch cost 20% of a small MLP's epoch on a loaded 2-core
+machine, this 1-2%): each leaf's 8-byte words ``w[i]`` are weighted by fixed odd keys
+``k[i]`` (splitmix64 of ``i``, per 512 KiB block) and summed modulo 2**64, ``sum(w[i] *
+k[i])``; SHA-256 then covers the leaf's dtype, shape, block sums and trailing bytes. Any
+change of one word changes the sum (``k`` is odd), and so does moving words (rows reordered,
+another shuffle): the weights depend on the position. A change of several words goes unseen
+only when its weighted differences cancel modulo 2**64, e.g. flipping bit 63 of exactly two
+words (the signs of two float64s) and nothing else. It detects accidents (other files,
+another order, another preprocessing), not an adversary.
 
 A checkpoint records the chain's span and value (``{"from": a, "to": b, "sha256": h}``); a
 resume over a list recomputes the chain over ``batches[a:b]`` (the batches already trained)
@@ -36,7 +38,6 @@ __all__ = ["TrainedHash", "batch_digest"]
 
 _ZERO = bytes(32)
 _BLOCK = 1 << 16  # words (512 KiB) per block sum
-_SHIFT = np.uint64(29)
 
 
 def _splitmix(n: int) -> np.ndarray:
@@ -52,14 +53,12 @@ _KEYS = _splitmix(_BLOCK)
 
 
 def _word_sums(data: np.ndarray) -> bytes:
-    """The mixed key-weighted sums of ``data``'s (uint8, C order) 8-byte words, per block."""
+    """The key-weighted sums (mod 2**64) of ``data``'s (uint8, C order) 8-byte words, per block."""
     words = data[: data.size // 8 * 8].view(np.uint64)
     sums = np.empty(-(-words.size // _BLOCK), np.uint64)
     for i, start in enumerate(range(0, words.size, _BLOCK)):
         part = words[start : start + _BLOCK]
-        mixed = part * _KEYS[: part.size]
-        mixed ^= mixed >> _SHIFT
-        sums[i] = mixed.sum(dtype=np.uint64)
+        sums[i] = np.einsum("i,i->", part, _KEYS[: part.size])  # one pass, wraps mod 2**64
     return sums.tobytes() + data[words.size * 8 :].tobytes()
 
 
