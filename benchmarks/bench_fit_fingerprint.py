@@ -5,7 +5,7 @@ float32, Adam) over an epoch of ``STEPS`` host batches (NumPy), checkpointed onc
 (`Checkpointing`: that is when `fit` hashes). The hashed run is compared with the same run
 whose batch digest is replaced by a constant (everything else identical); warm-up excluded;
 median of ``REPEATS`` alternating runs, wall-clock and the process's CPU time (all threads).
-Also printed: the SHA-256 time of the epoch's batches alone, over the epoch's time (the cost
+Also printed: the digest time of the epoch's batches alone, over the epoch's time (the cost
 if none of it overlapped with training). Target: ratio <= 1.02.
 """
 
@@ -74,4 +74,4 @@ for i, what in enumerate(("wall-clock", "CPU time")):
     hashed = statistics.median(t[i] for t in times[True])
     print(f"| {STEPS} | {what} | {base:.3f} s | {hashed:.3f} s | {hashed / base:.3f} |")
 base = statistics.median(t[0] for t in times[False])
-print(f"SHA-256 of the epoch's batches alone: {alone:.3f} s = {alone / base:.1%} of the epoch")
+print(f"digests of the epoch's batches alone: {alone:.3f} s = {alone / base:.1%} of the epoch")

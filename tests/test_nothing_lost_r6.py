@@ -126,7 +126,7 @@ def _fit(root, batches, *, steps=None, resume=False):
 def test_a_resume_over_a_list_whose_trained_batch_changed_is_refused(tmp_path):
     """Was: only the length and batch 0 were compared; batch 6 (trained) changed, accepted."""
     _fit(tmp_path / "ck", _batches(), steps=8)  # saved at 4 and 8
-    with pytest.raises(ResumeError, match=r"trained on other batches 0\.\.7 \(their chained"):
+    with pytest.raises(ResumeError, match=r"trained on other batches 0\.\.7 \(their chained hash"):
         _fit(tmp_path / "ck", _batches(changed=6), resume=True)
 
 

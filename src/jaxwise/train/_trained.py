@@ -66,7 +66,10 @@ def _leaf_bytes(leaf: Any) -> tuple[str, bytes]:
     """``(dtype and shape, what stands for its bytes)`` of one leaf (no copy when possible)."""
     if isinstance(leaf, jax.Array) and any(d.platform != "cpu" for d in leaf.devices()):
         return f"{leaf.dtype.str}{leaf.shape}@device", b""
-    array = np.asarray(leaf)
+    try:
+        array = np.asarray(leaf)
+    except Exception:  # not an array: its type stands for it
+        return f"unreadable {type(leaf).__qualname__}", b""
     if array.dtype == object:  # no stable bytes: its type stands for it
         return f"object{array.shape}", type(leaf).__qualname__.encode()
     data = np.ascontiguousarray(array).reshape(-1).view(np.uint8)  # a view: no copy
