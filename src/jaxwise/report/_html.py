@@ -9,6 +9,7 @@ findings), ``plots`` (the job's PNGs, embedded) and ``configuration`` (the run's
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -74,22 +75,29 @@ def ordered_metrics(
 _PLAIN = frozenset({int, float, type(None)})
 
 
-def _columns(metrics: Sequence[Mapping[str, Any]], keys: list[str]) -> dict[str, np.ndarray]:
+def _layout(metrics: Sequence[Mapping[str, Any]]) -> tuple[str, ...] | None:
+    """The keys every record has, in order, when all records share them (else None)."""
+    layout = tuple(metrics[0]) if metrics else ()
+    return layout if all(tuple(m) == layout for m in metrics) else None
+
+
+def _columns(
+    metrics: Sequence[Mapping[str, Any]], keys: list[str], layout: tuple[str, ...] | None
+) -> dict[str, np.ndarray]:
     """Each key's values as float64 (NaN: missing or not a number), one conversion if it can.
 
-    Records that share one layout holding only numbers and nulls (what a writer produces)
+    Records that share one ``layout`` holding only numbers and nulls (what a writer produces)
     convert as one table; others key by key.
     """
-    layout = tuple(metrics[0]) if metrics else ()
-    if all(tuple(m) == layout for m in metrics) and _PLAIN.issuperset(
-        {type(v) for m in metrics for v in m.values()}
-    ):
+    values = itertools.chain.from_iterable(m.values() for m in metrics)
+    if layout is not None and _PLAIN.issuperset(set(map(type, values))):
         try:
             table = np.array([tuple(m.values()) for m in metrics], np.float64)
         except OverflowError:  # an integer beyond float64: key by key
             pass
         else:
-            return {k: table[:, layout.index(k)] for k in keys}
+            where = {k: i for i, k in enumerate(layout)}
+            return {k: table[:, where[k]] for k in keys}
     return {k: as_floats([m.get(k) for m in metrics]) for k in keys}
 
 
@@ -98,8 +106,10 @@ def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
     count = len(metrics)
     metrics, reordered = ordered_metrics(metrics)
     x_name, xs = _x_axis(metrics)
-    keys = [k for k in dict.fromkeys(k for m in metrics for k in m) if k not in _SKIP]
-    columns = _columns(metrics, keys)
+    layout = _layout(metrics)
+    every = layout if layout is not None else dict.fromkeys(k for m in metrics for k in m)
+    keys = [k for k in every if k not in _SKIP]
+    columns = _columns(metrics, keys, layout)
     numeric = [k for k in keys if np.isfinite(columns[k]).any()]
     groups: dict[str, list[str]] = {}
     for key in numeric:
