@@ -181,3 +181,29 @@ def test_a_resume_over_another_grain_pipeline_is_refused(tmp_path, other, found)
     with pytest.raises(ResumeError, match=found):
         _fit(tmp_path / "ck", other(), resume=True)
     _fit(tmp_path / "ck", _grain_pipeline(_records()), resume=True)  # the same one resumes
+
+
+def test_a_grain_dataloaders_sampler_seed_and_operations_are_in_its_fingerprint():
+    grain = pytest.importorskip("grain")
+    from jaxwise.train._fingerprint import mismatch
+
+    def loader(seed=0, batch=8, threads=16):
+        sampler = grain.samplers.IndexSampler(
+            64, shard_options=grain.sharding.NoSharding(), shuffle=True, seed=seed, num_epochs=1
+        )
+        return grain.DataLoader(
+            data_source=_records(),  # pyright: ignore[reportArgumentType]
+            sampler=sampler,
+            operations=[grain.transforms.Batch(batch)],
+            worker_count=0,
+            read_options=grain.ReadOptions(num_threads=threads),
+        )
+
+    saved = fingerprint(loader())
+    assert mismatch(saved, fingerprint(loader(seed=1))) == (
+        "a grain pipeline whose step 0 (IndexSampler) has seed 0 (now 1)"
+    )
+    assert "step 1 (Batch) has batch_size 8 (now 4)" in str(
+        mismatch(saved, fingerprint(loader(batch=4)))
+    )
+    assert mismatch(saved, fingerprint(loader(threads=2))) is None  # performance, not order

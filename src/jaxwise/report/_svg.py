@@ -48,8 +48,8 @@ class Series(NamedTuple):
     """
 
     name: str
-    xs: Sequence[float]
-    ys: Sequence[float | None]
+    xs: Sequence[float] | np.ndarray
+    ys: Sequence[float | None] | np.ndarray
 
 
 def as_floats(values: Any) -> np.ndarray:

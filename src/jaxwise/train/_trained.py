@@ -121,7 +121,8 @@ def _span(saved: Any) -> tuple[int, int, bytes] | None:
         raw = bytes.fromhex(value)
     except ValueError:
         return None
-    return (int(start), int(end), raw) if 0 <= int(start) <= int(end) else None
+    first, last = int(start), int(end)  # pyright: ignore[reportArgumentType]  # is_int above
+    return (first, last, raw) if 0 <= first <= last else None
 
 
 class TrainedHash:
