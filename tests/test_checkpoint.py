@@ -797,7 +797,9 @@ def test_an_earlier_train_states_config_restores_into_the_subclass_its_error_nam
     doc.pop("digest")
     doc["static"] = {"config": [["width", 2]]}  # what the earlier TrainState saved
     meta.write_text(json.dumps(fmt.seal(doc)))
-    with pytest.raises(CheckpointError, match="earlier TrainState whose `config` held width=2") as e:
+    with pytest.raises(
+        CheckpointError, match="earlier TrainState whose `config` held width=2"
+    ) as e:
         restore(tmp_path / "ck", make_state(key))
     assert "width: int = dataclasses.field(default=2, metadata=dict(static=True))" in str(e.value)
     assert "MyState.create(params, tx, key, width=2)" in str(e.value)

@@ -9,9 +9,9 @@ words ``w[i]`` are weighted by fixed odd keys ``k[i]`` (splitmix64 of ``i``, per
 block) and summed modulo 2**64, ``sum(w[i] * k[i])``; SHA-256 then covers the leaf's dtype,
 shape, block sums and trailing bytes. Any change of one word changes the sum (``k`` is odd),
 and so does moving words (rows reordered, another shuffle): the weights depend on the
-position. A change of several words goes unseen
-only when its weighted differences cancel modulo 2**64, e.g. flipping bit 63 of exactly two
-words (the signs of two float64s) and nothing else. It detects accidents (other files,
+position. A change of several words goes unseen only when its weighted differences cancel
+modulo 2**64, e.g. flipping bit 63 of exactly two words (the signs of two float64s) and
+nothing else. It detects accidents (other files,
 another order, another preprocessing), not an adversary.
 
 A checkpoint records the chain's span and value (``{"from": a, "to": b, "sha256": h}``); a
