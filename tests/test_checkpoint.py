@@ -783,3 +783,26 @@ def test_export_orbax_gives_plain_orbax_the_nested_step(tmp_path, key):
     with pytest.raises(CheckpointError, match="damaged"):
         export_orbax(tmp_path / "ck", tmp_path / "bad", step=7)
     assert not (tmp_path / "bad").exists()
+
+
+def test_an_earlier_train_states_config_restores_into_the_subclass_its_error_names(tmp_path, key):
+    """A checkpoint of the TrainState that kept `config` pairs: refused by a plain TrainState
+    with the subclass to write (its fields and values), restored into that subclass."""
+    from jaxwise.checkpoint import _format as fmt
+
+    state = make_state(key, step=3, width=2)
+    save(tmp_path / "ck", state)
+    meta = tmp_path / "ck" / "3" / fmt.META / "metadata"
+    doc = json.loads(meta.read_text())
+    doc.pop("digest")
+    doc["static"] = {"config": [["width", 2]]}  # what the earlier TrainState saved
+    meta.write_text(json.dumps(fmt.seal(doc)))
+    with pytest.raises(
+        CheckpointError, match="earlier TrainState whose `config` held width=2"
+    ) as e:
+        restore(tmp_path / "ck", make_state(key))
+    assert "width: int = dataclasses.field(default=2, metadata=dict(static=True))" in str(e.value)
+    assert "MyState.create(params, tx, key, width=2)" in str(e.value)
+    with pytest.raises(CheckpointError, match="width=2"):
+        restore(tmp_path / "ck", make_state(key, width=5))  # the subclass, another value
+    assert_same(restore(tmp_path / "ck", make_state(key, width=2)), state)

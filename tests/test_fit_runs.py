@@ -111,7 +111,8 @@ def test_grain_loader_state_is_bytes_and_round_trips(tmp_path):
     from jaxwise.checkpoint import load_metadata
 
     meta = load_metadata(tmp_path / "b")
-    assert set(meta["fit"]) == {"batches", "data", "fingerprint"} and "bytes" in meta["fit"]["data"]
+    assert set(meta["fit"]) == {"batches", "data", "fingerprint", "trained"}
+    assert "bytes" in meta["fit"]["data"] and meta["fit"]["trained"]["to"] == 3
     assert meta["fit"]["fingerprint"]["sources"][0]["length"] == 32  # the loader's source
     assert meta["fit"]["batches"] == 3
     resumed, report = run(None, tmp_path / "c", meta, part)

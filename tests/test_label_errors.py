@@ -257,7 +257,7 @@ def test_held_out_labels_never_influence_their_fold_model_with_early_stopping() 
 def test_inner_validation_rows_are_not_trained_on() -> None:
     """Early stopping costs one training row in 6: ``batch_size`` must fit in the rest."""
     x, y = make_blobs(40, n_features=2, n_classes=2, seed=0)
-    with pytest.raises(ValueError, match=r"batch_size.*26 rows.*early stopping"):
+    with pytest.raises(ValueError, match=r"`Training.batch_size` 30 .*26 rows.*early stopping"):
         le.find_label_errors(x, y, training=le.Training(epochs=1, batch_size=30))
     # without early stopping all 32 are trained on
     le.find_label_errors(x, y, training=le.Training(epochs=1, batch_size=30, patience=None))

@@ -2,6 +2,9 @@
 
 import json
 import os
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -62,13 +65,28 @@ def test_jsonl_resume_rewrites_to_the_restored_step(tmp_path):
     assert steps == [(1, 1.0), (2, 2.0), (3, 3.0), (4, 4.0)] + [(s, 10.0 * s) for s in range(5, 10)]
 
 
+KILLED_WRITER = """
+import os, signal, sys
+from jaxwise.metrics import {cls}
+w = {cls}(sys.argv[1])
+for s in range(1, 8):
+    w.write(s, {{"loss": float(s), "acc": 0.5}})
+w.flush()  # on disk now: a kill after this loses nothing
+os.kill(os.getpid(), signal.SIGKILL)  # never closed: its lock dies with it
+"""
+
+
+def killed_writer(cls, target):
+    """Steps 1..7 written (and flushed) by a ``cls`` in a process then SIGKILLed."""
+    code = KILLED_WRITER.format(cls=cls)
+    done = subprocess.run([sys.executable, "-c", code, str(target)], check=False, timeout=120)
+    assert done.returncode == -signal.SIGKILL
+
+
 def test_tensorboard_read_back_and_resume_purges(tmp_path):
-    w = TensorBoardWriter(tmp_path)
-    for s in range(1, 8):
-        w.write(s, {"loss": float(s), "acc": 0.5})
-    w.flush()  # on disk now: a kill after this loses nothing
+    killed_writer("TensorBoardWriter", tmp_path)
     assert tb_scalars(tmp_path)["loss"] == [(s, float(s)) for s in range(1, 8)]
-    with TensorBoardWriter(tmp_path) as w2:  # resumed at step 5 while `w` was never closed
+    with TensorBoardWriter(tmp_path) as w2:  # resumed at step 5 after the kill
         for s in range(5, 10):
             w2.write(s, {"loss": 10.0 * s})
     got = tb_scalars(tmp_path)
@@ -76,7 +94,6 @@ def test_tensorboard_read_back_and_resume_purges(tmp_path):
         (s, 10.0 * s) for s in range(5, 10)
     ]
     assert got["acc"] == [(s, 0.5) for s in range(1, 5)]  # the killed run's later ones purged
-    w.close()
 
 
 def test_mlflow_read_back_and_resume_keeps_the_run(tmp_path):

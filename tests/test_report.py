@@ -11,6 +11,7 @@ import subprocess
 import zlib
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from jaxwise.cli import main
@@ -508,3 +509,49 @@ def test_report_unwritable_out_named_by_its_option(tmp_path, capsys, unwritable_
     assert main(["report", str(run), "--out", str(target)]) == 2
     err = capsys.readouterr().err
     assert f"--out {target}: not writable" in err and ".tmp" not in err
+
+
+def test_a_long_run_is_downsampled_keeping_first_last_and_extremes(tmp_path):
+    """10,000 steps x 40 metrics: each curve drawn from at most 2 x 500 + 2 points (min-max
+    buckets), every spike kept, and the page says so; the page stays small (it was ~120 bytes
+    per point and metric: 10,000 x 200 metrics made 24 MB)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    steps, names = 10_000, [f"m{i:02d}" for i in range(40)]
+    values = np.cumsum(np.random.default_rng(0).normal(size=(steps, len(names))), axis=0)
+    values[4321, 7] = 1e4  # one spike, one dip
+    values[8765, 7] = -1e4
+    with (run / "metrics.jsonl").open("w") as f:
+        for s in range(steps):
+            f.write(json.dumps({"step": s + 1, **dict(zip(names, values[s].tolist()))}) + "\n")
+    page = run_report_html(run)
+    assert len(page.encode()) < 2 * 2**20  # 10 MB for 200 metrics
+    assert "downsampled, as TensorBoard does" in page and "each of 500 runs of" in page
+    charts = page.split("<figure>")[1:]
+    assert len(charts) == len(names)
+    for chart in charts:
+        (points,) = re.findall(r'points="([^"]+)"', chart)
+        pairs = [tuple(map(float, p.split(","))) for p in points.split()]
+        assert len(pairs) <= 2 * 500 + 2
+        xs = [x for x, _ in pairs]
+        assert xs == sorted(xs) and xs[0] < xs[-1]  # in step order, first to last
+    (spiky,) = re.findall(r'points="([^"]+)"', charts[7])
+    ys = [float(p.split(",")[1]) for p in spiky.split()]
+    assert min(ys) < 40 and max(ys) > 200  # the spike at the top, the dip at the bottom
+
+
+def test_downsample_keeps_every_buckets_extremes():
+    from jaxwise.report._svg import downsample
+
+    rng = np.random.default_rng(1)
+    ys = rng.normal(size=12_345)
+    xs = np.arange(12_345, dtype=np.float64)
+    kx, ky = downsample(xs, ys, buckets=100)
+    width = -(-12_345 // 100)
+    for b in range(100):  # float64 referee: each bucket's min and max are among the kept
+        part = ys[b * width : (b + 1) * width]
+        kept = ky[(kx >= b * width) & (kx < (b + 1) * width)]
+        assert part.min() in kept and part.max() in kept
+    assert (kx[0], kx[-1]) == (0.0, 12_344.0) and len(kx) <= 202
+    short = np.arange(200.0)
+    assert downsample(short, short, buckets=100)[0] is short  # short runs as they are

@@ -130,11 +130,55 @@ def jsonable_static(tree: Any) -> dict[str, Any]:
     return out
 
 
+def _old_config(saved: dict[str, Any], current: Mapping[str, Any]) -> dict[str, Any] | None:
+    """An earlier `TrainState`'s ``config`` pairs (``[[name, value], ...]``) as named fields.
+
+    Until the fifth round a `TrainState` kept its configuration in one static ``config`` of
+    sorted ``(name, value)`` pairs; now each is a named static field of a subclass. A
+    checkpoint that holds pairs restores into a subclass with those fields (and values).
+    """
+    pairs = saved.get("config")
+    if "config" in current or not isinstance(pairs, list):
+        return None
+    if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in pairs):
+        return None
+    return {name: value for name, value in pairs}
+
+
+def _subclass_advice(fields: Mapping[str, Any]) -> str:
+    """How to write the subclass that restores an earlier `TrainState`'s ``config``."""
+    lines = "; ".join(
+        f"{name}: {type(value).__name__} = dataclasses.field(default={value!r}, "
+        "metadata=dict(static=True))"
+        for name, value in fields.items()
+    )
+    call = ", ".join(f"{name}={value!r}" for name, value in fields.items())
+    return (
+        "it was saved by an earlier TrainState whose `config` held "
+        f"{', '.join(f'{k}={v!r}' for k, v in fields.items())}; configuration is now a named "
+        "static field of a subclass: restore into one, @jax.tree_util.register_dataclass "
+        f"@dataclasses.dataclass(frozen=True) class MyState(TrainState): {lines}, with "
+        f"`like = MyState.create(params, tx, key, {call})`"
+    )
+
+
 def check_static(doc: Mapping[str, Any], like: Any) -> None:
-    """``CheckpointError`` when the stored static fields differ from ``like``'s."""
+    """``CheckpointError`` when the stored static fields differ from ``like``'s.
+
+    An earlier `TrainState`'s ``config`` pairs are compared as the named static fields of a
+    subclass (the error says how to write it); an empty ``config`` is no field at all.
+    """
     saved, current = dict(doc.get("static", {})), jsonable_static(like)
-    if saved.get("config") == [] and "config" not in current:
-        del saved["config"]  # the empty `config` field TrainState had until this release
+    fields = _old_config(saved, current)
+    if fields is not None:
+        del saved["config"]
+        missing = [k for k in fields if k not in current]
+        if missing or any(current[k] != v for k, v in fields.items()):
+            raise CheckpointError(
+                f"the checkpoint does not fit `like` ({type(like).__name__}): "
+                + _subclass_advice(fields)
+            )
+        saved.update(fields)
     for name in sorted(set(saved) | set(current)):
         if saved.get(name) != current.get(name):
             raise CheckpointError(

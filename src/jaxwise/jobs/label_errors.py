@@ -189,7 +189,8 @@ def _oof(prep: tabular.Prepared, folds: int, cache_dir: Path | None) -> tuple[An
                 seed=cfg.seed,
             )
     except ValueError as err:
-        raise UserError(f"--method oof: {str(err).replace('`', '')}") from None
+        message = str(err).replace("`Folds.n_splits`=", "--folds ").replace("`", "")
+        raise UserError(f"--method oof: {message}") from None
     phase = {
         "compiles": tally.total,
         "compiled": tally.compiled,

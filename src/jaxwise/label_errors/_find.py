@@ -105,7 +105,8 @@ def find_label_errors(
     check_memory(int(x32.shape[0]), k, width, repeats, repeats * fit.folds)
     check_folds_per_class(y32, fit.folds)
     fold_of = np.stack([stratified_folds(y32, fit.folds, fit.seed + r) for r in range(repeats)])
-    check_fold_sizes(fold_of, fit.folds, fit.batch_size, fit.patience is not None)
+    names = ("Folds.n_splits", "Training.batch_size")
+    check_fold_sizes(fold_of, fit.folds, fit.batch_size, fit.patience is not None, names)
     runs = run_folds(apply_fn, init, x32, y32, fold_of, fit)
     probs = np.mean([run.probs for run in runs], axis=0)
     if probs.shape[1] != k:

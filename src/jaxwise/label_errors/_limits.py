@@ -33,15 +33,19 @@ def warn_skipped_classes(labels: np.ndarray, seen: int) -> None:
         )
 
 
-def check_folds_per_class(labels: np.ndarray, folds: int) -> None:
-    """``folds`` must not exceed the rows of the smallest class (present in ``labels``)."""
+def check_folds_per_class(labels: np.ndarray, folds: int, name: str = "Folds.n_splits") -> None:
+    """``folds`` must not exceed the rows of the smallest class (present in ``labels``).
+
+    ``name`` is the option as the caller's user spells it (`find_label_errors`'s
+    ``Folds(n_splits)``).
+    """
     counts = np.bincount(labels)
     present = np.flatnonzero(counts)
     smallest = int(present[np.argmin(counts[present])])
     if folds > counts[smallest]:
         raise ValueError(
-            f"`folds`={folds} is more than the {counts[smallest]} row(s) of class {smallest}: "
-            "a stratified split would leave some folds without that class; pass `folds` at "
+            f"`{name}`={folds} is more than the {counts[smallest]} row(s) of class {smallest}: "
+            f"a stratified split would leave some folds without that class; pass `{name}` at "
             f"most {counts[smallest]} (and at least 2), or gather more rows of that class"
         )
 

@@ -547,20 +547,28 @@ def trained_rows(train: int, early_stopping: bool) -> int:
 
 
 def check_fold_sizes(
-    fold_of: np.ndarray, folds: int, batch_size: int, early_stopping: bool
+    fold_of: np.ndarray,
+    folds: int,
+    batch_size: int,
+    early_stopping: bool,
+    names: tuple[str, str] = ("folds", "batch_size"),
 ) -> None:
-    """Every fold model must train on at least ``batch_size`` rows and judge at least one."""
-    check_int(batch_size, "batch_size", min_value=1)
+    """Every fold model must train on at least ``batch_size`` rows and judge at least one.
+
+    ``names`` are the two options as the caller's user spells them (`find_label_errors`:
+    ``("Folds.n_splits", "Training.batch_size")``).
+    """
+    check_int(batch_size, names[1], min_value=1)
     for assign in fold_of:
         sizes = np.bincount(assign, minlength=folds)
         if sizes.min() < 1:
             raise ValueError(
-                f"every fold needs at least one row: {len(assign)} rows for `folds`={folds}"
+                f"every fold needs at least one row: {len(assign)} rows for `{names[0]}`={folds}"
             )
         train = trained_rows(len(assign) - int(sizes.max()), early_stopping)
         if batch_size > train:
             raise ValueError(
-                f"`batch_size` {batch_size} is larger than the {train} rows a fold model trains "
+                f"`{names[1]}` {batch_size} is larger than the {train} rows a fold model trains "
                 "on"
                 + (
                     " (its other training rows validate it: early stopping)"

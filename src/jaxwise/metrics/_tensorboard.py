@@ -9,7 +9,7 @@ from typing import Any
 
 from jaxwise._checks import check_path
 from jaxwise._extras import require
-from jaxwise.metrics._writer import check_scalars
+from jaxwise.metrics._writer import check_scalars, claim
 
 __all__ = ["TensorBoardWriter"]
 
@@ -22,8 +22,12 @@ class TensorBoardWriter:
     continues the same ``logdir``: the first ``write`` at step ``s`` opens a new event file
     that starts with TensorBoard's restart marker at ``s`` (``SessionLog.START``, as
     ``purge_step`` does), so TensorBoard's reader drops whatever an earlier (killed) process
-    wrote at steps ``>= s``: no step is shown twice. Needs the ``tensorboard`` extra
-    (tensorboardX, for its event-file writer and protos; no TensorFlow).
+    wrote at steps ``>= s``: no step is shown twice. One writer per ``logdir``: a second
+    `TensorBoardWriter` there is refused (``ValueError``) until the first is closed, since its
+    restart marker would hide the first one's events (an ``flock`` on
+    ``<logdir>/.jaxwise-writer.lock``, released on ``close()`` and when its process dies).
+    Needs the ``tensorboard`` extra (tensorboardX, for its event-file writer and protos; no
+    TensorFlow).
 
     Args:
         logdir: the directory of the event files (created).
@@ -46,6 +50,8 @@ class TensorBoardWriter:
         ).Summary
         self._writer: Any = None
         self._closed = False
+        lock_path = self.logdir / ".jaxwise-writer.lock"
+        self._lock = claim(self, lock_path, f"TensorBoardWriter({str(self.logdir)!r})")
 
     def _open(self, step: int) -> Any:
         """A new event file (named after the ones there, so readers order it last)."""
@@ -85,11 +91,12 @@ class TensorBoardWriter:
             self._writer.flush()
 
     def close(self) -> None:
-        """Flush and close the event file (idempotent)."""
+        """Flush and close the event file; release ``logdir`` for another writer (idempotent)."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
         self._closed = True
+        self._lock.release()
 
     def __enter__(self) -> TensorBoardWriter:
         return self

@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import math
 import os
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
 from jaxwise._atomic import atomic_write_text
 from jaxwise._checks import check_path, is_int
+from jaxwise._lock import FileLock, LockHeld, describe_holder
 
-__all__ = ["JsonlWriter", "MetricWriter", "check_scalars"]
+__all__ = ["JsonlWriter", "MetricWriter", "check_scalars", "claim"]
 
 
 @runtime_checkable
@@ -68,6 +70,40 @@ def check_scalars(step: object, scalars: object) -> dict[str, float]:
     return out
 
 
+def claim(owner: object, lock_path: Path, what: str) -> FileLock:
+    """The writer lock of ``owner`` on its output: an ``flock`` on ``lock_path``, held till close.
+
+    One writer per file (or log directory), across processes and within one: a second one is
+    refused by name while the first is open, as a `jaxwise.checkpoint.Checkpointer` refuses a
+    second writer of its directory. The operating system releases the lock when its holder
+    dies (even on ``SIGKILL``), so a killed run's successor is never refused; a writer that is
+    garbage-collected without ``close()`` releases it too.
+
+    Args:
+        owner: the writer (its lock is released when it is garbage-collected).
+        lock_path: the lock file (removed on release).
+        what: the writer and its output as the message names them (``JsonlWriter('m.jsonl')``).
+
+    Raises:
+        ValueError: another writer holds the lock.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(lock_path, remove=True)
+    try:
+        lock.acquire()
+    except LockHeld as err:
+        holder = describe_holder(err.holder)
+        if err.holder and err.holder.get("pid") == os.getpid():
+            holder = "another writer of this process"
+        raise ValueError(
+            f"{what}: already open in {holder}; two writers on one output would lose each "
+            "other's records: close the first writer before opening another (a resumed run "
+            "opens its writers after the old ones are closed), or write elsewhere"
+        ) from None
+    weakref.finalize(owner, lock.release)
+    return lock
+
+
 def _is_step(value: object) -> bool:
     """A number that can be a step: an int, or a float such as ``1.0`` (not a bool)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -121,7 +157,10 @@ class JsonlWriter:
     steps ``>= s`` (atomically; a step written as ``1.0`` counts as step 1), so steps logged
     by a killed run after its last checkpoint are replaced, never duplicated. Every other
     line is kept; a file whose lines have no numeric ``step_key`` field (a `jaxwise train`
-    run's ``metrics.jsonl`` is keyed ``epoch``) is refused with a ``ValueError``.
+    run's ``metrics.jsonl`` is keyed ``epoch``) is refused with a ``ValueError``. One writer
+    per file: a second `JsonlWriter` on ``path`` is refused (``ValueError``, naming the
+    process that holds it) until the first is closed (an ``flock`` on ``.<name>.jaxwise-lock``
+    beside the file, released on ``close()`` and when its process dies).
 
     Args:
         path: the file (its directory is created).
@@ -143,6 +182,8 @@ class JsonlWriter:
         self.step_key = step_key
         self._file: TextIO | None = None
         self._closed = False
+        lock_path = self.path.parent / f".{self.path.name}.jaxwise-lock"
+        self._lock = claim(self, lock_path, f"JsonlWriter({str(self.path)!r})")
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         """Append one line for ``step`` (the first write of a resumed file truncates first).
@@ -178,11 +219,12 @@ class JsonlWriter:
             self._file.flush()
 
     def close(self) -> None:
-        """Close the file (idempotent)."""
+        """Close the file and release the path for another writer (idempotent)."""
         if self._file is not None:
             self._file.close()
             self._file: TextIO | None = None
         self._closed = True
+        self._lock.release()
 
     def __enter__(self) -> JsonlWriter:
         return self

@@ -9,12 +9,15 @@ findings), ``plots`` (the job's PNGs, embedded) and ``configuration`` (the run's
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from jaxwise.report._collect import RunData, finite_number
 from jaxwise.report._page import badge, cell, page, section, table
-from jaxwise.report._svg import Series, line_chart
+from jaxwise.report._svg import BUCKETS, MAX_POINTS, Series, as_floats, line_chart
 from jaxwise.report._watch_html import check_watch_json, watch_sections
 
 __all__ = ["run_html"]
@@ -69,19 +72,50 @@ def ordered_metrics(
     return list(metrics), ""
 
 
+_PLAIN = frozenset({int, float, type(None)})
+
+
+def _layout(metrics: Sequence[Mapping[str, Any]]) -> tuple[str, ...] | None:
+    """The keys every record has, in order, when all records share them (else None)."""
+    layout = tuple(metrics[0]) if metrics else ()
+    return layout if all(tuple(m) == layout for m in metrics) else None
+
+
+def _columns(
+    metrics: Sequence[Mapping[str, Any]], keys: list[str], layout: tuple[str, ...] | None
+) -> dict[str, np.ndarray]:
+    """Each key's values as float64 (NaN: missing or not a number), one conversion if it can.
+
+    Records that share one ``layout`` holding only numbers and nulls (what a writer produces)
+    convert as one table; others key by key.
+    """
+    values = itertools.chain.from_iterable(m.values() for m in metrics)
+    if layout is not None and _PLAIN.issuperset(set(map(type, values))):
+        try:
+            table = np.array([tuple(m.values()) for m in metrics], np.float64)
+        except OverflowError:  # an integer beyond float64: key by key
+            pass
+        else:
+            where = {k: i for i, k in enumerate(layout)}
+            return {k: table[:, where[k]] for k in keys}
+    return {k: as_floats([m.get(k) for m in metrics]) for k in keys}
+
+
 def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
     """One chart per metric, its ``val_`` twin on the same axes (``loss`` with ``val_loss``)."""
     count = len(metrics)
     metrics, reordered = ordered_metrics(metrics)
     x_name, xs = _x_axis(metrics)
-    keys: list[str] = []
-    for m in metrics:
-        keys += [k for k in m if k not in keys and k not in _SKIP]
-    numeric = [k for k in keys if any(finite_number(m.get(k)) is not None for m in metrics)]
+    layout = _layout(metrics)
+    every = layout if layout is not None else dict.fromkeys(k for m in metrics for k in m)
+    keys = [k for k in every if k not in _SKIP]
+    columns = _columns(metrics, keys, layout)
+    numeric = [k for k in keys if np.isfinite(columns[k]).any()]
     groups: dict[str, list[str]] = {}
     for key in numeric:
         base = key[4:] if key.startswith("val_") and key[4:] in numeric else key
         groups.setdefault(base, []).append(key)
+    x_values = np.asarray(xs, np.float64)
     charts = []
     for base, members in groups.items():
         series = [
@@ -91,8 +125,8 @@ def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
                 else "training"
                 if len(members) > 1
                 else k,
-                xs,
-                [finite_number(m.get(k)) for m in metrics],
+                x_values,
+                columns[k],
             )
             for k in members
         ]
@@ -102,6 +136,13 @@ def _curves(metrics: Sequence[Mapping[str, Any]]) -> str:
     if not charts:
         return '<p class="note">metrics.jsonl holds no numeric series</p>'
     note = f'<p class="note">{count} records of metrics.jsonl</p>'
+    if len(metrics) > MAX_POINTS:
+        note += (
+            f'<p class="note">downsampled, as TensorBoard does for long curves: a curve of '
+            f"more than {MAX_POINTS} points is drawn from its first and last points and the "
+            f"smallest and largest value of each of {BUCKETS} runs of consecutive "
+            f"{x_name}s (every spike and dip is kept)</p>"
+        )
     if reordered:
         note += f'<p class="note">{cell(reordered)}</p>'
     return f'<div class="charts">{"".join(charts)}</div>{note}'

@@ -3,6 +3,11 @@
 A chart is one ``<svg>`` element with a ``viewBox`` (it scales to the width of its box),
 its axes, ticks at round numbers, one polyline per series (broken where a value is missing
 or not finite), a legend, and a ``<title>`` for screen readers. Every text is escaped.
+
+A long line is downsampled before it is drawn, as TensorBoard thins its curves: a run of more
+than `MAX_POINTS` points keeps its first and last point and, in each of `BUCKETS` buckets of
+consecutive points, the smallest and the largest value (min-max decimation: every spike and
+dip stays visible; the chart is about one bucket per pixel wide).
 """
 
 from __future__ import annotations
@@ -10,14 +15,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from html import escape
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["PALETTE", "Series", "line_chart", "nice_ticks"]
+import numpy as np
+
+__all__ = [
+    "BUCKETS",
+    "MAX_POINTS",
+    "PALETTE",
+    "Series",
+    "as_floats",
+    "downsample",
+    "line_chart",
+    "nice_ticks",
+]
 
 PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2")
 
 _W, _H = 560, 250
 _LEFT, _RIGHT, _TOP, _BOTTOM = 58, 14, 34, 40
+BUCKETS = 500  # about one per pixel of the plot's width
+MAX_POINTS = 2 * BUCKETS  # a run of more points than this is downsampled
 
 
 class Series(NamedTuple):
@@ -25,17 +43,32 @@ class Series(NamedTuple):
 
     Attributes:
         name: the legend's text.
-        xs: the x values, length ``n``.
+        xs: the x values, length ``n`` (a sequence or an array).
         ys: the y values, length ``n`` (``None`` or a non-finite value: a gap).
     """
 
     name: str
-    xs: Sequence[float]
-    ys: Sequence[float | None]
+    xs: Sequence[float] | np.ndarray
+    ys: Sequence[float | None] | np.ndarray
 
 
-def _finite(v: float | None) -> bool:
-    return v is not None and math.isfinite(v)
+def as_floats(values: Any) -> np.ndarray:
+    """``values`` as float64, NaN where one is not a number (``None``, a bool, a string).
+
+    >>> as_floats([1, None, True, 2.5, "x"]).tolist()
+    [1.0, nan, nan, 2.5, nan]
+    """
+    if isinstance(values, np.ndarray) and values.dtype.kind in "fiu":
+        return values.astype(np.float64)
+    number = (int, float, np.integer, np.floating)
+    return np.fromiter(
+        (
+            float(v) if isinstance(v, number) and not isinstance(v, bool | np.bool_) else math.nan
+            for v in values
+        ),
+        np.float64,
+        len(values),
+    )
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -77,15 +110,48 @@ def _label(value: float) -> str:
     return f"{value:.4g}"
 
 
-def _segments(points: list[tuple[float, float | None]]) -> list[list[tuple[float, float]]]:
+def _segments(xs: np.ndarray, ys: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
     """The runs of consecutive finite points (a missing value breaks the line)."""
-    runs: list[list[tuple[float, float]]] = [[]]
-    for x, y in points:
-        if y is not None and _finite(x) and _finite(y):
-            runs[-1].append((x, y))
-        elif runs[-1]:
-            runs.append([])
-    return [r for r in runs if r]
+    ok = np.concatenate([[False], np.isfinite(xs) & np.isfinite(ys), [False]])
+    edges = np.flatnonzero(ok[1:] != ok[:-1])
+    return [(xs[a:b], ys[a:b]) for a, b in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def downsample(
+    xs: np.ndarray, ys: np.ndarray, buckets: int = BUCKETS
+) -> tuple[np.ndarray, np.ndarray]:
+    """A run of points thinned to its first and last point and each bucket's extremes.
+
+    The points are split into ``buckets`` buckets of consecutive points; each keeps its
+    smallest and largest ``y`` (in their order), so no spike is lost. A run of at most
+    ``2 * buckets`` points is returned as it is.
+
+    Args:
+        xs: ``(n,)`` float64 x values, finite, in drawing order.
+        ys: ``(n,)`` float64 y values, finite.
+        buckets: the number of buckets.
+
+    Returns:
+        ``(xs, ys)`` of at most ``2 * buckets + 2`` points, the first and last included.
+
+    Examples:
+        >>> ys = np.zeros(10_000); ys[1234] = 5.0; ys[7777] = -3.0
+        >>> x, y = downsample(np.arange(10_000.0), ys, buckets=50)
+        >>> len(x) <= 102, float(x[0]), float(x[-1]), float(y.max()), float(y.min())
+        (True, 0.0, 9999.0, 5.0, -3.0)
+    """
+    n = len(xs)
+    if n <= 2 * buckets:
+        return xs, ys
+    width = -(-n // buckets)  # points per bucket (the last one may be short)
+    padded = np.full(buckets * width, np.nan)
+    padded[:n] = ys
+    grid = padded.reshape(buckets, width)
+    base = np.arange(buckets) * width
+    low = base + np.where(np.isnan(grid), np.inf, grid).argmin(axis=1)
+    high = base + np.where(np.isnan(grid), -np.inf, grid).argmax(axis=1)
+    keep = np.unique(np.concatenate([[0, n - 1], low[low < n], high[high < n]]))
+    return xs[keep], ys[keep]
 
 
 def _axes(xt: list[float], yt: list[float], sx, sy, x_label: str, y_label: str) -> list[str]:
@@ -140,7 +206,8 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
         y_label: the y axis' label.
 
     Returns:
-        One ``<svg>`` element; an empty string when no series has a finite point.
+        One ``<svg>`` element; an empty string when no series has a finite point. A run of
+        more than `MAX_POINTS` finite points is drawn `downsample`d.
 
     Raises:
         ValueError: a series whose ``xs`` and ``ys`` differ in length.
@@ -157,32 +224,33 @@ def line_chart(series: Sequence[Series], *, title: str, x_label: str, y_label: s
                 f"series {s.name!r}: {len(s.xs)} x values but {len(s.ys)} y values; "
                 "expected one y per x"
             )
-        runs.append(_segments(list(zip(s.xs, s.ys))))
-    points = [p for r in runs for seg in r for p in seg]
-    if not points:
+        runs.append([downsample(x, y) for x, y in _segments(as_floats(s.xs), as_floats(s.ys))])
+    if not any(runs):
         return ""
-    xt = nice_ticks(min(p[0] for p in points), max(p[0] for p in points), 6)
-    yt = nice_ticks(min(p[1] for p in points), max(p[1] for p in points), 5)
+    x_all = np.concatenate([x for r in runs for x, _ in r])
+    y_all = np.concatenate([y for r in runs for _, y in r])
+    xt = nice_ticks(float(x_all.min()), float(x_all.max()), 6)
+    yt = nice_ticks(float(y_all.min()), float(y_all.max()), 5)
     width, height = _W - _LEFT - _RIGHT, _H - _TOP - _BOTTOM
 
-    def fraction(v: float, lo: float, hi: float) -> float:  # halves: no overflow near float max
+    def fraction(v: Any, lo: float, hi: float) -> Any:  # halves: no overflow near float max
         return (v / 2 - lo / 2) / (hi / 2 - lo / 2)
 
-    def sx(x: float) -> float:
+    def sx(x: Any) -> Any:
         return _LEFT + fraction(x, xt[0], xt[-1]) * width
 
-    def sy(y: float) -> float:
+    def sy(y: Any) -> Any:
         return _H - _BOTTOM - fraction(y, yt[0], yt[-1]) * height
 
     body = _axes(xt, yt, sx, sy, x_label, y_label) + _legend(series)
     for i, segments in enumerate(runs):
         colour = PALETTE[i % len(PALETTE)]
-        for seg in segments:
-            coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in seg)
-            if len(seg) == 1:
-                x, y = seg[0]
-                body.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"/>')
+        for xs, ys in segments:
+            px, py = sx(xs).tolist(), sy(ys).tolist()
+            if len(px) == 1:
+                body.append(f'<circle cx="{px[0]:.1f}" cy="{py[0]:.1f}" r="3" fill="{colour}"/>')
             else:
+                coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in zip(px, py))
                 body.append(f'<polyline class="line" stroke="{colour}" points="{coords}"/>')
     return (
         f'<svg class="chart" viewBox="0 0 {_W} {_H}" role="img" '

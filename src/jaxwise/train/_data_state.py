@@ -9,9 +9,12 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+import jax
+
 from jaxwise._checks import is_int
 from jaxwise._errors import JaxwiseError
 from jaxwise.train._fingerprint import fingerprint, mismatch
+from jaxwise.train._trained import TrainedHash, batch_digest
 
 if TYPE_CHECKING:
     from jaxwise.train._callbacks import Resume
@@ -121,6 +124,11 @@ def _keys(state: Any) -> str:
     return f" with keys {sorted(map(str, state))}" if isinstance(state, Mapping) else ""
 
 
+def hashing_ok() -> bool:
+    """Whether batches are hashed: not in a multi-process job (each process has its rows)."""
+    return jax.process_count() == 1
+
+
 def _first_batch(record: Mapping[str, Any], default: int) -> int:
     batches = record.get("batches")
     return int(batches) if batches is not None and is_int(batches) else default
@@ -130,18 +138,25 @@ class DataPosition:
     """Where ``fit`` is in its data: the iterator, the positions queued by prefetch, the count.
 
     The prefetch thread pulls batches ahead of training, so the iterator's own state is ahead
-    of the batch being trained; its state is read right after each batch is pulled and
-    queued here, and ``consumed`` pops the one of the batch just dispatched.
+    of the batch being trained; its state (and, when checkpoints are saved, the batch's
+    digest) is read right after each batch is pulled and queued here, and ``consumed`` pops
+    the one of the batch just dispatched (its digest joins the chain of batches trained).
     """
 
     def __init__(
-        self, iterator: Iterator[Any], first: int, stateful: bool, print_: dict[str, Any] | None
+        self,
+        iterator: Iterator[Any],
+        first: int,
+        stateful: bool,
+        print_: dict[str, Any] | None,
+        trained: TrainedHash | None = None,
     ) -> None:
         self.first = first
         self._iterator = iterator
         self._stateful = stateful
         self._fingerprint = print_
-        self._queued: collections.deque[Any] = collections.deque()
+        self._trained = trained
+        self._queued: collections.deque[tuple[Any, bytes | None]] = collections.deque()
         self._current: Any = None
 
     @classmethod
@@ -150,17 +165,24 @@ class DataPosition:
     ) -> DataPosition:
         """The position of ``batches``, moved to ``resume``'s saved one when it has one.
 
-        The data's fingerprint is taken when it is saved (``saving``) or checked (``resume``).
+        The data's fingerprint is taken when it is saved (``saving``) or checked (``resume``);
+        when saved, every batch trained is hashed too (`TrainedHash`), and a resume over a
+        list checks the batches the saved run trained.
         """
         print_ = fingerprint(batches) if saving or resume is not None else None
         iterator = iter(batches)  # a grain DataLoader gives its stateful iterator
         stateful = isinstance(iterator, StatefulIterator)
+        hashing = saving and hashing_ok()
         if resume is None:
-            return cls(iterator, default_first, stateful, print_)
+            trained = TrainedHash(default_first, None) if hashing else None
+            return cls(iterator, default_first, stateful, print_, trained)
         record = resume.metadata.get("fit", {})
         record = record if isinstance(record, Mapping) else {}
         first = _first_batch(record, default_first)
         different = mismatch(record.get("fingerprint"), print_)
+        if different is None and isinstance(batches, Sequence) and not resume.positioned:
+            span = TrainedHash.differs(record.get("trained"), batches) if hashing_ok() else None
+            different = span and f"other {span} (their chained hash differs)"
         if different:
             raise ResumeError(
                 f"`Resume`'s data is not `batches`: the run that saved the checkpoint "
@@ -169,31 +191,41 @@ class DataPosition:
             )
         if not resume.positioned:
             iterator = _positioned(iterator, batches, record.get("data"), first, stateful)
-        return cls(iterator, first, stateful, print_)
+        trained = TrainedHash(first, record.get("trained")) if hashing else None
+        return cls(iterator, first, stateful, print_, trained)
 
     @property
     def source(self) -> Iterable[Any]:
-        """The batches, each followed by the queueing of the iterator's state after it."""
-        if not self._stateful:
+        """The batches, each queueing the iterator's state after it and its digest."""
+        if not self._stateful and self._trained is None:
             return self._iterator
         return self._tracked()
 
     def _tracked(self) -> Iterator[Any]:
         iterator: Any = self._iterator
         for batch in iterator:
-            self._queued.append(iterator.get_state())
+            state = iterator.get_state() if self._stateful else None
+            digest = batch_digest(batch) if self._trained is not None else None
+            self._queued.append((state, digest))
             yield batch
 
     def consumed(self) -> None:
-        """A batch was dispatched: its position becomes the current one."""
+        """A batch was dispatched: its position becomes the current one, its digest chained."""
+        if not self._stateful and self._trained is None:
+            return
+        state, digest = self._queued.popleft()
         if self._stateful:
-            self._current = self._queued.popleft()
+            self._current = state
+        if self._trained is not None and digest is not None:
+            self._trained.add(digest)
 
     def saved(self, batches: int) -> dict[str, Any]:
         """What a checkpoint records (``metadata["fit"]``) after ``batches`` batches."""
         record: dict[str, Any] = {"batches": batches}
         if self._fingerprint:
             record["fingerprint"] = self._fingerprint
+        if self._trained is not None:
+            record["trained"] = self._trained.record()
         if self._stateful and self._current is not None:
             record["data"] = _encode(self._current)
         return record

@@ -2,8 +2,15 @@
 
 It records what costs (almost) nothing to read: the number of batches when ``len()`` works, a
 hash of the first batch of a list, and for a grain pipeline (a ``MapDataset``/``IterDataset``
-or a ``DataLoader``) the length and a hash of the first record of each source it reads. A
-plain iterator has none: nothing is read from it ahead of training.
+or a ``DataLoader``) what defines its order and content: each source's length, a hash of its
+first record and of a sample of up to 256 records spread over it (every record of a source of
+at most 256), and the pipeline's configuration, node by node (its kind, its scalar settings
+such as seeds, shuffles, batch sizes and slices, and the names of its transformations; a
+DataLoader's sampler and operations). A plain iterator has none: nothing is read from it
+ahead of training. Every batch trained is hashed as well, as it is trained (`_trained`).
+
+Fingerprints are compared key by key, only on what both record: a checkpoint saved before a
+key existed (``"pipeline"``, ``"sample"``) resumes, checked on the keys it has.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import numpy as np
 __all__ = ["fingerprint", "mismatch"]
 
 _MAX_SOURCES = 16  # a pipeline mixing more sources is fingerprinted by its first 16
+_SAMPLE = 256  # records hashed per source (all of a smaller one)
+_MAX_NODES = 64  # pipeline nodes described
+_SCALARS = (bool, int, float, str, type(None))
 
 
 def _hash(item: Any) -> str | None:
@@ -58,6 +68,21 @@ def _grain_sources(data: Any) -> list[Any]:
     return found[:_MAX_SOURCES]
 
 
+def _sample(source: Any, length: int) -> tuple[str, int] | None:
+    """A hash of up to `_SAMPLE` records spread evenly over ``source`` (first and last in)."""
+    picks = np.unique(np.linspace(0, length - 1, min(length, _SAMPLE)).astype(np.int64))
+    digest = hashlib.blake2b(digest_size=8)
+    try:
+        for i in picks:
+            one = _hash(source[int(i)])
+            if one is None:
+                return None
+            digest.update(one.encode())
+    except Exception:  # a source that cannot be indexed
+        return None
+    return digest.hexdigest(), len(picks)
+
+
 def _describe(source: Any) -> dict[str, Any]:
     record: dict[str, Any] = {}
     length = _length(source)
@@ -69,7 +94,61 @@ def _describe(source: Any) -> dict[str, Any]:
             first = None
         if first is not None:
             record["first"] = first
+            sample = _sample(source, length)
+            if sample is not None:
+                record["sample"], record["sampled"] = sample
     return record
+
+
+def _name(fn: Any) -> str:
+    """A transformation as its module-qualified name (a grain ``Transform``: its class's)."""
+    named = fn if callable(fn) and hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(named, '__module__', '?')}.{getattr(named, '__qualname__', '?')}"
+
+
+def _settings(node: Any) -> dict[str, Any]:
+    """A grain node's kind, scalar settings (seeds, sizes, slices) and transformation names.
+
+    Performance options (threads, buffers, worker processes) change no record or order and
+    are left out, so a resume may tune them.
+    """
+    out: dict[str, Any] = {"kind": type(node).__name__}
+    for key, value in sorted(vars(node).items()):
+        name = key.lstrip("_")
+        if key in ("_parents", "_source", "_data_source") or name.startswith("original"):
+            continue
+        if isinstance(value, _SCALARS):
+            if not isinstance(value, str) or len(value) <= 200:
+                out[name] = value
+        elif callable(value) and not isinstance(value, type):
+            out[name] = _name(value)
+        elif "shard" in name and hasattr(value, "__dataclass_fields__"):
+            out[name] = {
+                f: str(getattr(value, f, None)) for f in sorted(value.__dataclass_fields__)
+            }
+    return out
+
+
+def _pipeline(data: Any) -> list[dict[str, Any]]:
+    """The nodes of a grain pipeline, top down (a DataLoader: its sampler and operations)."""
+    if getattr(data, "_data_source", None) is not None:  # a grain DataLoader
+        sampler = getattr(data, "_sampler", None)
+        nodes = [] if sampler is None else [_settings(sampler)]
+        operations = getattr(data, "_operations", None) or []
+        return nodes + [_settings(op) for op in list(operations)[:_MAX_NODES]]
+    nodes: list[dict[str, Any]] = []
+    stack = [data]
+    while stack and len(nodes) < _MAX_NODES:
+        node = stack.pop()
+        parents = getattr(node, "parents", None)
+        if not isinstance(parents, Sequence) or isinstance(parents, str):
+            break
+        try:
+            nodes.append(_settings(node))
+        except TypeError:  # no __dict__: its kind only
+            nodes.append({"kind": type(node).__name__})
+        stack.extend(reversed(parents))
+    return nodes
 
 
 def fingerprint(batches: Iterable[Any]) -> dict[str, Any] | None:
@@ -79,7 +158,8 @@ def fingerprint(batches: Iterable[Any]) -> dict[str, Any] | None:
         batches: `fit`'s ``batches``.
 
     Returns:
-        ``{"length": n, "first": hash, "sources": [...]}``, each key present when known.
+        ``{"length": n, "first": hash, "sources": [...], "pipeline": [...]}``, each key
+        present when known.
 
     Examples:
         >>> import numpy as np
@@ -94,6 +174,7 @@ def fingerprint(batches: Iterable[Any]) -> dict[str, Any] | None:
         described = [_describe(s) for s in sources]
         if any(described):
             record["sources"] = described
+        record["pipeline"] = _pipeline(batches)
     length = _length(batches)
     if length is not None:
         record["length"] = length
@@ -117,9 +198,9 @@ def mismatch(saved: Any, now: dict[str, Any] | None) -> str | None:
     """
     if not isinstance(saved, Mapping) or now is None:
         return None
-    for key in ("length", "first"):
+    for key, said in (("length", "length"), ("first", "first batch hash"), ("sample", _SAID)):
         if key in saved and key in now and saved[key] != now[key]:
-            return f"{'first batch hash' if key == 'first' else key} {saved[key]} (now {now[key]})"
+            return f"{said} {saved[key]} (now {now[key]})"
     then, current = saved.get("sources"), now.get("sources")
     if isinstance(then, list) and isinstance(current, list):
         if len(then) != len(current):
@@ -128,4 +209,26 @@ def mismatch(saved: Any, now: dict[str, Any] | None) -> str | None:
             different = mismatch(a, b) if isinstance(b, dict) else None
             if different is not None:
                 return f"a data source (#{i}) of {different.replace('first batch', 'first record')}"
+    return _pipeline_mismatch(saved.get("pipeline"), now.get("pipeline"))
+
+
+_SAID = "sampled-records hash"
+
+
+def _pipeline_mismatch(then: Any, now: Any) -> str | None:
+    """The first node of a grain pipeline whose kind or a setting both record differs."""
+    if not isinstance(then, list) or not isinstance(now, list):
+        return None
+    if len(then) != len(now):
+        kinds = [n.get("kind") for n in then if isinstance(n, Mapping)]
+        return f"a grain pipeline of {len(then)} steps {kinds} (now {len(now)})"
+    for i, (a, b) in enumerate(zip(then, now, strict=True)):
+        if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+            continue
+        for key in sorted(set(a) & set(b), key=lambda k: k != "kind"):
+            if a[key] != b[key]:
+                return (
+                    f"a grain pipeline whose step {i} ({a.get('kind')}) has {key} "
+                    f"{a[key]!r} (now {b[key]!r})"
+                )
     return None
