@@ -79,12 +79,12 @@ def _regression():
 def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
     from jaxwise.checkpoint import Checkpointer, load_metadata
     from jaxwise.compilation import CompileBudget
-    from jaxwise.train import Checkpointing, fit
+    from jaxwise.train import Checkpointing, LambdaCallback, fit
 
     step, state, batches = _regression()
     seen, meta = [], {"note": 0}
 
-    def watch(state, batch, scalars):
+    def watch(batch, state, scalars):
         seen.append((batch, int(state.step), scalars["loss"], np.array(state.params["w"])))
         meta["note"] = batch  # the metadata is read at each save
         return batch == 4
@@ -96,7 +96,7 @@ def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
     step, state, batches = _regression()
     with Checkpointer(tmp_path, async_save=True) as ck, CompileBudget(1, step, exact=True):
         saving = Checkpointing(ck, every=3, metadata=meta)
-        state, report = fit(step, state, batches, prefetch=0, callbacks=[watch, saving])
+        state, report = fit(step, state, batches, prefetch=0, callbacks=[saving, LambdaCallback(watch)])
     assert report.steps == 4 and int(state.step) == 4 and report.checkpoints == (3, 4)
     assert [(b, s) for b, s, _, _ in seen] == [(1, 1), (2, 2), (3, 3), (4, 4)]
     for (_, _, loss, w), (want_loss, want_w) in zip(seen, manual):
@@ -107,12 +107,12 @@ def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
 
 
 def test_without_callbacks_fit_is_unchanged_by_them():
-    from jaxwise.train import fit
+    from jaxwise.train import LambdaCallback, fit
 
     step, state, batches = _regression()
     _, plain = fit(step, state, batches, prefetch=0)
     step, state, batches = _regression()
-    nothing = lambda state, batch, scalars: None  # noqa: E731
+    nothing = LambdaCallback(lambda step, state, metrics: None)
     _, called = fit(step, state, batches, prefetch=0, callbacks=[nothing])
     np.testing.assert_array_equal(plain.losses, called.losses)
 
@@ -121,7 +121,8 @@ def test_without_callbacks_fit_is_unchanged_by_them():
     ("callbacks", "message"),
     [
         (lambda s, b, m: None, "`callbacks` must be a list, got function"),
-        ([3], r"`callbacks\[0\]` must be callable as callback\(state, batch, scalars\), or a"),
+        ([3], r"`callbacks\[0\]` must be a train.Callback \(every, on_start, on_step, on_end\), got int"),
+        ([lambda s, b, m: None], r"got function: a function is one as train.LambdaCallback"),
     ],
 )
 def test_fit_names_a_bad_callback(callbacks, message):
