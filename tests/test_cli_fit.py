@@ -96,7 +96,9 @@ def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
     step, state, batches = _regression()
     with Checkpointer(tmp_path, async_save=True) as ck, CompileBudget(1, step, exact=True):
         saving = Checkpointing(ck, every=3, metadata=meta)
-        state, report = fit(step, state, batches, prefetch=0, callbacks=[saving, LambdaCallback(watch)])
+        state, report = fit(
+            step, state, batches, prefetch=0, callbacks=[saving, LambdaCallback(watch)]
+        )
     assert report.steps == 4 and int(state.step) == 4 and report.checkpoints == (3, 4)
     assert [(b, s) for b, s, _, _ in seen] == [(1, 1), (2, 2), (3, 3), (4, 4)]
     for (_, _, loss, w), (want_loss, want_w) in zip(seen, manual):
@@ -121,7 +123,11 @@ def test_without_callbacks_fit_is_unchanged_by_them():
     ("callbacks", "message"),
     [
         (lambda s, b, m: None, "`callbacks` must be a list, got function"),
-        ([3], r"`callbacks\[0\]` must be a train.Callback \(every, on_start, on_step, on_end\), got int"),
+        (
+            [3],
+            r"`callbacks\[0\]` must be a train.Callback \(every, on_start, on_step, on_end\), "
+            "got int",
+        ),
         ([lambda s, b, m: None], r"got function: a function is one as train.LambdaCallback"),
     ],
 )

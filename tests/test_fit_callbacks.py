@@ -176,7 +176,9 @@ def test_early_stopping_checks_its_arguments_and_names_a_missing_metric():
     with pytest.raises(TypeError, match="`monitor` must be a metric's name"):
         train.EarlyStopping(3, patience=1)  # pyright: ignore[reportArgumentType]
     stop = train.EarlyStopping("val_loss", patience=1)
-    with pytest.raises(ValueError, match=r"step 1 have no 'val_loss' \(they have \['extra', 'loss'"):
+    with pytest.raises(
+        ValueError, match=r"step 1 have no 'val_loss' \(they have \['extra', 'loss'"
+    ):
         train.fit(_scripted(), _fresh(), [np.float32(1.0)], prefetch=0, callbacks=[stop])
     with pytest.raises(ValueError, match="not one its state_dict"):
         stop.load_state_dict({"best": "low"})
@@ -203,7 +205,7 @@ def test_a_callback_that_is_not_one_is_refused_by_name():
     bad = _Record(0)
     with pytest.raises(ValueError, match=r"`callbacks\[0\]` \(_Record\) has `every` = 0"):
         train.fit(program, _fresh(), [], callbacks=[bad])
-    bad.every = 2.5
+    bad.every = 2.5  # pyright: ignore[reportAttributeAccessIssue]
     with pytest.raises(TypeError, match=r"has `every` = 2.5"):
         train.fit(program, _fresh(), [], callbacks=[bad])
     with pytest.raises(TypeError, match="`on_step` must be a function"):

@@ -102,9 +102,7 @@ def test_a_list_of_batches_resumes_where_the_checkpoint_was_taken():
 
     whole, _ = train.fit(step, fresh(), batches)
     half, _ = train.fit(step, fresh(), batches[:3])
-    resumed, report = train.fit(
-        step, half, batches, resume={"fit": {"batches": 3}}
-    )
+    resumed, report = train.fit(step, half, batches, resume={"fit": {"batches": 3}})
     assert report.steps == 3 and int(resumed.step) == 6
     np.testing.assert_array_equal(np.asarray(resumed.params["w"]), np.asarray(whole.params["w"]))
     with pytest.raises(ValueError, match="continues after batch 9, but `batches` holds 6"):
@@ -167,7 +165,7 @@ def test_callback_objects_check_their_arguments():
     with pytest.raises(ValueError, match="`every` must be >= 1"):
         train.MetricLogging([], every=0)
     with pytest.raises(TypeError, match=r"got Resume: Resume is no longer a callback"):
-        train.fit(lambda s, b: (s, {}), _fresh(), [], callbacks=[train.Resume.after(1)])
+        train.fit(lambda s, b: (s, {}), _fresh(), [], callbacks=[train.Resume.after(1)])  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="`resume` must be a checkpoint's metadata"):
         train.fit(lambda s, b: (s, {}), _fresh(), [], resume=3)  # pyright: ignore[reportArgumentType]
 

@@ -103,14 +103,19 @@ def test_grain_loader_state_is_bytes_and_round_trips(tmp_path):
     def run(steps, ckpt_dir, resume=None, state=None):
         state = state or TrainState.create({"w": jnp.ones(2)}, tx, 0)
         with Checkpointer(ckpt_dir) as ckpt:
-            return fit(step, state, loader, steps=steps, resume=resume, callbacks=[Checkpointing(ckpt)])
+            return fit(
+                step, state, loader, steps=steps, resume=resume, callbacks=[Checkpointing(ckpt)]
+            )
 
     full, _ = run(None, tmp_path / "a")
     part, _ = run(3, tmp_path / "b")
     from jaxwise.checkpoint import load_metadata
 
     meta = load_metadata(tmp_path / "b")
-    assert set(meta["fit"]) == {"batches", "data", "fingerprint", "step"} and "bytes" in meta["fit"]["data"]
+    assert (
+        set(meta["fit"]) == {"batches", "data", "fingerprint", "step"}
+        and "bytes" in meta["fit"]["data"]
+    )
     assert meta["fit"]["fingerprint"]["sources"][0]["length"] == 32  # the loader's source
     assert meta["fit"]["batches"] == 3
     resumed, report = run(None, tmp_path / "c", meta, part)

@@ -62,9 +62,7 @@ class Callback(Protocol):
             run: the run: its first step, its length, its callbacks, the checkpoint record.
         """
 
-    def on_step(
-        self, step: int, state: TrainState, metrics: Mapping[str, float]
-    ) -> bool | None:
+    def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> bool | None:
         """Called after each due step with the state it produced (valid until the next step).
 
         Args:
@@ -73,8 +71,8 @@ class Callback(Protocol):
             metrics: its scalar metrics (read from the device when first looked at).
 
         Returns:
-            True to stop `fit` after this step (it ends as at the end of the data); False or
-            None to go on. Anything else is refused, naming the callback.
+            True to stop `fit` after this step (it ends as at the end of the data); False
+                or None to go on. Anything else is refused, naming the callback.
         """
 
     def on_end(self, step: int, state: TrainState | None) -> None:
@@ -88,7 +86,13 @@ class Callback(Protocol):
 
 
 class FitRun:
-    """The run a callback is part of, handed to ``on_start``.
+    """The run a callback is part of, handed to ``on_start`` (made by `fit`).
+
+    Args:
+        first: batches trained before this call.
+        total: batches this call will train, when known.
+        callbacks: the run's callbacks, in order.
+        position: where `fit` is in its data (what a checkpoint records of it).
 
     Attributes:
         first: batches trained before this `fit` call (a resumed run's count; else the
@@ -123,7 +127,11 @@ class FitRun:
         self._hooks.append(hook)
 
     def prepare_save(self) -> None:
-        """Run the ``before_save`` hooks, each one; the first error is raised after all ran."""
+        """Run the ``before_save`` hooks, each one; the first error is raised after all ran.
+
+        Raises:
+            Exception: the first hook's error (later ones as notes).
+        """
         first: Exception | None = None
         for hook in self._hooks:
             try:
@@ -159,7 +167,11 @@ class FitRun:
         return record
 
     def load(self, saved: Mapping[str, Any]) -> None:
-        """Hand each callback its saved state (``saved``: a checkpoint's ``metadata["fit"]``)."""
+        """Hand each callback its saved state; warn about a saved state nobody takes.
+
+        Args:
+            saved: a checkpoint's ``metadata["fit"]``.
+        """
         states = saved.get("callbacks")
         if not isinstance(states, Mapping):
             return
@@ -267,6 +279,16 @@ class LambdaCallback(Callback):
         self.every = check_int(every, "every", min_value=1)
 
     def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> bool | None:
+        """Call the function.
+
+        Args:
+            step: the number of the batch just trained.
+            state: the state after it.
+            metrics: its scalar metrics.
+
+        Returns:
+            The function's answer.
+        """
         return self.function(step, state, metrics)
 
     def __repr__(self) -> str:
@@ -331,6 +353,9 @@ class Resume:
     def check_state(self, state: TrainState) -> None:
         """Refuse a ``state`` of another step than the checkpoint the metadata describes.
 
+        Args:
+            state: the state `fit` is to continue from.
+
         Raises:
             ResumeError: the metadata records another step than ``state.step``.
         """
@@ -357,7 +382,7 @@ def as_resume(resume: Any) -> Resume | None:
     )
 
 
-_MOVED = {
+_MOVED: dict[type, str] = {
     Resume: "Resume is no longer a callback: pass it as fit(..., resume=...)",
 }
 

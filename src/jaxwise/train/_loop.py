@@ -178,9 +178,7 @@ class _Loop:
 
     def report(self, seconds: float) -> FitReport:
         losses = np.asarray(self.losses, np.float64)
-        return FitReport(
-            len(losses), self.skipped, losses, tuple(self.run.checkpoints), seconds
-        )
+        return FitReport(len(losses), self.skipped, losses, tuple(self.run.checkpoints), seconds)
 
 
 def _order(callbacks: tuple[Any, ...]) -> tuple[tuple[Any, ...], bool]:

@@ -100,14 +100,31 @@ class Checkpointing(Callback):
         return f"Checkpointing({type(self.checkpointer).__name__}, every={self.every})"
 
     def on_start(self, run: FitRun) -> None:
+        """Start a run: nothing saved yet.
+
+        Args:
+            run: the run (its ``record`` is what a checkpoint saves as ``"fit"``).
+        """
         self._run, self._saved = run, set()
 
     def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> None:
+        """Save ``state`` (asynchronously: the previous save is finished first).
+
+        Args:
+            step: the number of the batch just trained.
+            state: the state after it.
+            metrics: not used.
+        """
         del metrics
         self._save(step, state)
 
     def on_end(self, step: int, state: TrainState | None) -> None:
-        """Save the final state (unless saved or ``state`` is None); wait for the save."""
+        """Save the final state (unless saved or ``state`` is None); wait for the save.
+
+        Args:
+            step: the number of the last batch trained.
+            state: the final state (None: `fit` is failing; only the save in flight ends).
+        """
         failure: BaseException | None = None
         try:
             if state is not None:
@@ -209,7 +226,7 @@ class MetricLogging(Callback):
                     "step twice; give each writer once"
                 )
         self.writers: tuple[Writer, ...] = tuple(writers)
-        self.every: int = check_int(every, "every", min_value=1)
+        self.every: int | None = check_int(every, "every", min_value=1)
         self._pending: tuple[int, Mapping[str, float]] | None = None
 
     def __repr__(self) -> str:
@@ -217,7 +234,14 @@ class MetricLogging(Callback):
         return f"MetricLogging([{names}], every={self.every})"
 
     def on_start(self, run: FitRun) -> None:
-        """Refuse a writer of another `MetricLogging` of the run; flush before each save."""
+        """Refuse a writer of another `MetricLogging` of the run; flush before each save.
+
+        Args:
+            run: the run.
+
+        Raises:
+            ValueError: a writer is also another `MetricLogging`'s.
+        """
         groups = [c for c in run.callbacks if isinstance(c, MetricLogging)]
         mine = groups.index(self)
         for other in groups[:mine]:
@@ -232,12 +256,24 @@ class MetricLogging(Callback):
         run.before_save(self.flush)
 
     def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> None:
+        """Write the previous due step's metrics; keep this one's (read later).
+
+        Args:
+            step: the number of the batch just trained.
+            state: not used.
+            metrics: its scalar metrics.
+        """
         del state
         self._write_pending()  # the previous due step's: read now, this step is queued
         self._pending = (step, metrics)
 
     def on_end(self, step: int, state: TrainState | None) -> None:
-        """Write the last due step (unless `fit` is failing) and flush the writers."""
+        """Write the last due step (unless `fit` is failing) and flush the writers.
+
+        Args:
+            step: the number of the last batch trained.
+            state: the final state (None: `fit` is failing; nothing more is read).
+        """
         del step
         if state is None:  # failing: what is written is flushed, nothing more is read
             self._pending = None
@@ -286,6 +322,14 @@ class ProgressBar(Callback):
         return "ProgressBar()"
 
     def on_start(self, run: FitRun) -> None:
+        """Draw the bar (of ``run.total`` steps).
+
+        Args:
+            run: the run.
+
+        Raises:
+            ImportError: rich is not installed (one line naming the ``cli`` extra).
+        """
         bar = progress_bar(
             True,
             run.total,
@@ -300,11 +344,24 @@ class ProgressBar(Callback):
         self._pending, self._skipped = None, 0
 
     def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> None:
+        """Show the previous step (its metrics are read now); keep this one's.
+
+        Args:
+            step: the number of the batch just trained.
+            state: not used.
+            metrics: its scalar metrics.
+        """
         del step, state
         self._show()
         self._pending = metrics
 
     def on_end(self, step: int, state: TrainState | None) -> None:
+        """Show the last step (unless `fit` is failing) and close the bar.
+
+        Args:
+            step: the number of the last batch trained.
+            state: the final state (None: `fit` is failing).
+        """
         del step
         try:
             if state is not None:
@@ -384,10 +441,28 @@ class EarlyStopping(Callback):
         )
 
     def on_start(self, run: FitRun) -> None:
+        """Start afresh (a resumed run's state is loaded after this).
+
+        Args:
+            run: not used.
+        """
         del run
         self.best, self.best_step, self.bad, self.stopped = None, None, 0, False
 
     def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> bool:
+        """Compare ``metrics[monitor]`` with the best so far.
+
+        Args:
+            step: the number of the batch just trained.
+            state: not used.
+            metrics: its scalar metrics (read now).
+
+        Returns:
+            True (stop) after ``patience`` due steps without an improvement.
+
+        Raises:
+            ValueError: ``metrics`` has no ``monitor``.
+        """
         del state
         if self.monitor not in metrics:
             raise ValueError(
@@ -412,7 +487,11 @@ class EarlyStopping(Callback):
         return value > self.best + self.min_delta
 
     def state_dict(self) -> dict[str, Any]:
-        """The best value, its step, the due steps since, and whether it stopped."""
+        """The state a checkpoint saves.
+
+        Returns:
+            The best value, its step, the due steps since, and whether it stopped.
+        """
         return {
             "best": self.best,
             "best_step": self.best_step,
@@ -423,20 +502,23 @@ class EarlyStopping(Callback):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from a saved ``state_dict()``.
 
+        Args:
+            state: what ``state_dict`` returned.
+
         Raises:
             ValueError: ``state`` is not one ``state_dict`` returned.
         """
-        try:
-            best, best_step = state["best"], state["best_step"]
-            bad, stopped = state["bad"], state["stopped"]
-            ok = (
-                (best is None or isinstance(best, (int, float)))
-                and (best_step is None or is_int(best_step))
-                and is_int(bad)
-                and isinstance(stopped, bool)
-            )
-        except (KeyError, TypeError):
-            ok = False
+        fields = ("best", "best_step", "bad", "stopped")
+        values: list[Any] = [state.get(k) for k in fields] if isinstance(state, Mapping) else []
+        ok = len(values) == 4 and all(k in state for k in fields)
+        best, best_step, bad, stopped = values if ok else (None, None, 0, False)
+        ok = (
+            ok
+            and (best is None or (isinstance(best, (int, float)) and not isinstance(best, bool)))
+            and (best_step is None or is_int(best_step))
+            and is_int(bad)
+            and isinstance(stopped, bool)
+        )
         if not ok:
             raise ValueError(
                 f"EarlyStopping: the saved state {str(state)[:120]} is not one its "
@@ -444,4 +526,4 @@ class EarlyStopping(Callback):
             )
         self.best = None if best is None else float(best)
         self.best_step = None if best_step is None else int(best_step)
-        self.bad, self.stopped = int(bad), stopped
+        self.bad, self.stopped = int(bad), bool(stopped)
