@@ -110,6 +110,7 @@ class _Loop:
         self.step = run.first
         self.losses: list[float] = []
         self.skipped = 0
+        self.last: StepMetrics | None = None
 
     def train(self, state: TrainState, feed: Iterable[Any], resume: Resume | None) -> TrainState:
         """Train over ``feed``; every started callback's ``on_end`` runs, whatever happens."""
@@ -125,6 +126,8 @@ class _Loop:
             self._end(started, None, err)
             raise
         self._end(started, state, None)
+        if self.last is not None:
+            self._record(self.last)
         return state
 
     def _steps(self, state: TrainState, feed: Iterable[Any]) -> TrainState:
@@ -133,13 +136,14 @@ class _Loop:
             state, raw = self.program(state, batch)
             self.position.consumed()
             self.step += 1
+            metrics = StepMetrics(raw)
+            stop = self._call_back(state, metrics)  # a writer reads the previous step's now
             if pending is not None:
-                self._record(pending)  # the previous step's loss: this step is queued
-            pending = StepMetrics(raw)
-            if self._call_back(state, pending):
+                self._record(pending)  # its loss (read already, or now): this step is queued
+            pending = metrics
+            if stop:
                 break
-        if pending is not None:
-            self._record(pending)
+        self.last = pending  # recorded after on_end (a writer reads it there first)
         return state
 
     def _record(self, metrics: StepMetrics) -> None:
