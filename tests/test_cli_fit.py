@@ -386,3 +386,37 @@ def test_label_errors_logs_its_final_models_epochs(blobs, tmp_path, capsys):
     assert [e for e, _ in records] == [1, 2]
     scalars = tb_scalars(run_dir / "tensorboard")
     assert scalars["val_loss"] == [(e, float(np.float32(r["val_loss"]))) for e, r in records]
+
+
+def test_early_stopping_count_is_its_callback_state_and_older_checkpoints_resume(
+    blobs, tmp_path, capsys
+):
+    """The CLI's callbacks share no metadata dict: early stopping's count is `BestEpoch`'s
+    state in `fit`'s record; a checkpoint of an older jaxwise (top-level keys) still resumes."""
+    import json
+
+    from jaxwise.checkpoint import load_metadata
+    from jaxwise.cli import main
+    from jaxwise.jobs.tabular import _Continued
+
+    out = tmp_path / "run"
+    args = ["train", str(blobs), *TRAIN, "--epochs", "3", "--early-stopping", "5", *QUIET]
+    assert main([*args, "--out", str(out), "--stop-after", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    meta = load_metadata(out / "checkpoint")
+    state = meta["fit"]["callbacks"]["BestEpoch"]
+    assert meta["fit"]["batches"] == 2 and "epoch" not in meta and "bad_epochs" not in meta
+    assert state["best_step"] == summary["best_epoch"] and state["stopped"] is False
+    continued = _Continued.saved(meta)
+    assert continued.epoch == 2 and continued.progress["best_epoch"] == summary["best_epoch"]
+    older = {"epoch": 2, "best_val_loss": 0.5, "best_epoch": 1, "bad_epochs": 1}
+    older |= {"stopped_early": False}
+    for saved in (older, {**older, "fit": {"batches": 2}}):
+        continued = _Continued.saved(saved)
+        assert continued.epoch == 2 and continued.progress == {
+            k: v for k, v in older.items() if k != "epoch"
+        }
+    assert main([*args, "--out", str(out), "--resume"]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed["resumed_from_epoch"] == 2 and resumed["epochs_completed"] == 3
+    assert resumed["best_epoch"] is not None

@@ -181,12 +181,13 @@ class _Continued:
     @classmethod
     def saved(cls, meta: dict[str, Any]) -> _Continued:
         """The start a checkpoint's metadata records (`fit`'s record; an older run's top level)."""
+        older = {k: meta.get(k, v) for k, v in PROGRESS.items()}  # an older jaxwise's keys
         record = meta.get("fit") if isinstance(meta.get("fit"), dict) else None
         if record is None or not isinstance(record.get("batches"), int):
-            return cls(int(meta["epoch"]), {k: meta.get(k, v) for k, v in PROGRESS.items()})
+            return cls(int(meta["epoch"]), older)
         states = record.get("callbacks") if isinstance(record.get("callbacks"), dict) else {}
         best = states.get("BestEpoch")
-        progress = BestEpoch.progress_of(best) if isinstance(best, dict) else dict(PROGRESS)
+        progress = BestEpoch.progress_of(best) if isinstance(best, dict) else older
         return cls(int(record["batches"]), progress)
 
 
