@@ -99,7 +99,7 @@ class FitRun:
             state's step).
         total: batches this call will train, when known (``steps``, or ``len(batches)``).
         callbacks: every callback of the run, in the order `fit` calls them.
-        checkpoints: the steps saved so far (``record`` notes each).
+        checkpoints: the steps saved so far (a saver appends each, once saved).
     """
 
     def __init__(
@@ -148,7 +148,7 @@ class FitRun:
         """What a checkpoint of ``state`` after ``batches`` batches saves as ``metadata["fit"]``.
 
         The batch count, the state's step, the data's position and fingerprint, and the
-        state of every callback that has one. Noted in ``checkpoints``.
+        state of every callback that has one.
 
         Args:
             batches: the number of the last batch trained.
@@ -162,8 +162,6 @@ class FitRun:
         states = {key: callback.state_dict() for key, callback in self._keys.items()}
         if states:
             record["callbacks"] = states
-        if step not in self.checkpoints:
-            self.checkpoints.append(step)
         return record
 
     def load(self, saved: Mapping[str, Any]) -> None:

@@ -149,6 +149,7 @@ class Checkpointing(Callback):
         record = run.record(step, state)
         self.checkpointer.save(state, {**(self.metadata or {}), "fit": record})
         self._saved.add(number)
+        run.checkpoints.append(number)
         if failure is not None:
             failure.add_note(f"fit saved the checkpoint of step {number} first")
             raise failure
