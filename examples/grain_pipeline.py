@@ -1,8 +1,8 @@
 """A grain input pipeline (shuffle, map, batch, shard by process) whose position is checkpointed.
 
 `train.fit` saves the grain iterator's state in each checkpoint's metadata beside the
-`TrainState`; a run stopped after any checkpoint and resumed from it (`Resume` with the
-checkpoint's metadata) sees exactly the batches an uninterrupted run sees, so its final
+`TrainState`; a run stopped after any checkpoint and resumed from it (``fit(..., resume=)`` with the
+metadata of the step restored) sees exactly the batches an uninterrupted run sees, so its final
 parameters are bit-identical. Metrics go to `metrics.jsonl` and TensorBoard event files.
 """
 
@@ -21,7 +21,6 @@ from jaxwise.metrics import JsonlWriter, TensorBoardWriter
 from jaxwise.train import (
     Checkpointing,
     MetricLogging,
-    Resume,
     TrainState,
     fit,
     make_train_step,
@@ -61,12 +60,13 @@ def train(directory: Path, *, steps: int | None = None, checkpointer=None) -> Tr
     ckpt = checkpointer or Checkpointer(directory / "checkpoint", keep=2)
     writers = [JsonlWriter(directory / "metrics.jsonl"), TensorBoardWriter(directory / "tb")]
     callbacks = [Checkpointing(ckpt, every=4), MetricLogging(writers)]
-    last = latest_step(directory / "checkpoint")
-    if last is not None:  # resume: the state and the pipeline's position of that step
-        state = restore(directory / "checkpoint", state, last)
-        callbacks.append(Resume(load_metadata(directory / "checkpoint", last)))
+    resume = None
+    if latest_step(directory / "checkpoint") is not None:  # resume: the newest usable step
+        state = restore(directory / "checkpoint", state)  # (a damaged newest one is skipped)
+        resume = load_metadata(directory / "checkpoint", step=int(state.step))  # its metadata
     try:
-        state, _ = fit(make_train_step(loss), state, pipeline(), steps=steps, callbacks=callbacks)
+        step = make_train_step(loss)
+        state, _ = fit(step, state, pipeline(), steps=steps, resume=resume, callbacks=callbacks)
     finally:
         for w in writers:
             w.close()

@@ -79,12 +79,12 @@ def _regression():
 def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
     from jaxwise.checkpoint import Checkpointer, load_metadata
     from jaxwise.compilation import CompileBudget
-    from jaxwise.train import Checkpointing, fit
+    from jaxwise.train import Checkpointing, LambdaCallback, fit
 
     step, state, batches = _regression()
     seen, meta = [], {"note": 0}
 
-    def watch(state, batch, scalars):
+    def watch(batch, state, scalars):
         seen.append((batch, int(state.step), scalars["loss"], np.array(state.params["w"])))
         meta["note"] = batch  # the metadata is read at each save
         return batch == 4
@@ -96,7 +96,9 @@ def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
     step, state, batches = _regression()
     with Checkpointer(tmp_path, async_save=True) as ck, CompileBudget(1, step, exact=True):
         saving = Checkpointing(ck, every=3, metadata=meta)
-        state, report = fit(step, state, batches, prefetch=0, callbacks=[watch, saving])
+        state, report = fit(
+            step, state, batches, prefetch=0, callbacks=[saving, LambdaCallback(watch)]
+        )
     assert report.steps == 4 and int(state.step) == 4 and report.checkpoints == (3, 4)
     assert [(b, s) for b, s, _, _ in seen] == [(1, 1), (2, 2), (3, 3), (4, 4)]
     for (_, _, loss, w), (want_loss, want_w) in zip(seen, manual):
@@ -107,12 +109,12 @@ def test_callbacks_see_each_batchs_own_state_and_can_stop_fit(tmp_path):
 
 
 def test_without_callbacks_fit_is_unchanged_by_them():
-    from jaxwise.train import fit
+    from jaxwise.train import LambdaCallback, fit
 
     step, state, batches = _regression()
     _, plain = fit(step, state, batches, prefetch=0)
     step, state, batches = _regression()
-    nothing = lambda state, batch, scalars: None  # noqa: E731
+    nothing = LambdaCallback(lambda step, state, metrics: None)
     _, called = fit(step, state, batches, prefetch=0, callbacks=[nothing])
     np.testing.assert_array_equal(plain.losses, called.losses)
 
@@ -121,7 +123,12 @@ def test_without_callbacks_fit_is_unchanged_by_them():
     ("callbacks", "message"),
     [
         (lambda s, b, m: None, "`callbacks` must be a list, got function"),
-        ([3], r"`callbacks\[0\]` must be callable as callback\(state, batch, scalars\), or a"),
+        (
+            [3],
+            r"`callbacks\[0\]` must be a train.Callback \(every, on_start, on_step, on_end\), "
+            "got int",
+        ),
+        ([lambda s, b, m: None], r"got function: a function is one as train.LambdaCallback"),
     ],
 )
 def test_fit_names_a_bad_callback(callbacks, message):
@@ -379,3 +386,37 @@ def test_label_errors_logs_its_final_models_epochs(blobs, tmp_path, capsys):
     assert [e for e, _ in records] == [1, 2]
     scalars = tb_scalars(run_dir / "tensorboard")
     assert scalars["val_loss"] == [(e, float(np.float32(r["val_loss"]))) for e, r in records]
+
+
+def test_early_stopping_count_is_its_callback_state_and_older_checkpoints_resume(
+    blobs, tmp_path, capsys
+):
+    """The CLI's callbacks share no metadata dict: early stopping's count is `BestEpoch`'s
+    state in `fit`'s record; a checkpoint of an older jaxwise (top-level keys) still resumes."""
+    import json
+
+    from jaxwise.checkpoint import load_metadata
+    from jaxwise.cli import main
+    from jaxwise.jobs.tabular import _Continued
+
+    out = tmp_path / "run"
+    args = ["train", str(blobs), *TRAIN, "--epochs", "3", "--early-stopping", "5", *QUIET]
+    assert main([*args, "--out", str(out), "--stop-after", "2"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    meta = load_metadata(out / "checkpoint")
+    state = meta["fit"]["callbacks"]["BestEpoch"]
+    assert meta["fit"]["batches"] == 2 and "epoch" not in meta and "bad_epochs" not in meta
+    assert state["best_step"] == summary["best_epoch"] and state["stopped"] is False
+    continued = _Continued.saved(meta)
+    assert continued.epoch == 2 and continued.progress["best_epoch"] == summary["best_epoch"]
+    older = {"epoch": 2, "best_val_loss": 0.5, "best_epoch": 1, "bad_epochs": 1}
+    older |= {"stopped_early": False}
+    for saved in (older, {**older, "fit": {"batches": 2}}):
+        continued = _Continued.saved(saved)
+        assert continued.epoch == 2 and continued.progress == {
+            k: v for k, v in older.items() if k != "epoch"
+        }
+    assert main([*args, "--out", str(out), "--resume"]) == 0
+    resumed = json.loads(capsys.readouterr().out)
+    assert resumed["resumed_from_epoch"] == 2 and resumed["epochs_completed"] == 3
+    assert resumed["best_epoch"] is not None

@@ -102,13 +102,11 @@ def test_a_list_of_batches_resumes_where_the_checkpoint_was_taken():
 
     whole, _ = train.fit(step, fresh(), batches)
     half, _ = train.fit(step, fresh(), batches[:3])
-    resumed, report = train.fit(
-        step, half, batches, callbacks=[train.Resume({"fit": {"batches": 3}})]
-    )
+    resumed, report = train.fit(step, half, batches, resume={"fit": {"batches": 3}})
     assert report.steps == 3 and int(resumed.step) == 6
     np.testing.assert_array_equal(np.asarray(resumed.params["w"]), np.asarray(whole.params["w"]))
     with pytest.raises(ValueError, match="continues after batch 9, but `batches` holds 6"):
-        train.fit(step, fresh(), batches, callbacks=[train.Resume({"fit": {"batches": 9}})])
+        train.fit(step, fresh(), batches, resume={"fit": {"batches": 9}})
 
 
 def _batches(n, seed=1):
@@ -132,11 +130,11 @@ def test_a_resume_over_other_data_is_refused_by_name():
     saved = saver.metadata[-1]
     assert saved["fit"]["fingerprint"]["length"] == 6 and saved["fit"]["batches"] == 3
     with pytest.raises(train.ResumeError, match=r"length 6 \(now 5\)"):
-        train.fit(step, _fresh(), batches[:5], callbacks=[train.Resume(saved)])
+        train.fit(step, half, batches[:5], resume=saved)  # refused before a step: not donated
     other = [_batches(1, seed=2)[0], *batches[1:]]  # the same length, another first batch
     with pytest.raises(train.ResumeError, match="first batch hash"):
-        train.fit(step, _fresh(), other, callbacks=[train.Resume(saved)])
-    resumed, report = train.fit(step, half, batches, callbacks=[train.Resume(saved)])
+        train.fit(step, half, other, resume=saved)
+    resumed, report = train.fit(step, half, batches, resume=saved)
     assert report.steps == 3
     np.testing.assert_array_equal(np.asarray(resumed.params["w"]), np.asarray(whole.params["w"]))
 
@@ -146,15 +144,15 @@ def test_a_plain_iterator_that_cannot_be_moved_is_warned_about_by_name():
     batches = _batches(6)
     saved = {"fit": {"batches": 3}}
     with pytest.warns(train.ResumeWarning, match=r"plain iterator that fit cannot move"):
-        train.fit(step, _fresh(), (b for b in batches), callbacks=[train.Resume(saved)])
+        train.fit(step, _fresh(), (b for b in batches), resume=saved)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # positioned by the caller, or all batches alike: silent
         _, report = train.fit(
-            step, _fresh(), iter(batches[3:]), callbacks=[train.Resume(saved, positioned=True)]
+            step, _fresh(), iter(batches[3:]), resume=train.Resume(saved, positioned=True)
         )
         assert report.steps == 3
         repeated = itertools.repeat(batches[0])
-        train.fit(step, _fresh(), repeated, steps=2, callbacks=[train.Resume.after(3)])
+        train.fit(step, _fresh(), repeated, steps=2, resume=train.Resume.after(3))
 
 
 def test_callback_objects_check_their_arguments():
@@ -166,8 +164,10 @@ def test_callback_objects_check_their_arguments():
         train.MetricLogging(_BrokenFlush())  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="`every` must be >= 1"):
         train.MetricLogging([], every=0)
-    with pytest.raises(ValueError, match="a second Resume"):
-        train.fit(lambda s, b: (s, {}), _fresh(), [], callbacks=[train.Resume.after(1)] * 2)
+    with pytest.raises(TypeError, match=r"got Resume: Resume is no longer a callback"):
+        train.fit(lambda s, b: (s, {}), _fresh(), [], callbacks=[train.Resume.after(1)])  # pyright: ignore[reportArgumentType]
+    with pytest.raises(TypeError, match="`resume` must be a checkpoint's metadata"):
+        train.fit(lambda s, b: (s, {}), _fresh(), [], resume=3)  # pyright: ignore[reportArgumentType]
 
 
 def test_two_metric_loggings_write_at_their_own_intervals():

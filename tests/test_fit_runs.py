@@ -103,15 +103,16 @@ def test_grain_loader_state_is_bytes_and_round_trips(tmp_path):
     def run(steps, ckpt_dir, resume=None, state=None):
         state = state or TrainState.create({"w": jnp.ones(2)}, tx, 0)
         with Checkpointer(ckpt_dir) as ckpt:
-            callbacks = [Checkpointing(ckpt), *([Resume(resume)] if resume else [])]
-            return fit(step, state, loader, steps=steps, callbacks=callbacks)
+            return fit(
+                step, state, loader, steps=steps, resume=resume, callbacks=[Checkpointing(ckpt)]
+            )
 
     full, _ = run(None, tmp_path / "a")
     part, _ = run(3, tmp_path / "b")
     from jaxwise.checkpoint import load_metadata
 
     meta = load_metadata(tmp_path / "b")
-    assert set(meta["fit"]) == {"batches", "data", "fingerprint", "trained"}
+    assert set(meta["fit"]) == {"batches", "data", "fingerprint", "step", "trained"}
     assert "bytes" in meta["fit"]["data"] and meta["fit"]["trained"]["to"] == 3
     assert meta["fit"]["fingerprint"]["sources"][0]["length"] == 32  # the loader's source
     assert meta["fit"]["batches"] == 3
@@ -127,10 +128,10 @@ def test_resume_errors(tmp_path):
     batch = next(iter(gp.pipeline()))
     saved = {"fit": {"batches": 4, "data": {"json": {"next_index": 4}}}}
     with pytest.raises(ResumeError, match="has no `get_state`/`set_state`"):
-        fit(step, state, [batch] * 3, callbacks=[Resume(saved)])
+        fit(step, state, [batch] * 3, resume=saved)
     assert isinstance(iter(gp.pipeline()), StatefulIterator)
     with pytest.raises(ResumeError, match="holds no data position"):
-        fit(step, state, gp.pipeline(), callbacks=[Resume({"fit": {"batches": 4}})])
+        fit(step, state, gp.pipeline(), resume={"fit": {"batches": 4}})
     with pytest.raises(TypeError, match="`metadata` must be the checkpoint's metadata"):
         Resume([1])  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=r"`writers\[0\]` must be a jaxwise.metrics.MetricWriter"):
@@ -160,8 +161,8 @@ def test_a_grain_run_resumed_over_other_rows_is_refused_by_name(tmp_path):
     saved = load_metadata(tmp_path / "ck")
     assert saved["fit"]["fingerprint"]["sources"][0]["length"] == 256
     with pytest.raises(ResumeError, match=r"length 256 \(now 200\)"):
-        fit(step, state, pipeline(200), callbacks=[Resume(saved)])
-    _, report = fit(step, state, pipeline(256), callbacks=[Resume(saved)])
+        fit(step, state, pipeline(200), resume=saved)
+    _, report = fit(step, state, pipeline(256), resume=saved)
     assert report.steps == 8 - 3  # the same rows: continued after the 3 batches trained
 
 

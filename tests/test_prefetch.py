@@ -188,7 +188,8 @@ def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
             callbacks=[Checkpointing(checkpointer, every=4, metadata={"run": "a"})],
         )
     assert report.checkpoints == (4, 8, 10) and latest_step(ck) == 10
-    assert load_metadata(ck, step=4) == {"run": "a", "fit": {"batches": 4}}  # fit keeps its count
+    # fit keeps its count and the state's step
+    assert load_metadata(ck, step=4) == {"run": "a", "fit": {"batches": 4, "step": 4}}
 
     straight, _ = fit(step, new_state(tx), host_batches(16))
     batches = host_batches(16)

@@ -5,13 +5,12 @@ makes it a `fit` step whose metrics are the epoch's record (training and validat
 accuracy, learning rate, skipped steps, seconds). `fit` numbers the epochs (its batches),
 writes each record to the writers (`EpochLog`: ``metrics.jsonl``; TensorBoard and MLflow
 with ``--log``), checkpoints, and calls the callbacks: `Progress` (the progress bar) and
-`EarlyStopping` (the best epoch by validation loss).
+`BestEpoch` (early stopping by validation loss, keeping the best state).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -23,11 +22,11 @@ import numpy as np
 from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._outputs import append_line
-from jaxwise.train import TrainState
+from jaxwise.train import Callback, EarlyStopping, TrainState
 
 __all__ = [
     "LOGS",
-    "EarlyStopping",
+    "BestEpoch",
     "EpochLog",
     "EvaluatedEpoch",
     "Progress",
@@ -117,58 +116,67 @@ class EpochLog:
         """Nothing to release."""
 
 
-class Progress:
+class Progress(Callback):
     """The jobs' progress bar as a `fit` callback: each epoch's loss and accuracy."""
+
+    every = 1
 
     def __init__(self, advance: Callable[..., None]) -> None:
         self.advance = advance
 
-    def __call__(self, state: TrainState, batch: int, scalars: Mapping[str, float]) -> bool:
-        del state, batch
-        self.advance(loss=scalars["loss"], acc=scalars["accuracy"])
-        return False
+    def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> None:
+        del step, state
+        self.advance(loss=metrics["loss"], acc=metrics["accuracy"])
 
 
-class EarlyStopping:
-    """A `fit` callback: stop after ``patience`` epochs without a lower validation loss.
+class BestEpoch(EarlyStopping):
+    """``--early-stopping``: stop after ``patience`` epochs without a lower validation loss.
 
-    ``meta`` (``best_val_loss``, ``best_epoch``, ``bad_epochs``, ``stopped_early``) is kept
-    up to date, so that a checkpoint saved with it carries on the count when resumed; each
-    new best state is handed to ``save_best(state, epoch)``.
+    Each new best state is handed to ``save_best(state, epoch, progress)``; the count
+    (`progress`) is the callback's state, saved in the run's checkpoints by `fit` and handed
+    back on ``--resume``.
     """
 
     def __init__(
-        self,
-        patience: int,
-        meta: dict[str, Any],
-        save_best: Callable[[TrainState, int], None],
+        self, patience: int, save_best: Callable[[TrainState, int, dict[str, Any]], None]
     ) -> None:
-        self.patience, self.meta, self.save_best = patience, meta, save_best
+        super().__init__("val_loss", patience=patience)
+        self.save_best = save_best
 
-    def __call__(self, state: TrainState, batch: int, scalars: Mapping[str, float]) -> bool:
-        meta, val_loss = self.meta, scalars["val_loss"]
-        best = meta["best_val_loss"]
-        if math.isfinite(val_loss) and (best is None or val_loss < best):
-            meta.update(best_val_loss=val_loss, best_epoch=batch, bad_epochs=0)
-            self.save_best(state, batch)
-            return False
-        meta["bad_epochs"] += 1
-        if meta["bad_epochs"] >= self.patience:
-            meta["stopped_early"] = True
-            return True
-        return False
+    def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> bool:
+        stop = super().on_step(step, state, metrics)
+        if self.best_step == step:  # a new best
+            self.save_best(state, step, self.progress())
+        return stop
 
+    def progress(self) -> dict[str, Any]:
+        """The count in the form of the run's summary and of older checkpoints."""
+        return {
+            "best_val_loss": self.best,
+            "best_epoch": self.best_step,
+            "bad_epochs": self.bad,
+            "stopped_early": self.stopped,
+        }
 
-class EpochCount:
-    """A `fit` callback keeping ``meta["epoch"]`` (the checkpoint's epoch) current."""
+    @staticmethod
+    def progress_of(state: Mapping[str, Any]) -> dict[str, Any]:
+        """A saved ``state_dict`` in the summary's form."""
+        return {
+            "best_val_loss": state.get("best"),
+            "best_epoch": state.get("best_step"),
+            "bad_epochs": state.get("bad", 0),
+            "stopped_early": bool(state.get("stopped", False)),
+        }
 
-    def __init__(self, meta: dict[str, Any]) -> None:
-        self.meta = meta
-
-    def __call__(self, state: TrainState, batch: int, scalars: Mapping[str, float]) -> bool:
-        del state, scalars
-        self.meta["epoch"] = batch
-        return False
+    @staticmethod
+    def saved(progress: Mapping[str, Any]) -> dict[str, Any]:
+        """``progress`` (the summary's form) as the ``state_dict`` `fit` restores."""
+        return {
+            "best": progress.get("best_val_loss"),
+            "best_step": progress.get("best_epoch"),
+            "bad": progress.get("bad_epochs", 0),
+            "stopped": bool(progress.get("stopped_early", False)),
+        }
 
 
 def check_logs(names: Sequence[str]) -> tuple[str, ...]:

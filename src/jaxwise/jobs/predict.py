@@ -159,6 +159,15 @@ def prepare(cfg: PredictConfig, meta: dict[str, Any]) -> tuple[data.Features, np
     return features, np.asarray([index[v] for v in features.labels], np.int32)
 
 
+def _epoch(meta: dict[str, Any]) -> int | None:
+    """The epoch of the checkpoint: a best one's (and an older run's) top-level ``epoch``,
+    else `fit`'s batch count (one batch per epoch)."""
+    if meta.get("epoch") is not None:
+        return meta["epoch"]
+    record = meta.get("fit")
+    return record.get("batches") if isinstance(record, dict) else None
+
+
 def _standardise(x: np.ndarray, meta: dict[str, Any]) -> np.ndarray:
     mean, std = np.asarray(meta["mean"], np.float64), np.asarray(meta["std"], np.float64)
     z = ((x.astype(np.float64) - mean) / std).astype(np.float32)
@@ -213,7 +222,7 @@ def report(
         "schema": 1,
         "job": "predict",
         "run_dir": str(cfg.run_dir),
-        "checkpoint_epoch": meta.get("epoch"),
+        "checkpoint_epoch": _epoch(meta),
         "rows": len(rows),
         "dropped_rows": features.dropped,
         "blank_lines": features.blank_lines,

@@ -37,8 +37,7 @@ from jaxwise.jobs import _common as C
 from jaxwise.jobs._cache import CompileTally
 from jaxwise.jobs._fitting import (
     LOG_DIRS,
-    EarlyStopping,
-    EpochCount,
+    BestEpoch,
     EpochLog,
     EvaluatedEpoch,
     Progress,
@@ -54,7 +53,7 @@ __all__ = ["Prepared", "TabularConfig", "fit", "prepare", "run_dir", "run_train"
 
 TRAIN_OUTPUTS = ("checkpoint", "best", "metrics.jsonl", "loss.png", "curves.png", "confusion.png")
 TRAIN_OUTPUTS += (SUMMARY, *LOG_DIRS.values())
-PROGRESS: dict[str, Any] = {  # early stopping's count, carried on in the checkpoints
+PROGRESS: dict[str, Any] = {  # early stopping's count (`BestEpoch`'s state in the checkpoints)
     "best_val_loss": None,
     "best_epoch": None,
     "bad_epochs": 0,
@@ -153,10 +152,13 @@ def _warm_up(
     return state, rates
 
 
-def checkpoint_meta(prep: Prepared, epoch: int, progress: dict[str, Any]) -> dict[str, Any]:
-    """The metadata of the run's checkpoints: what ``--resume`` and ``predict`` check and need."""
+def checkpoint_meta(prep: Prepared) -> dict[str, Any]:
+    """The metadata of the run's checkpoints: what ``--resume`` and ``predict`` check and need.
+
+    The epoch and early stopping's count are `fit`'s (``metadata["fit"]``: the batch count
+    and `BestEpoch`'s state); a best checkpoint has them at the top level.
+    """
     return {
-        "epoch": epoch,
         "config": prep.cfg.fingerprint(),
         "classes": list(prep.table.classes),
         "feature_names": list(prep.table.feature_names),
@@ -166,8 +168,27 @@ def checkpoint_meta(prep: Prepared, epoch: int, progress: dict[str, Any]) -> dic
         "std": prep.std.tolist(),
         "batch_size": prep.batch_size,
         "data": prep.fingerprint,
-        **progress,
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class _Continued:
+    """Where the run starts: the epochs done and early stopping's count (a new run: none)."""
+
+    epoch: int = 0
+    progress: dict[str, Any] = dataclasses.field(default_factory=lambda: dict(PROGRESS))
+
+    @classmethod
+    def saved(cls, meta: dict[str, Any]) -> _Continued:
+        """The start a checkpoint's metadata records (`fit`'s record; an older run's top level)."""
+        older = {k: meta.get(k, v) for k, v in PROGRESS.items()}  # an older jaxwise's keys
+        record = meta.get("fit") if isinstance(meta.get("fit"), dict) else None
+        if record is None or not isinstance(record.get("batches"), int):
+            return cls(int(meta["epoch"]), older)
+        states = record.get("callbacks") if isinstance(record.get("callbacks"), dict) else {}
+        best = states.get("BestEpoch")
+        progress = BestEpoch.progress_of(best) if isinstance(best, dict) else older
+        return cls(int(record["batches"]), progress)
 
 
 def _run_id(prep: Prepared) -> str | None:
@@ -290,22 +311,22 @@ def _setup(prep: Prepared, background: ThreadPoolExecutor) -> _Setup:
     return _Setup(train, val, canaries, spe, schedule, state_shape, pending_state, lrs)
 
 
-def _start(prep: Prepared, setup: _Setup, ckpt: Path | None) -> tuple[TrainState | None, dict]:
-    """The restored state (``None``: a new run) and the checkpoint metadata to continue."""
+def _start(
+    prep: Prepared, setup: _Setup, ckpt: Path | None
+) -> tuple[TrainState | None, _Continued]:
+    """The restored state (``None``: a new run) and where the run continues."""
     cfg = prep.cfg
-    meta = checkpoint_meta(prep, 0, dict(PROGRESS))
     if ckpt is not None and not cfg.resume and latest_step(ckpt) is not None:
         raise UserError(
             f"{ckpt} already holds a checkpoint; pass --resume to continue it, --force to start "
             f"afresh, or choose another {cfg.out_option}"
         )
     if not (cfg.resume and ckpt is not None):
-        return None, meta
+        return None, _Continued()
     _check_resumable(prep, ckpt)
     # onto the default device, like a new one
     resumed, saved = _restore(ckpt, setup.state_shape, _run_id(prep))
-    meta.update({k: saved.get(k, v) for k, v in PROGRESS.items()}, epoch=int(saved["epoch"]))
-    return resumed, meta
+    return resumed, _Continued.saved(saved)
 
 
 def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
@@ -325,11 +346,11 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
     # an audited run's model has canary features: it is not checkpointed (predict needs d)
     checkpoints = cfg.checkpoint and setup.canaries is None
     ckpt = prep.out / "checkpoint" if prep.out is not None and checkpoints else None
-    resumed, meta = _start(prep, setup, ckpt)
-    start_epoch = int(meta["epoch"])
+    resumed, start = _start(prep, setup, ckpt)
+    start_epoch = start.epoch
     history = _history_so_far(prep, start_epoch)
     last_epoch = max(cfg.stop_after if cfg.stop_after is not None else cfg.epochs, start_epoch)
-    if meta["stopped_early"]:
+    if start.progress["stopped_early"]:
         last_epoch = start_epoch
     run_cfg = dataclasses.replace(cfg, batch_size=prep.batch_size)
     step = EvaluatedEpoch(
@@ -343,13 +364,13 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         with step.tally.measure():  # the epoch program, compiled while the state is built
             precompile(step.epoch.jitted, setup.state_shape, setup.train)
     state = setup.pending_state.result() if resumed is None else resumed
-    best = _Best(prep, meta)
-    state, report = _epochs(prep, step, state, ckpt, meta, history, last_epoch, best)
+    best = _Best(prep, checkpoint_meta(prep))
+    state, report, progress = _epochs(prep, step, state, ckpt, start, history, last_epoch, best)
     params = best.params(state) if cfg.early_stopping is not None else state.params
     audit = None
     if setup.canaries is not None:  # score the canaries, then drop their input features
         audit, params = C.audit_run(params, setup.canaries, prep.split("train")[0].shape[1])
-    done = int(meta["epoch"])
+    done = start_epoch + (report.steps if report else 0)
     return Fitted(
         params,
         history,
@@ -361,8 +382,8 @@ def fit(prep: Prepared, background: ThreadPoolExecutor | None = None) -> Fitted:
         report.skipped if report else 0,
         (done - start_epoch) * setup.steps_per_epoch,
         report.seconds if report else 0.0,
-        meta["best_epoch"],
-        bool(meta["stopped_early"]),
+        progress["best_epoch"],
+        bool(progress["stopped_early"]),
         history_complete=len(history) == done,
         audit=audit,
         train_rows=len(setup.train[1]),
@@ -376,12 +397,13 @@ class _Best:
         self.prep, self.meta = prep, meta
         self.kept: Any = None
 
-    def save(self, state: TrainState, epoch: int) -> None:
+    def save(self, state: TrainState, epoch: int, progress: dict[str, Any]) -> None:
         out = self.prep.out
         if out is None or not self.prep.cfg.checkpoint:
             self.kept = jax.tree.map(np.array, state.params)
             return
-        C.save_reporting(out / "best", state, dict(self.meta, epoch=epoch), out.run_id)
+        meta = {**self.meta, "epoch": epoch, **progress}
+        C.save_reporting(out / "best", state, meta, out.run_id)
 
     def params(self, state: TrainState) -> Any:
         """The best parameters (the final ones when no epoch improved)."""
@@ -396,29 +418,45 @@ def _epochs(
     step: EvaluatedEpoch,
     state: TrainState,
     ckpt: Path | None,
-    meta: dict[str, Any],
+    start: _Continued,
     history: list[dict[str, Any]],
     last_epoch: int,
     best: _Best,
-) -> tuple[TrainState, FitReport | None]:
-    """The epochs ``meta["epoch"] + 1 … last_epoch`` through `train.fit`."""
-    cfg, first = prep.cfg, int(meta["epoch"])
+) -> tuple[TrainState, FitReport | None, dict[str, Any]]:
+    """The epochs ``start.epoch + 1 … last_epoch`` through `train.fit`.
+
+    Returns:
+        The state, `fit`'s report (None: no epoch to train) and early stopping's count.
+    """
+    cfg, first = prep.cfg, start.epoch
     if last_epoch <= first:
-        return state, None
+        return state, None, start.progress
     log = EpochLog(prep.out / "metrics.jsonl" if prep.out is not None else None, history)
     bar = C.progress(cfg.progress, cfg.epochs, Path(cfg.path).name, completed=first)
+    record: dict[str, Any] = {"batches": first}  # fit counts epochs on; the data is a repeat
     with contextlib.ExitStack() as stack:
-        callbacks: list[Any] = [EpochCount(meta), Progress(stack.enter_context(bar))]
+        callbacks: list[Any] = [Progress(stack.enter_context(bar))]
+        early = None
         if cfg.early_stopping is not None:
-            callbacks.append(EarlyStopping(cfg.early_stopping, meta, best.save))
-        callbacks += [MetricLogging([log, *_log_writers(prep, stack)]), Resume.after(first)]
+            early = BestEpoch(cfg.early_stopping, best.save)
+            callbacks.append(early)
+            record["callbacks"] = {"BestEpoch": BestEpoch.saved(start.progress)}
+        callbacks.append(MetricLogging([log, *_log_writers(prep, stack)]))
         if ckpt is not None:
             saver = stack.enter_context(Checkpointer(ckpt, run_id=_run_id(prep)))
+            meta = checkpoint_meta(prep)
             callbacks.append(Checkpointing(saver, every=cfg.checkpoint_every, metadata=meta))
         repeated = itertools.repeat(step.train_data)  # one epoch program per batch
-        return train_fit(
-            step, state, repeated, steps=last_epoch - first, prefetch=0, callbacks=callbacks
+        state, report = train_fit(
+            step,
+            state,
+            repeated,
+            steps=last_epoch - first,
+            prefetch=0,
+            resume=Resume({"fit": record}, positioned=True),
+            callbacks=callbacks,
         )
+    return state, report, early.progress() if early is not None else start.progress
 
 
 def _log_writers(prep: Prepared, stack: contextlib.ExitStack) -> list[Any]:

@@ -40,9 +40,12 @@ from jaxwise.train._gradient import (
     value_and_grad,
 )
 from jaxwise.train._loop import (
+    Callback,
     Checkpointing,
-    FitCallback,
+    EarlyStopping,
     FitReport,
+    FitRun,
+    LambdaCallback,
     MetricLogging,
     ProgressBar,
     Resume,
@@ -58,13 +61,16 @@ from jaxwise.train._state import TrainState, type_signature
 from jaxwise.train._step import TrainStep, make_step, make_train_step
 
 __all__ = [
+    "Callback",
     "Checkpointing",
     "DonationError",
     "DynamicLossScale",
-    "FitCallback",
+    "EarlyStopping",
     "FitReport",
+    "FitRun",
     "GradientFn",
     "Gradients",
+    "LambdaCallback",
     "LossScaleState",
     "MetricLogging",
     "MixedPrecision",

@@ -1,172 +1,311 @@
-"""What `fit` is composed with: its callbacks (checkpointing, metric logging, progress, resume).
+"""What `fit` is composed with: the `Callback` protocol, the run a callback sees, `Resume`.
 
-`fit` takes one list, ``callbacks``. Each entry is a plain function of the
-[`FitCallback`][jaxwise.train.FitCallback] protocol (called after every batch with the state it
-produced), or one of four small typed objects that `fit` recognises, as Lightning's trainer
-recognises its ``ModelCheckpoint``: [`Checkpointing`][jaxwise.train.Checkpointing],
-[`MetricLogging`][jaxwise.train.MetricLogging], [`ProgressBar`][jaxwise.train.ProgressBar] and
-[`Resume`][jaxwise.train.Resume]. Each object checks its own arguments when it is made.
+A callback is any object with a cadence ``every`` and three hooks, ``on_start(run)``,
+``on_step(step, state, metrics)`` and ``on_end(step, state)`` (Keras' ``Callback``, CLU's
+``PeriodicAction``); one may also keep state across a resumed run with ``state_dict()`` and
+``load_state_dict(state)`` (Lightning's ``Callback.state_dict``): it is saved in every
+checkpoint `fit` writes and handed back by ``fit(..., resume=...)``. The ones jaxwise ships
+(`Checkpointing`, `MetricLogging`, `ProgressBar`, `EarlyStopping`) are ordinary callbacks.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from jaxwise._checks import check_int
+import jax
+import numpy as np
+
+from jaxwise._checks import check_int, is_int
+from jaxwise.train._data_state import ResumeError, ResumeWarning
 from jaxwise.train._state import TrainState
 
-__all__ = ["Checkpointing", "FitCallback", "MetricLogging", "ProgressBar", "Resume"]
+if TYPE_CHECKING:
+    from jaxwise.train._data_state import DataPosition
 
-
-class Writer(Protocol):
-    """A `jaxwise.metrics.MetricWriter` (structural: ``train`` does not import ``metrics``)."""
-
-    def write(self, step: int, scalars: Mapping[str, float], /) -> None: ...
-
-    def flush(self) -> None: ...
-
-
-class Saver(Protocol):
-    """What `fit` saves checkpoints with: a `jaxwise.checkpoint.Checkpointer`.
-
-    A structural type, so that ``train`` does not import ``checkpoint`` (the layer above it).
-    An optional ``wait()`` finishes an asynchronous save in flight (raising its error).
-    """
-
-    def save(self, tree: TrainState, metadata: dict[str, Any] | None = None, /) -> Any: ...
+__all__ = ["Callback", "FitRun", "LambdaCallback", "Resume"]
 
 
 @runtime_checkable
-class FitCallback(Protocol):
-    """What `fit` calls after each batch: early stopping, validation, a display of your own, ….
+class Callback(Protocol):
+    """What `fit` calls: at the start, at every ``every``-th step, and at the end.
 
-    Called with the state the batch produced, the batch's number (counted across resumed
-    runs, as the writers see it) and its scalar metrics as floats; returning True stops
-    ``fit`` after that batch (it saves a checkpoint then, as at the end of the data). A plain
-    function is one; `fit` waits for each batch's metrics while one is given.
-
-    Examples:
-        >>> def stop_below(state, batch, scalars):
-        ...     return scalars["loss"] < 1e-3
-        >>> isinstance(stop_below, FitCallback)
-        True
-    """
-
-    def __call__(
-        self, state: TrainState, batch: int, scalars: Mapping[str, float]
-    ) -> bool | None: ...
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpointing:
-    """Save the state every ``every`` batches and at the end (one asynchronous save in flight).
-
-    Each checkpoint's metadata is ``metadata`` as it is at that save (read then: a dict the
-    caller updates is saved current) plus ``"fit"``: the batch count, the position of a
-    `StatefulIterator` and a fingerprint of the data; pass it back in
-    [`Resume`][jaxwise.train.Resume] to continue exactly. Metric writers are flushed before
-    each save; a writer whose flush fails never costs the checkpoint (saved first, then the
-    writer's error is raised). The save in flight is finished on return, on any exception and
-    on SIGTERM.
+    Subclass it to inherit hooks that do nothing (``every`` is 1), or write any class with
+    these four members. ``step`` is the number of the batch just trained, counted across
+    resumed runs (the first batch is 1), and a callback is due at the steps that are a
+    multiple of its ``every``. ``metrics`` are the step's scalar metrics; they are read from
+    the device when a callback first looks at one (one transfer for all), so a callback that
+    does not look costs no wait. An optional ``state_dict()`` (a JSON-able dict) and
+    ``load_state_dict(state)`` carry a callback's state across a resumed run: the state is
+    saved in every checkpoint and restored by ``fit(..., resume=...)``, keyed by the class
+    name (``"EarlyStopping"``, a second one ``"EarlyStopping#2"``).
 
     Attributes:
-        checkpointer: a `jaxwise.checkpoint.Checkpointer` (left open).
-        every: save every this many batches (``None``: at the end only).
-        metadata: JSON metadata of every checkpoint.
-
-    Raises:
-        TypeError: ``checkpointer`` has no ``save(state, metadata)``; ``every`` is not an int.
-        ValueError: ``every`` < 1.
+        every: call ``on_step`` at every this many steps (``None``: never; ``on_end`` only).
 
     Examples:
-        >>> class Keep:  # any object with save(state, metadata), e.g. a Checkpointer
-        ...     def save(self, state, metadata=None):
-        ...         print("saved", metadata["fit"]["batches"])
-        >>> Checkpointing(Keep(), every=100).every
-        100
+        >>> class StopBelow(Callback):
+        ...     def on_step(self, step, state, metrics):
+        ...         return metrics["loss"] < 1e-3
+        >>> isinstance(StopBelow(), Callback), StopBelow().every
+        (True, 1)
     """
 
-    checkpointer: Saver
-    every: int | None = None
-    metadata: dict[str, Any] | None = None
+    every: int | None = 1
 
-    def __post_init__(self) -> None:
-        if not callable(getattr(self.checkpointer, "save", None)):
-            raise TypeError(
-                "`checkpointer` must be a jaxwise.checkpoint.Checkpointer (an object with "
-                f"`save(state, metadata)`), got {type(self.checkpointer).__name__}"
-            )
-        if self.every is not None:
-            check_int(self.every, "every", min_value=1)
-        if self.metadata is not None and not isinstance(self.metadata, Mapping):
-            raise TypeError(f"`metadata` must be a dict, got {type(self.metadata).__name__}")
+    def on_start(self, run: FitRun) -> None:
+        """Called once before the first step, with what the callback may need of the run.
+
+        Args:
+            run: the run: its first step, its length, its callbacks, the checkpoint record.
+        """
+
+    def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> bool | None:
+        """Called after each due step with the state it produced (valid until the next step).
+
+        Args:
+            step: the number of the batch just trained.
+            state: the state after it.
+            metrics: its scalar metrics (read from the device when first looked at).
+
+        Returns:
+            True to stop `fit` after this step (it ends as at the end of the data); False
+                or None to go on. Anything else is refused, naming the callback.
+        """
+
+    def on_end(self, step: int, state: TrainState | None) -> None:
+        """Called once when `fit` ends: finish the work in flight (a save, a flush, a bar).
+
+        Args:
+            step: the number of the last batch trained.
+            state: the final state; ``None`` when `fit` is ending by an exception (a failed
+                step, Ctrl-C, SIGTERM): finish what is in flight, start nothing new.
+        """
 
 
-@dataclasses.dataclass(frozen=True)
-class MetricLogging:
-    """Write every ``every``-th batch's scalar metrics to ``writers`` at its batch number.
+class FitRun:
+    """The run a callback is part of, handed to ``on_start`` (made by `fit`).
 
-    Batch numbers are counted across resumed runs. The writers are flushed before each
-    checkpoint and at the end, and left open. Metrics are read from the device one batch
-    late (the next batch is queued first), so logging does not stall the device.
+    Args:
+        first: batches trained before this call.
+        total: batches this call will train, when known.
+        callbacks: the run's callbacks, in order.
+        position: where `fit` is in its data (what a checkpoint records of it).
 
     Attributes:
-        writers: `jaxwise.metrics` writers (``write(step, scalars)``, ``flush()``).
-        every: write every this many batches.
-
-    Raises:
-        TypeError: ``writers`` is not a list of writers.
-        ValueError: ``every`` < 1.
-
-    Examples:
-        >>> class Print:
-        ...     def write(self, step, scalars): print(step, scalars)
-        ...     def flush(self): pass
-        >>> len(MetricLogging([Print()], every=10).writers)
-        1
+        first: batches trained before this `fit` call (a resumed run's count; else the
+            state's step).
+        total: batches this call will train, when known (``steps``, or ``len(batches)``).
+        callbacks: every callback of the run, in the order `fit` calls them.
+        checkpoints: the steps saved so far (a saver appends each, once saved).
     """
 
-    writers: Sequence[Writer]
-    every: int = 1
+    def __init__(
+        self,
+        first: int,
+        total: int | None,
+        callbacks: tuple[Any, ...],
+        position: DataPosition,
+    ) -> None:
+        self.first, self.total, self.callbacks = first, total, callbacks
+        self.checkpoints: list[int] = []
+        self._position = position
+        self._hooks: list[Callable[[], None]] = []
+        self._keys = _state_keys(callbacks)
 
-    def __post_init__(self) -> None:
-        if not isinstance(self.writers, (list, tuple)):
-            raise TypeError(
-                f"`writers` must be a list of metric writers, got {type(self.writers).__name__}"
-            )
-        for i, w in enumerate(self.writers):
-            if not (callable(getattr(w, "write", None)) and callable(getattr(w, "flush", None))):
-                raise TypeError(
-                    f"`writers[{i}]` must be a jaxwise.metrics.MetricWriter (write, flush, "
-                    f"close), got {type(w).__name__}"
+    def before_save(self, hook: Callable[[], None]) -> None:
+        """Have ``hook()`` called before every checkpoint of this run is saved.
+
+        `MetricLogging` flushes its writers there, so that they hold every step a checkpoint
+        holds (a run resumed from it never misses a logged step).
+
+        Args:
+            hook: a function of no arguments.
+        """
+        self._hooks.append(hook)
+
+    def prepare_save(self) -> None:
+        """Run the ``before_save`` hooks, each one; the first error is raised after all ran.
+
+        Raises:
+            Exception: the first hook's error (later ones as notes).
+        """
+        first: Exception | None = None
+        for hook in self._hooks:
+            try:
+                hook()
+            except Exception as err:
+                if first is None:
+                    first = err
+                else:
+                    first.add_note(f"and another hook before the save failed too: {err}")
+        if first is not None:
+            raise first
+
+    def record(self, batches: int, state: TrainState) -> dict[str, Any]:
+        """What a checkpoint of ``state`` after ``batches`` batches saves as ``metadata["fit"]``.
+
+        The batch count, the state's step, the data's position and fingerprint, and the
+        state of every callback that has one.
+
+        Args:
+            batches: the number of the last batch trained.
+            state: the state saved.
+
+        Returns:
+            A JSON-able dict; ``fit(..., resume=metadata)`` continues from it.
+        """
+        step = int(state.step)
+        record = {**self._position.saved(batches), "step": step}
+        states = {key: callback.state_dict() for key, callback in self._keys.items()}
+        if states:
+            record["callbacks"] = states
+        return record
+
+    def load(self, saved: Mapping[str, Any]) -> None:
+        """Hand each callback its saved state; warn about a saved state nobody takes.
+
+        Args:
+            saved: a checkpoint's ``metadata["fit"]``.
+        """
+        states = saved.get("callbacks")
+        if not isinstance(states, Mapping):
+            return
+        for key, state in states.items():
+            callback = self._keys.get(key)
+            if callback is None or not callable(getattr(callback, "load_state_dict", None)):
+                warnings.warn(
+                    f"the checkpoint holds the state of a callback {key!r} that none of "
+                    "`callbacks` takes (its state is not restored); pass the same callbacks "
+                    "as the run that saved it",
+                    ResumeWarning,
+                    stacklevel=4,
                 )
-        check_int(self.every, "every", min_value=1)
-        object.__setattr__(self, "writers", tuple(self.writers))
+                continue
+            callback.load_state_dict(state)
 
 
-@dataclasses.dataclass(frozen=True)
-class ProgressBar:
-    """A progress bar on stderr with the loss and the skipped-step count (needs rich, ``cli``).
+def _state_keys(callbacks: Sequence[Any]) -> dict[str, Any]:
+    """The callbacks with a ``state_dict``, keyed by class name (``Name#2`` for a second)."""
+    keys: dict[str, Any] = {}
+    counts: dict[str, int] = {}
+    for callback in callbacks:
+        if not callable(getattr(callback, "state_dict", None)):
+            continue
+        name = type(callback).__name__
+        counts[name] = counts.get(name, 0) + 1
+        keys[name if counts[name] == 1 else f"{name}#{counts[name]}"] = callback
+    return keys
+
+
+_NUMBERS = (jax.Array, np.ndarray, np.generic, int, float)
+
+
+def scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The 0-d numeric entries of a step's metrics, as floats (one transfer for all)."""
+    chosen = {
+        k: v
+        for k, v in metrics.items()  # a has_aux dict (or None) is not a scalar metric
+        if isinstance(k, str) and isinstance(v, _NUMBERS) and np.ndim(v) == 0
+    }
+    return {k: float(v) for k, v in jax.device_get(chosen).items()}
+
+
+class StepMetrics(Mapping[str, float]):
+    """A step's scalar metrics, read from the device when first looked at (one transfer)."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self._raw = raw
+        self._read: dict[str, float] | None = None
+
+    def _values(self) -> dict[str, float]:
+        if self._read is None:
+            self._read = scalars(self._raw)
+        return self._read
+
+    def __getitem__(self, key: str) -> float:
+        return self._values()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values())
+
+    def __len__(self) -> int:
+        return len(self._values())
+
+    def __repr__(self) -> str:
+        return f"StepMetrics({self._values()!r})"
+
+    def loss_and_skipped(self) -> tuple[float, int]:
+        """The step's loss (NaN without one) and skipped count, reading only those two."""
+        if self._read is None:
+            values = scalars({k: self._raw[k] for k in ("loss", "skipped") if k in self._raw})
+        else:
+            values = self._read
+        return float(values.get("loss", np.nan)), int(values.get("skipped", 0))
+
+
+class LambdaCallback(Callback):
+    """A function as a callback: ``on_step(step, state, metrics)`` at every ``every``-th step.
+
+    Args:
+        on_step: called as ``on_step(step, state, metrics)``; returning True stops `fit`.
+        every: its cadence.
+
+    Raises:
+        TypeError: ``on_step`` is not callable.
+        ValueError: ``every`` < 1.
 
     Examples:
-        >>> ProgressBar()
-        ProgressBar()
+        >>> stop = LambdaCallback(lambda step, state, metrics: metrics["loss"] < 1e-3, every=10)
+        >>> stop.every
+        10
     """
+
+    def __init__(
+        self,
+        on_step: Callable[[int, TrainState, Mapping[str, float]], bool | None],
+        every: int = 1,
+    ) -> None:
+        if isinstance(on_step, type) or not callable(on_step):
+            raise TypeError(
+                "`on_step` must be a function on_step(step, state, metrics), "
+                f"got {type(on_step).__name__}"
+            )
+        self.function = on_step
+        self.every = check_int(every, "every", min_value=1)
+
+    def on_step(self, step: int, state: TrainState, metrics: Mapping[str, float]) -> bool | None:
+        """Call the function.
+
+        Args:
+            step: the number of the batch just trained.
+            state: the state after it.
+            metrics: its scalar metrics.
+
+        Returns:
+            The function's answer.
+        """
+        return self.function(step, state, metrics)
+
+    def __repr__(self) -> str:
+        name = getattr(self.function, "__name__", type(self.function).__name__)
+        return f"LambdaCallback({name}, every={self.every})"
 
 
 @dataclasses.dataclass(frozen=True)
 class Resume:
-    """Continue the run that saved a checkpoint: its batch count and its data position.
+    """How `fit` continues a checkpointed run (``fit(..., resume=...)``).
 
-    With ``metadata`` (from `jaxwise.checkpoint.load_metadata`; restore the state yourself)
-    `fit` counts batches on from the saved count, moves a `StatefulIterator` (a grain loader)
-    to its saved position, skips the batches of a list already trained, and refuses data whose
-    fingerprint (length, a hash of its first records) differs from the saved run's. A plain
-    iterator cannot be moved: `fit` warns (`ResumeWarning`) unless ``positioned=True`` says the
-    caller already started it after the trained batches (an ``itertools.repeat`` needs
-    nothing).
+    With ``metadata`` (from `jaxwise.checkpoint.load_metadata` of the step restored) `fit`
+    counts batches on from the saved count, moves a `StatefulIterator` (a grain loader) to its
+    saved position, skips the batches of a list already trained, restores the callbacks'
+    states, refuses data whose fingerprint differs from the saved run's, and refuses a state
+    of another step than the metadata's. ``fit(..., resume=metadata)`` is the same as
+    ``resume=Resume(metadata)``. A plain iterator cannot be moved: `fit` warns
+    (`ResumeWarning`) unless ``positioned=True`` says the caller already started it after the
+    trained batches (an ``itertools.repeat`` needs nothing).
 
     Attributes:
         metadata: the checkpoint's metadata (its ``"fit"`` entry is what `fit` reads).
@@ -203,48 +342,99 @@ class Resume:
         """
         return cls({"fit": {"batches": check_int(batches, "batches", min_value=0)}}, True)
 
+    @property
+    def record(self) -> Mapping[str, Any]:
+        """The metadata's ``"fit"`` entry (empty when it has none)."""
+        record = self.metadata.get("fit", {})
+        return record if isinstance(record, Mapping) else {}
 
-@dataclasses.dataclass(frozen=True)
-class Plan:
-    """`fit`'s ``callbacks`` sorted by role (at most one checkpointing, bar, resume)."""
+    def check_state(self, state: TrainState) -> None:
+        """Refuse a ``state`` of another step than the checkpoint the metadata describes.
 
-    functions: tuple[FitCallback, ...] = ()
-    logging: tuple[MetricLogging, ...] = ()
-    checkpointing: Checkpointing | None = None
-    progress: bool = False
-    resume: Resume | None = None
+        Args:
+            state: the state `fit` is to continue from.
+
+        Raises:
+            ResumeError: the metadata records another step than ``state.step``.
+        """
+        saved = self.record.get("step")
+        if saved is None or not is_int(saved) or int(saved) == int(state.step):
+            return
+        raise ResumeError(
+            f"`resume` is the metadata of the checkpoint of step {int(saved)}, but `state` is "
+            f"at step {int(state.step)}: they come from different checkpoints (restore skips a "
+            "damaged newest step and restores the one before). Pass the metadata of the step "
+            "restored: load_metadata(path, step=int(state.step))"
+        )
 
 
-_ONE = {Checkpointing: "checkpointing", ProgressBar: "progress", Resume: "resume"}
+def as_resume(resume: Any) -> Resume | None:
+    """``fit``'s ``resume`` argument as a `Resume` (a mapping is the checkpoint's metadata)."""
+    if resume is None or isinstance(resume, Resume):
+        return resume
+    if isinstance(resume, Mapping):
+        return Resume(resume)
+    raise TypeError(
+        "`resume` must be a checkpoint's metadata (a mapping, from checkpoint.load_metadata) "
+        f"or a train.Resume, got {type(resume).__name__}"
+    )
 
 
-def plan(callbacks: Any) -> Plan:
-    """``callbacks`` checked and sorted by role.
+_MOVED: dict[type, str] = {
+    Resume: "Resume is no longer a callback: pass it as fit(..., resume=...)",
+}
+
+
+def check_callbacks(callbacks: Any) -> tuple[Any, ...]:
+    """``callbacks`` checked: each a `Callback` with a valid cadence.
 
     Raises:
-        TypeError: ``callbacks`` is not a list, or an entry is neither callable nor a known object.
-        ValueError: two `Checkpointing`, `ProgressBar` or `Resume` objects.
+        TypeError: ``callbacks`` is not a list, or an entry is not a callback.
+        ValueError: an entry's ``every`` is < 1.
     """
     if not isinstance(callbacks, (list, tuple)):
         raise TypeError(f"`callbacks` must be a list, got {type(callbacks).__name__}")
-    found: dict[str, Any] = {"functions": [], "logging": []}
     for i, callback in enumerate(callbacks):
-        role = next((name for kind, name in _ONE.items() if isinstance(callback, kind)), None)
-        if role is not None:
-            if role in found:
-                raise ValueError(
-                    f"`callbacks[{i}]` is a second {type(callback).__name__}: give at most one"
+        missing = [
+            name
+            for name in ("on_start", "on_step", "on_end")
+            if not callable(getattr(callback, name, None))
+        ]
+        if missing or isinstance(callback, type) or not hasattr(callback, "every"):
+            hint = _MOVED.get(type(callback))
+            if hint is None and callable(callback):
+                hint = (
+                    "a function is one as train.LambdaCallback(fn, every=...), called as "
+                    "fn(step, state, metrics)"
                 )
-            found[role] = True if role == "progress" else callback
-        elif isinstance(callback, MetricLogging):
-            found["logging"].append(callback)
-        elif callable(callback):
-            found["functions"].append(callback)
-        else:
             raise TypeError(
-                f"`callbacks[{i}]` must be callable as callback(state, batch, scalars), or a "
-                "Checkpointing, MetricLogging, ProgressBar or Resume, "
-                f"got {type(callback).__name__}"
+                f"`callbacks[{i}]` must be a train.Callback (every, on_start, on_step, "
+                f"on_end), got {_name(callback)}" + (f": {hint}" if hint else "")
             )
-    found["functions"], found["logging"] = tuple(found["functions"]), tuple(found["logging"])
-    return Plan(**found)
+        every = callback.every
+        if every is not None and (not is_int(every) or int(every) < 1):
+            raise (TypeError if not is_int(every) else ValueError)(
+                f"`callbacks[{i}]` ({_name(callback)}) has `every` = {every!r}: it must be an "
+                "int >= 1 or None"
+            )
+    return tuple(callbacks)
+
+
+def _name(callback: Any) -> str:
+    return callback.__name__ if isinstance(callback, type) else type(callback).__name__
+
+
+def check_answer(answer: Any, i: int, callback: Any, step: int) -> bool:
+    """A callback's answer at ``step`` as a bool (True: stop); anything but a bool refused.
+
+    Raises:
+        TypeError: the answer is not True, False or None.
+    """
+    if answer is None:
+        return False
+    if isinstance(answer, (bool, np.bool_)):
+        return bool(answer)
+    raise TypeError(
+        f"`callbacks[{i}]` ({_name(callback)}).on_step returned {type(answer).__name__} "
+        f"{str(answer)[:60]!r} at step {step}: it must return True (stop), False or None"
+    )
