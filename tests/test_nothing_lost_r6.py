@@ -113,14 +113,16 @@ def _fit(root, batches, *, steps=None, resume=False):
     from jaxwise.checkpoint import Checkpointer, latest_step, load_metadata, restore
 
     state = TrainState.create({"w": jnp.zeros(3)}, optim.adam(0.1), 0)
-    callbacks: list = []
+    meta = None
     if resume:
         step = latest_step(root)
         state = restore(root, state, step)
-        callbacks.append(Resume(load_metadata(root, step)))
+        meta = load_metadata(root, step)
     with Checkpointer(root, async_save=False) as ck:
-        callbacks.append(Checkpointing(ck, every=4))
-        return fit(make_train_step(_loss), state, batches, steps=steps, callbacks=callbacks)
+        callbacks = [Checkpointing(ck, every=4)]
+        return fit(
+            make_train_step(_loss), state, batches, steps=steps, resume=meta, callbacks=callbacks
+        )
 
 
 def test_a_resume_over_a_list_whose_trained_batch_changed_is_refused(tmp_path):
