@@ -131,7 +131,7 @@ def _resolve(
         plan = ClipPlan("ghost", None, cost.backend, bits, ghost, micro, why, rows)
         return _Resolved(plan, program, forms, budget)
     if method == "auto":
-        method, chunk_size = "chunked", micro_batch_size(p_count, n, budget)
+        method, chunk_size = "chunked", micro_batch_size(p_count, n, budget, cost.max_micro)
     if method == "chunked" and chunk_size is None:
         chunk_size = "auto"
     if chunk_size == "auto":
@@ -231,7 +231,7 @@ def per_example_grad_norms(
             [`auto_chunk_size`][jaxwise.per_example.auto_chunk_size]).
         memory_budget: bytes for per-example quantities: ``chunk_size="auto"``, the
             micro-batches ``"auto"`` may choose and the per-example gradients ghost
-            book-keeping keeps; ``None`` (default): 256 MiB on a CPU, an eighth of the
+            book-keeping keeps; ``None`` (default): 256 MiB on a CPU, a third of the
             device's memory on an accelerator.
 
     Returns:

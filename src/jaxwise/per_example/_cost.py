@@ -12,9 +12,14 @@ Two facts about the backend steer every choice of `jaxwise.per_example`:
   forming a layer's per-example norm (`layer_costs`) and ghost book-keeping against
   micro-batched per-example gradients for the whole gradient (`choose`).
 
-The table is small and measured where a machine was at hand (CPU: the transformer block of
-``benchmarks/bench_mf_ghost.py``; TPU v5e: 197 TFLOP/s bf16 over 819 GB/s); `backend_name` is the
-one place the backend is read, so a test can stand a TPU in for the CPU.
+The table is small and calibrated where a machine was at hand: CPU (2 cores): the
+transformer block of ``benchmarks/bench_mf_ghost.py`` (kept per-example gradients beat Gram
+norms at T = 64, d = 128); TPU v5e: ``bench_dp_scale.py``'s models at the default precision,
+where a materialised per-example gradient costs about two float32 passes over its ``P``
+floats at 819 GB/s and the norm contractions run near the chips's achieved ~35% of 197
+TFLOP/s (so ~85 FLOPs per byte): micro-batches win on the GPT-2-small LM, ghost on the
+T = 256 classifiers. `backend_name` is the one place the backend is read, so a test can
+stand a TPU in for the CPU.
 """
 
 from __future__ import annotations
@@ -34,20 +39,23 @@ class BackendCost:
         backend: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
         default_bits: significand bits of a matmul operand at the backend's default
             precision (``None``: float32, nothing rounded).
-        flops_per_byte: FLOPs (at the default precision) that cost one byte of traffic.
+        flops_per_byte: FLOPs (at the default precision, at the rate achieved) that cost as
+            much as one byte of memory traffic.
         highest_passes: matmul passes of ``Precision.HIGHEST`` relative to the default.
+        max_micro: the largest micro-batch worth taking (``None``: as many as fit).
     """
 
     backend: str
     default_bits: int | None
     flops_per_byte: float
     highest_passes: int = 1
+    max_micro: int | None = None
 
 
 BACKENDS: dict[str, BackendCost] = {
     "cpu": BackendCost("cpu", None, 4.0),
-    "gpu": BackendCost("gpu", 11, 60.0, 3),  # TF32 at the default precision (Ampere and later)
-    "tpu": BackendCost("tpu", 8, 240.0, 6),  # one bfloat16 pass; HIGHEST takes six
+    "gpu": BackendCost("gpu", 11, 30.0, 3, 8),  # TF32 at the default precision (Ampere on)
+    "tpu": BackendCost("tpu", 8, 85.0, 6, 8),  # one bfloat16 pass; HIGHEST takes six
 }
 
 # jax_default_matmul_precision -> operand bits on a backend that rounds (None: float32 exact)
@@ -109,12 +117,14 @@ def layer_costs(t: int, k: int, n: int, cost: BackendCost) -> dict[str, float]:
     positions, over what its non-private weight gradient costs.
 
     - ``"gram"``: the ``(T, T)`` Gram matrices of ``a`` and ``g`` (``2T²(K + N)`` FLOPs,
-      ``2T²`` floats); the clipped sum is then one weight-gradient contraction at ``f·g``.
+      ``2T²`` floats, and one more read of ``a`` and ``g``: ``T(K + N)`` floats); the
+      clipped sum is then one weight-gradient contraction at ``f·g``.
     - ``"per-example"`` (kept): the per-example gradient ``(K, N)`` replaces the weight
-      gradient's contraction; its norm and the ``f``-weighted sum read it twice
-      (``4KN`` FLOPs, ``3·KN`` floats written and read).
-    - ``"per-example, dropped"``: formed for the norm only, then the weight-gradient
-      contraction at ``f·g`` again (``2TKN + 2KN`` FLOPs, ``2·KN`` floats).
+      gradient's contraction; it is written once and read by the ``f``-weighted sum, its
+      norm fused into one of the two (``4KN`` FLOPs, ``2·KN`` floats of traffic).
+    - ``"per-example, dropped"``: formed for the norm only (reading ``a`` and ``g`` once
+      more), then the weight-gradient contraction at ``f·g`` again (``2TKN + 2KN`` FLOPs,
+      ``2·KN + T(K + N)`` floats).
 
     Examples:
         >>> c = layer_costs(64, 128, 128, backend_cost("cpu"))
@@ -123,50 +133,54 @@ def layer_costs(t: int, k: int, n: int, cost: BackendCost) -> dict[str, float]:
     """
     w = _flop_weight(cost, operand_bits(cost))
     fpb = cost.flops_per_byte
+    reread = t * (k + n)
     return {
-        "gram": w * 2.0 * t * t * (k + n) + fpb * BYTES * 2.0 * t * t,
-        "per-example": w * 4.0 * k * n + fpb * BYTES * 3.0 * k * n,
-        "per-example, dropped": w * (2.0 * t * k * n + 2.0 * k * n) + fpb * BYTES * 2.0 * k * n,
+        "gram": w * 2.0 * t * t * (k + n) + fpb * BYTES * (2.0 * t * t + reread),
+        "per-example": w * 4.0 * k * n + fpb * BYTES * 2.0 * k * n,
+        "per-example, dropped": w * (2.0 * t * k * n + 2.0 * k * n)
+        + fpb * BYTES * (2.0 * k * n + reread),
     }
 
 
 def micro_cost(n_params: int, cost: BackendCost) -> float:
     """Per-example extra cost (FLOP units) of micro-batched per-example gradients.
 
-    Each example's gradient (``P`` floats) is written once and read twice (its norm, its
-    share of the ``f``-weighted sum), as a kept layer's in `layer_costs`: ``3·P`` floats of
-    traffic and ``4P`` FLOPs. (The vector-Jacobian products themselves replace the
-    non-private gradient's; their loss of efficiency at small micro-batches is not counted.)
+    Each example's gradient (``P`` floats) is written once and read once, its norm fused into
+    one of the two, as a kept layer's in `layer_costs`: ``2·P`` floats of traffic and ``4P``
+    FLOPs (measured on a TPU v5e: about two float32 passes over ``P`` per example). The
+    vector-Jacobian products themselves replace the non-private gradient's.
 
     Examples:
         >>> micro_cost(1000, backend_cost("cpu"))
-        52000.0
+        36000.0
     """
-    return 4.0 * n_params + cost.flops_per_byte * BYTES * 3.0 * n_params
+    return 4.0 * n_params + cost.flops_per_byte * BYTES * 2.0 * n_params
 
 
 def micro_batch_size(
-    n_params: int, batch_size: int, memory_budget: int, itemsize: int = BYTES
+    n_params: int, batch_size: int, memory_budget: int, cap: int | None = None
 ) -> int:
-    """The largest power of two ``m ≤ B`` whose ``m·P`` per-example gradients fit the budget.
-
-    ``B`` itself when all ``B`` fit; at least 1.
+    """The largest power of two ``m ≤ B`` (and ``≤ cap``) whose ``m·P`` float32 per-example
+    gradients fit the budget; ``B`` itself when all ``B`` fit (and ``B ≤ cap``); at least 1.
 
     Examples:
         >>> micro_batch_size(1000, 64, 40_000), micro_batch_size(1000, 6, 10**9)
         (8, 6)
+        >>> micro_batch_size(1000, 64, 10**9, cap=8)
+        8
     """
-    per_example = max(1, n_params * itemsize)
-    if batch_size * per_example <= memory_budget:
+    per_example = max(1, n_params * BYTES)
+    limit = batch_size if cap is None else min(batch_size, cap)
+    if batch_size <= limit and batch_size * per_example <= memory_budget:
         return batch_size
     m = 1
-    while 2 * m <= batch_size and 2 * m * per_example <= memory_budget:
+    while 2 * m <= limit and 2 * m * per_example <= memory_budget:
         m *= 2
     return m
 
 
 def default_budget(cost: BackendCost, fallback: int) -> int:
-    """Bytes of per-example gradients a step may hold: ``fallback`` on a CPU, an eighth of
+    """Bytes of per-example quantities a step may hold: ``fallback`` on a CPU, a third of
     the device's memory on an accelerator (its ``memory_stats()`` limit, when it reports one).
     """
     if cost.backend == "cpu":
@@ -176,4 +190,4 @@ def default_budget(cost: BackendCost, fallback: int) -> int:
     except Exception:  # a backend without memory statistics
         stats = {}
     limit = int(stats.get("bytes_limit", 0))
-    return max(fallback, limit // 8)
+    return max(fallback, limit // 3)

@@ -328,10 +328,7 @@ def _conv_grads(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Arr
     """
     window, g2 = _conv_windows(node, x, g)
     _, rhs_spec, _ = node.params["dimension_numbers"]
-    blocks = [
-        jnp.einsum("btc,bto->bco", window(o), g2)
-        for o in _conv_offsets(node, rhs_shape)
-    ]
+    blocks = [jnp.einsum("btc,bto->bco", window(o), g2) for o in _conv_offsets(node, rhs_shape)]
     b, c_in, c_out = blocks[0].shape
     spatial = [rhs_shape[d] for d in rhs_spec[2:]]
     stacked = jnp.stack(blocks, axis=1).reshape(b, *spatial, c_in, c_out)
