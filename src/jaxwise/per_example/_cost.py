@@ -16,7 +16,7 @@ The table is small and calibrated where a machine was at hand: CPU (2 cores): th
 transformer block of ``benchmarks/bench_mf_ghost.py`` (kept per-example gradients beat Gram
 norms at T = 64, d = 128); TPU v5e: ``bench_dp_scale.py``'s models at the default precision,
 where a materialised per-example gradient costs about two float32 passes over its ``P``
-floats at 819 GB/s and the norm contractions run near the chips's achieved ~35% of 197
+floats at 819 GB/s and the norm contractions run near the chip's achieved ~35% of 197
 TFLOP/s (so ~85 FLOPs per byte): micro-batches win on the GPT-2-small LM, ghost on the
 T = 256 classifiers. `backend_name` is the one place the backend is read, so a test can
 stand a TPU in for the CPU.
