@@ -67,15 +67,14 @@ def _norm_single(loss: LossFn) -> Callable[[Any, Any], jax.Array]:
     return norm
 
 
-def _clipped_sum_chunk(
+def clip_factors(
     loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
-) -> tuple[Any, jax.Array]:
-    """Clipped sum of one micro-batch: its per-example gradients, kept; their norms; their
-    ``f``-weighted sum. One backward pass (``vmap`` of ``grad``), no second weighted one.
+) -> tuple[Any, jax.Array, jax.Array]:
+    """``(per-example gradients (m, …), norms (m,), clip factors (m,))`` of one micro-batch.
 
-    The ``m × P`` per-example gradients are read by the norm (a reduction XLA may fuse into
-    their producer) and by the weighted sum. Rows of weight 0 are selected out
-    (``jnp.where``), never multiplied by 0: NaN or inf in padding changes nothing.
+    The norms are taken from the gradients themselves (float32), so each example's released
+    contribution ``f_i·∇_i`` has norm at most ``C`` whatever precision formed ``∇_i``. The
+    factor of a weight-0 row is 0.
     """
     grads = jax.vmap(jax.grad(loss), in_axes=_MAPPED)(params, batch)
     sq = sum(
@@ -83,8 +82,23 @@ def _clipped_sum_chunk(
         for g in jax.tree.leaves(grads)
     )
     norms = jnp.sqrt(jnp.asarray(sq))
+    factor = jnp.where(weights != 0, clip_factor(norms, clip_norm) * weights, 0.0)
+    return grads, norms, factor
+
+
+def _clipped_sum_chunk(
+    loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
+) -> tuple[Any, jax.Array]:
+    """Clipped sum of one micro-batch: its per-example gradients, kept; their norms; their
+    ``f``-weighted sum (`clip_factors`). One backward pass (``vmap`` of ``grad``), no second
+    weighted one.
+
+    The ``m × P`` per-example gradients are read by the norm (a reduction XLA may fuse into
+    their producer) and by the weighted sum. Rows of weight 0 are selected out
+    (``jnp.where``), never multiplied by 0: NaN or inf in padding changes nothing.
+    """
+    grads, norms, factor = clip_factors(loss, params, batch, weights, clip_norm)
     live = weights != 0
-    factor = jnp.where(live, clip_factor(norms, clip_norm) * weights, 0.0)
 
     def weighted(g: jax.Array) -> jax.Array:
         f = factor.reshape(-1, *([1] * (g.ndim - 1)))
