@@ -66,6 +66,7 @@ def _dp_step(method: Method, clip: float):
     return fn
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_every_method_equals_vmap_and_float64_on_a_causal_transformer():
     params, batch = init(jax.random.key(11)), batch_of(10, seed=4)
     with jax.default_matmul_precision("highest"):
@@ -84,6 +85,7 @@ def test_every_method_equals_vmap_and_float64_on_a_causal_transformer():
             np.testing.assert_allclose(s, v, rtol=1e-4, atol=1e-6, err_msg=m)
 
 
+@pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_micro_batches_ignore_nan_padding_and_accumulate_every_chunk():
     params, (tokens, target) = init(jax.random.key(12)), batch_of(7, seed=6)
     w = jnp.asarray([1.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0])
