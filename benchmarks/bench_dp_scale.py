@@ -10,13 +10,24 @@ untied head, next-token loss averaged over each example's tokens) at the largest
 (32, 16, 8) whose non-private program fits the chip (compiled ``memory_analysis``).
 
 For each: the non-private gradient (``jax.grad`` of the batch mean), ``dp_gradient`` with
-``method="ghost"`` and ``method="vmap"`` and jax-privacy 2.0's ``clipped_grad`` (plain
-``vmap``, no micro-batching when it fits, ``nan_safe=False``; Gaussian noise added the same
-way), each compiled ONCE (``jit(...).lower(...).compile()``), the median of N calls after a
-warm-up call (results blocked); FLOPs from each compiled program's cost analysis, peak
+``method="auto"`` (the default: what `per_example.clip_plan` chooses on the backend, named in
+the note; the same compiled program as the explicit method it resolves to), ``"ghost"``,
+``"vmap"`` (all per-example gradients at once, when ``B·P`` floats fit) and ``"chunked"`` with
+micro-batches of 8 (per-example gradients kept, clipped and summed in a ``lax.scan``), and
+jax-privacy 2.0's ``clipped_grad`` (plain ``vmap`` when it fits, and micro-batches of 8,
+``nan_safe=False``; Gaussian noise added the same way), each compiled ONCE
+(``jit(...).lower(...).compile()``), the median of N calls after a warm-up call (results
+blocked); FLOPs from each compiled program's cost analysis, peak
 memory as its ``memory_analysis`` temp + argument + output bytes, MFU against the TPU v5e's
 197e12 bf16 FLOP/s (n/a elsewhere). Float32 parameters, the backend's default matmul
 precision. A program whose memory does not fit the device is not run.
+
+``--whole-step``: the whole private step instead, at the 49M classifier (quick size on CPU):
+``train.make_epoch`` of ``dp_gradient_fn(...)`` with AdamW under ``PoissonSampler(B)``
+(DP-SGD) and under ``CyclicPoissonSampler(B, groups=8)`` with ``noise=BandMF(bands=8)``,
+against the non-private ``make_epoch(value_and_grad(...), ShuffleSampler(B))``; 8 steps an
+epoch, the median epoch time of N epochs after a warm-up one, per step; table
+``dp_whole_step.md``.
 
 ``python3 benchmarks/bench_dp_scale.py``: full size on an accelerator, a tiny quick size on
 CPU (or with ``--quick``); the table goes to ``benchmarks/results/<backend>/dp_scale.md``
@@ -43,10 +54,13 @@ import jax.numpy as jnp
 import numpy as np
 from jaxlib import version as jaxlib_version
 
+from jaxwise import optim, privacy, train
+from jaxwise.per_example import clip_plan
 from jaxwise.per_example._api import Method
 from jaxwise.privacy import dp_gradient
 
 PEAK_FLOPS = {"TPU v5 lite": 197e12, "TPU v5e": 197e12}
+AUTO, MICRO = "DP auto", "DP micro-batched (chunked, 8)"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -161,16 +175,29 @@ def programs(cfg: Config, b: int) -> dict[str, Callable[..., Any]]:
         del key
         return jax.grad(lambda p: jnp.mean(jax.vmap(loss, in_axes=(None, 0))(p, batch)))(params)
 
-    def dp(method: Method) -> Callable[..., Any]:
+    def dp(method: Method, chunk: int | None = None) -> Callable[..., Any]:
         def fn(params: Any, batch: Any, key: jax.Array) -> Any:
             out = dp_gradient(
-                loss, params, batch, key, clip_norm=1.0, noise_multiplier=1.0, method=method
+                loss,
+                params,
+                batch,
+                key,
+                clip_norm=1.0,
+                noise_multiplier=1.0,
+                method=method,
+                chunk_size=chunk,
             )
             return out.grads, out.norms
 
         return fn
 
-    out = {"non-private": nonprivate, "DP ghost": dp("ghost"), "DP vmap": dp("vmap")}
+    out = {
+        "non-private": nonprivate,
+        AUTO: dp("auto"),
+        "DP ghost": dp("ghost"),
+        "DP vmap": dp("vmap"),
+        MICRO: dp("chunked", 8),
+    }
     try:
         from jax_privacy import clipped_grad
     except ImportError:
@@ -268,26 +295,47 @@ def run_config(
             break
     batch = make_batch(cfg, b, jax.random.key(1))
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    # jax-privacy without micro-batching forms all B per-example gradients at once: when they
-    # alone exceed the device, its compile fails (costly); go to the micro-batched setting.
-    plain_fits = capacity is None or 4 * b * n_params < 0.9 * capacity
+    # jax-privacy without micro-batching (and our vmap) forms all B per-example gradients at
+    # once: when they take half the device, the program (with its activations) does not fit
+    # and its compile is wasted (costly): not compiled; the peer runs micro-batched instead.
+    plain_fits = capacity is None or 4 * b * n_params < 0.5 * capacity
     peer, micro = "jax-privacy clipped_grad", "jax-privacy clipped_grad (micro 8)"
     wanted = [name for name in progs if name == "non-private" or methods is None or name in methods]
     first = [name for name in wanted if name != (micro if plain_fits else peer)]
-    compiled = _compile_all(
-        {name: progs[name] for name in first if name != "non-private"}, (params, batch, key)
-    )
+    too_big = [] if plain_fits else [name for name in ("DP vmap", peer) if name in wanted]
+    first = [name for name in first if name not in too_big]
+    twin, plan_line = _auto_twin(cfg, params, batch) if AUTO in first else (None, "")
+    twin = twin if twin in first else None
+    if twin:  # auto resolves to an explicit program: compiled once, timed in both rows
+        first.remove(AUTO)
+        first.insert(first.index(twin) + 1, AUTO)
+    own = [name for name in first if name != "non-private" and not (name == AUTO and twin)]
+    compiled = _compile_all({name: progs[name] for name in own}, (params, batch, key))
     compiled["non-private"] = np_compiled
-    if not plain_fits and peer in wanted:
-        rows.append(Row(cfg.name, b, peer, note="B per-example gradients exceed the device"))
+    if twin:
+        compiled[AUTO] = compiled[twin]
+    notes = {AUTO: plan_line}
+    for name in too_big:
+        rows.append(Row(cfg.name, b, name, note="B per-example gradients take half the device"))
     for name in first:
         row = _measure(Row(cfg.name, b, name), compiled[name], (params, batch, key), n, capacity)
+        row.note = row.note or notes.get(name, "")
         log(f"  {name}: {row}")
         rows.append(row)
         if name == peer and row.seconds is None and micro in wanted:  # plain peer failed
             compiled.update(_compile_all({micro: progs[micro]}, (params, batch, key)))
             first.append(micro)
     return rows
+
+
+def _auto_twin(cfg: Config, params: Any, batch: Any) -> tuple[str | None, str]:
+    """The explicit program ``method="auto"`` resolves to here (if one), and its plan in a line."""
+    plan = clip_plan(make_loss(cfg), params, batch)
+    twin = {"ghost": "DP ghost", "vmap": "DP vmap"}.get(plan.method)
+    if plan.method == "chunked" and plan.chunk_size == 8:
+        twin = MICRO
+    line = f"auto = {plan.method}" + (f" (micro {plan.chunk_size})" if plan.chunk_size else "")
+    return twin, f"{line}: {plan.reason}"
 
 
 def _compile_all(fns: dict[str, Callable[..., Any]], args: tuple[Any, ...]) -> dict[str, Any]:
@@ -328,6 +376,62 @@ def _measure(row: Row, compiled: Any, args: tuple[Any, ...], n: int, capacity: i
     except Exception as err:
         row.note = f"failed: {type(err).__name__}: {(str(err).splitlines() or [''])[0][:120]}"
     return row
+
+
+# --------------------------------------------------------------------------
+# The whole private step
+# --------------------------------------------------------------------------
+
+WHOLE_STEPS = 8
+
+
+def whole_step_epochs(cfg: Config, b: int) -> dict[str, tuple[Any, Any]]:
+    """``{name: (epoch, state)}``: non-private, DP-SGD and BandMF(8) epochs of 8 steps, AdamW."""
+    loss = make_loss(cfg)
+    params = init(cfg, jax.random.key(0))
+
+    def batch_loss(p: Any, batch: Any) -> jax.Array:
+        return jnp.mean(jax.vmap(loss, in_axes=(None, 0))(p, batch))
+
+    cyclic = privacy.CyclicPoissonSampler(b, groups=8)
+    band = privacy.BandMF(bands=8, steps=cyclic.steps(WHOLE_STEPS * b))
+    gradients = {
+        "non-private": (train.value_and_grad(batch_loss), train.ShuffleSampler(b)),
+        "DP-SGD": (
+            privacy.dp_gradient_fn(loss, clip_norm=1.0, noise_multiplier=1.0),
+            privacy.PoissonSampler(b),
+        ),
+        "BandMF(8)": (
+            privacy.dp_gradient_fn(loss, clip_norm=1.0, noise_multiplier=1.0, noise=band),
+            cyclic,
+        ),
+    }
+    out = {}
+    for name, (gradient, sampler) in gradients.items():
+        epoch = train.make_epoch(gradient, sampler)
+        state = train.TrainState.create(params, optim.adamw(1e-4), 0, gradient=gradient)
+        out[name] = (epoch, state)
+    return out
+
+
+def run_whole_step(cfg: Config, n: int, log: Callable[[str], None]) -> list[Row]:
+    b = cfg.batches[0]
+    data = make_batch(cfg, WHOLE_STEPS * b, jax.random.key(1))
+    rows = []
+    for name, (epoch, state) in whole_step_epochs(cfg, b).items():
+        t0 = time.perf_counter()
+        state, _ = epoch(state, data)  # compile + warm-up
+        jax.block_until_ready(state)
+        log(f"  {name}: first epoch {time.perf_counter() - t0:.1f} s")
+        samples = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            state, metrics = epoch(state, data)
+            jax.block_until_ready((state, metrics))
+            samples.append((time.perf_counter() - t0) / len(np.asarray(metrics["skipped"])))
+        rows.append(Row(cfg.name, b, name, seconds=statistics.median(samples)))
+        log(f"  {name}: {rows[-1]}")
+    return rows
 
 
 # --------------------------------------------------------------------------
@@ -390,7 +494,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--n", type=int, default=None, help="timed calls per program")
     parser.add_argument("--configs", default=None, help="comma-separated model indices")
     parser.add_argument("--methods", default=None, help="comma-separated method names")
+    parser.add_argument(
+        "--whole-step", action="store_true", help="time whole DP epochs (DP-SGD, BandMF(8))"
+    )
     args = parser.parse_args(argv)
+    if args.whole_step:
+        return main_whole_step(args)
     backend = jax.default_backend()
     quick = args.quick or backend == "cpu"
     n = args.n or (2 if quick else 5)
@@ -410,19 +519,22 @@ def main(argv: list[str] | None = None) -> str:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     header = (
-        "## DP gradients at scale: ghost clipping, vmap, jax-privacy vs non-private\n\n"
+        "## DP gradients at scale: auto, ghost clipping, per-example, micro-batched, "
+        "jax-privacy vs non-private\n\n"
         f"_backend {backend}, device {kind}, jax {jax.__version__}, "
         f"jaxlib {jaxlib_version.__version__}, "
         f"Python {platform.python_version()}, {datetime.date.today().isoformat()}, "
         f"{'quick sizes' if quick else 'full sizes'}, median of {n} calls after warm-up, "
         f"float32 parameters at the default matmul precision, load {load:.2f}, "
         f"total {time.perf_counter() - start:.0f} s_\n\n"
-        "DP = `dp_gradient(..., clip_norm=1, noise_multiplier=1)`; jax-privacy = "
+        "DP = `dp_gradient(..., clip_norm=1, noise_multiplier=1, method=...)` (auto: its "
+        "`clip_plan` in the note); jax-privacy = "
         "`clipped_grad(..., keep_batch_dim=False, nan_safe=False)` + the same Gaussian noise "
         "(micro-batched only when the plain program does not fit). Memory = compiled "
         "`memory_analysis` temp + argument + output. MFU = the program's own XLA FLOPs / time "
         f"/ {peak or 0:.3g} FLOP/s. XLA's cost analysis counts a loop body once: the "
-        "micro-batched peer's FLOPs and bytes are those of one micro-batch."
+        "micro-batched programs' (ours and the peer's) FLOPs and bytes are those of one "
+        "micro-batch."
     )
     text = render(rows, peak, header)
     dest = RESULTS / backend
@@ -430,6 +542,46 @@ def main(argv: list[str] | None = None) -> str:
     (dest / "dp_scale.md").write_text(text)
     if os.environ.get("OUT"):
         Path(os.environ["OUT"], "dp_scale.md").write_text(text)
+    print(text)
+    return text
+
+
+def main_whole_step(args: argparse.Namespace) -> str:
+    backend = jax.default_backend()
+    quick = args.quick or backend == "cpu"
+    n = args.n or (2 if quick else 5)
+    cfg = QUICK[0] if quick else FULL[1]
+    start = time.perf_counter()
+    rows = run_whole_step(cfg, n, lambda s: print(s, file=sys.stderr, flush=True))
+    base = rows[0].seconds
+    lines = [
+        "| model | B | step | time per step | / non-private |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {r.config} | {r.batch} | {r.method} | {_fmt_time(r.seconds)} | "
+            f"{_ratio(r.seconds, base)} |"
+            for r in rows
+        ),
+    ]
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    header = (
+        "## The whole private step: DP-SGD and BandMF(8) epochs vs non-private\n\n"
+        f"_backend {backend}, device {jax.devices()[0].device_kind}, jax {jax.__version__}, "
+        f"{'quick sizes' if quick else 'full sizes'}, {WHOLE_STEPS} steps an epoch, median of "
+        f"{n} epochs after a warm-up one, per step; AdamW, float32 parameters at the default "
+        f"matmul precision, load {load:.2f}, total {time.perf_counter() - start:.0f} s_\n\n"
+        "`train.make_epoch(privacy.dp_gradient_fn(loss, clip_norm=1, noise_multiplier=1), "
+        'privacy.PoissonSampler(B))` (DP-SGD; `method="auto"`), the same with '
+        "`noise=BandMF(bands=8)` under `CyclicPoissonSampler(B, groups=8)`, vs "
+        "`make_epoch(value_and_grad(batch-mean loss), ShuffleSampler(B))`. Poisson epochs "
+        "draw a random number of examples a step (expected B)."
+    )
+    text = f"{header}\n\n" + "\n".join(lines) + "\n"
+    dest = RESULTS / backend
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "dp_whole_step.md").write_text(text)
+    if os.environ.get("OUT"):
+        Path(os.environ["OUT"], "dp_whole_step.md").write_text(text)
     print(text)
     return text
 

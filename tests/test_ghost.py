@@ -528,10 +528,11 @@ def test_conv_layouts(x_shape, k_shape, dn, strides, padding, lhs_dil, rhs_dil):
 
 
 @pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
-def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget():
+def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget(monkeypatch):
     """Layers with positions keep their per-example gradients (norm and sum from one
-    contraction) while they fit the budget; without the budget the Gram path gives the same."""
-    from jaxwise.per_example import _ghost
+    contraction) when the backend's costs say so and they fit the budget; otherwise the Gram
+    form; both give the same clipped sum."""
+    from jaxwise.per_example import _cost, _ghost
     from jaxwise.per_example._graph import trace
 
     loss, params, batch, _ = transformer()
@@ -539,14 +540,22 @@ def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget():
     dense = [j for j, u in enumerate(program.uses) if u.kind == "dense"]
     positional = [j for j in dense if _ghost._sizes(program, program.uses[j])[0] > 1]
     assert len(positional) == 6 and len(dense) == 7  # q, k, v, o, w1, w2 have positions; head not
-    # T = 6: q, k, v, o (K·N = 64 <= 2T² = 72) form per-example gradients; w1, w2 (128) Gram
-    small = [j for j in positional if np.prod(_ghost._sizes(program, program.uses[j])[1:]) == 64]
-    assert len(small) == 4
-    assert _ghost.keep_plan(program, 10, 2**28) == frozenset(small)
+    # arithmetic only (no byte cost): at T = 6 every positional layer's 4·K·N < 2T²(K + N)
+    flops_only = _cost.BackendCost("cpu", None, 0.0)
+
+    def kept(budget):
+        forms = _ghost.plan_forms(program, 10, budget, flops_only)
+        return {j for j, f in forms.items() if f == "kept"}
+
+    assert kept(2**28) == set(positional)
     one_layer = 4 * 10 * 8 * 8  # B·K·N float32 of a q/k/v projection
-    assert len(_ghost.keep_plan(program, 10, one_layer)) == 1
-    assert _ghost.keep_plan(program, 10, 1) == frozenset()
+    assert len(kept(one_layer)) == 1
+    assert kept(1) == set()
+    # the CPU's table keeps them too (T(K + N) > K·N: a Gram norm re-reads more than it saves)
+    cpu = _ghost.plan_forms(program, 10, 2**28, _cost.backend_cost("cpu"))
+    assert {cpu[j] for j in positional} == {"kept"}
     ref_sum, ref = clip_and_sum(packed(loss), params, batch, clip_norm=2.5, method="vmap")
+    monkeypatch.setitem(_cost.BACKENDS, "cpu", flops_only)
     for budget in (2**28, one_layer, 1):
         summed, norms = jax.jit(
             lambda p, b, budget=budget: clip_and_sum(

@@ -3,10 +3,10 @@
 Embedding + learned positions, two pre-LN blocks (causal multi-head attention with a
 (d, 3, H, d/H) QKV projection and an (H, d/H, d) output projection; a GELU MLP without
 biases), a final LayerNorm and an untied LM head; next-token loss averaged over each
-example's tokens. At T = 8 the book-keeping rule (Gram when 2T² < K·N) takes the Gram
-form for the QKV projection and the MLP and per-example gradients for the output
-projection and the head, so both branches run. References: ``method="vmap"`` (exact
-per-example gradients), NumPy float64 norms of those, and jax-privacy's ``clipped_grad``.
+example's tokens. At T = 8 the CPU's cost table keeps every layer's per-example gradients
+(the Gram form with a budget too small to keep them), a TPU's takes the Gram form for the
+MLP, so both branches run. References: ``method="vmap"`` (exact per-example gradients),
+NumPy float64 norms of those, and jax-privacy's ``clipped_grad``.
 """
 
 from __future__ import annotations
@@ -85,19 +85,23 @@ def _f64_norms(grads):
     return np.sqrt(sum(np.sum(np.square(x), axis=1) for x in leaves))
 
 
-def test_coverage_takes_both_forms_by_shape():
+def test_coverage_takes_both_forms_by_shape_and_backend(monkeypatch):
+    from jaxwise.per_example import _cost
+
     params = init(jax.random.key(0))
-    rows = {
-        r.path: r
-        for r in ghost_coverage(lm_loss, params, jax.tree.map(lambda a: a[0], batch_of(1)))
+    example = jax.tree.map(lambda a: a[0], batch_of(1))
+    cpu = {r.path: r.norm for r in ghost_coverage(lm_loss, params, example)}
+    assert {cpu[p] for p in ("blocks.0.qkv", "blocks.1.fc2", "blocks.0.out", "head")} == {
+        "per-example"
     }
-    # K·N vs 2T² = 128: qkv 8·24 = 192 and fc1/fc2 256 -> Gram; out 64 and head 128 -> per-example
-    assert rows["blocks.0.qkv"].norm == rows["blocks.1.fc2"].norm == "gram"
+    monkeypatch.setattr(_cost, "backend_name", lambda: "tpu")  # bytes cost more: Gram at K·N 256
+    rows = {r.path: r for r in ghost_coverage(lm_loss, params, example)}
+    assert rows["blocks.0.fc1"].norm == rows["blocks.1.fc2"].norm == "gram"
     assert rows["blocks.0.out"].norm == rows["head"].norm == "per-example"
     assert rows["embed"].kind == "embedding" and rows["embed"].norm == "gram"
     assert rows["blocks.0.ln1.scale"].norm == "per-example"
     assert {r.kind for r in rows.values()} == {"dense", "embedding", "elementwise"}
-    assert "gram" in str(rows["blocks.0.qkv"])
+    assert "gram" in str(rows["blocks.0.fc1"])
 
 
 @pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest

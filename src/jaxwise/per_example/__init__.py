@@ -20,8 +20,10 @@ Methods (``method=``):
   other use get exact per-example gradients for those leaves only. The
   clipped sum is book-keeping from the same pass.
 - ``"vmap"``: materialise per-example gradients (``B × P`` memory, or
-  ``chunk × P`` with ``chunk_size``); ``"chunked"``: the same, chunked.
-- ``"auto"`` (default): ``"ghost"`` wherever it applies.
+  ``chunk × P`` with ``chunk_size``); ``"chunked"``: the same, micro-batch by micro-batch in
+  a ``lax.scan`` (each micro-batch's gradients kept, clipped and summed: one backward pass).
+- ``"auto"`` (default): ghost or micro-batched per-example gradients, whichever a small
+  per-backend cost table says is cheaper for the shapes (`clip_plan` says which and why).
 
 References:
   Goodfellow, Efficient Per-Example Gradient Computations, 2015, arXiv:1510.01799;
@@ -38,7 +40,9 @@ Examples:
 """
 
 from jaxwise._losses import LossFn as LossFn
+from jaxwise.per_example._api import ClipPlan as ClipPlan
 from jaxwise.per_example._api import clip_and_sum as clip_and_sum
+from jaxwise.per_example._api import clip_plan as clip_plan
 from jaxwise.per_example._api import ghost_coverage as ghost_coverage
 from jaxwise.per_example._api import masked_clip_and_sum as masked_clip_and_sum
 from jaxwise.per_example._api import per_example_grad_norms as per_example_grad_norms
@@ -47,10 +51,12 @@ from jaxwise.per_example._vmap import auto_chunk_size as auto_chunk_size
 from jaxwise.per_example._vmap import per_example_grads as per_example_grads
 
 __all__ = [
+    "ClipPlan",
     "CoverageRow",
     "LossFn",
     "auto_chunk_size",
     "clip_and_sum",
+    "clip_plan",
     "ghost_coverage",
     "masked_clip_and_sum",
     "per_example_grad_norms",

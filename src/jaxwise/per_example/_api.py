@@ -6,6 +6,7 @@ import dataclasses
 from typing import Any, TypeVar
 
 import jax
+import numpy as np
 
 from jaxwise._checks import check_array, check_int
 from jaxwise._losses import (
@@ -25,10 +26,64 @@ from jaxwise._losses import (
 )
 from jaxwise._typing import PyTree
 from jaxwise.per_example import _ghost
+from jaxwise.per_example._cost import (
+    backend_cost,
+    default_budget,
+    micro_batch_size,
+    micro_cost,
+    operand_bits,
+)
 from jaxwise.per_example._graph import CoverageRow, ExampleGraph, Unsupported, coverage, trace
 from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
 
 P = TypeVar("P")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClipPlan:
+    """How `clip_and_sum` (and the DP gradients) clip a batch: what was chosen and why.
+
+    Attributes:
+        method: ``"ghost"`` (book-keeping ghost clipping), ``"vmap"`` (per-example
+            gradients of the whole batch) or ``"chunked"`` (per-example gradients of
+            ``chunk_size`` examples at a time, accumulated in a ``lax.scan``).
+        chunk_size: the micro-batch size of ``"chunked"`` (else ``None``).
+        backend: the backend the costs are for (``"cpu"``, ``"gpu"``, ``"tpu"``).
+        operand_bits: significand bits of the ghost norms' rounded operands (``None``:
+            float32, nothing rounded; 8: bfloat16, a TPU at its default precision).
+        ghost_cost: per-example extra cost of ghost clipping, FLOP units (``None``: the loss
+            cannot be analysed).
+        micro_cost: per-example extra cost of materialised per-example gradients.
+        reason: one line saying why ``method`` was chosen.
+        rows: the ghost coverage rows, each leaf's norm form on this backend, whichever
+            method was chosen (empty when the loss cannot be analysed).
+    """
+
+    method: str
+    chunk_size: int | None
+    backend: str
+    operand_bits: int | None
+    ghost_cost: float | None
+    micro_cost: float
+    reason: str
+    rows: tuple[CoverageRow, ...] = ()
+
+    def __str__(self) -> str:
+        chunk = f", micro-batches of {self.chunk_size}" if self.chunk_size else ""
+        head = f"method {self.method}{chunk} on {self.backend}: {self.reason}"
+        return "\n".join([head, *(str(r) for r in self.rows)])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+    plan: ClipPlan
+    program: ExampleGraph | None
+    forms: dict[int, str]
+    budget: int
+
+
+def _n_entries(tree: Any) -> int:
+    return sum(int(np.size(x)) for x in jax.tree.leaves(tree))
 
 
 def _resolve(
@@ -37,22 +92,61 @@ def _resolve(
     batch: Any,
     method: str,
     chunk_size: ChunkSize,
-    memory_budget: int,
-) -> tuple[ExampleGraph | None, int | None]:
-    """The analysed program for the ghost path, or ``(None, chunk)`` for the vmap paths."""
+    memory_budget: int | None,
+) -> _Resolved:
+    """The plan for a call: the analysed program and its norm forms for ghost, else the chunk."""
+    cost = backend_cost()
+    budget = default_budget(cost, DEFAULT_MEMORY_BUDGET) if memory_budget is None else memory_budget
+    n, p_count = batch_size_of(batch), _n_entries(params)
+    bits = operand_bits(cost)
+    micro = micro_cost(p_count, cost)
+    program, why = None, ""
     if method in ("ghost", "auto"):
         try:
-            return trace(loss, params, batch), None
+            program = trace(loss, params, batch)
         except Unsupported as err:
             if method == "ghost":
                 raise ValueError(
                     f"method='ghost' does not apply to this `loss`: {err}; use method='vmap'"
                 ) from err
+            why = f"the loss cannot be analysed ({err})"
+    ghost = None
+    forms: dict[int, str] = {}
+    rows: tuple[CoverageRow, ...] = ()
+    if program is not None:
+        forms = _ghost.plan_forms(program, n, budget, cost)
+        rows = tuple(_rows(program, params, forms))
+        pe_entries = sum(
+            int(np.size(x))
+            for x, kind in zip(jax.tree.leaves(params), program.leaf_kind)
+            if kind in ("elementwise", "fallback")
+        )
+        ghost = _ghost.ghost_extra_cost(program, forms, pe_entries, cost)
+        if method == "auto" and micro < ghost:
+            program = None
+            why = f"per-example gradients cost less ({micro:.3g} < {ghost:.3g} per example)"
+        else:
+            why = "asked for" if method == "ghost" else f"ghost costs {ghost:.3g} <= {micro:.3g}"
+    if program is not None:
+        plan = ClipPlan("ghost", None, cost.backend, bits, ghost, micro, why, rows)
+        return _Resolved(plan, program, forms, budget)
+    if method == "auto":
+        method, chunk_size = "chunked", micro_batch_size(p_count, n, budget, cost.max_micro)
     if method == "chunked" and chunk_size is None:
         chunk_size = "auto"
     if chunk_size == "auto":
-        chunk_size = auto_chunk_size(loss, params, batch, memory_budget=memory_budget)
-    return None, chunk_size
+        chunk_size = auto_chunk_size(loss, params, batch, memory_budget=budget)
+    chunk = None if chunk_size is None or chunk_size >= n else int(chunk_size)
+    name = "vmap" if chunk is None else "chunked"
+    plan = ClipPlan(name, chunk, cost.backend, bits, ghost, micro, why or "asked for", rows)
+    return _Resolved(plan, None, {}, budget)
+
+
+def _rows(program: ExampleGraph, params: Any, forms: dict[int, str]) -> list[CoverageRow]:
+    return [
+        dataclasses.replace(row, norm=form)
+        for row, form in zip(coverage(program, params), _ghost.leaf_forms(program, forms))
+    ]
 
 
 def _check(
@@ -61,9 +155,51 @@ def _check(
     check_loss(loss)
     check_chunk(chunk_size)
     check_method(method)
-    check_int(memory_budget, "memory_budget", min_value=1)
+    if memory_budget is not None:
+        check_int(memory_budget, "memory_budget", min_value=1)
     check_params(params)
     return batch_size_of(batch)
+
+
+def clip_plan(
+    loss: LossFn,
+    params: PyTree,
+    batch: PyTree,
+    *,
+    method: Method = "auto",
+    chunk_size: ChunkSize = None,
+    memory_budget: int | None = None,
+) -> ClipPlan:
+    """What `clip_and_sum` does for this loss, batch and backend, and why (nothing computed).
+
+    ``method="auto"`` weighs ghost clipping (each dense/conv layer's norm in its cheaper form,
+    Gram or materialised, on this backend) against per-example gradients of micro-batches
+    (their size from ``memory_budget``) with a small per-backend cost table (FLOPs at the
+    default matmul precision against bytes of memory traffic) and takes the cheaper.
+
+    Args:
+        loss: ``loss(params, example) -> scalar`` for ONE example.
+        params: the parameters, any pytree of float arrays.
+        batch: the examples (arrays or ``jax.ShapeDtypeStruct``s), a leading axis ``B``.
+        method: as in `clip_and_sum`.
+        chunk_size: as in `clip_and_sum`.
+        memory_budget: as in `clip_and_sum`.
+
+    Returns:
+        A [`ClipPlan`][jaxwise.per_example.ClipPlan].
+
+    Raises:
+        TypeError, ValueError: as in `clip_and_sum`.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
+        >>> plan = clip_plan(loss, jnp.ones((3, 2)), jnp.ones((8, 3)))
+        >>> plan.method, plan.rows[0].norm
+        ('ghost', 'rank-one')
+    """
+    _check(loss, params, batch, method, chunk_size, memory_budget)
+    return _resolve(loss, params, batch, method, chunk_size, memory_budget).plan
 
 
 def per_example_grad_norms(
@@ -73,7 +209,7 @@ def per_example_grad_norms(
     *,
     method: Method = "auto",
     chunk_size: ChunkSize = None,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
 ) -> jax.Array:
     """Global L2 norm of every example's gradient, shape ``(B,)``.
 
@@ -82,15 +218,21 @@ def per_example_grad_norms(
         params: shared parameters, any pytree of float arrays.
         batch: the examples, any pytree (tuple, dict, dataclass) whose leaves share a leading
             example axis of size ``B``; ``loss`` receives it with that axis removed.
-        method: ``"auto"`` (default: ghost norms wherever the analysis applies, else vmap),
-            ``"ghost"`` (one forward and one backward pass, see
-            [`ghost_coverage`][jaxwise.per_example.ghost_coverage]), ``"vmap"`` (materialise
-            per-example gradients) or ``"chunked"`` (vmap, ``chunk_size`` default ``"auto"``).
+        method: ``"auto"`` (default: ghost clipping or micro-batched per-example gradients,
+            whichever the backend's cost table says is cheaper for these shapes, see
+            [`clip_plan`][jaxwise.per_example.clip_plan]), ``"ghost"`` (one forward and one
+            backward pass, see [`ghost_coverage`][jaxwise.per_example.ghost_coverage]),
+            ``"vmap"`` (materialise per-example gradients) or ``"chunked"`` (per-example
+            gradients of ``chunk_size`` examples at a time in a ``lax.scan``; default
+            ``"auto"``).
         chunk_size: for the ``"vmap"``/``"chunked"`` paths: ``None`` (all at once, ``B × P``
             memory), an int (``chunk × P`` at a time), or ``"auto"`` (the largest power-of-two
             chunk whose compiled temporary memory fits ``memory_budget`` bytes, see
             [`auto_chunk_size`][jaxwise.per_example.auto_chunk_size]).
-        memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
+        memory_budget: bytes for per-example quantities: ``chunk_size="auto"``, the
+            micro-batches ``"auto"`` may choose and the per-example gradients ghost
+            book-keeping keeps; ``None`` (default): 256 MiB on a CPU, a third of the
+            device's memory on an accelerator.
 
     Returns:
         ``(B,)`` float32 norms (the dtype of the gradients for ``"vmap"``).
@@ -108,12 +250,16 @@ def per_example_grad_norms(
         [5.0, 1.0, 10.0]
     """
     _check(loss, params, batch, method, chunk_size, memory_budget)
-    program, chunk = _resolve(loss, params, batch, method, chunk_size, memory_budget)
+    resolved = _resolve(loss, params, batch, method, chunk_size, memory_budget)
+    program = resolved.program
     if program is None:
-        return vmap_norms(loss, params, batch, chunk)
+        return vmap_norms(loss, params, batch, resolved.plan.chunk_size)
     leaves, example = jax.tree.leaves(params), jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
-    sq, _, _ = _ghost.sq_norms(program, leaves, acts, grads)
+    bits = resolved.plan.operand_bits
+    acts, grads = _ghost.round_pass(program, acts, grads, bits)
+    forms = {j: "per-example" if f == "kept" else f for j, f in resolved.forms.items()}
+    sq, _, _, _ = _ghost.sq_norms(program, leaves, acts, grads, forms, bits)
     return jax.numpy.sqrt(sq)
 
 
@@ -126,14 +272,16 @@ def clip_and_sum(
     method: Method = "auto",
     chunk_size: ChunkSize = None,
     weights: jax.Array | None = None,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
 ) -> tuple[P, jax.Array]:
     """Sum over examples of gradients clipped to norm ``clip_norm``, and the pre-clip norms.
 
     ``Σ_i w_i · g_i · min(1, C / ‖g_i‖)`` where ``w_i`` are optional
     per-example ``weights`` (e.g. a 0/1 mask of real examples in a padded
-    Poisson batch). Every method gives the same result; the ghost path takes
-    the sum from the same pass as the norms (no second backward pass).
+    Poisson batch). Every method gives the same result (at ``highest`` precision; at a
+    precision that rounds matmul operands, the ghost path clips a bound on each example's
+    released contribution, see `released_bound`); every path takes the sum from the same
+    pass as the norms (no second backward pass).
 
     Args:
         loss: ``loss(params, example) -> scalar`` for ONE example.
@@ -143,7 +291,7 @@ def clip_and_sum(
         method: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
         chunk_size: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
         weights: optional ``(B,)`` per-example weights (default ones).
-        memory_budget: bytes of temporary memory for ``chunk_size="auto"``.
+        memory_budget: as in [`per_example_grad_norms`][jaxwise.per_example.per_example_grad_norms].
 
     Returns:
         ``(summed, norms)``: a pytree like ``params`` and ``(B,)`` pre-clip norms.
@@ -176,7 +324,7 @@ def masked_clip_and_sum(
     method: Method = "auto",
     chunk_size: ChunkSize = None,
     weights: jax.Array,
-    memory_budget: int = DEFAULT_MEMORY_BUDGET,
+    memory_budget: int | None = None,
 ) -> tuple[P, jax.Array]:
     """`clip_and_sum` for DP: the rows of weight 0 (padding) are replaced by a live row FIRST.
 
@@ -244,7 +392,7 @@ def _clip_and_sum(
     method: Method,
     chunk_size: ChunkSize,
     w: jax.Array,
-    memory_budget: int,
+    memory_budget: int | None,
     *,
     select_rows: bool = True,
 ) -> tuple[Any, jax.Array]:
@@ -254,21 +402,36 @@ def _clip_and_sum(
     selected out (the row may hold NaN); `masked_clip_and_sum` has replaced those rows by
     finite ones at the input and skips these selects.
     """
-    program, chunk = _resolve(loss, params, batch, method, chunk_size, memory_budget)
+    resolved = _resolve(loss, params, batch, method, chunk_size, memory_budget)
+    program = resolved.program
     if program is None:
-        return vmap_clip_and_sum(loss, params, batch, clip_norm, w, chunk)
-    n = batch_size_of(batch)
+        return vmap_clip_and_sum(loss, params, batch, clip_norm, w, resolved.plan.chunk_size)
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)
-    keep = _ghost.keep_plan(program, n, memory_budget)
-    sq, pe, kept = _ghost.sq_norms(program, leaves, acts, grads, keep)
+    bits = resolved.plan.operand_bits
+    acts, grads = _ghost.round_pass(program, acts, grads, bits)
+    sq, slack, pe, kept = _ghost.sq_norms(program, leaves, acts, grads, resolved.forms, bits)
     norms = jax.numpy.sqrt(sq)
     live = w != 0  # weight-0 rows are selected out, never multiplied by 0 (NaN padding)
-    factor = jax.lax.stop_gradient(jax.numpy.where(live, clip_factor(norms, clip_norm) * w, 0.0))
+    bound = released_bound(norms, slack, bits)
+    factor = jax.lax.stop_gradient(jax.numpy.where(live, clip_factor(bound, clip_norm) * w, 0.0))
     select = live if select_rows else None
-    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor, select)
+    summed = _ghost.weighted_sum(program, leaves, acts, grads, pe, kept, factor, select, bits)
     return jax.tree.unflatten(treedef, summed), norms
+
+
+def released_bound(norms: jax.Array, slack: jax.Array, bits: int | None) -> jax.Array:
+    """A bound on the norm of each example's released contribution before its clip factor.
+
+    ``‖ĝ‖ + 2^-bits·slack``: the norm of the rounded operands' gradient plus what rounding
+    the weighted operand ``f·g̃`` can add (`_ghost.slack`); ``bits=None``: the norm. Clipping
+    this bound to ``C`` keeps every released contribution's norm within ``C`` (up to float32
+    accumulation).
+    """
+    if bits is None:
+        return norms
+    return norms + jax.numpy.ldexp(jax.numpy.float32(1.0), -bits) * slack
 
 
 def ghost_coverage(loss: LossFn, params: PyTree, example: PyTree) -> list[CoverageRow]:
@@ -280,13 +443,15 @@ def ghost_coverage(loss: LossFn, params: PyTree, example: PyTree) -> list[Covera
     (``conv_general_dilated`` kernel), ``"embedding"`` (row lookup from a table),
     ``"elementwise"`` (biases, scales: small per-example gradients computed directly),
     ``"fallback"`` (exact per-example gradients of that leaf) or ``"unused"``; and, per
-    leaf, how its norm is formed from the shapes (``row.norm``): a weight ``(K, N)`` used at
-    ``T`` positions of each example takes ``"rank-one"`` (``T = 1``: ``‖a‖²‖g‖²``),
-    ``"gram"`` (``2T² < K·N``: the ``(T, T)`` Gram matrices of its activations and output
-    gradients, nothing of the weight's size per example) or ``"per-example"`` (its
-    per-example gradients are formed — and, within ``memory_budget``, kept for the clipped
-    sum); embeddings take ``"gram"`` (token equality), elementwise and fallback leaves
-    ``"per-example"``.
+    leaf, how its norm is formed from the shapes on the backend in use (``row.norm``): a
+    weight ``(K, N)`` used at ``T`` positions of each example takes ``"rank-one"``
+    (``T = 1``: ``‖a‖²‖g‖²``), ``"gram"`` (the ``(T, T)`` Gram matrices of its activations
+    and output gradients, ``2T²(K + N)`` FLOPs, nothing of the weight's size per example)
+    or ``"per-example"`` (its per-example gradients are formed and kept for the clipped
+    sum: ``K·N`` floats written and read twice), whichever the backend's cost table
+    (FLOPs against bytes) says is cheaper; embeddings take ``"gram"`` (token equality),
+    elementwise and fallback leaves ``"per-example"``. For a given batch and memory budget,
+    [`clip_plan`][jaxwise.per_example.clip_plan] gives the rows of that call.
 
     Args:
         loss: ``loss(params, example) -> scalar`` for ONE example.
@@ -324,7 +489,4 @@ def ghost_coverage(loss: LossFn, params: PyTree, example: PyTree) -> list[Covera
         program = trace(loss, params, batched)
     except Unsupported as err:
         raise ValueError(f"method='ghost' does not apply to this `loss`: {err}") from err
-    return [
-        dataclasses.replace(row, norm=form)
-        for row, form in zip(coverage(program, params), _ghost.leaf_forms(program))
-    ]
+    return _rows(program, params, _ghost.plan_forms(program, 1, 2**62, backend_cost()))

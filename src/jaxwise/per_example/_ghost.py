@@ -35,6 +35,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxwise.per_example._cost import BackendCost, backend_cost, layer_costs
 from jaxwise.per_example._graph import (
     EXAMPLE,
     Const,
@@ -46,34 +47,59 @@ from jaxwise.per_example._graph import (
     read,
 )
 
-# The norm contractions run at HIGHEST precision on every backend: the clip factor C/||g||
-# is what bounds each example's contribution (the DP sensitivity), so a norm rounded down by a
-# TPU's one-pass bfloat16 default (~0.4%) would let a clipped example exceed C. It costs up to
-# six bfloat16 passes of the norm's (small) contractions on a TPU; measured there before it is
-# traded away.
-_PRECISION = jax.lax.Precision.HIGHEST
+# The norm contractions run at the matmul precision in effect, on operands rounded ONCE,
+# explicitly, to the format that precision gives them (`_cost.operand_bits`: bfloat16 on a TPU
+# by default). A product of two such operands is exact in float32, so a one-pass norm is the
+# exact norm of the rounded operands' gradient up to float32 accumulation, and the clipped sum
+# uses the same rounded operands; the one rounding left (of the weighted operand ``f·g̃``) is
+# bounded by `slack` and taken off the clip factor. (The fifth round ran them at HIGHEST:
+# six bfloat16 passes on a TPU.)
 GHOST_KINDS = ("dense", "conv", "embedding")
 FORMS = ("rank-one", "gram", "per-example")
 
 
-def norm_form(t: int, k: int, n: int) -> str:
-    """How a dense/conv use's per-example norm is formed from its shapes (book-keeping rule).
+def round_operand(x: jax.Array, bits: int | None) -> jax.Array:
+    """``x`` as float32, rounded to ``bits`` significand bits (round to nearest even; None: as is).
+
+    Examples:
+        >>> round_operand(jnp.asarray([1.0 + 2**-9, 3.14159]), 8).tolist()
+        [1.0, 3.140625]
+    """
+    x = x.astype(jnp.float32)
+    if bits is None:
+        return x
+    return jax.lax.reduce_precision(x, exponent_bits=8, mantissa_bits=bits - 1)
+
+
+def norm_form(t: int, k: int, n: int, cost: BackendCost | None = None) -> str:
+    """How a dense/conv use's per-example norm is formed from its shapes and the backend's costs.
 
     A weight ``(K, N)`` applied at ``T`` positions of each example: the per-example
     gradient is ``Σ_t a_t g_tᵀ``. Its squared norm is ``‖a‖²‖g‖²`` when ``T = 1``
     (``"rank-one"``); else either from the ``(T, T)`` Gram matrices of ``a`` and ``g``
-    (``"gram"``: ``O(T²(K + N))`` work and ``2T²`` floats per example) or from the
-    materialised per-example gradient (``"per-example"``: ``O(T K N)`` work, ``K N`` floats,
-    and its clipped sum is then the ``f``-weighted sum of those gradients). Gram when
-    ``2 T² < K N``, as in mixed ghost clipping (Bu et al., 2023).
+    (``"gram"``: ``2T²(K + N)`` FLOPs and ``2T²`` floats per example) or from the
+    materialised per-example gradient (``"per-example"``: kept for the clipped sum, ``KN``
+    floats written and read), whichever `_cost.layer_costs` says is cheaper on the backend
+    (``cost``; default the one in use): FLOPs against bytes.
 
     Examples:
-        >>> norm_form(1, 512, 512), norm_form(256, 512, 2048), norm_form(256, 64, 64)
-        ('rank-one', 'gram', 'per-example')
+        >>> from jaxwise.per_example._cost import backend_cost
+        >>> cpu, tpu = backend_cost("cpu"), backend_cost("tpu")
+        >>> norm_form(1, 512, 512), norm_form(64, 128, 128, cpu), norm_form(256, 768, 768, tpu)
+        ('rank-one', 'per-example', 'gram')
     """
     if t == 1:
         return "rank-one"
-    return "gram" if 2 * t * t < k * n else "per-example"
+    costs = layer_costs(t, k, n, cost or backend_cost())
+    return "gram" if costs["gram"] < costs["per-example"] else "per-example"
+
+
+def fallback_form(t: int, k: int, n: int, cost: BackendCost) -> str:
+    """The norm form of a use whose per-example gradients cannot be kept (the budget is spent)."""
+    if t == 1:
+        return "rank-one"
+    costs = layer_costs(t, k, n, cost)
+    return "gram" if costs["gram"] <= costs["per-example, dropped"] else "per-example"
 
 
 # --------------------------------------------------------------------------
@@ -162,19 +188,16 @@ def output_grads(
 # --------------------------------------------------------------------------
 
 
-def _outer_sq(a: jax.Array, g: jax.Array) -> jax.Array:
-    """``‖Σ_t a_t g_tᵀ‖²`` per example, ``a (B, T, K)``, ``g (B, T, N)``, by `norm_form`."""
+def _outer_sq(a: jax.Array, g: jax.Array, form: str) -> jax.Array:
+    """``‖Σ_t a_t g_tᵀ‖²`` per example, ``a (B, T, K)``, ``g (B, T, N)``, in the given form."""
     a, g = a.astype(jnp.float32), g.astype(jnp.float32)
-    _, t, k = a.shape
-    n = g.shape[2]
-    form = norm_form(t, k, n)
-    if form == "rank-one":
+    if a.shape[1] == 1 or form == "rank-one":
         return jnp.sum(jnp.square(a), axis=(1, 2)) * jnp.sum(jnp.square(g), axis=(1, 2))
     if form == "gram":
-        aa = jnp.einsum("btk,bsk->bts", a, a, precision=_PRECISION)
-        gg = jnp.einsum("btn,bsn->bts", g, g, precision=_PRECISION)
+        aa = jnp.einsum("btk,bsk->bts", a, a)
+        gg = jnp.einsum("btn,bsn->bts", g, g)
         return jnp.sum(aa * gg, axis=(1, 2))
-    return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g, precision=_PRECISION)), axis=(1, 2))
+    return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g)), axis=(1, 2))
 
 
 def _param_side(program: ExampleGraph, node: Node) -> int:
@@ -193,7 +216,10 @@ def _dense_free(node: Node, param_side: int, act_ndim: int) -> tuple[tuple[int, 
     return contract, [d for d in range(act_ndim) if d not in contract]
 
 
-def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Array:
+def _dense_flat(
+    node: Node, param_side: int, a: jax.Array, g: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """A dense use's ``a (B, T, K)`` and ``g (B, T, N)``: per-example gradient ``Σ_t a_t g_tᵀ``."""
     contract, free = _dense_free(node, param_side, a.ndim - 1)
     b = a.shape[0]
     t = int(np.prod([a.shape[1 + d] for d in free], dtype=np.int64))
@@ -201,7 +227,14 @@ def _dense_sq(node: Node, param_side: int, a: jax.Array, g: jax.Array) -> jax.Ar
     n_free_w = g.ndim - 1 - len(free)
     if param_side == 0:  # output (w_free..., a_free...)
         g = jnp.transpose(g, (0, *range(1 + n_free_w, g.ndim), *range(1, 1 + n_free_w)))
-    return _outer_sq(a2, g.reshape(b, t, -1))
+    return a2, g.reshape(b, t, -1)
+
+
+def _rank_one_sum(a: jax.Array, g: jax.Array) -> jax.Array:
+    """``Σ_t ‖a_t‖·‖g_t‖`` per example: a bound on ``‖Σ_t a_t g_tᵀ‖`` (``(B,)`` float32)."""
+    na = jnp.sqrt(jnp.sum(jnp.square(a.astype(jnp.float32)), axis=-1))
+    ng = jnp.sqrt(jnp.sum(jnp.square(g.astype(jnp.float32)), axis=-1))
+    return jnp.sum(na * ng, axis=1)
 
 
 def _dense_grads(node: Node, param_side: int, w: Any, a: jax.Array, g: jax.Array) -> jax.Array:
@@ -216,7 +249,7 @@ def _dense_grads(node: Node, param_side: int, w: Any, a: jax.Array, g: jax.Array
     def one(a_i: jax.Array, g_i: jax.Array) -> jax.Array:
         def use(v: jax.Array) -> jax.Array:
             lhs, rhs = (v, a_i) if param_side == 0 else (a_i, v)
-            return jax.lax.dot_general(lhs, rhs, dn, precision=_PRECISION)
+            return jax.lax.dot_general(lhs, rhs, dn)
 
         return jax.vjp(use, w32)[1](g_i)[0]
 
@@ -265,23 +298,23 @@ def _conv_offsets(node: Node, rhs_shape: tuple[int, ...]) -> list[tuple[int, ...
     return list(np.ndindex(*[rhs_shape[d] for d in rhs_spec[2:]]))
 
 
-def _conv_sq(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array) -> jax.Array:
+def _conv_sq(
+    node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array, form: str
+) -> jax.Array:
     """Per-example kernel-gradient norms² of a convolution, from its input and output gradient.
 
     The kernel gradient of one example is, per kernel offset, ``Σ_t x_shifted_tᵀ g_t``
     (``x_shifted``: the input window at that offset for every output position). Either
-    those blocks are formed offset by offset (no unfolded copy of the input), or — when
-    `norm_form` says ``"gram"`` — the unfolded patches give the Gram form.
+    those blocks are formed offset by offset (no unfolded copy of the input), or — in the
+    ``"gram"`` form — the unfolded patches give the Gram form.
     """
     window, g2 = _conv_windows(node, x, g)
     offsets = _conv_offsets(node, rhs_shape)
-    _, rhs_spec, _ = node.params["dimension_numbers"]
-    t, k, n = g2.shape[1], len(offsets) * rhs_shape[rhs_spec[1]], g2.shape[2]
-    if norm_form(t, k, n) == "gram":
-        return _outer_sq(jnp.concatenate([window(o) for o in offsets], axis=-1), g2)
+    if form == "gram":
+        return _outer_sq(jnp.concatenate([window(o) for o in offsets], axis=-1), g2, form)
     total = jnp.zeros((x.shape[0],), jnp.float32)
     for offset in offsets:
-        block = jnp.einsum("btc,bto->bco", window(offset), g2, precision=_PRECISION)
+        block = jnp.einsum("btc,bto->bco", window(offset), g2)
         total = total + jnp.sum(jnp.square(block), axis=(1, 2))
     return total
 
@@ -295,10 +328,7 @@ def _conv_grads(node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Arr
     """
     window, g2 = _conv_windows(node, x, g)
     _, rhs_spec, _ = node.params["dimension_numbers"]
-    blocks = [
-        jnp.einsum("btc,bto->bco", window(o), g2, precision=_PRECISION)
-        for o in _conv_offsets(node, rhs_shape)
-    ]
+    blocks = [jnp.einsum("btc,bto->bco", window(o), g2) for o in _conv_offsets(node, rhs_shape)]
     b, c_in, c_out = blocks[0].shape
     spatial = [rhs_shape[d] for d in rhs_spec[2:]]
     stacked = jnp.stack(blocks, axis=1).reshape(b, *spatial, c_in, c_out)
@@ -328,19 +358,46 @@ def _embedding_sq(
         & valid[:, :, None]
         & valid[:, None, :]
     )
-    gg = jnp.einsum("btd,bsd->bts", g, g, precision=_PRECISION)
+    gg = jnp.einsum("btd,bsd->bts", g, g)
     return jnp.sum(jnp.where(same, gg, 0.0), axis=(1, 2))
 
 
-def _ghost_sq(program: ExampleGraph, use: Use, acts: list[Any], grads: list[Any]) -> jax.Array:
+def _conv_rank_one_sum(
+    node: Node, rhs_shape: tuple[int, ...], x: jax.Array, g: jax.Array
+) -> jax.Array:
+    """`_rank_one_sum` of a convolution: ``Σ_t ‖patch_t‖·‖g_t‖`` over its output positions."""
+    window, g2 = _conv_windows(node, x, g)
+    patch_sq = sum(jnp.sum(jnp.square(window(o)), axis=-1) for o in _conv_offsets(node, rhs_shape))
+    ng = jnp.sqrt(jnp.sum(jnp.square(g2), axis=-1))
+    return jnp.sum(jnp.sqrt(jnp.asarray(patch_sq)) * ng, axis=1)
+
+
+def _ghost_sq(
+    program: ExampleGraph, use: Use, acts: list[Any], grads: list[Any], form: str
+) -> jax.Array:
     node = program.nodes[use.node]
     side = _param_side(program, node)
     param_shape = program.avals[node.inputs[side]].shape
     if use.kind == "dense":
-        return _dense_sq(node, side, acts[0], grads[0])
+        return _outer_sq(*_dense_flat(node, side, acts[0], grads[0]), form)
     if use.kind == "conv":
-        return _conv_sq(node, param_shape, acts[0], grads[0])
+        return _conv_sq(node, param_shape, acts[0], grads[0], form)
     return _embedding_sq(node, param_shape, acts[0], grads[0])
+
+
+def slack(program: ExampleGraph, use: Use, acts: list[Any], grads: list[Any]) -> jax.Array:
+    """``Σ_t ‖ã_t‖·‖g̃_t‖`` per example ``(B,)`` of a dense/conv use whose clipped sum is one
+    contraction at the rounded weighted operand ``RN(f·g̃)``.
+
+    That rounding moves each entry of ``f·g̃`` by at most ``u·|f·g̃|`` (``u = 2^-bits``), so
+    the example's released contribution ``Σ_t ã_t RN(f·g̃_t)ᵀ`` is within ``u·f·slack`` of
+    ``f·Σ_t ã_t g̃_tᵀ`` (the triangle inequality over rank-one terms).
+    """
+    node = program.nodes[use.node]
+    side = _param_side(program, node)
+    if use.kind == "conv":
+        return _conv_rank_one_sum(node, program.avals[node.inputs[side]].shape, acts[0], grads[0])
+    return _rank_one_sum(*_dense_flat(node, side, acts[0], grads[0]))
 
 
 # --------------------------------------------------------------------------
@@ -366,50 +423,75 @@ def _sizes(program: ExampleGraph, use: Use) -> tuple[int, int, int]:
     return t, k, int(np.prod(param_shape, dtype=np.int64)) // max(k, 1)
 
 
-def keep_plan(program: ExampleGraph, batch_size: int, memory_budget: int) -> frozenset[int]:
-    """The dense/conv uses whose per-example gradients are formed once and kept.
+def plan_forms(
+    program: ExampleGraph, batch_size: int, memory_budget: int, cost: BackendCost
+) -> dict[int, str]:
+    """Each dense/conv use's norm form for a batch (by use index); kept uses take ``"kept"``.
 
-    For the clipped sum, a use either (ghost) computes its norm from activations and
-    output gradients and then its share of the clipped sum with one weighted
-    weight-gradient contraction (``B·T·K·N``), or (kept) forms its per-example gradients
-    ``(B, K, N)`` once (``B·T·K·N``), takes the norm from them and the clipped sum as the
-    ``f``-weighted sum over examples (``B·K·N``) — mixed ghost clipping with book-keeping
-    (Bu et al., 2023). A use is kept when `norm_form` picks ``"per-example"`` for it
-    (``2T² ≥ K·N``: its Gram matrices would be at least as large as its gradient) and its
+    For the clipped sum, a use either (ghost) computes its norm from activations and output
+    gradients and then its share of the clipped sum with one weighted weight-gradient
+    contraction (``B·T·K·N``), or (kept) forms its per-example gradients ``(B, K, N)`` once
+    (``B·T·K·N``), takes the norm from them and the clipped sum as the ``f``-weighted sum
+    over examples (``B·K·N``) — mixed ghost clipping with book-keeping (Bu et al., 2023).
+    A use is kept when `norm_form` picks ``"per-example"`` on the backend (``cost``) and its
     ``B·K·N`` float32 entries fit in what is left of ``memory_budget``; otherwise its norm
-    takes its `norm_form` without keeping anything.
+    takes the cheaper of the Gram form and a dropped per-example gradient (`fallback_form`).
     """
-    kept, used = [], 0
+    forms, used = {}, 0
     for j, use in enumerate(program.uses):
         if use.kind not in ("dense", "conv"):
             continue
         t, k, n = _sizes(program, use)
         size = 4 * batch_size * k * n
-        if norm_form(t, k, n) == "per-example" and used + size <= memory_budget:
-            kept.append(j)
+        if norm_form(t, k, n, cost) == "per-example" and used + size <= memory_budget:
+            forms[j] = "kept"
             used += size
-    return frozenset(kept)
+        else:
+            forms[j] = fallback_form(t, k, n, cost)
+    return forms
 
 
-def leaf_forms(program: ExampleGraph) -> list[str]:
+def ghost_extra_cost(
+    program: ExampleGraph, forms: dict[int, str], n_leaf_entries: int, cost: BackendCost
+) -> float:
+    """Per-example extra cost (FLOP units, `_cost.layer_costs`) of ghost clipping the program:
+    each dense/conv use in its form, the embeddings' token Gram, the materialised leaves."""
+    total = 4.0 * n_leaf_entries + cost.flops_per_byte * 8.0 * n_leaf_entries
+    for j, use in enumerate(program.uses):
+        if use.kind in ("dense", "conv"):
+            t, k, n = _sizes(program, use)
+            if forms[j] != "rank-one":
+                key = {"kept": "per-example", "gram": "gram"}.get(forms[j], "per-example, dropped")
+                total += layer_costs(t, k, n, cost)[key]
+        elif use.kind == "embedding":
+            node = program.nodes[use.node]
+            shape = program.avals[node.outputs[0]].shape
+            d = int(shape[-1]) if shape else 1
+            t = int(np.prod(shape, dtype=np.int64)) // max(d, 1)
+            total += 2.0 * t * t * d + cost.flops_per_byte * 4.0 * t * t
+    return total
+
+
+def leaf_forms(program: ExampleGraph, forms: dict[int, str]) -> list[str]:
     """Per parameter leaf, how its per-example norm is formed (for the coverage rows).
 
-    ``"rank-one"`` / ``"gram"`` / ``"per-example"`` for a dense or conv leaf (`norm_form`
-    of its use), ``"gram"`` for an embedding (token-equality Gram of the output
-    gradients, nothing ``(V, d)`` formed), ``"per-example"`` for elementwise and fallback
-    leaves, ``""`` for unused ones.
+    ``"rank-one"`` / ``"gram"`` / ``"per-example"`` for a dense or conv leaf (its use's form
+    in ``forms``, `plan_forms`: kept or not, a materialised gradient is ``"per-example"``),
+    ``"gram"`` for an embedding (token-equality Gram of the output gradients, nothing
+    ``(V, d)`` formed), ``"per-example"`` for elementwise and fallback leaves, ``""`` for
+    unused ones.
     """
-    forms = ["per-example" if k in ("elementwise", "fallback") else "" for k in program.leaf_kind]
-    for use in program.uses:
+    out = ["per-example" if k in ("elementwise", "fallback") else "" for k in program.leaf_kind]
+    for j, use in enumerate(program.uses):
         if use.kind in ("dense", "conv"):
-            form = norm_form(*_sizes(program, use))
+            form = "per-example" if forms[j] == "kept" else forms[j]
         elif use.kind == "embedding":
             form = "gram"
         else:
             continue
         for leaf in use.leaves:
-            forms[leaf] = form
-    return forms
+            out[leaf] = form
+    return out
 
 
 def _kept_grads(program: ExampleGraph, env: dict[int, Any], use: Use, a: Any, g: Any) -> jax.Array:
@@ -453,29 +535,57 @@ def _sum_sq(grad: jax.Array) -> jax.Array:
     return jnp.sum(jnp.square(grad.astype(jnp.float32)).reshape(grad.shape[0], -1), axis=1)
 
 
+def round_pass(
+    program: ExampleGraph, acts: list[list[Any]], grads: list[list[Any]], bits: int | None
+) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The ghost uses' activations and output gradients rounded to ``bits`` (`round_operand`).
+
+    Dense and conv uses round both (their norms and clipped sums are contractions of them);
+    embeddings round their output gradients (``g̃·g̃`` exact in float32, the sum a float32
+    scatter of ``f·g̃``); the materialised uses keep theirs (norm and sum come from one
+    per-example gradient). ``bits=None``: everything as it is.
+    """
+    if bits is None:
+        return acts, grads
+    new_acts, new_grads = list(acts), list(grads)
+    for j, use in enumerate(program.uses):
+        if use.kind in ("dense", "conv"):
+            new_acts[j] = [round_operand(a, bits).astype(a.dtype) for a in acts[j]]
+        if use.kind in GHOST_KINDS:
+            new_grads[j] = [round_operand(g, bits).astype(g.dtype) for g in grads[j]]
+    return new_acts, new_grads
+
+
 def sq_norms(
     program: ExampleGraph,
     leaves: list[Any],
     acts: list[list[Any]],
     grads: list[list[Any]],
-    keep: frozenset[int] = frozenset(),
-) -> tuple[jax.Array, dict[int, jax.Array], dict[int, jax.Array]]:
-    """Squared per-example gradient norms ``(B,)`` float32, the materialised leaves' gradients
-    and the kept uses' per-example gradients (of their parameter input, by use index)."""
+    forms: dict[int, str],
+    bits: int | None = None,
+) -> tuple[jax.Array, jax.Array, dict[int, jax.Array], dict[int, jax.Array]]:
+    """Squared per-example gradient norms ``(B,)`` float32, the rounding slack ``(B,)``
+    (``‖(slack_use)_use‖₂`` over the uses summed by a rounded contraction; zeros when
+    ``bits`` is None), the materialised leaves' gradients and the kept uses' per-example
+    gradients (of their parameter input, by use index). ``forms``: `plan_forms`."""
     b = int(np.shape(jax.tree.leaves(grads)[0])[0]) if jax.tree.leaves(grads) else 0
     total = jnp.zeros((b,), jnp.float32)
-    env = _static(program, leaves) if keep else {}
+    slack_sq = jnp.zeros((b,), jnp.float32)
+    env = _static(program, leaves) if "kept" in forms.values() else {}
     kept: dict[int, jax.Array] = {}
     for j, (use, a, g) in enumerate(zip(program.uses, acts, grads)):
-        if j in keep:
+        form = forms.get(j, "gram")
+        if form == "kept":
             kept[j] = _kept_grads(program, env, use, a, g)
             total = total + _sum_sq(kept[j])
         elif use.kind in GHOST_KINDS:
-            total = total + _ghost_sq(program, use, a, g)
+            total = total + _ghost_sq(program, use, a, g, form)
+            if bits is not None and use.kind != "embedding":
+                slack_sq = slack_sq + jnp.square(slack(program, use, a, g))
     pe = _materialised(program, leaves, acts, grads)
     for grad in pe.values():
         total = total + _sum_sq(grad)
-    return total, pe, kept
+    return total, jnp.sqrt(slack_sq), pe, kept
 
 
 def weighted_sum(
@@ -487,8 +597,13 @@ def weighted_sum(
     kept: dict[int, jax.Array],
     factor: jax.Array,
     live: jax.Array | None,
+    bits: int | None = None,
 ) -> list[Any]:
     """``Σ_i f_i ∇_i`` for every leaf, from the pass's quantities (book-keeping).
+
+    With ``bits``, the weighted operand ``f·g̃`` of a dense/conv contraction is rounded to
+    ``bits`` here, explicitly (`round_operand`), as the backend's matmul would: the program's
+    operands are then exactly ``ã`` and ``RN(f·g̃)`` (see `slack`).
 
     Rows where ``live`` is False are selected out of every per-example quantity first
     (``jnp.where``): NaN or inf in a masked-out row never meets its zero factor. ``live=None``
@@ -527,7 +642,15 @@ def weighted_sum(
         return [jax.vmap(_use_fn(program, program.uses[j], env))(acts[j]) for j in ghost]
 
     _, vjp = jax.vjp(uses_of, [leaves[i] for i in which])
-    cot = [[g * _expand(factor, g) for g in grads[j]] for j in ghost]
+    cot = [
+        [
+            round_operand(g * _expand(factor, g), bits).astype(g.dtype)
+            if program.uses[j].kind != "embedding"
+            else g * _expand(factor, g)
+            for g in grads[j]
+        ]
+        for j in ghost
+    ]
     for i, grad in zip(which, vjp(cot)[0]):
         out[i] = grad
     return out

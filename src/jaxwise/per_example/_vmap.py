@@ -67,31 +67,45 @@ def _norm_single(loss: LossFn) -> Callable[[Any, Any], jax.Array]:
     return norm
 
 
+def clip_factors(
+    loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
+) -> tuple[Any, jax.Array, jax.Array]:
+    """``(per-example gradients (m, …), norms (m,), clip factors (m,))`` of one micro-batch.
+
+    The norms are taken from the gradients themselves (float32), so each example's released
+    contribution ``f_i·∇_i`` has norm at most ``C`` whatever precision formed ``∇_i``. The
+    factor of a weight-0 row is 0.
+    """
+    grads = jax.vmap(jax.grad(loss), in_axes=_MAPPED)(params, batch)
+    sq = sum(
+        jnp.sum(jnp.square(g.astype(jnp.float32)).reshape(g.shape[0], -1), axis=1)
+        for g in jax.tree.leaves(grads)
+    )
+    norms = jnp.sqrt(jnp.asarray(sq))
+    factor = jnp.where(weights != 0, clip_factor(norms, clip_norm) * weights, 0.0)
+    return grads, norms, factor
+
+
 def _clipped_sum_chunk(
     loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
 ) -> tuple[Any, jax.Array]:
-    """Clipped sum of one chunk: ``vmap`` norms, then ONE weighted backward pass.
+    """Clipped sum of one micro-batch: its per-example gradients, kept; their norms; their
+    ``f``-weighted sum (`clip_factors`). One backward pass (``vmap`` of ``grad``), no second
+    weighted one.
 
-    Rows of weight 0 are selected out (``jnp.where``), never multiplied by 0: the backward
-    pass runs on the first live row in their place, so NaN or inf in padding changes nothing.
+    The ``m × P`` per-example gradients are read by the norm (a reduction XLA may fuse into
+    their producer) and by the weighted sum. Rows of weight 0 are selected out
+    (``jnp.where``), never multiplied by 0: NaN or inf in padding changes nothing.
     """
-    norms = jax.vmap(_norm_single(loss), in_axes=_MAPPED)(params, batch)
+    grads, norms, factor = clip_factors(loss, params, batch, weights, clip_norm)
     live = weights != 0
-    factor = jax.lax.stop_gradient(jnp.where(live, clip_factor(norms, clip_norm) * weights, 0.0))
-    first = jnp.argmax(live)
 
-    def pick(x: jax.Array) -> jax.Array:
-        return jnp.where(live.reshape(-1, *([1] * (x.ndim - 1))), x, x[first])
+    def weighted(g: jax.Array) -> jax.Array:
+        f = factor.reshape(-1, *([1] * (g.ndim - 1)))
+        keep = live.reshape(f.shape)
+        return jnp.sum(jnp.where(keep, g.astype(jnp.float32) * f, 0.0), axis=0).astype(g.dtype)
 
-    clean = jax.tree.map(pick, batch)
-
-    def weighted(p: Any) -> jax.Array:
-        losses = jax.vmap(loss, in_axes=_MAPPED)(p, clean)
-        return jnp.sum(jnp.where(live, losses * factor.astype(losses.dtype), 0.0))
-
-    any_live = jnp.any(live)
-    summed = jax.tree.map(lambda g: jnp.where(any_live, g, 0), jax.grad(weighted)(params))
-    return summed, norms
+    return jax.tree.map(weighted, grads), norms
 
 
 def _chunked(batch: Any, chunk: int) -> tuple[Any, jax.Array, int]:
@@ -132,7 +146,8 @@ def vmap_clip_and_sum(
     w: jax.Array,
     chunk_size: int | None,
 ) -> tuple[Any, jax.Array]:
-    """Clipped sum by ``vmap`` norms and one weighted backward pass (per chunk)."""
+    """Clipped sum from per-example gradients, all at once or ``chunk_size`` at a time
+    (micro-batches accumulated in a ``lax.scan`` carry); one backward pass per example."""
     n = batch_size_of(batch)
     if chunk_size is None or chunk_size >= n:
         return _clipped_sum_chunk(loss, params, batch, w, clip_norm)

@@ -432,8 +432,9 @@ def dp_gradient_fn(
 ) -> DPGradientFn:
     """The DP-SGD gradient as a gradient function for `jaxwise.train.make_epoch`/`make_step`.
 
-    Each step clips every real example's gradient to norm ``C`` (ghost clipping wherever the
-    loss allows it, see [`clip_and_sum`][jaxwise.per_example.clip_and_sum]), sums, adds
+    Each step clips every real example's gradient to norm ``C`` (ghost clipping or
+    micro-batched per-example gradients, whichever is cheaper on the backend, see
+    [`clip_plan`][jaxwise.per_example.clip_plan]), sums, adds
     ``noise_multiplier · C · noise`` (one standard-normal draw over all parameters,
     transformed by ``noise``) and divides by the epoch sampler's *expected* batch size
     (the batch's rows under `make_step`), exactly as
