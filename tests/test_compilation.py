@@ -5,11 +5,13 @@ import functools
 import itertools
 import logging
 import warnings
+from importlib.metadata import entry_points
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import on_host, set_x64
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -362,12 +364,12 @@ def test_x64_flip_with_an_unchanged_python_float_is_kind_config():
     f = jax.jit(scale)
     x = np.ones(3, np.float32)
     try:
-        with CompileCounter(f) as counter:
+        with on_host(), CompileCounter(f) as counter:  # float64 on: only on the host
             f(x, 0.5)
-            jax.config.update("jax_enable_x64", True)
+            set_x64(True)
             f(x, 0.5)
     finally:
-        jax.config.update("jax_enable_x64", False)
+        set_x64(False)
     assert counter.count == 2
     miss = counter.records[1].explanation
     assert miss is not None
@@ -764,7 +766,11 @@ def test_stage_report_figures_and_table(monkeypatch):
     assert report.flops is not None
     assert report.flops >= 2 * n**3
     assert report.argument_bytes == 2 * n * n * 4
-    assert report.output_bytes == 4
+    # device allocation sizes: a CPU's are exact, an accelerator pads to its tiles (a TPU: 512)
+    if jax.default_backend() == "cpu":
+        assert report.output_bytes == 4
+    else:
+        assert report.output_bytes is not None and report.output_bytes >= 4
     assert (report.trace_ms, report.lower_ms, report.compile_ms) == (250.0, 250.0, 250.0)
     assert report.jaxpr_eqns == 3 and report.stablehlo_lines > 3
     text = str(report)
@@ -864,14 +870,18 @@ def test_pytest_marker_counts_jitted_programs_only(pytester):
             assert False, "own failure"
         """
     )
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    # jaxwise's plugin loads by its pytest11 entry point where jaxwise is installed; from a
+    # source checkout on PYTHONPATH (no entry point) the inner run names it
+    installed = any(ep.value == "jaxwise.pytest_plugin" for ep in entry_points(group="pytest11"))
+    plugin = () if installed else ("-p", "jaxwise.pytest_plugin")
+    result = pytester.runpytest("-p", "no:cacheprovider", *plugin)
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.re_match_lines(
         [r".*CompileBudgetExceeded.*2 compilations, budget 1", r".*f32\[3\] → f32\[4\]"]
     )
     result.stdout.fnmatch_lines(["*own failure*"])
     assert "budget 0" not in result.stdout.str()
-    alone = pytester.runpytest("-p", "no:cacheprovider", "-k", "eager_ops_not_counted")
+    alone = pytester.runpytest("-p", "no:cacheprovider", *plugin, "-k", "eager_ops_not_counted")
     alone.assert_outcomes(passed=1)
 
 
