@@ -179,3 +179,19 @@ def test_doctor_on_a_tpu_that_cannot_start_in_a_fresh_process():
     assert report["environment"]["jax"] == importlib.metadata.version("jax")
     assert [c["status"] for c in report["checks"]] == ["FAIL", "PASS"]
     assert "sudo rm" not in proc.stdout
+
+
+def test_the_debug_nans_probe_runs_on_the_cpu_while_this_process_holds_a_chip(monkeypatch):
+    """A TPU opens in one process at a time: the probe's fresh interpreter takes the CPU."""
+    seen = {}
+    real_run = subprocess.run
+
+    def run(*args, **kwargs):
+        seen["env"] = kwargs.get("env") or {}
+        return real_run(*args, **kwargs)
+
+    monkeypatch.setattr(doctor.subprocess, "run", run)
+    monkeypatch.setattr(doctor.jax, "default_backend", lambda: "tpu")  # the chip, injected
+    check = doctor.check_debug_nans_after_vmap()
+    assert seen["env"]["JAX_PLATFORMS"] == "cpu"
+    assert check.status == "WARN"  # JAX 0.10.2-0.12.1, as on the CPU (the first test)

@@ -17,6 +17,7 @@ import dataclasses
 import functools
 import importlib.metadata
 import json
+import os
 import platform
 import re
 import subprocess
@@ -233,12 +234,21 @@ def check_debug_nans_after_vmap(isolated: bool = True) -> Check:
     """Does ``jax_debug_nans`` catch a NaN in an already-compiled function after a ``vmap``?
 
     Runs in a fresh interpreter (``isolated=True``) because the pitfall depends
-    on what already ran in the process.
+    on what already ran in the process; off a CPU, that interpreter runs on the CPU
+    (``JAX_PLATFORMS=cpu``): a TPU opens in one process at a time, this one (the pitfall is in
+    JAX's dispatch, the same on every backend).
     """
     name = "debug_nans after vmap"
     if isolated:
+        env = dict(os.environ)
+        if jax.default_backend() != "cpu":
+            env["JAX_PLATFORMS"] = "cpu"
         proc = subprocess.run(
-            [sys.executable, "-c", _DEBUG_NANS_PROBE], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", _DEBUG_NANS_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
         outcome = (
             proc.stdout.strip().splitlines()[-1]

@@ -33,7 +33,7 @@ out=${OUT:-$keep/out}
 mkdir -p "$keep" "$out"
 record=$keep/record-$k.jsonl
 if [ "${LANE_FRESH:-0}" = 1 ]; then
-  rm -f "$record" "$keep/complete-$k" "$keep"/junit-"$k"-*.xml
+  rm -f "$record" "$keep/complete-$k" "$keep/chunk-$k.json" "$keep"/junit-"$k"-*.xml
 fi
 if [ -e "$keep/complete-$k" ]; then
   echo "lane: chunk $k already complete on this machine (LANE_FRESH=1 runs it again)"
@@ -59,7 +59,9 @@ todo=()
 for u in $units; do
   if ! grep -qxF "$u" <<<"$done_units"; then todo+=("$u"); fi
 done
-attempt=$(( $(ls "$keep"/junit-"$k"-*.xml 2>/dev/null | wc -l) + 1 ))
+attempt=$(python3 -c 'import json, sys, pathlib
+p = pathlib.Path(sys.argv[1])
+print(len(json.loads(p.read_text())["attempts"]) + 1 if p.exists() else 1)' "$keep/chunk-$k.json")
 echo "lane: chunk $k attempt $attempt: ${#todo[@]} of $(wc -w <<<"$units") units to run"
 
 if [ "${LANE_CACHE:-/tmp/jaxwise-lane-cache}" != off ]; then
@@ -78,12 +80,14 @@ plugin=()
 "$py" -c 'import importlib.metadata as m, sys
 sys.exit(not any(e.value == "jaxwise.pytest_plugin" for e in m.entry_points(group="pytest11")))' \
   || plugin=(-p jaxwise.pytest_plugin)
+per_test=()  # pytest-timeout (setup.sh installs it): no test may hang the chunk
+"$py" -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout 300)
 left=$(( budget - ($(date +%s) - start) ))
 pytest_start=$(date +%s)
 code=0
 if [ ${#todo[@]} -gt 0 ]; then
   timeout -s INT -k 30 "$left" "$py" -m pytest "${plugin[@]}" -p lane_progress \
-    -p no:hypothesispytest -p no:cacheprovider -v -rs --timeout 300 \
+    -p no:hypothesispytest -p no:cacheprovider -v -rs "${per_test[@]}" \
     --basetemp=/tmp/pytest-lane-$k --junitxml="$keep/junit-$k-$attempt.xml" \
     "${marker[@]}" "${todo[@]}" "$@" >"$keep/pytest-$k-$attempt.log" 2>&1
   code=$?
