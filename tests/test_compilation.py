@@ -426,6 +426,21 @@ def test_a_compile_without_a_miss_is_kind_other():
     assert CompileEvent("jit(h)", 0.01, None).miss.function == "h"  # from JAX's program name
 
 
+def test_a_persistent_cache_adds_no_warnings_to_the_explanations(tmp_path, caplog):
+    """JAX logs the persistent cache's misses and writes at WARNING while the explain flag is
+    on: only our flag raised them, so they stay hidden (as without jaxwise)."""
+    from jaxwise.jobs._cache import persistent_cache
+
+    f = jax.jit(lambda x: x * 5.0 - 2.0)
+    with persistent_cache(tmp_path / "cache"), caplog.at_level(logging.DEBUG):
+        with explain_recompiles() as misses:
+            f(jnp.ones(3)), f(jnp.ones(5))
+    assert [m.kind for m in misses] == ["first", "shape"]
+    assert list((tmp_path / "cache").iterdir())  # the programs went to the cache
+    warnings_ = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [m for m in warnings_ if "persistent" in m.lower()], warnings_
+
+
 def test_explanations_are_captured_and_not_printed(capfd, caplog):
     f = jax.jit(lambda x: x - 1.0)
     a, b = jnp.ones(2), jnp.ones(7)
