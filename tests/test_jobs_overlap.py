@@ -9,6 +9,7 @@ import pytest
 
 from jaxwise.compilation import CompileCounter
 from jaxwise.jobs import CompileTally
+from jaxwise.jobs._cache import persistent_cache
 from jaxwise.jobs._common import initial_state
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.jobs.spiral import SpiralConfig, run_spiral
@@ -71,10 +72,11 @@ def test_overlapped_task_errors_surface_at_result_and_at_the_end():
         background.submit(lambda: 1 / 0)  # nobody asks for its result: raised at the end
 
 
-def test_tally_counts_only_the_measuring_threads_compilations():
+def test_tally_counts_only_the_measuring_threads_compilations(tmp_path):
     tally = CompileTally()
     x = jnp.ones(5)
-    with tally.measure():
+    # a new persistent cache: compiled, never loaded, whatever cache the run has (the TPU lane's)
+    with persistent_cache(tmp_path / "cache"), tally.measure():
         other = threading.Thread(target=lambda: jax.jit(lambda v: v - 7)(x).block_until_ready())
         other.start()
         other.join()

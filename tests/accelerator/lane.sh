@@ -83,6 +83,10 @@ sys.exit(not any(e.value == "jaxwise.pytest_plugin" for e in m.entry_points(grou
 per_test=()  # pytest-timeout (setup.sh installs it): no test may hang the chunk
 "$py" -c 'import pytest_timeout' 2>/dev/null && per_test=(--timeout 300)
 left=$(( budget - ($(date +%s) - start) ))
+if [ "$left" -lt 60 ]; then
+  echo "lane: setup took this call's time ($(( budget - left )) s); run the same command again" >&2
+  exit 3
+fi
 pytest_start=$(date +%s)
 code=0
 if [ ${#todo[@]} -gt 0 ]; then

@@ -93,9 +93,9 @@ class CompileTally:
         seconds: total backend time (compiling or loading).
 
     Examples:
-        >>> import jax, jax.numpy as jnp
+        >>> import jax, jax.numpy as jnp, tempfile
         >>> x, tally = jnp.ones(4), CompileTally()
-        >>> with tally.measure():
+        >>> with persistent_cache(Path(tempfile.mkdtemp())), tally.measure():  # a new cache
         ...     _ = jax.jit(lambda v: v * 3)(x)
         >>> tally.total, tally.describe("f")
         (1, 'f compiled 1×')
