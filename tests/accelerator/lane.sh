@@ -2,6 +2,7 @@
 # The TPU lane, run ON the TPU machine from the repository root, ONE command per chunk:
 #
 #   bash tests/accelerator/lane.sh plan        # the chunks and their estimated minutes
+#   bash tests/accelerator/lane.sh setup       # the installs alone (optional first call)
 #   bash tests/accelerator/lane.sh K [ARGS]    # chunk K (0, 1, ...); ARGS go to pytest
 #
 # Each call: setup.sh (quick when already done on this machine), then chunk K's units in one
@@ -23,6 +24,10 @@ set -u
 cd "$(dirname "$0")/../.."
 if [ "${1:-}" = plan ] || [ -z "${1:-}" ]; then
   exec python3 tests/accelerator/plan.py
+fi
+if [ "$1" = setup ]; then  # the installs alone (a first call), so that chunks start at once
+  bash tests/accelerator/setup.sh
+  exit $?
 fi
 k=$1
 shift
@@ -98,8 +103,9 @@ if [ ${#todo[@]} -gt 0 ]; then
 fi
 wall=$(( $(date +%s) - pytest_start ))
 tail -n 25 "$keep/pytest-$k-$attempt.log" 2>/dev/null
-# pytest's own exit codes 0 (passed) and 1 (some failed) mean it ran every unit to the end
-case $code in 0 | 1) touch "$keep/complete-$k" ;; esac
+# pytest's exit codes 0 (passed), 1 (some failed) and 5 (nothing left to collect: the rest
+# is slow) mean it ran every unit to the end; 2 or 124 (stopped), 137 (killed) do not
+case $code in 0 | 1 | 5) touch "$keep/complete-$k" ;; esac
 python3 - "$k" "$attempt" "$code" "$wall" "$keep" "${units//$'\n'/ }" <<'PY'
 import json, sys
 from pathlib import Path
