@@ -86,77 +86,75 @@ class Record:
             self.compiles_path.write_text(json.dumps(self.counts) + "\n")
 
 
-_RECORD: Record | None = None
+class LanePlugin:
+    """The hooks, one instance per pytest session (an inner pytester run gets its own)."""
+
+    def __init__(self, record: Record, environment_path: str) -> None:
+        self.record, self.environment_path = record, environment_path
+        self.listening = False
+
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.environment_path:
+            Path(self.environment_path).write_text(json.dumps(environment()) + "\n")
+        if "jax" in sys.modules:
+            import jax
+
+            jax.monitoring.register_event_listener(self.record.on_event)
+            jax.monitoring.register_event_duration_secs_listener(self.record.on_duration)
+            self.listening = True
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        failed_setup = report.when == "setup" and not report.passed
+        failed_teardown = report.when == "teardown" and report.failed
+        if report.when != "call" and not failed_setup and not failed_teardown:
+            return
+        outcome = report.outcome
+        if hasattr(report, "wasxfail"):
+            outcome = "xfailed" if report.skipped else "xpassed"
+        message = ""
+        if report.skipped and isinstance(report.longrepr, tuple):
+            message = str(report.longrepr[2]).removeprefix("Skipped: ")
+        elif report.failed:  # the exception's line ("AssertionError: ..."), else the last line
+            crash = getattr(report.longrepr, "reprcrash", None)
+            text = crash.message if crash is not None else report.longreprtext.strip()
+            message = (text.splitlines() or [""])[0][:300]
+        self.record.write(
+            {
+                "test": report.nodeid,
+                "unit": unit_of(report.nodeid),
+                "when": report.when,
+                "outcome": outcome,
+                "seconds": round(report.duration, 3),
+                "message": message,
+            }
+        )
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: pytest.Item, nextitem: pytest.Item | None):
+        yield
+        unit = unit_of(item.nodeid)
+        if nextitem is None or unit_of(nextitem.nodeid) != unit:
+            self.record.write({"done": unit})
+            self.record.save_counts()
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        self.record.save_counts()
+        if self.listening:
+            import jax
+
+            jax.monitoring.unregister_event_listener(self.record.on_event)
+            jax.monitoring.unregister_event_duration_listener(self.record.on_duration)
+            self.listening = False
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    global _RECORD
+def pytest_configure(config: pytest.Config) -> None:
+    """With ``$LANE_RECORD`` set, this session records (its own `LanePlugin`)."""
     record = os.environ.get("LANE_RECORD")
     if not record:
         return
     compiles = os.environ.get("LANE_COMPILES")
-    _RECORD = Record(Path(record), Path(compiles) if compiles else None)
-    env_path = os.environ.get("LANE_ENVIRONMENT")
-    if env_path:
-        Path(env_path).write_text(json.dumps(environment()) + "\n")
-    if "jax" in sys.modules:
-        import jax
-
-        jax.monitoring.register_event_listener(_RECORD.on_event)
-        jax.monitoring.register_event_duration_secs_listener(_RECORD.on_duration)
-
-
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    if _RECORD is None:
-        return
-    failed_setup = report.when == "setup" and not report.passed
-    if (
-        report.when != "call"
-        and not failed_setup
-        and not (report.when == "teardown" and report.failed)
-    ):
-        return
-    outcome = report.outcome
-    if hasattr(report, "wasxfail"):
-        outcome = "xfailed" if report.skipped else "xpassed"
-    message = ""
-    if report.skipped and isinstance(report.longrepr, tuple):
-        message = str(report.longrepr[2]).removeprefix("Skipped: ")
-    elif report.failed:  # the exception's line ("AssertionError: ..."), else the last line
-        crash = getattr(report.longrepr, "reprcrash", None)
-        text = crash.message if crash is not None else report.longreprtext.strip()
-        message = (text.splitlines() or [""])[0][:300]
-    _RECORD.write(
-        {
-            "test": report.nodeid,
-            "unit": unit_of(report.nodeid),
-            "when": report.when,
-            "outcome": outcome,
-            "seconds": round(report.duration, 3),
-            "message": message,
-        }
+    plugin = LanePlugin(
+        Record(Path(record), Path(compiles) if compiles else None),
+        os.environ.get("LANE_ENVIRONMENT", ""),
     )
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    yield
-    if _RECORD is None:
-        return
-    unit = unit_of(item.nodeid)
-    if nextitem is None or unit_of(nextitem.nodeid) != unit:
-        _RECORD.write({"done": unit})
-        _RECORD.save_counts()
-
-
-def pytest_sessionfinish(session: pytest.Session) -> None:
-    global _RECORD
-    if _RECORD is None:
-        return
-    _RECORD.save_counts()
-    if "jax" in sys.modules:
-        import jax
-
-        jax.monitoring.unregister_event_listener(_RECORD.on_event)
-        jax.monitoring.unregister_event_duration_listener(_RECORD.on_duration)
-    _RECORD = None
+    config.pluginmanager.register(plugin, "lane_progress_record")
