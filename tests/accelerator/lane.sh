@@ -22,6 +22,8 @@
 # DIR...` (on any machine) merges them into one record and tests/ACCELERATOR.md.
 set -u
 cd "$(dirname "$0")/../.."
+# the image's Python 3.11 (the checkout's .python-version names 3.12, which pyenv may lack)
+for v in $(pyenv versions --bare 2>/dev/null); do case $v in 3.11*) export PYENV_VERSION=$v ;; esac; done
 if [ "${1:-}" = plan ] || [ -z "${1:-}" ]; then
   exec python3 tests/accelerator/plan.py
 fi
