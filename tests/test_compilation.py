@@ -5,7 +5,6 @@ import functools
 import itertools
 import logging
 import warnings
-from importlib.metadata import entry_points
 
 import jax
 import jax.numpy as jnp
@@ -856,7 +855,7 @@ def test_parse_prose_fallback():
 # ---------------------------------------------------------------------------
 
 
-def test_pytest_marker_counts_jitted_programs_only(pytester):
+def test_pytest_marker_counts_jitted_programs_only(pytester, inner_pytest_args):
     pytester.makepyfile(
         """
         import jax, jax.numpy as jnp, numpy as np, pytest
@@ -885,18 +884,14 @@ def test_pytest_marker_counts_jitted_programs_only(pytester):
             assert False, "own failure"
         """
     )
-    # jaxwise's plugin loads by its pytest11 entry point where jaxwise is installed; from a
-    # source checkout on PYTHONPATH (no entry point) the inner run names it
-    installed = any(ep.value == "jaxwise.pytest_plugin" for ep in entry_points(group="pytest11"))
-    plugin = () if installed else ("-p", "jaxwise.pytest_plugin")
-    result = pytester.runpytest("-p", "no:cacheprovider", *plugin)
+    result = pytester.runpytest(*inner_pytest_args)  # jaxwise's plugin, installed or not
     result.assert_outcomes(passed=2, failed=2)
     result.stdout.re_match_lines(
         [r".*CompileBudgetExceeded.*2 compilations, budget 1", r".*f32\[3\] → f32\[4\]"]
     )
     result.stdout.fnmatch_lines(["*own failure*"])
     assert "budget 0" not in result.stdout.str()
-    alone = pytester.runpytest("-p", "no:cacheprovider", *plugin, "-k", "eager_ops_not_counted")
+    alone = pytester.runpytest(*inner_pytest_args, "-k", "eager_ops_not_counted")
     alone.assert_outcomes(passed=1)
 
 

@@ -125,14 +125,16 @@ def test_three():
 """
 
 
-def test_the_progress_plugin_records_each_test_and_each_finished_unit(pytester, monkeypatch):
+def test_the_progress_plugin_records_each_test_and_each_finished_unit(
+    pytester, monkeypatch, inner_pytest_args
+):
     monkeypatch.syspath_prepend(str(ACCELERATOR))
     record = pytester.path / "record.jsonl"
     monkeypatch.setenv("LANE_RECORD", str(record))
     monkeypatch.setenv("LANE_COMPILES", str(pytester.path / "compiles.json"))
     monkeypatch.delenv("LANE_ENVIRONMENT", raising=False)
     pytester.makepyfile(test_first=INNER, test_second="def test_four():\n    pass\n")
-    result = pytester.runpytest("-p", "lane_progress", "-p", "no:cacheprovider")
+    result = pytester.runpytest(*inner_pytest_args, "-p", "lane_progress")
     result.assert_outcomes(passed=2, failed=1, skipped=1)
     lines = [json.loads(line) for line in record.read_text().splitlines()]
     tests = {r["test"].split("::")[1]: (r["outcome"], r["message"]) for r in lines if "test" in r}

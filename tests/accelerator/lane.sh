@@ -35,7 +35,7 @@ k=$1
 shift
 start=$(date +%s)
 budget=${LANE_SECONDS:-540}
-keep=build/accelerator
+keep=$PWD/build/accelerator  # absolute: tests change the working directory
 out=${OUT:-$keep/out}
 mkdir -p "$keep" "$out"
 record=$keep/record-$k.jsonl

@@ -153,8 +153,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if not record:
         return
     compiles = os.environ.get("LANE_COMPILES")
+    # absolute now: a test may change the working directory (pytester, monkeypatch.chdir)
     plugin = LanePlugin(
-        Record(Path(record), Path(compiles) if compiles else None),
-        os.environ.get("LANE_ENVIRONMENT", ""),
+        Record(Path(record).resolve(), Path(compiles).resolve() if compiles else None),
+        str(Path(os.environ["LANE_ENVIRONMENT"]).resolve())
+        if os.environ.get("LANE_ENVIRONMENT")
+        else "",
     )
     config.pluginmanager.register(plugin, "lane_progress_record")
