@@ -90,3 +90,21 @@ def tmpfs(tmp_path):
     yield mount
     for path in mounted:
         subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.fixture
+def inner_pytest_args(request):
+    """Arguments for an inner (pytester) run that loads what this run loaded.
+
+    jaxwise's plugin by name where jaxwise is not installed (a checkout on PYTHONPATH has no
+    ``pytest11`` entry point); Hypothesis' plugin off where this run has it off (the TPU lane:
+    loading it after Hypothesis was imported fails).
+    """
+    from importlib.metadata import entry_points
+
+    args = ["-p", "no:cacheprovider"]
+    if not any(ep.value == "jaxwise.pytest_plugin" for ep in entry_points(group="pytest11")):
+        args += ["-p", "jaxwise.pytest_plugin"]
+    if request.config.pluginmanager.is_blocked("hypothesispytest"):
+        args += ["-p", "no:hypothesispytest"]
+    return args

@@ -35,6 +35,7 @@ __all__ = [
     "install_guard",
     "mesh_devices",
     "on_host",
+    "set_x64",
 ]
 
 # `jax.enable_x64` before `install_guard` wraps it (the State object: callable, `.value`).
@@ -103,6 +104,17 @@ def check_on_host(what: str = "jax.enable_x64(True)") -> None:
             f"{what} with the default device on {platform!r}: a float64 referee must run "
             "on the host — use `with host_float64():` (tests/host64.py) or NumPy"
         )
+
+
+def set_x64(enabled: bool) -> None:
+    """Set JAX's float64 flag for the process (``jax_enable_x64``); on only from the host.
+
+    For a test of the flip itself (a recompile that names the flag); a float64 computation uses
+    `host_float64`.
+    """
+    if enabled:
+        check_on_host("jax_enable_x64=True")
+    jax.config.update("jax_enable_x64", enabled)
 
 
 class _GuardedEnableX64:

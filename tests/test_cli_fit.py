@@ -18,6 +18,7 @@ import goldens
 import numpy as np
 import pytest
 from host64 import host_default
+from needs import needs
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(DATA))
@@ -215,6 +216,7 @@ def straight(blobs, tmp_path_factory):
     return out, history(out)
 
 
+@needs("mlflow", "tensorboardX", "tensorboard")
 def test_every_writer_holds_every_epoch_once(blobs, straight, tmp_path, capsys):
     out = tmp_path / "run"
     code, text, err = train_cli(blobs, out, capsys, "--log", "jsonl,tensorboard,mlflow")
@@ -229,6 +231,7 @@ def test_every_writer_holds_every_epoch_once(blobs, straight, tmp_path, capsys):
         assert logged[name] == [(e, pytest.approx(r[name], rel=1e-7)) for e, r in straight[1]]
 
 
+@needs("mlflow", "tensorboardX", "tensorboard")
 def test_resume_continues_every_writer_without_a_step_twice(blobs, straight, tmp_path, capsys):
     out = tmp_path / "run"
     log = ["--log", "tensorboard,mlflow"]
@@ -335,6 +338,7 @@ def test_sigkill_then_resume_equals_the_uninterrupted_run(blobs, straight, tmp_p
     assert_same_steps(out, straight[1])
 
 
+@needs("mlflow", "tensorboardX", "tensorboard")
 def test_the_readme_tensorboard_block_runs(blobs, tmp_path, monkeypatch, capsys):
     import shlex
 
@@ -353,6 +357,7 @@ def test_the_readme_tensorboard_block_runs(blobs, tmp_path, monkeypatch, capsys)
     assert ui[-1] == "runs/mine/mlruns" and mlflow_scalars(tmp_path / "runs/mine")["loss"]
 
 
+@needs("mlflow", "tensorboardX", "tensorboard")
 def test_spiral_logs_every_epoch_to_every_writer(tmp_path, capsys):
     from jaxwise.cli import main
 

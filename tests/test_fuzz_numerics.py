@@ -13,14 +13,19 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from tolerance import rtol
 
 from jaxwise import numerics as jn
 
 N = 8
-FUZZ = settings(max_examples=50, deadline=None, derandomize=True)
+# No deadline and no wall-clock health check: a host stall (another process, a compile on an
+# accelerator) may make one draw slow; what is checked is the values, never the time.
+FUZZ = settings(
+    max_examples=50, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
 
 finite = st.floats(-1e4, 1e4, allow_nan=False, allow_infinity=False, width=32)
 vectors = hnp.arrays(np.float32, N, elements=finite)
@@ -106,7 +111,8 @@ def test_entropy_finite_and_matches_float64(p):
     assert np.isfinite(np.asarray(grad)[p > 0]).all()  # d(−p log p)/dp = −log p − 1 at p > 0
     p64 = p.astype(np.float64)
     expected = -np.sum(np.where(p64 > 0, p64 * np.log(np.where(p64 > 0, p64, 1.0)), 0.0))
-    assert float(value) == pytest.approx(expected, rel=1e-5, abs=1e-6)
+    # a same-sign sum of p·log p: its relative error is at most log's (the device's table)
+    assert float(value) == pytest.approx(expected, rel=rtol("log", floor=1e-5), abs=1e-6)
 
 
 @FUZZ

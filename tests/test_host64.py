@@ -51,3 +51,55 @@ def test_the_guard_is_installed_and_transparent_on_the_host():
         with pytest.raises(Float64OffHost):
             with jax.enable_x64(True):
                 pass
+
+
+# Where float64 may be switched on: the helper, and the guard's own tests (which try it on an
+# injected TPU to see it refused). Everything else goes through `host_float64` / `set_x64`.
+X64_ALLOWED = {"tests/host64.py", "tests/test_host64.py"}
+
+
+def _x64_switches(source: str) -> list[int]:
+    """Lines of ``source`` switching float64: ``enable_x64(…)``, ``update("jax_enable_x64", …)``."""
+    import ast
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        first = node.args[0] if node.args else None
+        if name == "enable_x64" or (
+            name == "update"
+            and isinstance(first, ast.Constant)
+            and str(first.value).lower() == "jax_enable_x64"
+        ):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_float64_is_switched_on_only_through_the_host_helper():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    found = {
+        f"{path.relative_to(root)}:{line}"
+        for folder in ("src", "tests")
+        for path in sorted((root / folder).rglob("*.py"))
+        if str(path.relative_to(root)) not in X64_ALLOWED and "lint_cases" not in path.parts
+        for line in _x64_switches(path.read_text())
+    }
+    assert not found, f"float64 switched on outside tests/host64.py (use host_float64): {found}"
+
+
+def test_the_float64_scan_finds_each_form():
+    source = (
+        "import jax\n"
+        "with jax.enable_x64(True):\n    pass\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "from jax.experimental import enable_x64\n"
+        "enable_x64()\n"
+        "jax.config.update('jax_default_device', None)\n"
+        "jax.config.update('JAX_ENABLE_X64', False)\n"
+    )
+    assert _x64_switches(source) == [2, 4, 6, 8]

@@ -9,6 +9,7 @@ import pytest
 
 from jaxwise.compilation import CompileCounter
 from jaxwise.jobs import CompileTally
+from jaxwise.jobs._cache import persistent_cache
 from jaxwise.jobs._common import initial_state
 from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.jobs.spiral import SpiralConfig, run_spiral
@@ -71,10 +72,11 @@ def test_overlapped_task_errors_surface_at_result_and_at_the_end():
         background.submit(lambda: 1 / 0)  # nobody asks for its result: raised at the end
 
 
-def test_tally_counts_only_the_measuring_threads_compilations():
+def test_tally_counts_only_the_measuring_threads_compilations(tmp_path):
     tally = CompileTally()
     x = jnp.ones(5)
-    with tally.measure():
+    # a new persistent cache: compiled, never loaded, whatever cache the run has (the TPU lane's)
+    with persistent_cache(tmp_path / "cache"), tally.measure():
         other = threading.Thread(target=lambda: jax.jit(lambda v: v - 7)(x).block_until_ready())
         other.start()
         other.join()
@@ -120,3 +122,17 @@ def test_spiral_job_compiles_three_programs_and_the_epoch_once(dp):
     assert summary["compiles"] == 1 and summary["checks"]["compiles_once"]["ok"]
     assert summary["checks"]["state_donated"]["ok"] and summary["skipped"] == 0
     assert len(summary["hard_examples"]) == 5
+
+
+def test_no_cache_turns_a_cache_configured_outside_off_for_the_block(tmp_path):
+    """``persistent_cache(None)`` (``--no-cache``): nothing loaded, even from JAX's own cache."""
+    x = jnp.ones(6)
+    with persistent_cache(tmp_path / "outside"):  # as JAX_COMPILATION_CACHE_DIR would set it
+        outside = jax.config.jax_compilation_cache_dir
+        jax.jit(lambda v: v * 13)(x).block_until_ready()  # now in that cache
+        tally = CompileTally()
+        with persistent_cache(None) as used, tally.measure():
+            assert used is None and jax.config.jax_compilation_cache_dir is None
+            jax.jit(lambda v: v * 13)(x).block_until_ready()
+        assert jax.config.jax_compilation_cache_dir == outside  # restored
+    assert (tally.compiled, tally.loaded) == (1, 0)

@@ -8,8 +8,12 @@ import sys
 
 import numpy as np
 import pytest
+from needs import needs
 
 from jaxwise.metrics import JsonlWriter, MetricWriter, MLflowWriter, TensorBoardWriter
+
+needs_mlflow = needs("mlflow")
+needs_tensorboard = needs("tensorboardX", "tensorboard")
 
 
 def tb_scalars(logdir):
@@ -32,15 +36,22 @@ def jsonl(path, key="step"):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_writers_are_metric_writers(tmp_path):
-    writers = [
-        JsonlWriter(tmp_path / "m.jsonl"),
-        TensorBoardWriter(tmp_path / "tb"),
-        MLflowWriter(tmp_path / "mlruns", run_name="a"),
-    ]
-    assert all(isinstance(w, MetricWriter) for w in writers)
-    for w in writers:
-        w.close()
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda p: JsonlWriter(p / "m.jsonl"), id="jsonl"),
+        pytest.param(
+            lambda p: TensorBoardWriter(p / "tb"), id="tensorboard", marks=needs_tensorboard
+        ),
+        pytest.param(
+            lambda p: MLflowWriter(p / "mlruns", run_name="a"), id="mlflow", marks=needs_mlflow
+        ),
+    ],
+)
+def test_writers_are_metric_writers(tmp_path, make):
+    w = make(tmp_path)
+    assert isinstance(w, MetricWriter)
+    w.close()
 
 
 def test_jsonl_format_and_nonfinite(tmp_path):
@@ -83,6 +94,7 @@ def killed_writer(cls, target):
     assert done.returncode == -signal.SIGKILL
 
 
+@needs_tensorboard
 def test_tensorboard_read_back_and_resume_purges(tmp_path):
     killed_writer("TensorBoardWriter", tmp_path)
     assert tb_scalars(tmp_path)["loss"] == [(s, float(s)) for s in range(1, 8)]
@@ -96,6 +108,7 @@ def test_tensorboard_read_back_and_resume_purges(tmp_path):
     assert got["acc"] == [(s, 0.5) for s in range(1, 5)]  # the killed run's later ones purged
 
 
+@needs_mlflow
 def test_mlflow_read_back_and_resume_keeps_the_run(tmp_path):
     w = MLflowWriter(tmp_path / "mlruns", run_name="run-1", params={"lr": 0.1})
     for s in range(1, 6):
@@ -129,7 +142,14 @@ def test_mlflow_read_back_and_resume_keeps_the_run(tmp_path):
         (1, {3: 1.0}, TypeError, "keys must be non-empty strings"),
     ],
 )
-@pytest.mark.parametrize("kind", ["jsonl", "tensorboard", "mlflow"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "jsonl",
+        pytest.param("tensorboard", marks=needs_tensorboard),
+        pytest.param("mlflow", marks=needs_mlflow),
+    ],
+)
 def test_bad_scalars(tmp_path, kind, step, scalars, error, match):
     w = {
         "jsonl": lambda: JsonlWriter(tmp_path / "m.jsonl"),
@@ -174,6 +194,7 @@ def test_missing_extra_names_it(tmp_path, monkeypatch, hidden, make, extra):
         make(tmp_path)
 
 
+@needs_mlflow
 def test_mlflow_file_store_flag_is_only_a_default(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     MLflowWriter(tmp_path, run_name="a").close()
@@ -208,6 +229,7 @@ def test_jsonl_float_steps_and_foreign_lines_are_kept(tmp_path):
     ]
 
 
+@needs_mlflow
 @pytest.mark.parametrize("name", ["acc@1", "err%", "x" * 251, "../up", "/abs"])
 def test_mlflow_refuses_a_bad_metric_name_at_write(tmp_path, name):
     w = MLflowWriter(tmp_path / "ml", run_name="r")
@@ -218,6 +240,7 @@ def test_mlflow_refuses_a_bad_metric_name_at_write(tmp_path, name):
     assert mlflow_history(w, "loss") == [(1, 1.0)]
 
 
+@needs_mlflow
 def test_mlflow_continued_run_logs_a_new_metric_from_its_first_step(tmp_path):
     w = MLflowWriter(tmp_path / "ml", run_name="r")
     for s in range(1, 4):
@@ -231,6 +254,7 @@ def test_mlflow_continued_run_logs_a_new_metric_from_its_first_step(tmp_path):
     assert mlflow_history(w2, "acc") == [(s, 0.1 * s) for s in range(2, 6)]
 
 
+@needs_mlflow
 @pytest.mark.parametrize("run_name", ["bob's run", 'say "hi"', 'it\'s "both"'])
 def test_mlflow_run_names_with_quotes_continue_their_run(tmp_path, run_name):
     w = MLflowWriter(tmp_path / "ml", run_name=run_name)

@@ -10,6 +10,7 @@ import numpy as np
 import optax
 import pytest
 from host64 import host_float64
+from tolerance import rtol
 
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
@@ -24,6 +25,7 @@ TARGET = {"w": np.array([[0.2, 0.1, -0.3], [1.0, -0.5, 0.0]]), "b": np.array([-1
 CURV = {"w": np.array([[1.0, 3.0, 0.5], [2.0, 10.0, 0.2]]), "b": np.array([4.0, 0.1])}
 MASK = {"w": True, "b": False}
 STEPS = 6
+LR = 0.1  # the largest learning rate of the cases below (the warmup-cosine peak)
 
 
 def grad_np(p):
@@ -196,7 +198,10 @@ def test_every_step_matches_float64_reference_and_optax(name):
     assert_histories_close(ours64, optax64, 0.0, f"{name} vs Optax (float64): identical")
     ours32, optax32 = run_tx(make(optim), jnp.float32), run_optax(make(optax), jnp.float32)
     assert_histories_close(ours32, optax32, 0.0, f"{name} vs Optax (float32): identical")
-    assert_histories_close(ours32, reference, 1e-5, f"{name} float32 vs NumPy float64")
+    # Adam's bias corrections 1 - b**t are a float32 pow (exp of t·log b) on the device: its log
+    # (table) moves each step by up to lr·(2 log + exp) relatively, over STEPS steps; 1e-5 on CPU.
+    atol = max(1e-5, STEPS * LR * rtol("log", "log", "exp", floor=0.0))
+    assert_histories_close(ours32, reference, atol, f"{name} float32 vs NumPy float64")
 
 
 # ---------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """Tests for jaxwise.per_example: per-example gradients, norms, clipping, chunks, batch forms."""
 
 import dataclasses
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from tolerance import allclose, rtol
 
 from jaxwise import numerics
 from jaxwise.compilation import CompileBudget
@@ -159,21 +161,20 @@ def test_chunked_temp_memory_is_bounded_by_chunk_not_batch():
         )
         return fn.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
 
+    def temp_of(norms):
+        return jax.jit(norms).lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
+
     full, chunk16 = temp(None), temp(16)
-    assert full >= 0.5 * 512 * n_params * 4  # of the order of B × P floats (XLA fuses some of it)
-    assert chunk16 <= 2 * 16 * n_params * 4 + 4 * 2**20  # ≈ chunk × P floats (+ activations)
-    assert chunk16 * 8 < full
-    ghost = jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y), method="ghost"))
-    assert ghost.lower(spec, x, y).compile().memory_analysis().temp_size_in_bytes * 20 < full  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
-    assert (
-        jax.jit(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y)))
-        .lower(spec, x, y)
-        .compile()
-        .memory_analysis()
-        .temp_size_in_bytes  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
-        * 20
-        < full
-    )  # auto = ghost
+    ghost = temp_of(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y), method="ghost"))
+    auto = temp_of(lambda p, x, y: per_example_grad_norms(MLP_LOSS, p, (x, y)))  # auto = ghost
+    # upper bounds, on every backend: ≈ chunk × P floats (+ activations); ghost no more
+    chunk_bound = 2 * 16 * n_params * 4 + 4 * 2**20
+    assert max(chunk16, ghost, auto) <= chunk_bound
+    if jax.default_backend() == "cpu":
+        # XLA:CPU materialises the full batch's B × P gradients (XLA fuses some of it); XLA:TPU
+        # compiles the full batch into less than a chunk's bound, so there is no lower bound there
+        assert full >= 0.5 * 512 * n_params * 4
+        assert chunk16 * 8 < full and ghost * 20 < full and auto * 20 < full
 
 
 def test_auto_chunk_size_fits_budget(problem):
@@ -181,9 +182,19 @@ def test_auto_chunk_size_fits_budget(problem):
     x = jnp.ones((64, 64))
     y = jnp.zeros(64, jnp.int32)
     n_params = sum(leaf.size for leaf in jax.tree.leaves(params))
-    budget = 8 * n_params * 4 + 2**20
+
+    def temp(chunk):
+        fn = jax.jit(
+            lambda p, b: per_example_grad_norms(MLP_LOSS, p, b, method="vmap", chunk_size=chunk)
+        )
+        return fn.lower(params, (x, y)).compile().memory_analysis().temp_size_in_bytes  # pyright: ignore[reportOptionalMemberAccess]  # memory_analysis() is available on CPU
+
+    # ≈ 8 examples' gradients on XLA:CPU; at most half of what this backend's full batch needs
+    # (XLA:TPU compiles the full batch into ~0.5 MB, under the CPU-sized budget)
+    budget = min(8 * n_params * 4 + 2**20, temp(None) // 2)
     chunk = auto_chunk_size(MLP_LOSS, params, (x, y), memory_budget=budget)
     assert 1 <= chunk < 64
+    assert chunk == 1 or temp(chunk) <= budget
     norms = per_example_grad_norms(
         MLP_LOSS, params, (x, y), chunk_size="auto", memory_budget=budget, method="chunked"
     )
@@ -323,7 +334,10 @@ def test_per_example_grads_take_any_pytree_batch(forms, form):
     loss, batch = batches[form]
     grads = per_example_grads(loss, params, batch)
     for k in ("w", "b", "v"):
-        np.testing.assert_allclose(np.asarray(grads[k], np.float64), ref[k], rtol=1e-5, atol=1e-6)
+        # float32 tanh in the forward pass (the device's table; its error grows ~4× through the
+        # backward pass), against float64: the test's own 1e-5/1e-6 on a CPU
+        tol = allclose("tanh", rtol=1e-5, atol=1e-6, magnitude=np.abs(ref[k]).max(), scale=4.0)
+        np.testing.assert_allclose(np.asarray(grads[k], np.float64), ref[k], **tol)
 
 
 @pytest.mark.parametrize("method", ["auto", "ghost", "vmap", "chunked"])
@@ -335,7 +349,10 @@ def test_norms_and_clipped_sums_take_any_pytree_batch(forms, form, method):
     norms64 = np.linalg.norm(flat, axis=1)
     chunk = 4 if method == "chunked" else None
     norms = per_example_grad_norms(loss, params, batch, method=method, chunk_size=chunk)
-    np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=1e-5)
+    # every method shares the float32 forward pass (tanh: the device's table) against float64;
+    # the methods agree with each other far closer (test_norm_methods_agree_on_one_device)
+    norm_rtol = rtol("tanh", floor=1e-5, scale=4.0)
+    np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=norm_rtol)
     weights = jnp.asarray(np.arange(9) % 3 != 1, jnp.float32)
     summed, norms = clip_and_sum(
         loss, params, batch, clip_norm=0.8, method=method, chunk_size=chunk, weights=weights
@@ -343,8 +360,39 @@ def test_norms_and_clipped_sums_take_any_pytree_batch(forms, form, method):
     factor = np.minimum(1.0, 0.8 / norms64) * np.asarray(weights, np.float64)
     expected = (flat * factor[:, None]).sum(0)
     got = np.concatenate([np.asarray(summed[k], np.float64).ravel() for k in ("b", "v", "w")])
-    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=1e-5)
+    tol = allclose("tanh", rtol=1e-4, atol=1e-6, magnitude=np.abs(expected).max(), scale=4.0)
+    np.testing.assert_allclose(got, expected, **tol)
+    np.testing.assert_allclose(np.asarray(norms, np.float64), norms64, rtol=norm_rtol)
+
+
+@pytest.mark.parametrize("form", ["tuple", "dict", "dataclass"])
+def test_norm_methods_agree_on_one_device(forms, form):
+    """Ghost, vmap and chunked norms and clipped sums agree on the device in use, tightly.
+
+    The DP promise rests on this agreement (one float32 forward pass, norms at HIGHEST), not on
+    the device's transcendentals, which all methods share.
+    """
+    params, batches, _ = forms
+    loss, batch = batches[form]
+    weights = jnp.asarray(np.arange(9) % 3 != 1, jnp.float32)
+    by_method = {}
+    methods: tuple[tuple[Literal["ghost", "vmap", "chunked", "auto"], int | None], ...] = (
+        ("ghost", None),
+        ("vmap", None),
+        ("chunked", 4),
+        ("auto", None),
+    )
+    for method, chunk in methods:
+        norms = per_example_grad_norms(loss, params, batch, method=method, chunk_size=chunk)
+        summed, _ = clip_and_sum(
+            loss, params, batch, clip_norm=0.8, method=method, chunk_size=chunk, weights=weights
+        )
+        by_method[method] = (np.asarray(norms), summed)
+    vmap_norms, vmap_sum = by_method.pop("vmap")
+    for method, (norms, summed) in by_method.items():
+        np.testing.assert_allclose(norms, vmap_norms, rtol=1e-6, err_msg=method)
+        for k in ("b", "v", "w"):
+            np.testing.assert_allclose(summed[k], vmap_sum[k], rtol=1e-5, atol=1e-6, err_msg=method)
 
 
 def test_ghost_coverage_and_auto_chunk_size_agree_across_batch_forms(forms):

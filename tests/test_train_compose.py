@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from host64 import host_default
 
 from jaxwise import optim
 from jaxwise.compilation import CompileBudget
@@ -45,14 +46,15 @@ GOLDEN, EXACT = goldens.load("compose")
 
 
 def test_plain_epoch_is_bit_identical_to_the_old_make_train_epoch():
-    x, y = golden.data()
-    state = TrainState.create(golden.params(), optim.adam(0.05), jax.random.key(3))
-    epoch = make_epoch(value_and_grad(golden.mse), ShuffleSampler(8))
-    losses = []
-    with CompileBudget(1, epoch, exact=True):
-        for _ in range(3):
-            state, metrics = epoch(state, (x, y))
-            losses.append(metrics["loss"])
+    with host_default():  # the goldens were recorded on XLA:CPU: the epochs are the host's
+        x, y = golden.data()
+        state = TrainState.create(golden.params(), optim.adam(0.05), jax.random.key(3))
+        epoch = make_epoch(value_and_grad(golden.mse), ShuffleSampler(8))
+        losses = []
+        with CompileBudget(1, epoch, exact=True):
+            for _ in range(3):
+                state, metrics = epoch(state, (x, y))
+                losses.append(metrics["loss"])
     for got, name in ((state.params["w"], "plain_w"), (state.params["b"], "plain_b")):
         _assert_golden(np.asarray(got), GOLDEN[name])
     _assert_golden(np.concatenate(losses), GOLDEN["plain_loss"])
@@ -72,16 +74,19 @@ def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():
     # out of the gradient (a masked row is replaced by a real one before the backward pass)
     # changed XLA's summation order, so parameters and norms now agree to float32 rounding.
     # Batch sizes and the key (the sampling) stay exact.
-    x, y = golden.data()
-    gradient = dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.1)
-    state = TrainState.create(golden.params(), optim.sgd(0.1), jax.random.key(4), gradient=gradient)
-    epoch = make_epoch(gradient, PoissonSampler(16))
-    sizes, norms = [], []
-    with CompileBudget(1, epoch, exact=True):
-        for _ in range(2):
-            state, metrics = epoch(state, {"x": x, "y": y})
-            sizes.append(metrics["batch_size"])
-            norms.append(metrics["grad_norm"])
+    with host_default():  # the goldens were recorded on XLA:CPU: the epochs are the host's
+        x, y = golden.data()
+        gradient = dp_gradient_fn(golden.squared, clip_norm=1.0, noise_multiplier=1.1)
+        state = TrainState.create(
+            golden.params(), optim.sgd(0.1), jax.random.key(4), gradient=gradient
+        )
+        epoch = make_epoch(gradient, PoissonSampler(16))
+        sizes, norms = [], []
+        with CompileBudget(1, epoch, exact=True):
+            for _ in range(2):
+                state, metrics = epoch(state, {"x": x, "y": y})
+                sizes.append(metrics["batch_size"])
+                norms.append(metrics["grad_norm"])
     np.testing.assert_allclose(state.params["w"], GOLDEN["dp_w"], rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(state.params["b"], GOLDEN["dp_b"], rtol=1e-6, atol=1e-7)
     np.testing.assert_array_equal(np.concatenate(sizes), GOLDEN["dp_batch_size"])

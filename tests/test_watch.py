@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from host64 import on_host, set_x64
 
 from jaxwise._jax import trace_state_clean
 from jaxwise.compilation import CompileCounter
@@ -364,13 +365,13 @@ def test_jit_rebuilt_in_a_loop_is_one_function_recompiling_as_new_function():
 def test_x64_flip_and_donation_change_are_named():
     x = np.ones(3, np.float32)
     try:
-        with Watch() as w:
+        with on_host(), Watch() as w:  # float64 on: only on the host
             f = jax.jit(double)
             f(x)
-            jax.config.update("jax_enable_x64", True)
+            set_x64(True)
             f(x)
     finally:
-        jax.config.update("jax_enable_x64", False)
+        set_x64(False)
     miss = w.report().functions[0].misses[1]
     assert (miss.kind, miss.argument, miss.old, miss.new) == (
         "config",

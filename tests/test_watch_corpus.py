@@ -10,17 +10,15 @@ import pytest
 import watch_corpus
 
 
+def _marks(case):
+    marks = [pytest.mark.xfail(reason=case.known_limit, strict=True)] if case.known_limit else []
+    if case.cpu_only:
+        marks.append(pytest.mark.skipif(jax.default_backend() != "cpu", reason=case.cpu_only))
+    return marks
+
+
 def _params(cases):
-    return [
-        pytest.param(
-            case,
-            id=case.name,
-            marks=[pytest.mark.xfail(reason=case.known_limit, strict=True)]
-            if case.known_limit
-            else [],
-        )
-        for case in cases
-    ]
+    return [pytest.param(case, id=case.name, marks=_marks(case)) for case in cases]
 
 
 def _run(case):

@@ -142,6 +142,10 @@ def test_vae_step_donating_images_with_no_output_of_their_type():
     assert finding.cause == NO_OUTPUT.format(aval="float32[8,4,4]")
 
 
+@pytest.mark.skipif(
+    jax.default_backend() != "cpu",
+    reason="a NumPy view shares a jax.Array's buffer only on CPU (elsewhere np.asarray copies)",
+)
 def test_vae_step_whose_params_are_held_by_a_numpy_view():
     params = _vae_params()
     view = None

@@ -193,8 +193,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     _require_extras(args, plots=False, checkpoints=False)
     from jaxwise import _doctor as doctor
 
-    print(doctor.report(as_json=args.json), end="" if not args.json else "\n")
-    return 0
+    env = doctor.environment()
+    failed = doctor.failure(env)
+    text = doctor.render(env, doctor.run_checks(failed=failed), as_json=args.json)
+    print(text, end="" if not args.json else "\n")
+    return 1 if failed is not None else 0  # the report is printed either way
 
 
 def cmd_lint(args: argparse.Namespace) -> int:

@@ -2,7 +2,9 @@
 
 Each check *runs* the pitfall on the installed JAX instead of trusting a
 version table, and reports ``PASS`` (the pitfall does not bite here) or
-``WARN`` (it does, with what to do about it).
+``WARN`` (it does, with what to do about it). A backend that cannot start (a TPU held by
+another process, no libtpu) is a ``FAIL`` that names the backend and why; the versions and
+the checks that need no device are still reported.
 
 Examples:
     >>> check_captured_constant(n=64).status
@@ -15,7 +17,9 @@ import dataclasses
 import functools
 import importlib.metadata
 import json
+import os
 import platform
+import re
 import subprocess
 import sys
 import textwrap
@@ -38,7 +42,10 @@ __all__ = [
     "check_debug_nans_after_vmap",
     "check_numpy_view_donation",
     "check_tested_jax",
+    "backend_error",
     "environment",
+    "failure",
+    "render",
     "report",
     "run_checks",
 ]
@@ -49,7 +56,7 @@ class Check:
     """The outcome of one pitfall check."""
 
     name: str
-    status: Literal["PASS", "WARN"]
+    status: Literal["PASS", "WARN", "FAIL"]
     detail: str
 
 
@@ -106,22 +113,56 @@ def float64_native(backend: str | None = None) -> bool:
     return _BACKEND_PRECISION.get(backend or jax.default_backend(), ("", False))[1]
 
 
-def environment() -> dict[str, str | bool]:
-    """Python, JAX, jaxlib and ecosystem versions, backend, device kind, the default matmul
-    precision and whether float64 is native.
+# JAX's devices, read through this name so that a test can inject a backend that fails to start.
+_devices = jax.devices
 
-    Lists optax, flax, orbax-checkpoint and dp-accounting (``"not installed"`` when absent)
-    and equinox when installed; versions come from package metadata, nothing is imported.
+# libtpu's advice when its lock file is in use ("Run \"$ sudo rm /tmp/libtpu_lockfile\"."):
+# harmful while another process (a training job) legitimately holds the chip.
+_LOCK_ADVICE = re.compile(
+    r"(?:\bRun\s+)?\"?\$?\s*(?:sudo\s+)?\brm\s+(?:-\w+\s+)*[^\s\"]*lock[^\s\"]*\"?\.?\s*",
+    re.IGNORECASE,
+)
+_HELD_SIGNS = ("lockfile", "already in use", "resource busy")
+_HELD = (
+    "held by another process (one process at a time opens a TPU): wait for it to end or stop "
+    "it; never delete libtpu's lock file while it runs"
+)
+
+
+def _why_backend_failed(message: str) -> str:
+    """A one-line reason from JAX's backend error, without libtpu's advice to delete its lock."""
+    line = " ".join(message.split())
+    cleaned = re.sub(r"^Unable to initialize backend '[^']+':\s*", "", _LOCK_ADVICE.sub("", line))
+    cleaned = cleaned.strip()
+    if any(sign in line.lower() for sign in _HELD_SIGNS):
+        return f"{_HELD} ({cleaned})"
+    if "libtpu" in line and ("Failed to open" in line or "cannot open" in line):
+        return f"libtpu is not installed or cannot be loaded ({cleaned})"
+    return cleaned
+
+
+def backend_error() -> tuple[str, str] | None:
+    """``(backend, why)`` when JAX's backend cannot start, else ``None`` (the devices are up).
+
+    ``why`` is one line: libtpu's advice to delete its lock file is left out (a TPU held by
+    another process is named as such).
 
     Examples:
-        >>> env = environment()
-        >>> sorted(env)[:3], "optax" in env and "orbax-checkpoint" in env
-        (['backend', 'device_kind', 'devices'], True)
-        >>> env["float64_native"] if env["backend"] == "cpu" else True
+        >>> backend_error() is None  # this machine's backend starts
         True
     """
-    devices = jax.devices()
-    kinds = sorted({d.device_kind for d in devices})
+    try:
+        _devices()
+    except RuntimeError as err:
+        message = str(err)
+        named = re.search(r"backend '([^']+)'", message)
+        configured = jax.config.jax_platforms or "default"  # pyright: ignore[reportAttributeAccessIssue]
+        return (named.group(1) if named else configured), _why_backend_failed(message)
+    return None
+
+
+def _versions() -> dict[str, str | bool]:
+    """Python, JAX, jaxlib, NumPy and the ecosystem's versions (package metadata only)."""
     env: dict[str, str | bool] = {
         "python": platform.python_version(),
         "jax": jax.__version__,
@@ -132,6 +173,34 @@ def environment() -> dict[str, str | bool]:
         version = _distribution_version(name)
         if version is not None or always:
             env[name] = version or "not installed"
+    return env
+
+
+def environment() -> dict[str, str | bool]:
+    """Python, JAX, jaxlib and ecosystem versions, backend, device kind, the default matmul
+    precision and whether float64 is native.
+
+    Lists optax, flax, orbax-checkpoint and dp-accounting (``"not installed"`` when absent)
+    and equinox when installed; versions come from package metadata, nothing is imported.
+    When the backend cannot start (`backend_error`), the versions, ``backend`` (the one that
+    failed), ``backend_error`` (why) and ``platform``.
+
+    Examples:
+        >>> env = environment()
+        >>> sorted(env)[:3], "optax" in env and "orbax-checkpoint" in env
+        (['backend', 'device_kind', 'devices'], True)
+        >>> env["float64_native"] if env["backend"] == "cpu" else True
+        True
+    """
+    env = _versions()
+    host = f"{platform.system()} {platform.machine()}"
+    failed = backend_error()
+    if failed is not None:
+        backend, why = failed
+        env.update({"backend": backend, "backend_error": why, "platform": host})
+        return env
+    devices = _devices()
+    kinds = sorted({d.device_kind for d in devices})
     env.update(
         {
             "backend": jax.default_backend(),
@@ -139,7 +208,7 @@ def environment() -> dict[str, str | bool]:
             "devices": f"{len(devices)} × {', '.join(kinds)}",
             "matmul_precision": matmul_precision(),
             "float64_native": float64_native(),
-            "platform": f"{platform.system()} {platform.machine()}",
+            "platform": host,
         }
     )
     return env
@@ -165,12 +234,21 @@ def check_debug_nans_after_vmap(isolated: bool = True) -> Check:
     """Does ``jax_debug_nans`` catch a NaN in an already-compiled function after a ``vmap``?
 
     Runs in a fresh interpreter (``isolated=True``) because the pitfall depends
-    on what already ran in the process.
+    on what already ran in the process; off a CPU, that interpreter runs on the CPU
+    (``JAX_PLATFORMS=cpu``): a TPU opens in one process at a time, this one (the pitfall is in
+    JAX's dispatch, the same on every backend).
     """
     name = "debug_nans after vmap"
     if isolated:
+        env = dict(os.environ)
+        if jax.default_backend() != "cpu":
+            env["JAX_PLATFORMS"] = "cpu"
         proc = subprocess.run(
-            [sys.executable, "-c", _DEBUG_NANS_PROBE], capture_output=True, text=True, timeout=120
+            [sys.executable, "-c", _DEBUG_NANS_PROBE],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
         )
         outcome = (
             proc.stdout.strip().splitlines()[-1]
@@ -302,8 +380,29 @@ def check_tested_jax(version: str | None = None) -> Check:
     return Check("tested_jax", "PASS", f"JAX {version} ({tested})")
 
 
-def run_checks(isolated: bool = True) -> list[Check]:
-    """Run every pitfall check and return the outcomes."""
+# The checks that run a computation: they need the backend to start.
+DEVICE_CHECKS = ("debug_nans after vmap", "np.asarray and donation", "captured constant")
+
+
+def check_backend(failed: tuple[str, str]) -> Check:
+    """The ``FAIL`` of a backend that cannot start (`backend_error`): which, why, what is left."""
+    backend, why = failed
+    return Check(
+        "backend",
+        "FAIL",
+        f"backend {backend!r} cannot start: {why}; not run (they need a device): "
+        + ", ".join(DEVICE_CHECKS),
+    )
+
+
+def run_checks(isolated: bool = True, failed: tuple[str, str] | None = None) -> list[Check]:
+    """Run every pitfall check and return the outcomes.
+
+    With ``failed`` (`backend_error`'s answer), only the checks that need no device, after the
+    backend's ``FAIL``.
+    """
+    if failed is not None:
+        return [check_backend(failed), check_tested_jax()]
     return [
         check_tested_jax(),
         check_debug_nans_after_vmap(isolated),
@@ -315,7 +414,18 @@ def run_checks(isolated: bool = True) -> list[Check]:
 def report(as_json: bool = False) -> str:
     """The doctor's output: environment and checks as a table (or JSON)."""
     env = environment()
-    checks = run_checks()
+    return render(env, run_checks(failed=failure(env)), as_json)
+
+
+def failure(env: dict[str, str | bool]) -> tuple[str, str] | None:
+    """``(backend, why)`` from an `environment` whose backend could not start, else ``None``."""
+    if "backend_error" not in env:
+        return None
+    return str(env["backend"]), str(env["backend_error"])
+
+
+def render(env: dict[str, str | bool], checks: list[Check], as_json: bool = False) -> str:
+    """``env`` (`environment`) and ``checks`` (`run_checks`) as tables, or as one JSON object."""
     if as_json:
         return json.dumps({"environment": env, "checks": [dataclasses.asdict(c) for c in checks]})
     from io import StringIO

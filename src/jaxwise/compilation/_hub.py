@@ -109,6 +109,7 @@ class _Hub:
         self._explain_users = 0
         self._flag_before: bool | None = None
         self._filter = _CaptureFilter(self)
+        self._quiet = _PersistentCacheFilter(self)
         self._local = threading.local()
         self._sources: dict[str, list[_jaxkeys.CallSig]] = {}
         self._placements: weakref.WeakKeyDictionary[Any, _Placement] = weakref.WeakKeyDictionary()
@@ -183,6 +184,8 @@ class _Hub:
         if self._explain_users == 0:
             self._flag_before = bool(jax.config.jax_explain_cache_misses)
             logging.getLogger(_EXPLAIN_LOGGER).addFilter(self._filter)
+            for name in _CACHE_LOGGERS:
+                logging.getLogger(name).addFilter(self._quiet)
             if not self._flag_before:
                 jax.config.update("jax_explain_cache_misses", True)
         self._explain_users += 1
@@ -191,6 +194,8 @@ class _Hub:
         self._explain_users -= 1
         if self._explain_users == 0:
             logging.getLogger(_EXPLAIN_LOGGER).removeFilter(self._filter)
+            for name in _CACHE_LOGGERS:
+                logging.getLogger(name).removeFilter(self._quiet)
             if not self._flag_before:
                 jax.config.update("jax_explain_cache_misses", False)
             self._flag_before = None
@@ -313,6 +318,24 @@ class _CaptureFilter(logging.Filter):
             return True
         self._hub.explain(message)
         return self._hub.user_wants_explanations
+
+
+# JAX logs its persistent compilation cache's misses and writes at WARNING while
+# ``jax_explain_cache_misses`` is on (else at DEBUG): hidden when the flag is on only for us.
+_CACHE_LOGGERS = ("jax._src.compiler", "jax._src.compilation_cache")
+
+
+class _PersistentCacheFilter(logging.Filter):
+    """Hides the persistent cache's WARNING lines that only our explain flag raised."""
+
+    def __init__(self, hub: _Hub) -> None:
+        super().__init__()
+        self._hub = hub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.WARNING or self._hub.user_wants_explanations:
+            return True
+        return "persistent c" not in record.getMessage().lower()  # "... cache", "... compilation"
 
 
 HUB = _Hub()

@@ -37,7 +37,9 @@ class StageReport:
     """Costs of each stage of ``jit``: trace, lower, compile; and program figures.
 
     Times are milliseconds; memory figures are bytes from ``compiled.memory_analysis()``
-    (``None`` where the backend gives none); ``flops`` from ``compiled.cost_analysis()``.
+    (``None`` where the backend gives none): the device's allocation sizes, so an accelerator's
+    include its padding to tiles (a float32 scalar output is 4 bytes on a CPU, 512 on a TPU);
+    ``flops`` from ``compiled.cost_analysis()``.
     ``str(report)`` (and so ``print(report)``) is a readable table.
 
     Attributes:

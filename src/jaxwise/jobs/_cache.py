@@ -53,16 +53,29 @@ def persistent_cache(directory: Path | None) -> Iterator[Path | None]:
     restored afterwards, so a job run in-process (tests, notebooks) leaves JAX as it was.
 
     Args:
-        directory: the cache directory (created if missing), or ``None`` for no cache.
+        directory: the cache directory (created if missing), or ``None`` for no cache (off
+            for the block even where JAX's cache was configured outside, e.g. by
+            ``JAX_COMPILATION_CACHE_DIR``: ``--no-cache`` means it).
 
     Yields:
         The directory in use: ``None`` when off or when the directory cannot be created
             (the job then runs without the cache).
     """
-    if directory is None:
-        yield None
-        return
     from jax.experimental.compilation_cache import compilation_cache
+
+    if directory is None:
+        if jax.config.jax_compilation_cache_dir is None:
+            yield None
+            return
+        saved_dir = jax.config.jax_compilation_cache_dir
+        jax.config.update("jax_compilation_cache_dir", None)
+        compilation_cache.reset_cache()
+        try:
+            yield None
+        finally:
+            jax.config.update("jax_compilation_cache_dir", saved_dir)
+            compilation_cache.reset_cache()
+        return
 
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -93,9 +106,9 @@ class CompileTally:
         seconds: total backend time (compiling or loading).
 
     Examples:
-        >>> import jax, jax.numpy as jnp
+        >>> import jax, jax.numpy as jnp, tempfile
         >>> x, tally = jnp.ones(4), CompileTally()
-        >>> with tally.measure():
+        >>> with persistent_cache(Path(tempfile.mkdtemp())), tally.measure():  # a new cache
         ...     _ = jax.jit(lambda v: v * 3)(x)
         >>> tally.total, tally.describe("f")
         (1, 'f compiled 1×')
