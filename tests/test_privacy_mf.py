@@ -880,7 +880,7 @@ def test_a_mismatched_mechanism_and_sampler_is_refused_at_construction(noise, sa
     with pytest.raises(privacy.PairingError, match=r"at most once every \d+ steps.*groups="):
         train.make_epoch(_dp(noise), sampler)
     with pytest.raises(ValueError):  # a PairingError is a ValueError
-        _dp(noise).requirements.privacy.check_sampler(sampler)
+        _dp(noise).requirements.privacy.check_sampler(sampler.facts(None))
 
 
 @pytest.mark.parametrize(
@@ -908,7 +908,7 @@ def test_valid_pairings_are_accepted_and_accounted_from_the_objects(noise, sampl
         mechanism=noise,
     )
     assert ours == expected
-    assert sampler.min_separation >= (1 if noise is None else noise.min_separation)
+    assert sampler.facts(None).min_separation >= (1 if noise is None else noise.min_separation)
 
 
 def test_bandmf_accounting_reads_the_mechanisms_separation():
@@ -981,12 +981,8 @@ def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
     n, batch, groups = 400, 20, 4
     sampler = privacy.CyclicPoissonSampler(batch, groups=groups)
     gradient = privacy.dp_gradient_fn(linear, clip_norm=100.0, noise_multiplier=0.0)
-    from jaxwise.train._epoch import sampler_context
-
-    assert sampler_context(sampler, n, None).expected_batch_size == pytest.approx(batch)
-    assert sampler.expected_batch_size(n) == pytest.approx(batch)
-    plain = sampler_context(privacy.PoissonSampler(batch), n, None).expected_batch_size
-    assert plain == pytest.approx(batch)
+    assert sampler.facts(n).expected_batch_size == pytest.approx(batch)
+    assert privacy.PoissonSampler(batch).facts(n).expected_batch_size == pytest.approx(batch)
     state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(1.0), 0, gradient=gradient)
     state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})
     total = float(np.asarray(metrics["batch_size"]).sum())

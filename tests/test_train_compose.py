@@ -29,6 +29,7 @@ from jaxwise.privacy import DPGradientFn, PoissonSampler, dp_gradient_fn
 from jaxwise.train import (
     GradientFn,
     Gradients,
+    Requirements,
     ShuffleSampler,
     TrainState,
     make_epoch,
@@ -97,6 +98,8 @@ LAMBDA = 0.1
 class L2Gradient:
     """A hand-written GradientFn: the MSE gradient plus the gradient of LAMBDA/2 |params|^2."""
 
+    requirements = Requirements()  # needs nothing of the program
+
     def init(self, params):
         del params
         return ()
@@ -146,6 +149,8 @@ def _hash_order(state):
 
 class CountingGradient:
     """A toy GradientFn with state: it counts the steps and sums the losses."""
+
+    requirements = Requirements()  # a key every step (the default)
 
     def init(self, params):
         del params

@@ -50,17 +50,14 @@ from jaxwise.privacy._blt import blt_strategy as blt_strategy
 from jaxwise.privacy._choose import MechanismCandidate as MechanismCandidate
 from jaxwise.privacy._choose import MechanismChoice as MechanismChoice
 from jaxwise.privacy._choose import choose_mechanism as choose_mechanism
-from jaxwise.privacy._cyclic import CyclicPoissonSampler as CyclicPoissonSampler
 from jaxwise.privacy._dpgradient import DPGradientFn as DPGradientFn
 from jaxwise.privacy._dpgradient import dp_gradient as dp_gradient
 from jaxwise.privacy._dpgradient import dp_gradient_fn as dp_gradient_fn
-from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
 from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
 from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
 from jaxwise.privacy._mechanism import DPAccounting as DPAccounting
 from jaxwise.privacy._mechanism import NoiseMechanism as NoiseMechanism
 from jaxwise.privacy._mechanism import PairingError as PairingError
-from jaxwise.privacy._mechanism import SeparatedSampler as SeparatedSampler
 from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
 from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
@@ -68,6 +65,8 @@ from jaxwise.privacy._sampling import poisson_batch as poisson_batch
 from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
 from jaxwise.privacy._unit import UnitClipped as UnitClipped
 from jaxwise.privacy._unit import unit_clip as unit_clip
+from jaxwise.train import CyclicPoissonSampler as CyclicPoissonSampler
+from jaxwise.train import PoissonSampler as PoissonSampler
 
 __all__ = [
     "AdaptiveClip",
@@ -86,7 +85,6 @@ __all__ = [
     "NoiseMechanism",
     "PairingError",
     "PoissonSampler",
-    "SeparatedSampler",
     "UnitClipped",
     "add_dp_noise",
     "audit_canaries",

@@ -285,8 +285,8 @@ def epoch_epsilon(
     [`DPAccounting`][jaxwise.privacy.DPAccounting]: the noise multiplier, the mechanism and
     the clip policy of a [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], forwarded by
     every wrapper: [`unit_clip`][jaxwise.privacy.unit_clip],
-    [`mixed_precision`][jaxwise.train.mixed_precision], yours), the sample rate from
-    ``epoch.sampler.sample_rate(n)``; the pairing is checked again (a mechanism whose
+    [`mixed_precision`][jaxwise.train.mixed_precision], yours), the sampling from the
+    sampler's one record, ``epoch.facts(n)`` (its method, rate and separation); the pairing is checked again (a mechanism whose
     ``min_separation`` the sampler does not guarantee raises `PairingError`), then the
     event its parts give (``dp_event``) is composed as [`epsilon`][jaxwise.privacy.epsilon]
     does.
@@ -330,20 +330,22 @@ def epoch_epsilon(
             "wrapper that forwards its `requirements`), got "
             f"{type(epoch).__name__} of {type(getattr(epoch, 'gradient', None)).__name__}"
         )
-    privacy.check_sampler(epoch.sampler)
-    if getattr(epoch.sampler, "poisson_sampled", False) is not True:
-        raise PairingError(
-            f"`epoch` draws its batches with {type(epoch.sampler).__name__}, which is not "
-            "Poisson sampling: the amplified epsilon the accountant computes is not proved for "
-            "it (shuffled fixed-size batches get no such amplification). Train with "
-            "privacy.PoissonSampler (or CyclicPoissonSampler) for an epsilon, or account "
-            "without amplification: privacy.epsilon(..., sample_rate=1.0, steps=...)"
-        )
     n = check_int(n, "n", min_value=1)
     check_int(steps, "steps", min_value=1)
     check_probability(delta, "delta", open_low=True, open_high=True)
     check_choice(accountant, "accountant", ACCOUNTANTS)
+    facts = epoch.facts(n)  # the sampler's one record: nothing else of it is read
+    name = type(epoch.sampler).__name__
+    privacy.check_sampler(facts, name)
+    if not facts.poisson:
+        raise PairingError(
+            f"`epoch` draws its batches with {name} (sampling method {facts.method!r}), which "
+            "is not Poisson sampling: the amplified epsilon the accountant computes is not "
+            "proved for it (shuffled fixed-size batches get no such amplification). Train "
+            "with privacy.PoissonSampler (or CyclicPoissonSampler) for an epsilon, or account "
+            "without amplification: privacy.epsilon(..., sample_rate=1.0, steps=...)"
+        )
     if getattr(privacy, "noise_multiplier", None) == 0:
         return float("inf")
-    event = privacy.dp_event(epoch.sampler.sample_rate(n), int(steps))
+    event = privacy.dp_event(facts.sized().sample_rate, int(steps))
     return _epsilon(event, delta, accountant)

@@ -10,7 +10,8 @@ clipping). Its state, ``{"noise": mechanism state, "clip": policy state}`` (``()
 absent part), lives in ``TrainState.gradient_state``.
 
 A mechanism states the participation its accounting assumes (``min_separation``: an example
-joins at most once in that many steps) and a `SeparatedSampler` the separation it guarantees;
+joins at most once in that many steps) and a sampler's `SamplingFacts` the separation it
+guarantees;
 `make_epoch` refuses a pairing where the sampler guarantees less with a `PairingError`. The
 gradient's privacy travels with it: its ``requirements.privacy`` is a `DPAccounting` (the
 noise multiplier, the mechanism and the clip policy), which a wrapper forwards, which
@@ -36,7 +37,7 @@ from jaxwise.privacy._noise import (
     noisy_mean,
     unflatten_like,
 )
-from jaxwise.train import Sampler
+from jaxwise.train import SamplingFacts
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
     from dp_accounting import DpEvent
@@ -46,7 +47,6 @@ __all__ = [
     "DPAccounting",
     "NoiseMechanism",
     "PairingError",
-    "SeparatedSampler",
     "add_noise",
     "check_pairing",
     "clip_policy",
@@ -140,29 +140,6 @@ class NoiseMechanism(Protocol):
         ...
 
 
-@runtime_checkable
-class SeparatedSampler(Protocol):
-    """A sampler that guarantees a minimum separation between an example's participations.
-
-    ``min_separation`` steps at least lie between two batches holding the same example
-    (`PoissonSampler`: 1; ``CyclicPoissonSampler(groups=g)``: ``g``). A sampler that is not
-    one (``train.ShuffleSampler``) guarantees 1.
-    """
-
-    @property
-    def min_separation(self) -> int:
-        """The fewest steps between two participations of one example.
-
-        Returns:
-            An int >= 1.
-        """
-        ...
-
-
-def _separation(sampler: Any) -> int:
-    return int(sampler.min_separation) if isinstance(sampler, SeparatedSampler) else 1
-
-
 def _pairing_message(noise: Any, sampler: str, have: int) -> str:
     need = 1 if noise is None else int(noise.min_separation)
     return (
@@ -173,21 +150,22 @@ def _pairing_message(noise: Any, sampler: str, have: int) -> str:
     )
 
 
-def check_pairing(noise: NoiseMechanism | None, sampler: Any) -> None:
-    """`PairingError` unless ``sampler`` separates participations as ``noise`` assumes.
+def check_pairing(noise: NoiseMechanism | None, facts: SamplingFacts, name: str) -> None:
+    """`PairingError` unless the sampling separates participations as ``noise`` assumes.
 
     Args:
         noise: the noise mechanism (``None``: DP-SGD, any sampler).
-        sampler: the epoch's sampler.
+        facts: the sampler's `SamplingFacts` (``min_separation`` is read).
+        name: the sampler's name, for the message.
 
     Raises:
         PairingError: the sampler guarantees fewer steps between an example's
             participations than the mechanism's ``min_separation``.
     """
     need = 1 if noise is None else int(noise.min_separation)
-    have = _separation(sampler)
+    have = int(facts.min_separation)
     if have < need:
-        raise PairingError(_pairing_message(noise, type(sampler).__name__, have))
+        raise PairingError(_pairing_message(noise, name, have))
 
 
 def add_noise(
@@ -341,16 +319,17 @@ class DPAccounting:
         """The separation of participations the accounting assumes (1 for DP-SGD)."""
         return 1 if self.noise is None else int(self.noise.min_separation)
 
-    def check_sampler(self, sampler: Sampler) -> None:
-        """`PairingError` unless ``sampler`` separates participations as ``noise`` assumes.
+    def check_sampler(self, facts: SamplingFacts, name: str = "the sampler") -> None:
+        """`PairingError` unless the sampling separates participations as ``noise`` assumes.
 
         Args:
-            sampler: the epoch's sampler.
+            facts: the sampler's `SamplingFacts` (``sampler.facts(n)``, or ``facts(None)``).
+            name: the sampler's name, for the message.
 
         Raises:
             PairingError: e.g. ``BandMF(bands=4)`` with a ``PoissonSampler``.
         """
-        check_pairing(self.noise, sampler)
+        check_pairing(self.noise, facts, name)
 
     def dp_event(self, sample_rate: float, steps: int) -> DpEvent:
         """The run's ``dp_accounting`` event: the mechanism's over the merged releases.

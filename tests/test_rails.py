@@ -1,0 +1,322 @@
+"""Privacy on the ecosystem's rails: samplers state their facts, gradients declare what a
+wrapper forwards, and the accountant never reports less than the program's noise supports.
+
+A sampler wrapper written from the protocol's three members (``facts``, ``plan``, ``draw``)
+trains bit for bit as the sampler it wraps, is paired alike with every mechanism and gets the
+same ε (issue 49: a seven-member wrapper around ``CyclicPoissonSampler(32, groups=4)`` divided
+the DP sum by 128 instead of 32). A gradient wrapper built from the protocol's members
+(``requirements``, ``init``, the call) is refused by ``make_epoch`` alike. Issue 50's
+accountant cases: a mechanism whose ``dp_event`` reports nothing for noisy releases, a wrapper
+that claims more noise than it adds, a ``dp_event`` that returns no event, a wrapper whose
+``init`` drops the state.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxwise
+from jaxwise import optim, privacy, train
+from jaxwise.compilation import CompileBudget
+from jaxwise.privacy import BLT, BandMF, CyclicPoissonSampler, PoissonSampler, dp_gradient_fn
+from jaxwise.train import SamplingFacts, ShuffleSampler, TrainState, make_epoch
+
+N = 256
+
+
+def squared(w, example):
+    return (jnp.dot(w, example["x"]) - example["y"]) ** 2
+
+
+def data(n: int = N):
+    x = jax.random.normal(jax.random.key(0), (n, 3))
+    return {"x": x, "y": x @ jnp.asarray([1.0, -2.0, 0.5]) + 3.0}
+
+
+class Forwarding:
+    """A user's sampler wrapper: the protocol's three members, forwarded, nothing else."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def facts(self, n):
+        return self.inner.facts(n)
+
+    def plan(self, key, step, n):
+        return self.inner.plan(key, step, n)
+
+    def draw(self, x, n):
+        return self.inner.draw(x, n)
+
+
+class ForwardingGradient:
+    """A user's gradient wrapper: the protocol's three members, forwarded."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def requirements(self):
+        return self.inner.requirements
+
+    def init(self, params):
+        return self.inner.init(params)
+
+    def __call__(self, params, model_state, batch, state, *, key, mask, context):
+        return self.inner(params, model_state, batch, state, key=key, mask=mask, context=context)
+
+
+SAMPLERS = [
+    ShuffleSampler(32),
+    PoissonSampler(32),
+    PoissonSampler(32, buckets=1),
+    CyclicPoissonSampler(32, groups=4),
+    CyclicPoissonSampler(16, groups=2, multiple=4),
+]
+IDS = ["shuffle", "poisson", "poisson-1-bucket", "cyclic-4", "cyclic-2-multiple-4"]
+
+
+def _train(gradient, sampler, epochs: int = 2):
+    state = TrainState.create(jnp.zeros(3), optim.sgd(0.5), 3, gradient=gradient)
+    epoch = make_epoch(gradient, sampler)
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(epochs):
+            state, metrics = epoch(state, data())
+    return state, metrics, epoch
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS, ids=IDS)
+def test_a_forwarding_sampler_trains_bit_identically(sampler):
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=0.0, method="vmap")
+    assert isinstance(Forwarding(sampler), train.Sampler)
+    a, ma, ea = _train(gradient, sampler)
+    b, mb, eb = _train(gradient, Forwarding(sampler))
+    assert np.asarray(a.params).tobytes() == np.asarray(b.params).tobytes()
+    assert sorted(ma) == sorted(mb)
+    for name in ma:
+        assert np.asarray(ma[name]).tobytes() == np.asarray(mb[name]).tobytes(), name
+    assert ea.facts(N) == eb.facts(N) == sampler.facts(N)
+    # the release is divided by the record's expected batch size, not sample_rate · n:
+    # every example's gradient clipped to norm 1 (σ = 0), so |update| = lr · count / E[B]
+    expected = sampler.facts(N).expected_batch_size
+    assert expected == pytest.approx(32 if sampler != SAMPLERS[-1] else 16, rel=0.05)
+
+
+def test_the_issue_49_wrapper_divides_by_the_groups_batch_not_n_q():
+    # issue 49's probe: one epoch of σ = 0 DP-SGD, CyclicPoissonSampler(32, groups=4) direct and
+    # wrapped: |w| 0.4898 both (a seven-member wrapper gave 0.1225: the sum divided by 128)
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=0.0, method="vmap")
+    sampler = CyclicPoissonSampler(32, groups=4)
+    a, _, _ = _train(gradient, sampler, epochs=1)
+    b, _, _ = _train(gradient, Forwarding(sampler), epochs=1)
+    wa, wb = float(jnp.linalg.norm(a.params)), float(jnp.linalg.norm(b.params))
+    assert wa == wb
+    # the divisor is one group's expected batch (32), not sample_rate · n (128)
+    facts = sampler.facts(N)
+    assert facts.expected_batch_size == pytest.approx(32.0)
+    assert facts.sample_rate * N == pytest.approx(128.0)
+
+
+MECHANISMS = [None, BandMF(4, steps=64), BandMF(2, steps=64), BLT(2, steps=64, min_sep=4)]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS, ids=IDS)
+@pytest.mark.parametrize("noise", MECHANISMS, ids=["dpsgd", "bandmf-4", "bandmf-2", "blt-4"])
+def test_a_forwarding_sampler_is_paired_and_accounted_alike(sampler, noise):
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0, noise=noise)
+    outcomes = []
+    for s in (sampler, Forwarding(sampler)):
+        try:
+            epoch = make_epoch(gradient, s)
+        except privacy.PairingError as err:
+            outcomes.append(("refused", str(err).replace("Forwarding", type(sampler).__name__)))
+            continue
+        try:
+            eps = privacy.epoch_epsilon(epoch, N, steps=16, delta=1e-5)
+        except privacy.PairingError as err:
+            outcomes.append(("no epsilon", str(err).replace("Forwarding", type(sampler).__name__)))
+            continue
+        outcomes.append(("epsilon", eps))
+    assert outcomes[0] == outcomes[1]
+    separation = sampler.facts(None).min_separation
+    need = 1 if noise is None else noise.min_separation
+    assert (outcomes[0][0] == "refused") == (separation < need)
+    if outcomes[0][0] == "epsilon":  # against dp-accounting composed by hand
+        assert outcomes[0][1] == privacy.epsilon(
+            noise_multiplier=1.0,
+            sample_rate=sampler.facts(N).sample_rate,
+            steps=16,
+            delta=1e-5,
+            mechanism=noise,
+        )
+
+
+def test_a_bandmf_gradient_in_a_forwarding_wrapper_is_refused_when_the_epoch_is_made():
+    banded = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0, noise=BandMF(4, steps=40))
+    with pytest.raises(privacy.PairingError) as direct:
+        make_epoch(banded, PoissonSampler(32))
+    with pytest.raises(privacy.PairingError) as wrapped:
+        make_epoch(ForwardingGradient(banded), PoissonSampler(32))
+    assert str(wrapped.value) == str(direct.value)
+    # and the wrapper trains as the gradient it wraps with a sampler that separates enough
+    a, _, _ = _train(banded, CyclicPoissonSampler(16, groups=4), epochs=1)
+    b, _, _ = _train(ForwardingGradient(banded), CyclicPoissonSampler(16, groups=4), epochs=1)
+    assert np.asarray(a.params).tobytes() == np.asarray(b.params).tobytes()
+
+
+def test_a_gradient_without_requirements_is_refused_by_name():
+    class Bare:
+        def init(self, params):
+            return ()
+
+        def __call__(self, params, model_state, batch, state, *, key, mask, context):
+            raise AssertionError("never traced")
+
+    with pytest.raises(TypeError, match=r"`Bare` declares no `requirements`.*Requirements\(\)"):
+        make_epoch(Bare(), ShuffleSampler(8))
+    assert not isinstance(Bare(), train.GradientFn)
+
+
+def test_a_seven_member_sampler_is_refused_naming_facts():
+    class Old:  # the fifth round's protocol, without `facts`
+        def check(self, n):
+            pass
+
+        def steps(self, n):
+            return 1
+
+        def width(self, n):
+            return 8
+
+        def widths(self, n):
+            return (8,)
+
+        def sample_rate(self, n):
+            return 8 / n
+
+        def plan(self, key, step, n):
+            return jnp.zeros((1, 8), jnp.int32), key
+
+        def draw(self, x, n):
+            return x, None, {}
+
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0)
+    with pytest.raises(TypeError, match=r"`sampler` must be a jaxwise.train.Sampler \(facts"):
+        make_epoch(gradient, Old())  # pyright: ignore[reportArgumentType]  # on purpose
+
+
+def test_facts_that_are_not_a_record_or_not_of_n_are_refused_by_name():
+    class Lying(Forwarding):
+        def facts(self, n):
+            return self.inner.facts(None if n is None else n + 1)
+
+    class Loose(Forwarding):
+        def facts(self, n):
+            return {"steps": 1}
+
+    gradient = train.value_and_grad(lambda w, b: jnp.mean((b["x"] @ w - b["y"]) ** 2))
+    state = TrainState.create(jnp.zeros(3), optim.sgd(0.1), 0)
+    with pytest.raises(ValueError, match=r"`Lying.facts\(256\)` describes 257 examples"):
+        make_epoch(gradient, Lying(ShuffleSampler(8)))(state, data())
+    with pytest.raises(TypeError, match=r"`Loose.facts\(n\)` must return .*SamplingFacts"):
+        make_epoch(gradient, Loose(ShuffleSampler(8)))(state, data())
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"method": "balls"}, "method"),
+        ({"min_separation": 0}, "min_separation"),
+        ({"examples": 10}, "must give"),
+        ({"steps": 3}, "`examples` must be given"),
+    ],
+)
+def test_a_bad_facts_record_is_refused_naming_the_field(fields, match):
+    base = {"method": "poisson", "min_separation": 1, "batch_size": 8.0}
+    with pytest.raises((TypeError, ValueError), match=match):
+        SamplingFacts(**{**base, **fields})
+
+
+def test_widths_must_ascend_to_width():
+    with pytest.raises(ValueError, match="`widths` must ascend strictly and end at `width` 8"):
+        SamplingFacts(
+            method="poisson",
+            min_separation=1,
+            batch_size=4.0,
+            examples=16,
+            steps=4,
+            width=8,
+            widths=(6, 5),
+            sample_rate=0.25,
+            expected_batch_size=4.0,
+        )
+
+
+SAMPLER_MEMBERS = {
+    "check",
+    "steps",
+    "width",
+    "widths",
+    "sample_rate",
+    "min_separation",
+    "expected_batch_size",
+    "poisson_sampled",
+    "facts",
+    "plan",
+    "draw",
+}
+
+
+def _reads(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """``(line, function, attribute)`` of every getattr/hasattr of a sampler member name."""
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        if node.func.id not in ("getattr", "hasattr") or len(node.args) < 2:
+            continue
+        name = node.args[1]
+        if isinstance(name, ast.Constant) and name.value in SAMPLER_MEMBERS:
+            found.append((node.lineno, node.func.id, str(name.value)))
+    return found
+
+
+def test_no_sampler_member_is_read_by_getattr_or_hasattr_in_src():
+    root = Path(jaxwise.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{line}: {fn}(..., {attr!r})"
+        for path in sorted(root.rglob("*.py"))
+        for line, fn, attr in _reads(ast.parse(path.read_text()))
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_the_ast_scan_finds_each_form():
+    tree = ast.parse(
+        "getattr(s, 'min_separation', 1)\nhasattr(s, 'expected_batch_size')\n"
+        "getattr(s, 'poisson_sampled', False)\ngetattr(s, 'name', None)\n"
+    )
+    assert [attr for _, _, attr in _reads(tree)] == [
+        "min_separation",
+        "expected_batch_size",
+        "poisson_sampled",
+    ]
+
+
+def test_no_isinstance_on_a_separated_sampler_remains():
+    assert not hasattr(privacy, "SeparatedSampler")
+    root = Path(jaxwise.__file__).parent
+    for path in root.rglob("*.py"):
+        assert "SeparatedSampler" not in path.read_text(), path
+
+
+def test_every_sampler_lives_in_one_module():
+    modules = {s.__module__ for s in (ShuffleSampler, PoissonSampler, CyclicPoissonSampler)}
+    assert modules == {"jaxwise.train._sampler"}
+    assert privacy.PoissonSampler is train.PoissonSampler
