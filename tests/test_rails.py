@@ -85,6 +85,7 @@ IDS = ["shuffle", "poisson", "poisson-1-bucket", "cyclic-4", "cyclic-2-multiple-
 def _train(gradient, sampler, epochs: int = 2):
     state = TrainState.create(jnp.zeros(3), optim.sgd(0.5), 3, gradient=gradient)
     epoch = make_epoch(gradient, sampler)
+    metrics = {}
     with CompileBudget(1, epoch, exact=True):
         for _ in range(epochs):
             state, metrics = epoch(state, data())
@@ -120,7 +121,7 @@ def test_the_issue_49_wrapper_divides_by_the_groups_batch_not_n_q():
     # the divisor is one group's expected batch (32), not sample_rate · n (128)
     facts = sampler.facts(N)
     assert facts.expected_batch_size == pytest.approx(32.0)
-    assert facts.sample_rate * N == pytest.approx(128.0)
+    assert facts.sized().sample_rate * N == pytest.approx(128.0)
 
 
 MECHANISMS = [None, BandMF(4, steps=64), BandMF(2, steps=64), BLT(2, steps=64, min_sep=4)]
@@ -179,7 +180,7 @@ def test_a_gradient_without_requirements_is_refused_by_name():
             raise AssertionError("never traced")
 
     with pytest.raises(TypeError, match=r"`Bare` declares no `requirements`.*Requirements\(\)"):
-        make_epoch(Bare(), ShuffleSampler(8))
+        make_epoch(Bare(), ShuffleSampler(8))  # pyright: ignore[reportArgumentType]  # on purpose
     assert not isinstance(Bare(), train.GradientFn)
 
 
@@ -225,7 +226,8 @@ def test_facts_that_are_not_a_record_or_not_of_n_are_refused_by_name():
     with pytest.raises(ValueError, match=r"`Lying.facts\(256\)` describes 257 examples"):
         make_epoch(gradient, Lying(ShuffleSampler(8)))(state, data())
     with pytest.raises(TypeError, match=r"`Loose.facts\(n\)` must return .*SamplingFacts"):
-        make_epoch(gradient, Loose(ShuffleSampler(8)))(state, data())
+        loose = Loose(ShuffleSampler(8))
+        make_epoch(gradient, loose)(state, data())  # pyright: ignore[reportArgumentType]
 
 
 @pytest.mark.parametrize(

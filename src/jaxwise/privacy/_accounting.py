@@ -286,8 +286,9 @@ def epoch_epsilon(
     the clip policy of a [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], forwarded by
     every wrapper: [`unit_clip`][jaxwise.privacy.unit_clip],
     [`mixed_precision`][jaxwise.train.mixed_precision], yours), the sampling from the
-    sampler's one record, ``epoch.facts(n)`` (its method, rate and separation); the pairing is checked again (a mechanism whose
-    ``min_separation`` the sampler does not guarantee raises `PairingError`), then the
+    sampler's one record, ``epoch.facts(n)`` (its method, rate and separation); the pairing
+    is checked again (a mechanism whose ``min_separation`` the sampler does not guarantee
+    raises `PairingError`), then the
     event its parts give (``dp_event``) is composed as [`epsilon`][jaxwise.privacy.epsilon]
     does.
 

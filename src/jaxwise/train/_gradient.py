@@ -102,7 +102,8 @@ class PrivacyClaim(Protocol):
 class Requirements:
     """What a gradient function needs of the program that runs it (its ``requirements``).
 
-    Every gradient function declares one (``Requirements()`` for none). A wrapper forwards its wrapped gradient's (``return self.inner.requirements``): a DP
+    Every gradient function declares one (``Requirements()`` for none). A wrapper forwards
+    its wrapped gradient's (``return self.inner.requirements``): a DP
     gradient refuses, by name, a call whose ``context.privacy`` is not its own.
 
     Attributes:
@@ -576,7 +577,7 @@ def mixed_precision(
 
 
 def check_gradient_fn(gradient: object, what: str = "gradient") -> None:
-    """``TypeError`` unless ``gradient`` is a `GradientFn` (callable, ``init``, ``requirements``)."""
+    """``TypeError`` unless ``gradient`` is a `GradientFn` (a call, ``init``, ``requirements``)."""
     if not (callable(gradient) and callable(getattr(gradient, "init", None))):
         raise TypeError(
             f"`{what}` must be a gradient function (jaxwise.train.GradientFn: `requirements`, "
