@@ -89,7 +89,7 @@ def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():
     np.testing.assert_allclose(np.concatenate(norms), GOLDEN["dp_grad_norm"], rtol=1e-6)
     np.testing.assert_array_equal(jax.random.key_data(state.key), GOLDEN["dp_key"])
     assert isinstance(epoch.gradient, DPGradientFn)
-    assert epoch.gradient.noise_multiplier == 1.1 and epoch.sampler.sample_rate(50) == 16 / 50
+    assert epoch.gradient.noise_multiplier == 1.1 and epoch.facts(50).sample_rate == 16 / 50
 
 
 LAMBDA = 0.1
