@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
+import dp_accounting
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,7 +27,7 @@ import jaxwise
 from jaxwise import optim, privacy, train
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import BLT, BandMF, CyclicPoissonSampler, PoissonSampler, dp_gradient_fn
-from jaxwise.train import SamplingFacts, ShuffleSampler, TrainState, make_epoch
+from jaxwise.train import Requirements, SamplingFacts, ShuffleSampler, TrainState, make_epoch
 
 N = 256
 
@@ -322,3 +324,130 @@ def test_every_sampler_lives_in_one_module():
     modules = {s.__module__ for s in (ShuffleSampler, PoissonSampler, CyclicPoissonSampler)}
     assert modules == {"jaxwise.train._sampler"}
     assert privacy.PoissonSampler is train.PoissonSampler
+
+
+# ---- issue 50: an accountant never reports less privacy loss than the program's noise supports
+
+
+class NoOpNoise:
+    """A mechanism that adds DP-SGD's noise but accounts it as nothing."""
+
+    min_separation = 1
+
+    def init(self, params):
+        del params
+        return ()
+
+    def correlate(self, state, z):
+        return z, state
+
+    def dp_event(self, release, *, sample_rate, steps):
+        return dp_accounting.NoOpDpEvent()
+
+
+class Claiming(ForwardingGradient):
+    """A wrapper whose requirements claim σ = 50 around a σ = 0.5 gradient."""
+
+    @property
+    def requirements(self):
+        inner = self.inner.requirements
+        claim = privacy.DPAccounting(50.0, None, 1.0)
+        return Requirements(inner.key, claim, inner.precision, inner.mask)
+
+
+def test_a_mechanism_that_accounts_nothing_for_noisy_releases_is_refused_by_name():
+    # issue 50: epoch_epsilon was 0.0 (DP-SGD at the same σ: 3.79)
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0, noise=NoOpNoise())
+    epoch = make_epoch(gradient, PoissonSampler(32))
+    with pytest.raises(ValueError, match=r"`NoOpNoise.dp_event` accounts ε = 0, less than"):
+        privacy.epoch_epsilon(epoch, N, steps=100, delta=1e-5)
+    with pytest.raises(ValueError, match=r"`NoOpNoise.dp_event`"):
+        privacy.epsilon(
+            noise_multiplier=1.0, sample_rate=0.125, steps=100, delta=1e-5, mechanism=NoOpNoise()
+        )
+
+
+def test_a_wrapper_that_claims_more_noise_than_its_gradient_adds_is_refused_by_name():
+    # issue 50: ε 0.021 from the claimed σ = 50 (the program's σ = 0.5: 14.99)
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=0.5)
+    epoch = make_epoch(Claiming(gradient), PoissonSampler(32))
+    with pytest.raises(TypeError, match=r"`Claiming.requirements.privacy` .* is not the claim"):
+        privacy.epoch_epsilon(epoch, N, steps=100, delta=1e-5)
+    # the gradient it wraps, and a wrapper that forwards, are accounted at σ = 0.5
+    honest = privacy.epoch_epsilon(
+        make_epoch(ForwardingGradient(gradient), PoissonSampler(32)), N, steps=100, delta=1e-5
+    )
+    assert honest == privacy.epoch_epsilon(
+        make_epoch(gradient, PoissonSampler(32)), N, steps=100, delta=1e-5
+    )
+    assert honest > 1.0
+
+
+@pytest.mark.parametrize("returned", [None, 0.5, "gaussian"], ids=["none", "float", "str"])
+def test_a_dp_event_that_returns_no_event_is_refused_when_handed_over(returned):
+    class Broken(NoOpNoise):
+        def dp_event(self, release, *, sample_rate, steps):
+            return returned
+
+    with pytest.raises(TypeError, match=r"`Broken.dp_event\(release, ...\)` must return a dp_acc"):
+        dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0, noise=Broken())
+    with pytest.raises(TypeError, match=r"`Broken.dp_event"):
+        privacy.dp_gradient(
+            squared,
+            jnp.zeros(3),
+            data(8),
+            jax.random.key(0),
+            clip_norm=1.0,
+            noise_multiplier=1.0,
+            noise=Broken(),
+        )
+    with pytest.raises(TypeError, match=r"`Broken.dp_event"):
+        privacy.epsilon(
+            noise_multiplier=1.0, sample_rate=0.1, steps=10, delta=1e-5, mechanism=Broken()
+        )
+
+
+def test_a_clip_policy_whose_dp_event_returns_no_event_is_refused_when_handed_over():
+    class BadCount(privacy.AdaptiveClip):
+        def dp_event(self, participations):  # pyright: ignore[reportIncompatibleMethodOverride]
+            return 3.0  # on purpose: no DpEvent
+
+    bad: Any = BadCount(1.0)
+    with pytest.raises(TypeError, match=r"`BadCount.dp_event\(1\)` must return .*\(or None\)"):
+        dp_gradient_fn(squared, clip_norm=bad, noise_multiplier=1.0)
+
+
+def test_a_wrapper_whose_init_drops_the_bandmf_state_is_named():
+    class Dropping(ForwardingGradient):
+        def init(self, params):
+            return ()
+
+    banded = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0, noise=BandMF(4, steps=40))
+    wrapper = Dropping(banded)
+    state = TrainState.create(jnp.zeros(3), optim.sgd(0.1), 0, gradient=wrapper)
+    epoch = make_epoch(wrapper, CyclicPoissonSampler(16, groups=4))
+    with pytest.raises(TypeError, match=r"`Dropping.init` must return the wrapped gradient's"):
+        epoch(state, data())
+
+
+@pytest.mark.parametrize(
+    "noise, sampler",
+    [
+        (None, PoissonSampler(32)),
+        (BandMF(4, steps=64), CyclicPoissonSampler(16, groups=4)),
+        (BandMF(2, steps=64, momentum=0.9), CyclicPoissonSampler(16, groups=2)),
+        (BLT(2, steps=64, min_sep=4), CyclicPoissonSampler(16, groups=4)),
+    ],
+    ids=["dpsgd", "bandmf-4", "bandmf-2-momentum", "blt"],
+)
+def test_every_shipped_mechanism_accounts_at_least_its_first_noisy_step(noise, sampler):
+    from jaxwise.privacy._accounting import noise_gain
+
+    for clip in (1.0, privacy.AdaptiveClip(1.0, count_noise=4.0)):
+        gradient = dp_gradient_fn(squared, clip_norm=clip, noise_multiplier=1.0, noise=noise)
+        eps = privacy.epoch_epsilon(make_epoch(gradient, sampler), N, steps=64, delta=1e-5)
+        q = sampler.facts(N).sample_rate
+        floor = privacy.epsilon(
+            noise_multiplier=noise_gain(noise), sample_rate=q, steps=1, delta=1e-5
+        )
+        assert eps >= floor > 0

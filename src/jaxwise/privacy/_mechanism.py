@@ -23,6 +23,7 @@ gradient's own (a wrapper that hides it) is refused.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -50,6 +51,8 @@ __all__ = [
     "add_noise",
     "check_pairing",
     "clip_policy",
+    "issue",
+    "issued",
 ]
 
 
@@ -302,7 +305,9 @@ class DPAccounting:
     One object per `DPGradientFn`, compared by identity: the programs pass it to the gradient
     in ``context.privacy`` and the gradient refuses a call that carries another (a wrapper
     that does not forward ``requirements``). `make_epoch` calls ``check_sampler``; the
-    accountant (`epoch_epsilon`) calls ``dp_event``.
+    accountant (`epoch_epsilon`) reads the record and accepts only one a DP gradient issued
+    (`issued`): a claim a wrapper makes up (``DPAccounting(50.0, ...)`` around a σ = 0.5
+    gradient) accounts noise the program never adds.
 
     Attributes:
         noise_multiplier: ``σ`` of the gradient's noise.
@@ -331,27 +336,22 @@ class DPAccounting:
         """
         check_pairing(self.noise, facts, name)
 
-    def dp_event(self, sample_rate: float, steps: int) -> DpEvent:
-        """The run's ``dp_accounting`` event: the mechanism's over the merged releases.
-
-        Args:
-            sample_rate: the sampler's rate.
-            steps: the noisy steps.
-
-        Returns:
-            A ``dp_accounting.DpEvent``.
-
-        Raises:
-            TypeError: the mechanism or the clip policy has no ``dp_event``.
-            ImportError: dp-accounting is not installed.
-        """
-        from jaxwise.privacy._accounting import run_event
-
-        clip = clip_policy(self.clip)
-        return run_event(self.noise_multiplier, sample_rate, steps, self.noise, clip)
-
     def __repr__(self) -> str:
         return (
             f"DPAccounting(noise_multiplier={self.noise_multiplier}, noise={self.noise!r}, "
             f"clip={self.clip!r})"
         )
+
+
+_ISSUED: weakref.WeakSet[DPAccounting] = weakref.WeakSet()
+
+
+def issue(accounting: DPAccounting) -> DPAccounting:
+    """Mark ``accounting`` as the claim of a gradient that adds its noise (`DPGradientFn`)."""
+    _ISSUED.add(accounting)
+    return accounting
+
+
+def issued(accounting: object) -> bool:
+    """Whether ``accounting`` is a claim a DP gradient issued (made with its noise)."""
+    return isinstance(accounting, DPAccounting) and accounting in _ISSUED

@@ -85,7 +85,9 @@ class TrainEpoch(JitProgram):
             n = jax.tree.leaves(data)[0].shape[0]
             facts = self.facts(n)
             sized = facts.sized()
-            context = sampler_context(facts, type(sampler).__name__, plan.requirements.privacy)
+            context = sampler_context(
+                facts, type(sampler).__name__, plan.requirements.privacy, type(gradient).__name__
+            )
             update = make_update(gradient, plan)
             update_at_width = make_update(_at_width(gradient, sharding), plan_update(gradient))
             xs, key = sampler.plan(state.key, state.step, n)
@@ -217,7 +219,9 @@ def _gather(data: Any, idx: jax.Array) -> Any:
     return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
 
 
-def sampler_context(facts: SamplingFacts, name: str, privacy: Any) -> StepContext:
+def sampler_context(
+    facts: SamplingFacts, name: str, privacy: Any, gradient: str = "the gradient"
+) -> StepContext:
     """The `StepContext` of an epoch whose sampler states ``facts`` (a record with ``n``).
 
     Every number comes from the record: the expected batch size, the sample rate and the
@@ -230,6 +234,7 @@ def sampler_context(facts: SamplingFacts, name: str, privacy: Any) -> StepContex
         min_separation=facts.min_separation,
         sampler=name,
         privacy=privacy,
+        gradient=gradient,
     )
 
 

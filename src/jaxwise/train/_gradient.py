@@ -140,6 +140,8 @@ class StepContext:
             gradient's ``requirements.privacy``); ``None`` for a non-private program.
         compute_dtype: the forward/backward dtype (``None``: the parameters').
         loss_scale: the loss scale (a float32 scalar or float), or ``None``.
+        gradient: the name of the program's (outermost) gradient, whose ``init`` made the
+            state: for messages (a wrapper whose ``init`` drops the wrapped state is named).
     """
 
     expected_batch_size: float
@@ -149,6 +151,7 @@ class StepContext:
     privacy: PrivacyClaim | None = None
     compute_dtype: np.dtype | None = None
     loss_scale: jax.Array | float | None = None
+    gradient: str = "the gradient"
 
 
 def requirements_of(gradient: object) -> Requirements:
