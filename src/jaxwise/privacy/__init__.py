@@ -34,9 +34,12 @@ Examples:
     2.6
 """
 
+from jaxwise.privacy._accounting import DPPlan as DPPlan
+from jaxwise.privacy._accounting import dp_plan as dp_plan
 from jaxwise.privacy._accounting import epoch_epsilon as epoch_epsilon
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
+from jaxwise.privacy._accounting import plan_epsilon as plan_epsilon
 from jaxwise.privacy._adaptive import AdaptiveClip as AdaptiveClip
 from jaxwise.privacy._audit import Canaries as Canaries
 from jaxwise.privacy._audit import audit_canaries as audit_canaries
@@ -61,6 +64,8 @@ from jaxwise.privacy._mechanism import PairingError as PairingError
 from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
 from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
+from jaxwise.privacy._privatizer import PrivatizerState as PrivatizerState
+from jaxwise.privacy._privatizer import privatizer as privatizer
 from jaxwise.privacy._sampling import poisson_batch as poisson_batch
 from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
 from jaxwise.privacy._unit import UnitClipped as UnitClipped
@@ -82,9 +87,11 @@ __all__ = [
     "DPAccounting",
     "DPGradient",
     "DPGradientFn",
+    "DPPlan",
     "NoiseMechanism",
     "PairingError",
     "PoissonSampler",
+    "PrivatizerState",
     "UnitClipped",
     "add_dp_noise",
     "audit_canaries",
@@ -94,12 +101,15 @@ __all__ = [
     "dp_gradient",
     "dp_gradient_accumulated",
     "dp_gradient_fn",
+    "dp_plan",
     "empirical_epsilon",
     "epoch_epsilon",
     "epsilon",
     "make_dp_train_epoch",
     "noise_multiplier_for",
+    "plan_epsilon",
     "poisson_batch",
+    "privatizer",
     "shuffled_batches",
     "unit_clip",
 ]

@@ -33,9 +33,7 @@ from jaxwise.privacy._mechanism import (
     DPAccounting,
     NoiseMechanism,
     PairingError,
-    _draw,
     _pairing_message,
-    add_noise,
     clip_policy,
     issue,
 )
@@ -45,6 +43,8 @@ from jaxwise.privacy._noise import (
     check_noise_scale,
     clipped_sum,
     flat_zeros,
+    noise_step,
+    noisy_mean,
 )
 from jaxwise.privacy._state import NO_MODEL_STATE
 from jaxwise.train import Gradients, Requirements, StepContext
@@ -291,12 +291,20 @@ def dp_step(
     summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)
     new_state = dict(state)
     std = o.noise_multiplier * clip if o.noise_multiplier else 0.0
-    z, normal = _draw(key, summed, gradient=bool(o.noise_multiplier), clip=policy is not None)
-    grads, new_state["noise"] = add_noise(
-        summed, z, state["noise"], noise=o.noise, std=std, batch_size=expected_batch_size
+    # the one noising step (`privacy.privatizer`'s), then the division by the expected size
+    noisy, new_state["noise"], normals = noise_step(
+        summed,
+        key,
+        state["noise"],
+        noise=o.noise,
+        std=std,
+        noisy=bool(o.noise_multiplier),
+        extra=1 if policy is not None else 0,
     )
+    grads = noisy_mean(noisy, None, 0.0, expected_batch_size)
     if policy is not None:
-        assert normal is not None  # drawn whenever there is a policy
+        assert normals is not None  # drawn whenever there is a policy
+        normal = normals[0]
         new_state["clip"] = policy.update(state["clip"], norms, mask, normal, expected_batch_size)
     return grads, norms, new_model_state, new_state, clip
 

@@ -28,16 +28,9 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import jax
-import jax.numpy as jnp
 
 from jaxwise._errors import JaxwiseError
 from jaxwise._typing import PyTree
-from jaxwise.privacy._noise import (
-    flat_normal,
-    flat_size,
-    noisy_mean,
-    unflatten_like,
-)
 from jaxwise.train import SamplingFacts
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
@@ -48,7 +41,6 @@ __all__ = [
     "DPAccounting",
     "NoiseMechanism",
     "PairingError",
-    "add_noise",
     "check_pairing",
     "clip_policy",
     "issue",
@@ -169,62 +161,6 @@ def check_pairing(noise: NoiseMechanism | None, facts: SamplingFacts, name: str)
     have = int(facts.min_separation)
     if have < need:
         raise PairingError(_pairing_message(noise, name, have))
-
-
-def add_noise(
-    summed: Any,
-    z: jax.Array | None,
-    state: Any,
-    *,
-    noise: NoiseMechanism | None,
-    std: Any,
-    batch_size: Any,
-) -> tuple[Any, Any]:
-    """``((summed + std · noise) / batch_size, new mechanism state)``: the one noising step.
-
-    ``z`` is the step's standard-normal draw over all parameters as ONE flat vector padded to
-    a multiple of 8 (`flat_normal`, `flat_size`), turned into this step's noise by
-    ``noise.correlate`` (``None``: ``z`` itself, DP-SGD bit for bit) and then sliced per
-    leaf; ``z = None`` (``σ = 0``) adds none and leaves the state as it is. A mechanism works
-    on the flat vector, so its cost is a few operations whatever the number of leaves.
-
-    Args:
-        summed: the sum of clipped per-example gradients (a pytree of float arrays).
-        z: ``(flat_size(summed),)`` standard normals (the first ``P``, the entries of
-            ``summed``, are used), or ``None``.
-        state: the mechanism's state (``()`` for ``noise=None``).
-        noise: a `NoiseMechanism`, or ``None``.
-        std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
-        batch_size: the divisor (the expected batch size).
-
-    Returns:
-        ``(noisy mean like summed, new state)``.
-    """
-    if z is None:
-        return noisy_mean(summed, None, 0.0, batch_size), state
-    flat: Any = z
-    if noise is not None:
-        flat, state = noise.correlate(state, z)
-    return noisy_mean(summed, unflatten_like(flat, summed), std, batch_size), state
-
-
-def _draw(
-    key: jax.Array, summed: Any, *, gradient: bool, clip: bool
-) -> tuple[jax.Array | None, jax.Array | None]:
-    """``(z (flat_size,) or None, a float32 scalar or None)``: ONE standard-normal draw.
-
-    The step's gradient noise and a clip policy's noise come from one `flat_normal`
-    (independent entries): a second draw (or a key split) inside the step made XLA:CPU
-    serialise the noise behind the gradient (it ran beside it), 0.2 ms a step on a small
-    model. The gradient's part comes first, so it is the draw without a policy, bit for bit;
-    the policy's normal follows the gradient's padded block.
-    """
-    if not gradient and not clip:
-        return None, None
-    size = flat_size(summed) if gradient else 0
-    flat = flat_normal(key, summed, extra=1 if clip else 0)
-    z = flat[:size] if gradient else None
-    return z, (flat[size].astype(jnp.float32) if clip else None)
 
 
 @runtime_checkable
