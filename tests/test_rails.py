@@ -451,3 +451,196 @@ def test_every_shipped_mechanism_accounts_at_least_its_first_noisy_step(noise, s
             noise_multiplier=noise_gain(noise), sample_rate=q, steps=1, delta=1e-5
         )
         assert eps >= floor > 0
+
+
+# ---- noise as an Optax privatizer, interoperable both ways with jax-privacy
+
+
+def _sizes_std(out):
+    flat = np.concatenate([np.asarray(leaf, np.float64).ravel() for leaf in jax.tree.leaves(out)])
+    return flat.size, float(flat.mean()), float(flat.std())
+
+
+def test_the_privatizer_adds_gaussian_noise_of_std_sigma_c_like_jax_privacy():
+    from jax_privacy.noise_addition import gaussian_privatizer
+
+    sigma, clip = 1.3, 0.7
+    zeros = {"a": jnp.zeros((301, 333)), "b": jnp.zeros(7)}  # 100,240 entries: padded draw
+    ours = privacy.privatizer(noise_multiplier=sigma, clip_norm=clip, key=jax.random.key(1))
+    peer = gaussian_privatizer(stddev=sigma * clip, prng_key=jax.random.key(1))
+    for tx in (ours, peer):
+        state = tx.init(zeros)
+        first, state = tx.update(zeros, state)
+        second, _ = tx.update(zeros, state)
+        n, mean, std = _sizes_std(first)
+        # float64 referee on the host: 6 standard errors of the mean and of the std
+        assert abs(mean) < 6 * sigma * clip / np.sqrt(n)
+        assert abs(std - sigma * clip) < 6 * sigma * clip / np.sqrt(2 * n)
+        a = np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(first)])
+        b = np.concatenate([np.asarray(x, np.float64).ravel() for x in jax.tree.leaves(second)])
+        assert abs(np.corrcoef(a, b)[0, 1]) < 6 / np.sqrt(n)  # a fresh draw every step
+
+
+def test_the_privatizer_noise_is_the_dp_gradients_bit_for_bit_with_bandmf():
+    mechanism = BandMF(3, steps=8)
+    params = jnp.zeros(5)
+    batch = {"x": jnp.zeros((4, 5)), "y": jnp.zeros(4)}
+    tx = privacy.privatizer(mechanism, noise_multiplier=0.9, clip_norm=2.0, key=jax.random.key(4))
+    state = tx.init(params)
+    key, dp_state = jax.random.key(4), None
+    for _ in range(4):
+        key, step_key = jax.random.split(key)
+        out = privacy.dp_gradient(
+            lambda w, ex: jnp.dot(w, ex["x"]) * 0.0,
+            params,
+            batch,
+            step_key,
+            clip_norm=2.0,
+            noise_multiplier=0.9,
+            noise=mechanism,
+            state=dp_state,
+            expected_batch_size=1.0,
+        )
+        dp_state = out.state
+        noisy, state = tx.update(jnp.zeros(5), state)
+        assert np.asarray(noisy).tobytes() == np.asarray(out.grads).tobytes()
+
+
+def test_a_skipped_step_still_advances_the_privatizers_noise():
+    tx = privacy.privatizer(
+        BandMF(3, steps=8), noise_multiplier=1.0, clip_norm=1.0, key=jax.random.key(0)
+    )
+    state = tx.init(jnp.zeros(4))
+    out, moved = tx.update(jnp.full(4, jnp.nan), state)
+    assert not np.isfinite(np.asarray(out)).any()
+    assert not (jax.random.key_data(moved.key) == jax.random.key_data(state.key)).all()
+    assert int(moved.noise["index"]) == int(state.noise["index"]) + 1
+    # the next step's noise is not the skipped step's
+    after, _ = tx.update(jnp.zeros(4), moved)
+    again, _ = tx.update(jnp.zeros(4), state)
+    assert not np.array_equal(np.asarray(after), np.asarray(again))
+
+
+def test_the_privatizer_compiles_once_under_jit():
+    tx = privacy.privatizer(noise_multiplier=1.0, clip_norm=1.0, key=0)
+    update = jax.jit(tx.update)
+    state = tx.init({"w": jnp.zeros(3)})
+    with CompileBudget(1, exact=True):
+        for _ in range(3):
+            _, state = update({"w": jnp.ones(3)}, state)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"noise_multiplier": -1.0, "clip_norm": 1.0, "key": 0}, ValueError, "noise_multiplier"),
+        ({"noise_multiplier": 1.0, "clip_norm": 0.0, "key": 0}, ValueError, "clip_norm"),
+        ({"noise_multiplier": 1.0, "clip_norm": float("inf"), "key": 0}, ValueError, "finite"),
+        ({"noise_multiplier": 1.0, "clip_norm": 1.0, "key": "k"}, TypeError, "key"),
+    ],
+)
+def test_the_privatizer_refuses_bad_arguments_by_name(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        privacy.privatizer(**kwargs)
+    with pytest.raises(TypeError, match="`noise` must be None or a jaxwise.privacy.NoiseMech"):
+        privacy.privatizer("bandmf", noise_multiplier=1.0, clip_norm=1.0, key=0)  # pyright: ignore[reportArgumentType]
+
+
+def _jp_loss(w, batch):  # jax-privacy's form: a batch (here of one example) in, a mean out
+    return jnp.mean(jax.vmap(squared, (None, 0))(w, batch))
+
+
+def _poisson_steps(steps: int, batch: int = 32):
+    sampler = PoissonSampler(batch)
+    d = data()
+    for t in range(steps):
+        idx, mask, _ = sampler.draw(jax.random.fold_in(jax.random.key(9), t), N)
+        yield {k: jnp.take(v, idx, axis=0, mode="fill", fill_value=0) for k, v in d.items()}, mask
+
+
+def _all_jaxwise_epsilon(sigma: float, steps: int) -> float:
+    gradient = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=sigma)
+    return privacy.epoch_epsilon(
+        make_epoch(gradient, PoissonSampler(32)), N, steps=steps, delta=1e-5
+    )
+
+
+def test_jaxwise_clipped_sum_with_jax_privacy_gaussian_privatizer_in_one_chain():
+    import optax
+    from jax_privacy.noise_addition import gaussian_privatizer
+
+    sigma, clip, steps = 1.1, 1.0, 6
+    expected = PoissonSampler(32).facts(N).expected_batch_size
+
+    def run(noise_tx):
+        tx = optax.chain(noise_tx, optax.scale(1 / expected), optax.sgd(0.1))
+        w, state = jnp.zeros(3), tx.init(jnp.zeros(3))
+        for batch, mask in _poisson_steps(steps):
+            summed = privacy.dp_gradient(  # jaxwise's clipped sum: σ = 0, divided by 1
+                squared,
+                w,
+                batch,
+                jax.random.key(0),
+                clip_norm=clip,
+                noise_multiplier=0.0,
+                mask=mask,
+                expected_batch_size=1.0,
+                method="vmap",
+            ).grads
+            updates, state = tx.update(summed, state, w)
+            w = optax.apply_updates(w, updates)
+        return w
+
+    # without noise the peer's privatizer and ours are the identity on the sum
+    quiet_peer = run(gaussian_privatizer(stddev=0.0, prng_key=jax.random.key(2)))
+    quiet_ours = run(privacy.privatizer(noise_multiplier=0.0, clip_norm=clip, key=2))
+    np.testing.assert_array_equal(np.asarray(quiet_peer), np.asarray(quiet_ours))
+    noisy = run(gaussian_privatizer(stddev=sigma * clip, prng_key=jax.random.key(2)))
+    assert np.isfinite(np.asarray(noisy)).all() and not np.allclose(noisy, quiet_peer)
+    # accounted by jaxwise from the plan: the sampler's facts and the noise the chain adds
+    plan = privacy.DPPlan(
+        privacy.DPAccounting(sigma, None, clip), PoissonSampler(32).facts(N), "PoissonSampler"
+    )
+    eps = privacy.plan_epsilon(plan, steps=steps, delta=1e-5)
+    assert eps == _all_jaxwise_epsilon(sigma, steps)
+
+
+# jax-privacy 2.0's clipping calls optax.global_norm, which Optax deprecates (the peer's, not ours)
+@pytest.mark.filterwarnings("ignore:optax.global_norm is deprecated:DeprecationWarning")
+def test_jax_privacy_clipped_grad_with_the_jaxwise_privatizer_in_one_chain():
+    import optax
+    from jax_privacy.clipping import clipped_grad
+
+    sigma, clip, steps = 1.1, 1.0, 6
+    expected = PoissonSampler(32).facts(N).expected_batch_size
+    peer_sum = clipped_grad(_jp_loss, l2_clip_norm=clip, batch_argnums=1)
+    tx = optax.chain(
+        privacy.privatizer(noise_multiplier=sigma, clip_norm=clip, key=jax.random.key(3)),
+        optax.scale(1 / expected),
+        optax.sgd(0.1),
+    )
+    w, state = jnp.zeros(3), tx.init(jnp.zeros(3))
+    for batch, mask in _poisson_steps(steps):
+        rows = np.asarray(mask)
+        real = {k: v[rows] for k, v in batch.items()}  # the peer takes the real rows
+        summed = peer_sum(w, real)
+        ours = privacy.dp_gradient(
+            squared,
+            w,
+            batch,
+            jax.random.key(0),
+            clip_norm=clip,
+            noise_multiplier=0.0,
+            mask=mask,
+            expected_batch_size=1.0,
+            method="vmap",
+        ).grads
+        # float64 referee: the peer's clipped sum is jaxwise's
+        np.testing.assert_allclose(np.asarray(summed), np.asarray(ours), rtol=2e-5, atol=1e-5)
+        updates, state = tx.update(summed, state, w)
+        w = optax.apply_updates(w, updates)
+    assert np.isfinite(np.asarray(w)).all()
+    plan = privacy.DPPlan(
+        privacy.DPAccounting(sigma, None, clip), PoissonSampler(32).facts(N), "PoissonSampler"
+    )
+    assert privacy.plan_epsilon(plan, steps=steps, delta=1e-5) == _all_jaxwise_epsilon(sigma, steps)
