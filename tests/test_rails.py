@@ -510,8 +510,10 @@ def test_a_skipped_step_still_advances_the_privatizers_noise():
     tx = privacy.privatizer(
         BandMF(3, steps=8), noise_multiplier=1.0, clip_norm=1.0, key=jax.random.key(0)
     )
-    state = tx.init(jnp.zeros(4))
+    state: Any = tx.init(jnp.zeros(4))
+    moved: Any
     out, moved = tx.update(jnp.full(4, jnp.nan), state)
+    assert isinstance(moved, privacy.PrivatizerState)
     assert not np.isfinite(np.asarray(out)).any()
     assert not (jax.random.key_data(moved.key) == jax.random.key_data(state.key)).all()
     assert int(moved.noise["index"]) == int(state.noise["index"]) + 1
@@ -570,7 +572,7 @@ def test_jaxwise_clipped_sum_with_jax_privacy_gaussian_privatizer_in_one_chain()
     from jax_privacy.noise_addition import gaussian_privatizer
 
     sigma, clip, steps = 1.1, 1.0, 6
-    expected = PoissonSampler(32).facts(N).expected_batch_size
+    expected = PoissonSampler(32).facts(N).sized().expected_batch_size
 
     def run(noise_tx):
         tx = optax.chain(noise_tx, optax.scale(1 / expected), optax.sgd(0.1))
@@ -612,7 +614,7 @@ def test_jax_privacy_clipped_grad_with_the_jaxwise_privatizer_in_one_chain():
     from jax_privacy.clipping import clipped_grad
 
     sigma, clip, steps = 1.1, 1.0, 6
-    expected = PoissonSampler(32).facts(N).expected_batch_size
+    expected = PoissonSampler(32).facts(N).sized().expected_batch_size
     peer_sum = clipped_grad(_jp_loss, l2_clip_norm=clip, batch_argnums=1)
     tx = optax.chain(
         privacy.privatizer(noise_multiplier=sigma, clip_norm=clip, key=jax.random.key(3)),
