@@ -669,8 +669,7 @@ def test_mechanism_scans_with_one_compile(mech):
 
 @pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
 def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
-    from jaxwise.privacy._mechanism import add_noise
-    from jaxwise.privacy._noise import flat_normal, flat_zeros
+    from jaxwise.privacy._noise import flat_zeros, noise_step, noisy_mean
 
     summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
     key = jax.random.key(11)
@@ -678,8 +677,8 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
     @jax.jit
     def both(summed, key):
-        z = flat_normal(key, summed)
-        ours, _ = add_noise(summed, z, state, noise=noise, std=0.7 * 1.3, batch_size=5.0)
+        noisy, _, _ = noise_step(summed, key, state, noise=noise, std=0.7 * 1.3)
+        ours = noisy_mean(noisy, None, 0.0, 5.0)
         return ours, privacy.add_dp_noise(summed, key, 0.7, 1.3, 5.0)
 
     ours, theirs = both(summed, key)
@@ -688,8 +687,7 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
 
 def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
-    from jaxwise.privacy._mechanism import add_noise
-    from jaxwise.privacy._noise import flat_normal, flat_zeros, standard_normal
+    from jaxwise.privacy._noise import flat_zeros, noise_step, standard_normal
 
     mech = BandMF(bands=3, steps=6)
     summed = {"w": jnp.zeros(5)}
@@ -698,10 +696,9 @@ def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
     for t in range(6):
         key = jax.random.key(t)
         clip = jnp.float32(0.5 + t)  # a traced clip norm, as an adaptive policy gives
-        z = flat_normal(key, summed)
-        noisy, state = add_noise(summed, z, state, noise=mech, std=2.0 * clip, batch_size=4.0)
+        noisy, state, _ = noise_step(summed, key, state, noise=mech, std=2.0 * clip)
         zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
-        outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
+        outs.append(np.asarray(noisy["w"], np.float64) / (2.0 * (0.5 + t)))
     # the dense float64 referee: x = C̃⁻¹ z with C̃ the column-normalised banded strategy
     c = normalised_banded(mech.strategy.coefs, 6)
     np.testing.assert_allclose(np.stack(outs), np.linalg.solve(c, np.stack(zs)), rtol=2e-5)
