@@ -365,6 +365,10 @@ def test_a_mechanism_that_accounts_nothing_for_noisy_releases_is_refused_by_name
         privacy.epsilon(
             noise_multiplier=1.0, sample_rate=0.125, steps=100, delta=1e-5, mechanism=NoOpNoise()
         )
+    with pytest.raises(ValueError, match=r"`NoOpNoise.dp_event`"):  # not a σ of 0.001
+        privacy.noise_multiplier_for(
+            epsilon=1.0, sample_rate=0.125, steps=100, delta=1e-5, mechanism=NoOpNoise()
+        )
 
 
 def test_a_wrapper_that_claims_more_noise_than_its_gradient_adds_is_refused_by_name():

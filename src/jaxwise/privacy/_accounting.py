@@ -384,6 +384,9 @@ def noise_multiplier_for(
             bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
             tol=1e-4,
         )
+    if mechanism is not None:  # the σ found must not rest on an accounting below its noise
+        who = f"`{type(mechanism).__name__}.dp_event`"
+        _check_floor(event(sigma), sigma, sample_rate, mechanism, delta, accountant, who)
     return float(sigma)
 
 
