@@ -604,7 +604,7 @@ def test_jaxwise_clipped_sum_with_jax_privacy_gaussian_privatizer_in_one_chain()
     noisy = run(gaussian_privatizer(stddev=sigma * clip, prng_key=jax.random.key(2)))
     assert np.isfinite(np.asarray(noisy)).all() and not np.allclose(noisy, quiet_peer)
     # accounted by jaxwise from the plan: the sampler's facts and the noise the chain adds
-    plan = privacy.DPPlan(
+    plan = privacy.PrivacyPlan(
         privacy.DPAccounting(sigma, None, clip), PoissonSampler(32).facts(N), "PoissonSampler"
     )
     eps = privacy.plan_epsilon(plan, steps=steps, delta=1e-5)
@@ -646,7 +646,7 @@ def test_jax_privacy_clipped_grad_with_the_jaxwise_privatizer_in_one_chain():
         updates, state = tx.update(summed, state, w)
         w = optax.apply_updates(w, updates)
     assert np.isfinite(np.asarray(w)).all()
-    plan = privacy.DPPlan(
+    plan = privacy.PrivacyPlan(
         privacy.DPAccounting(sigma, None, clip), PoissonSampler(32).facts(N), "PoissonSampler"
     )
     assert privacy.plan_epsilon(plan, steps=steps, delta=1e-5) == _all_jaxwise_epsilon(sigma, steps)

@@ -34,12 +34,12 @@ Examples:
     2.6
 """
 
-from jaxwise.privacy._accounting import DPPlan as DPPlan
-from jaxwise.privacy._accounting import dp_plan as dp_plan
+from jaxwise.privacy._accounting import PrivacyPlan as PrivacyPlan
 from jaxwise.privacy._accounting import epoch_epsilon as epoch_epsilon
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
 from jaxwise.privacy._accounting import plan_epsilon as plan_epsilon
+from jaxwise.privacy._accounting import privacy_plan as privacy_plan
 from jaxwise.privacy._adaptive import AdaptiveClip as AdaptiveClip
 from jaxwise.privacy._audit import Canaries as Canaries
 from jaxwise.privacy._audit import audit_canaries as audit_canaries
@@ -87,10 +87,10 @@ __all__ = [
     "DPAccounting",
     "DPGradient",
     "DPGradientFn",
-    "DPPlan",
     "NoiseMechanism",
     "PairingError",
     "PoissonSampler",
+    "PrivacyPlan",
     "PrivatizerState",
     "UnitClipped",
     "add_dp_noise",
@@ -101,7 +101,6 @@ __all__ = [
     "dp_gradient",
     "dp_gradient_accumulated",
     "dp_gradient_fn",
-    "dp_plan",
     "empirical_epsilon",
     "epoch_epsilon",
     "epsilon",
@@ -109,6 +108,7 @@ __all__ = [
     "noise_multiplier_for",
     "plan_epsilon",
     "poisson_batch",
+    "privacy_plan",
     "privatizer",
     "shuffled_batches",
     "unit_clip",

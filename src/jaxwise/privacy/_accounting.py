@@ -30,9 +30,9 @@ from jaxwise.privacy._noise import check_noise
 from jaxwise.train import SamplingFacts, TrainEpoch
 
 __all__ = [
-    "DPPlan",
+    "PrivacyPlan",
     "check_dp_events",
-    "dp_plan",
+    "privacy_plan",
     "epoch_epsilon",
     "epsilon",
     "noise_multiplier_for",
@@ -442,11 +442,11 @@ def epoch_epsilon(
         True
     """
     n = check_int(n, "n", min_value=1)
-    return plan_epsilon(dp_plan(epoch, n), steps=steps, delta=delta, accountant=accountant)
+    return plan_epsilon(privacy_plan(epoch, n), steps=steps, delta=delta, accountant=accountant)
 
 
 @dataclasses.dataclass(frozen=True)
-class DPPlan:
+class PrivacyPlan:
     """Everything the accountant reads about a DP program: one record.
 
     Attributes:
@@ -460,8 +460,8 @@ class DPPlan:
     sampler: str = "the sampler"
 
 
-def dp_plan(epoch: TrainEpoch, n: int) -> DPPlan:
-    """The `DPPlan` of a DP epoch over ``n`` examples: its gradient's claim, its sampler's facts.
+def privacy_plan(epoch: TrainEpoch, n: int) -> PrivacyPlan:
+    """The `PrivacyPlan` of a DP epoch over ``n`` examples: its gradient's claim and facts.
 
     Args:
         epoch: a [`TrainEpoch`][jaxwise.train.TrainEpoch] of a DP gradient.
@@ -491,20 +491,20 @@ def dp_plan(epoch: TrainEpoch, n: int) -> DPPlan:
             "own accounting, or the ε would not be the program's"
         )
     assert isinstance(privacy, DPAccounting)  # issued() holds only for one
-    return DPPlan(privacy, epoch.facts(n), type(epoch.sampler).__name__)
+    return PrivacyPlan(privacy, epoch.facts(n), type(epoch.sampler).__name__)
 
 
 def plan_epsilon(
-    plan: DPPlan,
+    plan: PrivacyPlan,
     *,
     steps: int | np.integer,
     delta: float,
     accountant: Accountant = "rdp",
 ) -> float:
-    """ε of ``steps`` steps of a `DPPlan`: the pairing, the sampling method, then the event.
+    """ε of ``steps`` steps of a `PrivacyPlan`: the pairing, the sampling method, then the event.
 
     Args:
-        plan: the program's `DPPlan` (`dp_plan`, or made by hand for a program whose noise
+        plan: the program's `PrivacyPlan` (`privacy_plan`, or made by hand for a program whose noise
             another library adds, e.g. jax-privacy's ``gaussian_privatizer``).
         steps: the noisy steps taken.
         delta: δ in (0, 1).
