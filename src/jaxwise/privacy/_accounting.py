@@ -367,6 +367,9 @@ def noise_multiplier_for(
     def event(sigma: float) -> Any:
         return run_event(sigma, sample_rate, int(steps), mechanism, clip)
 
+    if mechanism is not None:  # its accounting must not fall below its noise (probed at σ = 1)
+        who = f"`{type(mechanism).__name__}.dp_event`"
+        _check_floor(event(1.0), 1.0, sample_rate, mechanism, delta, accountant, who)
     upper = 1e4
     if _epsilon(event(upper), delta, accountant) > target:
         raise ValueError(
