@@ -75,6 +75,8 @@ def check_dp_events(mechanism: Any, clip: Any) -> None:
             named).
     """
     _check_mechanism(mechanism, clip)
+    if mechanism is None and clip is None:
+        return  # nothing to ask (and dp-accounting stays unimported)
     try:
         import dp_accounting
     except ImportError:  # no accountant installed: nothing to check the events against
