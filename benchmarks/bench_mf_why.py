@@ -53,9 +53,7 @@ def noise_row(candidate, sampler) -> list[str]:
     mech = candidate.mechanism
     coefs = mech.strategy.coefs if isinstance(mech, privacy.BandMF) else np.ones(1)
     beta = _toeplitz.solve(_toeplitz._padded(coefs, STEPS), workload)
-    expected = sampler.sample_rate(N_TRAIN) * N_TRAIN
-    if isinstance(sampler, privacy.CyclicPoissonSampler):
-        expected = sampler.expected_batch_size(N_TRAIN)
+    expected = sampler.facts(N_TRAIN).sized().expected_batch_size
     predicted = (candidate.noise_multiplier / expected) ** 2 * float(np.sum(beta**2))
     return [
         f"{candidate.name}({candidate.groups})",

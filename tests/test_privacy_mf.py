@@ -671,8 +671,7 @@ def test_mechanism_scans_with_one_compile(mech):
 
 @pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
 def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
-    from jaxwise.privacy._mechanism import add_noise
-    from jaxwise.privacy._noise import flat_normal, flat_zeros
+    from jaxwise.privacy._noise import flat_zeros, noise_step, noisy_mean
 
     summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
     key = jax.random.key(11)
@@ -680,8 +679,8 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
     @jax.jit
     def both(summed, key):
-        z = flat_normal(key, summed)
-        ours, _ = add_noise(summed, z, state, noise=noise, std=0.7 * 1.3, batch_size=5.0)
+        noisy, _, _ = noise_step(summed, key, state, noise=noise, std=0.7 * 1.3)
+        ours = noisy_mean(noisy, None, 0.0, 5.0)
         return ours, privacy.add_dp_noise(summed, key, 0.7, 1.3, 5.0)
 
     ours, theirs = both(summed, key)
@@ -690,8 +689,7 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
 
 def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
-    from jaxwise.privacy._mechanism import add_noise
-    from jaxwise.privacy._noise import flat_normal, flat_zeros, standard_normal
+    from jaxwise.privacy._noise import flat_zeros, noise_step, standard_normal
 
     mech = BandMF(bands=3, steps=6)
     summed = {"w": jnp.zeros(5)}
@@ -700,10 +698,9 @@ def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
     for t in range(6):
         key = jax.random.key(t)
         clip = jnp.float32(0.5 + t)  # a traced clip norm, as an adaptive policy gives
-        z = flat_normal(key, summed)
-        noisy, state = add_noise(summed, z, state, noise=mech, std=2.0 * clip, batch_size=4.0)
+        noisy, state, _ = noise_step(summed, key, state, noise=mech, std=2.0 * clip)
         zs.append(np.asarray(standard_normal(key, summed)["w"], np.float64))
-        outs.append(np.asarray(noisy["w"], np.float64) * 4.0 / (2.0 * (0.5 + t)))
+        outs.append(np.asarray(noisy["w"], np.float64) / (2.0 * (0.5 + t)))
     # the dense float64 referee: x = C̃⁻¹ z with C̃ the column-normalised banded strategy
     c = normalised_banded(mech.strategy.coefs, 6)
     np.testing.assert_allclose(np.stack(outs), np.linalg.solve(c, np.stack(zs)), rtol=2e-5)
@@ -882,7 +879,7 @@ def test_a_mismatched_mechanism_and_sampler_is_refused_at_construction(noise, sa
     with pytest.raises(privacy.PairingError, match=r"at most once every \d+ steps.*groups="):
         train.make_epoch(_dp(noise), sampler)
     with pytest.raises(ValueError):  # a PairingError is a ValueError
-        _dp(noise).requirements.privacy.check_sampler(sampler)
+        _dp(noise).requirements.privacy.check_sampler(sampler.facts(None))
 
 
 @pytest.mark.parametrize(
@@ -910,7 +907,7 @@ def test_valid_pairings_are_accepted_and_accounted_from_the_objects(noise, sampl
         mechanism=noise,
     )
     assert ours == expected
-    assert sampler.min_separation >= (1 if noise is None else noise.min_separation)
+    assert sampler.facts(None).min_separation >= (1 if noise is None else noise.min_separation)
 
 
 def test_bandmf_accounting_reads_the_mechanisms_separation():
@@ -983,12 +980,8 @@ def test_cyclic_epoch_divides_by_the_batch_of_one_group_not_the_dataset_rate():
     n, batch, groups = 400, 20, 4
     sampler = privacy.CyclicPoissonSampler(batch, groups=groups)
     gradient = privacy.dp_gradient_fn(linear, clip_norm=100.0, noise_multiplier=0.0)
-    from jaxwise.train._epoch import sampler_context
-
-    assert sampler_context(sampler, n, None).expected_batch_size == pytest.approx(batch)
-    assert sampler.expected_batch_size(n) == pytest.approx(batch)
-    plain = sampler_context(privacy.PoissonSampler(batch), n, None).expected_batch_size
-    assert plain == pytest.approx(batch)
+    assert sampler.facts(n).expected_batch_size == pytest.approx(batch)
+    assert privacy.PoissonSampler(batch).facts(n).expected_batch_size == pytest.approx(batch)
     state = train.TrainState.create({"w": jnp.zeros(3)}, optim.sgd(1.0), 0, gradient=gradient)
     state, metrics = train.make_epoch(gradient, sampler)(state, {"x": jnp.ones((n, 3))})
     total = float(np.asarray(metrics["batch_size"]).sum())

@@ -30,6 +30,7 @@ from jaxwise.privacy import DPGradientFn, PoissonSampler, dp_gradient_fn
 from jaxwise.train import (
     GradientFn,
     Gradients,
+    Requirements,
     ShuffleSampler,
     TrainState,
     make_epoch,
@@ -93,7 +94,7 @@ def test_composed_dp_epoch_matches_the_old_make_dp_train_epoch():
     np.testing.assert_allclose(np.concatenate(norms), GOLDEN["dp_grad_norm"], rtol=1e-6)
     np.testing.assert_array_equal(jax.random.key_data(state.key), GOLDEN["dp_key"])
     assert isinstance(epoch.gradient, DPGradientFn)
-    assert epoch.gradient.noise_multiplier == 1.1 and epoch.sampler.sample_rate(50) == 16 / 50
+    assert epoch.gradient.noise_multiplier == 1.1 and epoch.facts(50).sample_rate == 16 / 50
 
 
 LAMBDA = 0.1
@@ -101,6 +102,8 @@ LAMBDA = 0.1
 
 class L2Gradient:
     """A hand-written GradientFn: the MSE gradient plus the gradient of LAMBDA/2 |params|^2."""
+
+    requirements = Requirements()  # needs nothing of the program
 
     def init(self, params):
         del params
@@ -151,6 +154,8 @@ def _hash_order(state):
 
 class CountingGradient:
     """A toy GradientFn with state: it counts the steps and sums the losses."""
+
+    requirements = Requirements()  # a key every step (the default)
 
     def init(self, params):
         del params

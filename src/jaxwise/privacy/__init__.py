@@ -34,9 +34,12 @@ Examples:
     2.6
 """
 
+from jaxwise.privacy._accounting import PrivacyPlan as PrivacyPlan
 from jaxwise.privacy._accounting import epoch_epsilon as epoch_epsilon
 from jaxwise.privacy._accounting import epsilon as epsilon
 from jaxwise.privacy._accounting import noise_multiplier_for as noise_multiplier_for
+from jaxwise.privacy._accounting import plan_epsilon as plan_epsilon
+from jaxwise.privacy._accounting import privacy_plan as privacy_plan
 from jaxwise.privacy._adaptive import AdaptiveClip as AdaptiveClip
 from jaxwise.privacy._audit import Canaries as Canaries
 from jaxwise.privacy._audit import audit_canaries as audit_canaries
@@ -50,24 +53,25 @@ from jaxwise.privacy._blt import blt_strategy as blt_strategy
 from jaxwise.privacy._choose import MechanismCandidate as MechanismCandidate
 from jaxwise.privacy._choose import MechanismChoice as MechanismChoice
 from jaxwise.privacy._choose import choose_mechanism as choose_mechanism
-from jaxwise.privacy._cyclic import CyclicPoissonSampler as CyclicPoissonSampler
 from jaxwise.privacy._dpgradient import DPGradientFn as DPGradientFn
 from jaxwise.privacy._dpgradient import dp_gradient as dp_gradient
 from jaxwise.privacy._dpgradient import dp_gradient_fn as dp_gradient_fn
-from jaxwise.privacy._epoch import PoissonSampler as PoissonSampler
 from jaxwise.privacy._epoch import make_dp_train_epoch as make_dp_train_epoch
 from jaxwise.privacy._mechanism import ClipPolicy as ClipPolicy
 from jaxwise.privacy._mechanism import DPAccounting as DPAccounting
 from jaxwise.privacy._mechanism import NoiseMechanism as NoiseMechanism
 from jaxwise.privacy._mechanism import PairingError as PairingError
-from jaxwise.privacy._mechanism import SeparatedSampler as SeparatedSampler
 from jaxwise.privacy._noise import DPGradient as DPGradient
 from jaxwise.privacy._noise import add_dp_noise as add_dp_noise
 from jaxwise.privacy._noise import dp_gradient_accumulated as dp_gradient_accumulated
+from jaxwise.privacy._privatizer import PrivatizerState as PrivatizerState
+from jaxwise.privacy._privatizer import privatizer as privatizer
 from jaxwise.privacy._sampling import poisson_batch as poisson_batch
 from jaxwise.privacy._sampling import shuffled_batches as shuffled_batches
 from jaxwise.privacy._unit import UnitClipped as UnitClipped
 from jaxwise.privacy._unit import unit_clip as unit_clip
+from jaxwise.train import CyclicPoissonSampler as CyclicPoissonSampler
+from jaxwise.train import PoissonSampler as PoissonSampler
 
 __all__ = [
     "AdaptiveClip",
@@ -86,7 +90,8 @@ __all__ = [
     "NoiseMechanism",
     "PairingError",
     "PoissonSampler",
-    "SeparatedSampler",
+    "PrivacyPlan",
+    "PrivatizerState",
     "UnitClipped",
     "add_dp_noise",
     "audit_canaries",
@@ -101,7 +106,10 @@ __all__ = [
     "epsilon",
     "make_dp_train_epoch",
     "noise_multiplier_for",
+    "plan_epsilon",
     "poisson_batch",
+    "privacy_plan",
+    "privatizer",
     "shuffled_batches",
     "unit_clip",
 ]

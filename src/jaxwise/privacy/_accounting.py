@@ -7,19 +7,38 @@ an accountant is first needed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._extras import require
-from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism, PairingError
+from jaxwise.privacy._mechanism import (
+    ClipPolicy,
+    DPAccounting,
+    NoiseMechanism,
+    PairingError,
+    clip_policy,
+    issued,
+)
 from jaxwise.privacy._noise import check_noise
-from jaxwise.train import TrainEpoch
+from jaxwise.train import SamplingFacts, TrainEpoch
 
-__all__ = ["epoch_epsilon", "epsilon", "noise_multiplier_for", "run_event"]
+__all__ = [
+    "PrivacyPlan",
+    "check_dp_events",
+    "privacy_plan",
+    "epoch_epsilon",
+    "epsilon",
+    "noise_multiplier_for",
+    "plan_epsilon",
+    "run_event",
+]
 
 Accountant = Literal["rdp", "pld"]
 ACCOUNTANTS = ("rdp", "pld")
@@ -37,6 +56,101 @@ def _check_mechanism(mechanism: Any, clip: Any) -> None:
             "`clip` must be None or a privacy.ClipPolicy with its own `dp_event` (e.g. "
             f"AdaptiveClip), got {type(clip).__name__}"
         )
+
+
+def check_dp_events(mechanism: Any, clip: Any) -> None:
+    """Ask each part for its event once, now: a ``dp_event`` that returns no ``DpEvent`` is
+    refused by name where the part is handed over, not after training when ε is asked.
+
+    ``mechanism.dp_event(release, sample_rate=0.5, steps=1)`` must return a
+    ``dp_accounting.DpEvent``; ``clip.dp_event(1)`` one or ``None``. Without dp-accounting
+    installed there is nothing to check against (ε then needs the extra anyway).
+
+    Args:
+        mechanism: a `NoiseMechanism`, or ``None``.
+        clip: a `ClipPolicy`, or ``None``.
+
+    Raises:
+        TypeError: a ``dp_event`` that returns something else (the part and ``dp_event``
+            named).
+    """
+    _check_mechanism(mechanism, clip)
+    if mechanism is None and clip is None:
+        return  # nothing to ask (and dp-accounting stays unimported)
+    try:
+        import dp_accounting
+    except ImportError:  # no accountant installed: nothing to check the events against
+        return
+    event_type = dp_accounting.DpEvent
+    if clip is not None:
+        own = clip.dp_event(1)
+        if own is not None and not isinstance(own, event_type):
+            raise TypeError(_not_an_event(clip, "dp_event(1)", own, allow_none=True))
+    if mechanism is not None:
+
+        def release(k: int) -> Any:
+            del k
+            return dp_accounting.GaussianDpEvent(1.0)
+
+        event = mechanism.dp_event(release, sample_rate=0.5, steps=1)
+        if not isinstance(event, event_type):
+            raise TypeError(_not_an_event(mechanism, "dp_event(release, ...)", event))
+
+
+def _not_an_event(part: Any, call: str, got: Any, *, allow_none: bool = False) -> str:
+    return (
+        f"`{type(part).__name__}.{call}` must return a dp_accounting.DpEvent"
+        + (" (or None)" if allow_none else "")
+        + f", got {type(got).__name__} {got!r:.60}: the accountant composes the run's "
+        "privacy from it"
+    )
+
+
+def noise_gain(mechanism: NoiseMechanism | None) -> float:
+    """The first step's noise per unit draw: ``|correlate(init(0), z)| / |z|`` (DP-SGD: 1).
+
+    Measured on a fixed standard-normal draw of 64 entries: the factor by which the
+    mechanism scales the first step's Gaussian (``BandMF``: ``‖c‖ / c₀`` ≥ 1).
+    """
+    if mechanism is None:
+        return 1.0
+    z = jax.random.normal(jax.random.key(0), (64,), jnp.float32)
+    noise, _ = mechanism.correlate(mechanism.init(jnp.zeros((64,), jnp.float32)), z)
+    flat = jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(noise)])
+    return float(jnp.linalg.norm(flat) / jnp.linalg.norm(z))
+
+
+def _check_floor(
+    event: Any,
+    sigma: float,
+    sample_rate: float,
+    mechanism: NoiseMechanism | None,
+    delta: float,
+    accountant: str,
+    who: str,
+) -> float:
+    """ε of ``event``, refused by name when it is below what the program's noise supports.
+
+    The floor: ONE Poisson-sampled Gaussian release at the first step's noise (σ times the
+    mechanism's `noise_gain`): every DP run releases at least that step, so an accounting
+    that reports less (a ``dp_event`` of ``NoOpDpEvent()``, a claim of more noise than is
+    added) under-reports the privacy loss.
+    """
+    dp_accounting = _dp_accounting("jaxwise.privacy accounting")
+    eps = _epsilon(event, delta, accountant)
+    gain = noise_gain(mechanism)
+    floor_event = dp_accounting.PoissonSampledDpEvent(
+        sample_rate, dp_accounting.GaussianDpEvent(sigma * gain)
+    )
+    floor = _epsilon(floor_event, delta, accountant)
+    if eps < floor * (1 - 1e-9) - 1e-12:
+        raise ValueError(
+            f"{who} accounts ε = {eps:.4g}, less than the ε = {floor:.4g} of the first noisy "
+            f"step alone (one Poisson-sampled Gaussian release at noise multiplier "
+            f"{sigma * gain:.4g}): an accountant never reports less privacy loss than the "
+            "program's noise supports; return the event of every release from `dp_event`"
+        )
+    return eps
 
 
 def _dp_accounting(feature: str) -> Any:
@@ -192,13 +306,17 @@ def epsilon(
     """
     check_noise(noise_multiplier)
     _check_accounting(sample_rate, steps, delta, accountant)
-    _check_mechanism(mechanism, clip)
     _dp_accounting("jaxwise.privacy.epsilon")  # names the extra when it is missing
+    check_dp_events(mechanism, clip)
     sigma = float(noise_multiplier)
     if sigma == 0:
         run_event(1.0, sample_rate, int(steps), mechanism, clip)  # the parts' own checks
         return float("inf")
-    return _epsilon(run_event(sigma, sample_rate, int(steps), mechanism, clip), delta, accountant)
+    event = run_event(sigma, sample_rate, int(steps), mechanism, clip)
+    if mechanism is None:
+        return _epsilon(event, delta, accountant)
+    who = f"`{type(mechanism).__name__}.dp_event`"
+    return _check_floor(event, sigma, sample_rate, mechanism, delta, accountant, who)
 
 
 def noise_multiplier_for(
@@ -245,12 +363,15 @@ def noise_multiplier_for(
     target = epsilon
     check_float(target, "epsilon", min_value=0.0, min_inclusive=False)
     _check_accounting(sample_rate, steps, delta, accountant)
-    _check_mechanism(mechanism, clip)
     dp_accounting = _dp_accounting("jaxwise.privacy.noise_multiplier_for")
+    check_dp_events(mechanism, clip)
 
     def event(sigma: float) -> Any:
         return run_event(sigma, sample_rate, int(steps), mechanism, clip)
 
+    if mechanism is not None:  # its accounting must not fall below its noise (probed at σ = 1)
+        who = f"`{type(mechanism).__name__}.dp_event`"
+        _check_floor(event(1.0), 1.0, sample_rate, mechanism, delta, accountant, who)
     upper = 1e4
     if _epsilon(event(upper), delta, accountant) > target:
         raise ValueError(
@@ -268,6 +389,9 @@ def noise_multiplier_for(
             bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
             tol=1e-4,
         )
+    if mechanism is not None:  # the σ found must not rest on an accounting below its noise
+        who = f"`{type(mechanism).__name__}.dp_event`"
+        _check_floor(event(sigma), sigma, sample_rate, mechanism, delta, accountant, who)
     return float(sigma)
 
 
@@ -285,9 +409,10 @@ def epoch_epsilon(
     [`DPAccounting`][jaxwise.privacy.DPAccounting]: the noise multiplier, the mechanism and
     the clip policy of a [`dp_gradient_fn`][jaxwise.privacy.dp_gradient_fn], forwarded by
     every wrapper: [`unit_clip`][jaxwise.privacy.unit_clip],
-    [`mixed_precision`][jaxwise.train.mixed_precision], yours), the sample rate from
-    ``epoch.sampler.sample_rate(n)``; the pairing is checked again (a mechanism whose
-    ``min_separation`` the sampler does not guarantee raises `PairingError`), then the
+    [`mixed_precision`][jaxwise.train.mixed_precision], yours), the sampling from the
+    sampler's one record, ``epoch.facts(n)`` (its method, rate and separation); the pairing
+    is checked again (a mechanism whose ``min_separation`` the sampler does not guarantee
+    raises `PairingError`), then the
     event its parts give (``dp_event``) is composed as [`epsilon`][jaxwise.privacy.epsilon]
     does.
 
@@ -321,29 +446,103 @@ def epoch_epsilon(
         ...                mechanism=BandMF(bands=4, steps=100))
         True
     """
-    privacy: Any = None
-    if isinstance(epoch, TrainEpoch):  # the gradient's own, or the one a wrapper forwards
-        privacy = getattr(getattr(epoch.gradient, "requirements", None), "privacy", None)
-    if privacy is None or not callable(getattr(privacy, "dp_event", None)):
+    n = check_int(n, "n", min_value=1)
+    return plan_epsilon(privacy_plan(epoch, n), steps=steps, delta=delta, accountant=accountant)
+
+
+@dataclasses.dataclass(frozen=True)
+class PrivacyPlan:
+    """Everything the accountant reads about a DP program: one record.
+
+    Attributes:
+        accounting: the gradient's `DPAccounting` (noise multiplier, mechanism, clip policy).
+        facts: the sampler's `jaxwise.train.SamplingFacts` of an epoch over the dataset.
+        sampler: the sampler's name, for messages.
+    """
+
+    accounting: DPAccounting
+    facts: SamplingFacts
+    sampler: str = "the sampler"
+
+
+def privacy_plan(epoch: TrainEpoch, n: int) -> PrivacyPlan:
+    """The `PrivacyPlan` of a DP epoch over ``n`` examples: its gradient's claim and facts.
+
+    Args:
+        epoch: a [`TrainEpoch`][jaxwise.train.TrainEpoch] of a DP gradient.
+        n: the dataset size.
+
+    Returns:
+        The plan.
+
+    Raises:
+        TypeError: ``epoch`` is not a DP epoch, or its gradient's ``requirements.privacy`` is
+            a claim no DP gradient issued (a wrapper that makes up its own accounting).
+    """
+    if not isinstance(epoch, TrainEpoch):
+        raise TypeError(f"`epoch` must be a jaxwise.train.TrainEpoch, got {type(epoch).__name__}")
+    gradient = type(epoch.gradient).__name__
+    privacy = epoch.gradient.requirements.privacy  # a declared member of every GradientFn
+    if privacy is None:
         raise TypeError(
             "`epoch` must be a TrainEpoch of a DP gradient (privacy.dp_gradient_fn, or a "
-            "wrapper that forwards its `requirements`), got "
-            f"{type(epoch).__name__} of {type(getattr(epoch, 'gradient', None)).__name__}"
+            f"wrapper that forwards its `requirements`), got a TrainEpoch of {gradient}"
         )
-    privacy.check_sampler(epoch.sampler)
-    if getattr(epoch.sampler, "poisson_sampled", False) is not True:
-        raise PairingError(
-            f"`epoch` draws its batches with {type(epoch.sampler).__name__}, which is not "
-            "Poisson sampling: the amplified epsilon the accountant computes is not proved for "
-            "it (shuffled fixed-size batches get no such amplification). Train with "
-            "privacy.PoissonSampler (or CyclicPoissonSampler) for an epsilon, or account "
-            "without amplification: privacy.epsilon(..., sample_rate=1.0, steps=...)"
+    if not issued(privacy):
+        raise TypeError(
+            f"`{gradient}.requirements.privacy` ({privacy!r}) is not the claim of a DP "
+            "gradient that adds its noise (privacy.dp_gradient_fn issues one with its noise): "
+            "a wrapper must forward the wrapped gradient's `requirements`, never make up its "
+            "own accounting, or the ε would not be the program's"
         )
-    n = check_int(n, "n", min_value=1)
+    assert isinstance(privacy, DPAccounting)  # issued() holds only for one
+    return PrivacyPlan(privacy, epoch.facts(n), type(epoch.sampler).__name__)
+
+
+def plan_epsilon(
+    plan: PrivacyPlan,
+    *,
+    steps: int | np.integer,
+    delta: float,
+    accountant: Accountant = "rdp",
+) -> float:
+    """ε of ``steps`` steps of a `PrivacyPlan`: the pairing, the sampling method, then the event.
+
+    Args:
+        plan: the program's `PrivacyPlan` (`privacy_plan`, or made by hand for a program whose noise
+            another library adds, e.g. jax-privacy's ``gaussian_privatizer``).
+        steps: the noisy steps taken.
+        delta: δ in (0, 1).
+        accountant: ``"rdp"`` or ``"pld"``.
+
+    Returns:
+        ε as a float (``inf`` without noise).
+
+    Raises:
+        PairingError: a sampling that is not Poisson, or that does not separate participations
+            as the mechanism assumes.
+        TypeError: a part gives no ``dp_event`` (or one that returns no event).
+        ValueError: an argument out of range, or an accounting below the program's noise.
+    """
     check_int(steps, "steps", min_value=1)
     check_probability(delta, "delta", open_low=True, open_high=True)
     check_choice(accountant, "accountant", ACCOUNTANTS)
-    if getattr(privacy, "noise_multiplier", None) == 0:
-        return float("inf")
-    event = privacy.dp_event(epoch.sampler.sample_rate(n), int(steps))
-    return _epsilon(event, delta, accountant)
+    privacy, facts = plan.accounting, plan.facts
+    privacy.check_sampler(facts, plan.sampler)
+    if not facts.poisson:
+        raise PairingError(
+            f"`epoch` draws its batches with {plan.sampler} (sampling method {facts.method!r}), "
+            "which is not Poisson sampling: the amplified epsilon the accountant computes is "
+            "not proved for it (shuffled fixed-size batches get no such amplification). Train "
+            "with privacy.PoissonSampler (or CyclicPoissonSampler) for an epsilon, or account "
+            "without amplification: privacy.epsilon(..., sample_rate=1.0, steps=...)"
+        )
+    return epsilon(
+        noise_multiplier=privacy.noise_multiplier,
+        sample_rate=facts.sized().sample_rate,
+        steps=steps,
+        delta=delta,
+        accountant=accountant,
+        mechanism=privacy.noise,
+        clip=clip_policy(privacy.clip),
+    )

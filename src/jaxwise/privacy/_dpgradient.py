@@ -27,15 +27,15 @@ from jaxwise._losses import (
     check_method,
 )
 from jaxwise._typing import PyTree
+from jaxwise.privacy._accounting import check_dp_events
 from jaxwise.privacy._mechanism import (
     ClipPolicy,
     DPAccounting,
     NoiseMechanism,
     PairingError,
-    _draw,
     _pairing_message,
-    add_noise,
     clip_policy,
+    issue,
 )
 from jaxwise.privacy._noise import (
     DPGradient,
@@ -43,6 +43,8 @@ from jaxwise.privacy._noise import (
     check_noise_scale,
     clipped_sum,
     flat_zeros,
+    noise_step,
+    noisy_mean,
 )
 from jaxwise.privacy._state import NO_MODEL_STATE
 from jaxwise.train import Gradients, Requirements, StepContext
@@ -77,7 +79,7 @@ class DPGradientFn:
     accounting: DPAccounting = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        accounting = DPAccounting(self.noise_multiplier, self.noise, self.clip_norm)
+        accounting = issue(DPAccounting(self.noise_multiplier, self.noise, self.clip_norm))
         object.__setattr__(self, "accounting", accounting)
 
     @property
@@ -145,6 +147,7 @@ class DPGradientFn:
                 mechanism assumes.
         """
         self._check_context(context)
+        _check_state(state, context)  # rails: a wrapper's init that drops the state, named
         if key is None:
             raise ValueError("the DP gradient needs a `key` for its noise")
         given = model_state if self.takes_model_state else NO_MODEL_STATE
@@ -199,6 +202,18 @@ class DPGradientFn:
 
         cast.__name__ = getattr(loss, "__name__", "loss")
         return cast
+
+
+def _check_state(state: Any, context: StepContext) -> None:
+    """``TypeError`` naming the program gradient's ``init`` unless ``state`` is a DP state."""
+    if isinstance(state, dict) and set(state) == {"noise", "clip"}:
+        return
+    raise TypeError(
+        f"the DP gradient got the state {type(state).__name__} {state!r:.60}, not the "
+        "{'noise': ..., 'clip': ...} its `init` returns: "
+        f"`{context.gradient}.init` must return the wrapped gradient's state "
+        "(`return self.inner.init(params)`, or a structure the wrapper unpacks in its call)"
+    )
 
 
 def _cast_floating(tree: Any, dtype: Any) -> Any:
@@ -276,12 +291,20 @@ def dp_step(
     summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)
     new_state = dict(state)
     std = o.noise_multiplier * clip if o.noise_multiplier else 0.0
-    z, normal = _draw(key, summed, gradient=bool(o.noise_multiplier), clip=policy is not None)
-    grads, new_state["noise"] = add_noise(
-        summed, z, state["noise"], noise=o.noise, std=std, batch_size=expected_batch_size
+    # the one noising step (`privacy.privatizer`'s), then the division by the expected size
+    noisy, new_state["noise"], normals = noise_step(
+        summed,
+        key,
+        state["noise"],
+        noise=o.noise,
+        std=std,
+        noisy=bool(o.noise_multiplier),
+        extra=1 if policy is not None else 0,
     )
+    grads = noisy_mean(noisy, None, 0.0, expected_batch_size)
     if policy is not None:
-        assert normal is not None  # drawn whenever there is a policy
+        assert normals is not None  # drawn whenever there is a policy
+        normal = normals[0]
         new_state["clip"] = policy.update(state["clip"], norms, mask, normal, expected_batch_size)
     return grads, norms, new_model_state, new_state, clip
 
@@ -416,6 +439,7 @@ def _dp_options(
             "`noise` must be None or a jaxwise.privacy.NoiseMechanism (init, correlate, "
             f"min_separation, dp_event), got {type(noise).__name__}"
         )
+    check_dp_events(noise, clip_policy(clip_norm))  # rails: a dp_event that returns no event
     return DPOptions(clip_norm, float(noise_multiplier), noise, method, chunk_size)
 
 

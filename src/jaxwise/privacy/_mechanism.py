@@ -10,7 +10,8 @@ clipping). Its state, ``{"noise": mechanism state, "clip": policy state}`` (``()
 absent part), lives in ``TrainState.gradient_state``.
 
 A mechanism states the participation its accounting assumes (``min_separation``: an example
-joins at most once in that many steps) and a `SeparatedSampler` the separation it guarantees;
+joins at most once in that many steps) and a sampler's `SamplingFacts` the separation it
+guarantees;
 `make_epoch` refuses a pairing where the sampler guarantees less with a `PairingError`. The
 gradient's privacy travels with it: its ``requirements.privacy`` is a `DPAccounting` (the
 noise multiplier, the mechanism and the clip policy), which a wrapper forwards, which
@@ -22,21 +23,15 @@ gradient's own (a wrapper that hides it) is refused.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import jax
-import jax.numpy as jnp
 
 from jaxwise._errors import JaxwiseError
 from jaxwise._typing import PyTree
-from jaxwise.privacy._noise import (
-    flat_normal,
-    flat_size,
-    noisy_mean,
-    unflatten_like,
-)
-from jaxwise.train import Sampler
+from jaxwise.train import SamplingFacts
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
     from dp_accounting import DpEvent
@@ -46,10 +41,10 @@ __all__ = [
     "DPAccounting",
     "NoiseMechanism",
     "PairingError",
-    "SeparatedSampler",
-    "add_noise",
     "check_pairing",
     "clip_policy",
+    "issue",
+    "issued",
 ]
 
 
@@ -140,29 +135,6 @@ class NoiseMechanism(Protocol):
         ...
 
 
-@runtime_checkable
-class SeparatedSampler(Protocol):
-    """A sampler that guarantees a minimum separation between an example's participations.
-
-    ``min_separation`` steps at least lie between two batches holding the same example
-    (`PoissonSampler`: 1; ``CyclicPoissonSampler(groups=g)``: ``g``). A sampler that is not
-    one (``train.ShuffleSampler``) guarantees 1.
-    """
-
-    @property
-    def min_separation(self) -> int:
-        """The fewest steps between two participations of one example.
-
-        Returns:
-            An int >= 1.
-        """
-        ...
-
-
-def _separation(sampler: Any) -> int:
-    return int(sampler.min_separation) if isinstance(sampler, SeparatedSampler) else 1
-
-
 def _pairing_message(noise: Any, sampler: str, have: int) -> str:
     need = 1 if noise is None else int(noise.min_separation)
     return (
@@ -173,77 +145,22 @@ def _pairing_message(noise: Any, sampler: str, have: int) -> str:
     )
 
 
-def check_pairing(noise: NoiseMechanism | None, sampler: Any) -> None:
-    """`PairingError` unless ``sampler`` separates participations as ``noise`` assumes.
+def check_pairing(noise: NoiseMechanism | None, facts: SamplingFacts, name: str) -> None:
+    """`PairingError` unless the sampling separates participations as ``noise`` assumes.
 
     Args:
         noise: the noise mechanism (``None``: DP-SGD, any sampler).
-        sampler: the epoch's sampler.
+        facts: the sampler's `SamplingFacts` (``min_separation`` is read).
+        name: the sampler's name, for the message.
 
     Raises:
         PairingError: the sampler guarantees fewer steps between an example's
             participations than the mechanism's ``min_separation``.
     """
     need = 1 if noise is None else int(noise.min_separation)
-    have = _separation(sampler)
+    have = int(facts.min_separation)
     if have < need:
-        raise PairingError(_pairing_message(noise, type(sampler).__name__, have))
-
-
-def add_noise(
-    summed: Any,
-    z: jax.Array | None,
-    state: Any,
-    *,
-    noise: NoiseMechanism | None,
-    std: Any,
-    batch_size: Any,
-) -> tuple[Any, Any]:
-    """``((summed + std · noise) / batch_size, new mechanism state)``: the one noising step.
-
-    ``z`` is the step's standard-normal draw over all parameters as ONE flat vector padded to
-    a multiple of 8 (`flat_normal`, `flat_size`), turned into this step's noise by
-    ``noise.correlate`` (``None``: ``z`` itself, DP-SGD bit for bit) and then sliced per
-    leaf; ``z = None`` (``σ = 0``) adds none and leaves the state as it is. A mechanism works
-    on the flat vector, so its cost is a few operations whatever the number of leaves.
-
-    Args:
-        summed: the sum of clipped per-example gradients (a pytree of float arrays).
-        z: ``(flat_size(summed),)`` standard normals (the first ``P``, the entries of
-            ``summed``, are used), or ``None``.
-        state: the mechanism's state (``()`` for ``noise=None``).
-        noise: a `NoiseMechanism`, or ``None``.
-        std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
-        batch_size: the divisor (the expected batch size).
-
-    Returns:
-        ``(noisy mean like summed, new state)``.
-    """
-    if z is None:
-        return noisy_mean(summed, None, 0.0, batch_size), state
-    flat: Any = z
-    if noise is not None:
-        flat, state = noise.correlate(state, z)
-    return noisy_mean(summed, unflatten_like(flat, summed), std, batch_size), state
-
-
-def _draw(
-    key: jax.Array, summed: Any, *, gradient: bool, clip: bool
-) -> tuple[jax.Array | None, jax.Array | None]:
-    """``(z (flat_size,) or None, a float32 scalar or None)``: ONE standard-normal draw.
-
-    The step's gradient noise and a clip policy's noise come from one `flat_normal`
-    (independent entries): a second draw (or a key split) inside the step made XLA:CPU
-    serialise the noise behind the gradient (it ran beside it), 0.2 ms a step on a small
-    model. The gradient's part comes first, so it is the draw without a policy, bit for bit;
-    the policy's normal follows the gradient's padded block.
-    """
-    if not gradient and not clip:
-        return None, None
-    size = flat_size(summed) if gradient else 0
-    flat = flat_normal(key, summed, extra=1 if clip else 0)
-    z = flat[:size] if gradient else None
-    return z, (flat[size].astype(jnp.float32) if clip else None)
+        raise PairingError(_pairing_message(noise, name, have))
 
 
 @runtime_checkable
@@ -324,7 +241,9 @@ class DPAccounting:
     One object per `DPGradientFn`, compared by identity: the programs pass it to the gradient
     in ``context.privacy`` and the gradient refuses a call that carries another (a wrapper
     that does not forward ``requirements``). `make_epoch` calls ``check_sampler``; the
-    accountant (`epoch_epsilon`) calls ``dp_event``.
+    accountant (`epoch_epsilon`) reads the record and accepts only one a DP gradient issued
+    (`issued`): a claim a wrapper makes up (``DPAccounting(50.0, ...)`` around a σ = 0.5
+    gradient) accounts noise the program never adds.
 
     Attributes:
         noise_multiplier: ``σ`` of the gradient's noise.
@@ -341,38 +260,34 @@ class DPAccounting:
         """The separation of participations the accounting assumes (1 for DP-SGD)."""
         return 1 if self.noise is None else int(self.noise.min_separation)
 
-    def check_sampler(self, sampler: Sampler) -> None:
-        """`PairingError` unless ``sampler`` separates participations as ``noise`` assumes.
+    def check_sampler(self, facts: SamplingFacts, name: str = "the sampler") -> None:
+        """`PairingError` unless the sampling separates participations as ``noise`` assumes.
 
         Args:
-            sampler: the epoch's sampler.
+            facts: the sampler's `SamplingFacts` (``sampler.facts(n)``, or ``facts(None)``).
+            name: the sampler's name, for the message.
 
         Raises:
             PairingError: e.g. ``BandMF(bands=4)`` with a ``PoissonSampler``.
         """
-        check_pairing(self.noise, sampler)
-
-    def dp_event(self, sample_rate: float, steps: int) -> DpEvent:
-        """The run's ``dp_accounting`` event: the mechanism's over the merged releases.
-
-        Args:
-            sample_rate: the sampler's rate.
-            steps: the noisy steps.
-
-        Returns:
-            A ``dp_accounting.DpEvent``.
-
-        Raises:
-            TypeError: the mechanism or the clip policy has no ``dp_event``.
-            ImportError: dp-accounting is not installed.
-        """
-        from jaxwise.privacy._accounting import run_event
-
-        clip = clip_policy(self.clip)
-        return run_event(self.noise_multiplier, sample_rate, steps, self.noise, clip)
+        check_pairing(self.noise, facts, name)
 
     def __repr__(self) -> str:
         return (
             f"DPAccounting(noise_multiplier={self.noise_multiplier}, noise={self.noise!r}, "
             f"clip={self.clip!r})"
         )
+
+
+_ISSUED: weakref.WeakSet[DPAccounting] = weakref.WeakSet()
+
+
+def issue(accounting: DPAccounting) -> DPAccounting:
+    """Mark ``accounting`` as the claim of a gradient that adds its noise (`DPGradientFn`)."""
+    _ISSUED.add(accounting)
+    return accounting
+
+
+def issued(accounting: object) -> bool:
+    """Whether ``accounting`` is a claim a DP gradient issued (made with its noise)."""
+    return isinstance(accounting, DPAccounting) and accounting in _ISSUED

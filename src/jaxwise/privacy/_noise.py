@@ -41,6 +41,7 @@ __all__ = [
     "check_noise",
     "check_noise_scale",
     "dp_gradient_accumulated",
+    "noise_step",
     "noisy_mean",
     "standard_normal",
 ]
@@ -104,8 +105,55 @@ def add_dp_noise(
     std = (
         float(noise_multiplier) * float(clip_norm) if noise_multiplier else 0.0
     )  # σ = 0: none, even with C = inf
-    noise = standard_normal(key, summed) if std else None
-    return noisy_mean(summed, noise, std, batch_size)
+    noisy, _, _ = noise_step(summed, key, (), noise=None, std=std, noisy=bool(std))
+    return noisy_mean(noisy, None, 0.0, batch_size)
+
+
+def noise_step(
+    summed: Any,
+    key: jax.Array,
+    state: Any,
+    *,
+    noise: Any,
+    std: Any,
+    noisy: bool = True,
+    extra: int = 0,
+) -> tuple[Any, Any, jax.Array | None]:
+    """``(summed + std · noise, new mechanism state, extra normals)``: the one noising step.
+
+    ONE `flat_normal` draw from ``key``: its first ``flat_size(summed)`` entries are the
+    gradient's ``z`` (turned into the noise by ``noise.correlate``, sliced per leaf and cast
+    to each leaf's dtype), the ``extra`` entries after them independent standard normals for
+    a clip policy's own release (a second draw or a key split inside the step made XLA:CPU
+    serialise the noise behind the gradient). ``noisy=False`` (``σ = 0``) adds no noise and
+    leaves the state as it is.
+
+    Args:
+        summed: the sum of clipped per-example gradients (a pytree of float arrays).
+        key: this step's key.
+        state: the mechanism's state (``()`` for ``noise=None``).
+        noise: a `NoiseMechanism`, or ``None`` (DP-SGD).
+        std: ``σ·C`` (a float, or a traced scalar under an adaptive clip).
+        noisy: add the gradient's noise (``False`` for ``σ = 0``).
+        extra: how many further standard normals to draw (float32 ``(extra,)``).
+
+    Returns:
+        ``(noisy sum like summed, new state, (extra,) float32 normals or None)``.
+    """
+    if not noisy and not extra:
+        return summed, state, None
+    size = flat_size(summed) if noisy else 0
+    flat = flat_normal(key, summed, extra=extra)
+    normals = flat[size : size + extra].astype(jnp.float32) if extra else None
+    if not noisy:
+        return summed, state, normals
+    z: Any = flat[:size]
+    if noise is not None:
+        z, state = noise.correlate(state, z)
+    out = jax.tree.map(
+        lambda x, n: x + (std * n).astype(x.dtype), summed, unflatten_like(z, summed)
+    )
+    return out, state, normals
 
 
 def standard_normal(key: jax.Array, like: Any) -> Any:

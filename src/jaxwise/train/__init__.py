@@ -56,13 +56,20 @@ from jaxwise.train._loop import (
     fit,
 )
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
-from jaxwise.train._sampler import Sampler, ShuffleSampler
+from jaxwise.train._sampler import (
+    CyclicPoissonSampler,
+    PoissonSampler,
+    Sampler,
+    SamplingFacts,
+    ShuffleSampler,
+)
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.train._step import TrainStep, make_step, make_train_step
 
 __all__ = [
     "Callback",
     "Checkpointing",
+    "CyclicPoissonSampler",
     "DonationError",
     "DynamicLossScale",
     "EarlyStopping",
@@ -75,12 +82,14 @@ __all__ = [
     "MetricLogging",
     "MixedPrecision",
     "PrivacyClaim",
+    "PoissonSampler",
     "ProgressBar",
     "Requirements",
     "Resume",
     "ResumeError",
     "ResumeWarning",
     "Sampler",
+    "SamplingFacts",
     "ShuffleSampler",
     "StatefulIterator",
     "StepContext",

@@ -29,7 +29,7 @@ from jaxwise.train._gradient import (
     requirements_of,
     value_and_grad,
 )
-from jaxwise.train._sampler import Sampler, ShuffleSampler
+from jaxwise.train._sampler import Sampler, SamplingFacts, ShuffleSampler
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._step import (
     JitProgram,
@@ -77,16 +77,21 @@ class TrainEpoch(JitProgram):
         audit: bool,
     ) -> None:
         self.sampler = sampler
+        self._facts: dict[int | None, SamplingFacts] = {}
         sharding = _batch_sharding(mesh) if mesh is not None else None
         plan = plan_update(gradient, sharding)
 
         def epoch(state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
             n = jax.tree.leaves(data)[0].shape[0]
-            context = sampler_context(sampler, n, plan.requirements.privacy)
+            facts = self.facts(n)
+            sized = facts.sized()
+            context = sampler_context(
+                facts, type(sampler).__name__, plan.requirements.privacy, type(gradient).__name__
+            )
             update = make_update(gradient, plan)
             update_at_width = make_update(_at_width(gradient, sharding), plan_update(gradient))
             xs, key = sampler.plan(state.key, state.step, n)
-            widths = tuple(int(w) for w in sampler.widths(n))
+            widths = sized.widths
 
             def body(carry: TrainState, x: Any) -> tuple[TrainState, dict[str, Any]]:
                 idx, mask, drawn = sampler.draw(x, n)
@@ -123,6 +128,25 @@ class TrainEpoch(JitProgram):
             audit=audit,
         )
 
+    def facts(self, n: int | None) -> SamplingFacts:
+        """The sampler's record of an epoch over ``n`` examples (checked, and kept per ``n``).
+
+        The one place the program and the accountant learn the sampling facts from.
+
+        Args:
+            n: the number of examples, or ``None`` for the n-free facts.
+
+        Returns:
+            The sampler's `SamplingFacts`.
+
+        Raises:
+            TypeError: the sampler's ``facts`` returns no `SamplingFacts`.
+            ValueError: the sampler cannot draw from ``n`` examples.
+        """
+        if n not in self._facts:
+            self._facts[n] = checked_facts(self.sampler, n)
+        return self._facts[n]
+
     def steps_per_epoch(self, n: int) -> int:
         """How many steps an epoch over ``n`` examples runs.
 
@@ -130,9 +154,9 @@ class TrainEpoch(JitProgram):
             n: the number of examples.
 
         Returns:
-            The sampler's steps per epoch.
+            ``facts(n).steps``.
         """
-        return self.sampler.steps(n)
+        return self.facts(n).sized().steps
 
     def sample_rate(self, n: int) -> float:
         """The (expected) fraction of the ``n`` examples in one batch, for privacy accounting.
@@ -141,16 +165,16 @@ class TrainEpoch(JitProgram):
             n: the number of examples.
 
         Returns:
-            The sampler's ``sample_rate(n)``.
+            ``facts(n).sample_rate``.
         """
-        return self.sampler.sample_rate(n)
+        return self.facts(n).sized().sample_rate
 
     def __call__(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
         check_train_state(state)
         n = leading_size(data, "data")
-        self.sampler.check(n)
+        facts = self.facts(n)
         if self.mesh is not None:
-            width = self.sampler.width(n)
+            width = facts.sized().width
             if width % _data_size(self.mesh):
                 raise ValueError(
                     f"the batch size {width} is not divisible by the {_data_size(self.mesh)} "
@@ -161,26 +185,56 @@ class TrainEpoch(JitProgram):
         return self._run(state, data)
 
 
+def checked_facts(sampler: Sampler, n: int | None) -> SamplingFacts:
+    """``sampler.facts(n)``, refused by name unless it is a `SamplingFacts` of ``n``.
+
+    Args:
+        sampler: the sampler.
+        n: the number of examples, or ``None``.
+
+    Returns:
+        The record.
+
+    Raises:
+        TypeError: ``facts`` returned something else.
+        ValueError: the record describes another dataset size (or none for ``n``).
+    """
+    facts = sampler.facts(n)
+    name = type(sampler).__name__
+    if not isinstance(facts, SamplingFacts):
+        raise TypeError(
+            f"`{name}.facts(n)` must return a jaxwise.train.SamplingFacts, got "
+            f"{type(facts).__name__}"
+        )
+    if facts.examples != n:
+        raise ValueError(
+            f"`{name}.facts({n})` describes {facts.examples} examples, not {n}: a sampler "
+            "states the facts of the dataset size it is asked about"
+        )
+    return facts
+
+
 def _gather(data: Any, idx: jax.Array) -> Any:
     # padding indices (>= n, masked out) read zeros, never a real row
     return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
 
 
-def sampler_context(sampler: Sampler, n: int, privacy: Any) -> StepContext:
-    """The `StepContext` of an epoch of ``sampler`` over ``n`` examples.
+def sampler_context(
+    facts: SamplingFacts, name: str, privacy: Any, gradient: str = "the gradient"
+) -> StepContext:
+    """The `StepContext` of an epoch whose sampler states ``facts`` (a record with ``n``).
 
-    The expected batch size is the sampler's ``expected_batch_size(n)`` where it has one (a
-    cyclic sampler: one group's), else ``sample_rate(n) · n``; the separation its
-    ``min_separation`` (1 for a sampler without one, e.g. `ShuffleSampler`).
+    Every number comes from the record: the expected batch size, the sample rate and the
+    minimum separation; ``name`` is the sampler's, for messages.
     """
-    rate = float(sampler.sample_rate(n))
-    own: Callable[[int], float] | None = getattr(sampler, "expected_batch_size", None)
+    sized = facts.sized()
     return StepContext(
-        expected_batch_size=rate * n if own is None else float(own(n)),
-        sample_rate=rate,
-        min_separation=int(getattr(sampler, "min_separation", 1)),
-        sampler=type(sampler).__name__,
+        expected_batch_size=sized.expected_batch_size,
+        sample_rate=sized.sample_rate,
+        min_separation=facts.min_separation,
+        sampler=name,
         privacy=privacy,
+        gradient=gradient,
     )
 
 
@@ -273,14 +327,14 @@ def make_epoch(
     check_gradient(gradient)
     if not isinstance(sampler, Sampler):
         raise TypeError(
-            "`sampler` must be a jaxwise.train.Sampler (check, steps, width, widths, "
-            f"sample_rate, plan, draw), got {type(sampler).__name__}"
+            "`sampler` must be a jaxwise.train.Sampler (facts, plan, draw), got "
+            f"{type(sampler).__name__}"
         )
     check_flags(donate=donate, audit=audit)
     check_mesh(mesh)
     privacy = requirements_of(gradient).privacy
     if privacy is not None:  # whatever wraps the gradient: its requirements are forwarded
-        privacy.check_sampler(sampler)
+        privacy.check_sampler(checked_facts(sampler, None), type(sampler).__name__)
     return TrainEpoch(gradient, sampler, donate=bool(donate), mesh=mesh, audit=bool(audit))
 
 

@@ -9,7 +9,8 @@ new state, as Optax's ``GradientTransformation`` always carries a state. ``conte
 sampler's rate and separation, the compute dtype and loss scale), passed explicitly on every
 call, so a wrapper that forwards the call forwards them too. What a gradient function needs
 of the program (a key, a sampler separation, how its privacy is accounted) it states in its
-optional ``requirements`` (a `Requirements`), which a wrapper forwards.
+``requirements`` (a `Requirements`, a declared member of the protocol), which a wrapper
+forwards.
 `value_and_grad` builds one from a loss, `mixed_precision` wraps one in a compute dtype with
 loss scaling, `jaxwise.privacy.dp_gradient_fn` is the DP-SGD one.
 """
@@ -37,7 +38,7 @@ from jaxwise.train._precision import (
     check_compute_dtype,
     check_loss_scale,
 )
-from jaxwise.train._sampler import Sampler
+from jaxwise.train._sampler import SamplingFacts
 
 __all__ = [
     "GradientFn",
@@ -80,15 +81,16 @@ class PrivacyClaim(Protocol):
     """What a private gradient function's privacy needs of the epoch's sampler.
 
     A DP gradient's ``requirements.privacy`` (`jaxwise.privacy.DPAccounting`): `make_epoch`
-    calls ``check_sampler(sampler)`` when the epoch is made, whatever wraps the gradient, and
-    the accountant reads the same object (``dp_event``).
+    calls ``check_sampler(sampler.facts(None), name)`` when the epoch is made, whatever wraps
+    the gradient, and the accountant reads the same object (``dp_event``).
     """
 
-    def check_sampler(self, sampler: Sampler) -> None:
-        """Refuse a sampler the privacy accounting does not cover.
+    def check_sampler(self, facts: SamplingFacts, name: str = "the sampler") -> None:
+        """Refuse a sampling the privacy accounting does not cover.
 
         Args:
-            sampler: the epoch's sampler.
+            facts: the epoch's sampler's `SamplingFacts` (its ``min_separation`` is read).
+            name: the sampler's name, for the message.
 
         Raises:
             ValueError: the pairing is not covered (a `jaxwise.privacy.PairingError`).
@@ -100,8 +102,8 @@ class PrivacyClaim(Protocol):
 class Requirements:
     """What a gradient function needs of the program that runs it (its ``requirements``).
 
-    A gradient function without a ``requirements`` attribute gets ``Requirements()``. A
-    wrapper forwards its wrapped gradient's (``return self.inner.requirements``): a DP
+    Every gradient function declares one (``Requirements()`` for none). A wrapper forwards
+    its wrapped gradient's (``return self.inner.requirements``): a DP
     gradient refuses, by name, a call whose ``context.privacy`` is not its own.
 
     Attributes:
@@ -138,6 +140,8 @@ class StepContext:
             gradient's ``requirements.privacy``); ``None`` for a non-private program.
         compute_dtype: the forward/backward dtype (``None``: the parameters').
         loss_scale: the loss scale (a float32 scalar or float), or ``None``.
+        gradient: the name of the program's (outermost) gradient, whose ``init`` made the
+            state: for messages (a wrapper whose ``init`` drops the wrapped state is named).
     """
 
     expected_batch_size: float
@@ -147,10 +151,11 @@ class StepContext:
     privacy: PrivacyClaim | None = None
     compute_dtype: np.dtype | None = None
     loss_scale: jax.Array | float | None = None
+    gradient: str = "the gradient"
 
 
 def requirements_of(gradient: object) -> Requirements:
-    """``gradient.requirements``, or ``Requirements()`` when it states none.
+    """``gradient.requirements``: a member every `GradientFn` declares.
 
     Args:
         gradient: a gradient function.
@@ -159,31 +164,40 @@ def requirements_of(gradient: object) -> Requirements:
         Its `Requirements`.
 
     Raises:
-        TypeError: ``requirements`` is not a `Requirements`.
+        TypeError: it has no ``requirements``, or they are not a `Requirements`.
     """
-    req = getattr(gradient, "requirements", None)
-    if req is None:
-        return Requirements()
+    name = type(gradient).__name__
+    try:
+        req = gradient.requirements  # pyright: ignore[reportAttributeAccessIssue]
+    except AttributeError as err:
+        raise TypeError(
+            f"`{name}` declares no `requirements`, a member of jaxwise.train.GradientFn: "
+            "a gradient states what it needs of the program (`requirements = "
+            "jaxwise.train.Requirements()` for none) and a wrapper forwards the wrapped "
+            "gradient's (`return self.inner.requirements`)"
+        ) from err
     if not isinstance(req, Requirements):
         raise TypeError(
-            f"`{type(gradient).__name__}.requirements` must be a jaxwise.train.Requirements, "
-            f"got {type(req).__name__}"
+            f"`{name}.requirements` must be a jaxwise.train.Requirements, got {type(req).__name__}"
         )
     return req
 
 
 @runtime_checkable
 class GradientFn(Protocol):
-    """The one gradient protocol: ``init(params) -> state`` and a call that returns the new one.
+    """The one gradient protocol: ``requirements``, ``init(params) -> state`` and a call.
 
     ``gradient(params, model_state, batch, state, *, key, mask, context) -> Gradients``, traced
     per step. ``state`` is the function's state (``TrainState.gradient_state``, ``()`` for a
     function that keeps none) and ``Gradients.state`` the new one; ``key`` is a fresh typed
     key split from ``TrainState.key`` every step (``None`` when its ``requirements`` say it
     needs none); ``mask`` is a bool ``(B,)`` of the batch's real rows (a padded Poisson batch)
-    or ``None``; ``context`` the step's `StepContext`. Write one by hand to change how a batch
-    becomes a gradient (a regulariser, an extra metric, a different estimator); a wrapper
-    forwards ``state``, ``context`` and ``requirements`` to the function it wraps.
+    or ``None``; ``context`` the step's `StepContext`. ``requirements`` (a `Requirements`)
+    states what it needs of the program: a key, its privacy claim, whether it applies the
+    compute dtype, whether it honours a mask. Write one by hand to change how a batch becomes
+    a gradient (a regulariser, an extra metric, a different estimator); a wrapper forwards
+    the three members (``requirements``, ``init``, the call with its ``state`` and
+    ``context``) to the function it wraps, and is then trained, refused and accounted alike.
 
     Examples:
         >>> import jax.numpy as jnp
@@ -203,6 +217,15 @@ class GradientFn(Protocol):
         >>> isinstance(WithL2(value_and_grad(lambda w, x: jnp.sum(w * x))), GradientFn)
         True
     """
+
+    @property
+    def requirements(self) -> Requirements:
+        """What the gradient needs of the program (``Requirements()``: nothing).
+
+        Returns:
+            Its `Requirements`.
+        """
+        ...
 
     def init(self, params: PyTree) -> PyTree:
         """The state before the first step.
@@ -557,14 +580,15 @@ def mixed_precision(
 
 
 def check_gradient_fn(gradient: object, what: str = "gradient") -> None:
-    """``TypeError`` unless ``gradient`` is a `GradientFn` (callable with ``init``)."""
+    """``TypeError`` unless ``gradient`` is a `GradientFn` (a call, ``init``, ``requirements``)."""
     if not (callable(gradient) and callable(getattr(gradient, "init", None))):
         raise TypeError(
-            f"`{what}` must be a gradient function (jaxwise.train.GradientFn: `init(params)` "
-            "and `__call__(params, model_state, batch, state, *, key, mask, context)`), got "
-            f"{type(gradient).__name__}; build one from a loss with "
+            f"`{what}` must be a gradient function (jaxwise.train.GradientFn: `requirements`, "
+            "`init(params)` and `__call__(params, model_state, batch, state, *, key, mask, "
+            f"context)`), got {type(gradient).__name__}; build one from a loss with "
             "`jaxwise.train.value_and_grad(loss)`"
         )
+    requirements_of(gradient)
 
 
 def gradient_loss(gradient: object) -> Any:

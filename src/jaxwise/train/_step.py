@@ -269,7 +269,9 @@ class TrainStep(JitProgram):
             rows = jax.tree.leaves(batch)[0].shape[0]
             # the caller's fixed-size batches: their rows are the (data-independent) divisor
             privacy = plan.requirements.privacy
-            context = StepContext(expected_batch_size=float(rows), privacy=privacy)
+            context = StepContext(
+                expected_batch_size=float(rows), privacy=privacy, gradient=type(gradient).__name__
+            )
             return update(state, batch, None, context)
 
         super().__init__(
