@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import jax
 
 from jaxwise._frames import is_library_file, short_path
-from jaxwise._jax import hot_trace_state, trace_state_clean
+from jaxwise._jax import concrete_array_type, hot_trace_state, trace_state_clean
 
 __all__ = [
     "ORIGINAL_JIT",
@@ -58,6 +58,7 @@ _SAMPLE = 7
 # `trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
 _TRACE, _EVAL, _AXES, _NO_AXES = hot_trace_state()
 _MAX_DEPTH = 400
+_ARRAY = concrete_array_type()
 
 # (function, args, kwargs, timed): a counted call (timed or not), a checked call (timed), or a
 # staging (``.lower``/``.compile``: no arguments, ``timed`` None).
@@ -102,6 +103,24 @@ class Tracked:
             meanwhile, when that changed).
     """
 
+    # the attributes a call reads live in slots (a little faster than the instance dict,
+    # which holds what ``functools.update_wrapper`` copies)
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "counted",
+        "equinox",
+        "fun",
+        "jitted",
+        "kind",
+        "name",
+        "options",
+        "plan",
+        "session",
+        "stats",
+        "where",
+    )
+
     def __init__(
         self,
         jitted: Any,
@@ -127,31 +146,45 @@ class Tracked:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stats = self.stats
-        if self.counted and stats.live:  # the hot path: count (and time a sample), unless traced
-            trace = _TRACE.value
-            if trace is None or (trace is _EVAL and _AXES.value is _NO_AXES):
-                session = self.session
-                calls = stats.calls = stats.calls + 1
-                session._last = self.name
-                seen = session.queued
-                if calls & _SAMPLE and calls > _TIME_FIRST:
-                    try:
-                        return self.jitted(*args, **kwargs)
-                    finally:
-                        if session.queued != seen:
-                            session.claim((self, args, kwargs, False), seen)
-                try:
-                    start = _now()
-                    out = self.jitted(*args, **kwargs)
-                    stats.timed_seconds += _now() - start
-                    stats.timed_calls += 1
-                    return out
-                finally:
-                    if session.queued != seen:
-                        session.claim((self, args, kwargs, True), seen)
-        if self.session.passthrough or not trace_state_clean():
-            return self.jitted(*args, **kwargs)
-        return self.session.call(self, args, kwargs)
+        if not (self.counted and stats.live):
+            if self.session.passthrough or not trace_state_clean():
+                return self.jitted(*args, **kwargs)
+            return self.session.call(self, args, kwargs)
+        # the hot path: count (and time a sample); a call staged into an outer trace (its
+        # output not a concrete array, and JAX tracing) is taken back afterwards
+        session = self.session
+        last, session._last = session._last, self.name
+        calls = stats.calls = stats.calls + 1
+        seen = session.queued
+        start = _now() if calls <= _TIME_FIRST or not calls & _SAMPLE else None
+        try:  # no keywords: a plain call (unpacking an empty dict costs ~0.1 µs)
+            out = self.jitted(*args, **kwargs) if kwargs else self.jitted(*args)
+        except BaseException:
+            self._end(seen, args, kwargs, None, last)  # counted, not timed
+            raise
+        if type(out) is _ARRAY:  # it ran: no trace-state test needed
+            if start is not None:
+                stats.timed_seconds += _now() - start
+                stats.timed_calls += 1
+            if session.queued != seen:
+                session.claim((self, args, kwargs, start is not None), seen)
+            return out
+        self._end(seen, args, kwargs, start, last)
+        return out
+
+    def _end(self, seen: int, args: tuple, kwargs: dict, start: float | None, last: str) -> None:
+        """The rest of a counted call whose output is not one concrete array (or that raised:
+        ``start`` then ``None``): taken back when it was staged, else timed and claiming."""
+        stats, session = self.stats, self.session
+        if under_transformation():
+            stats.calls -= 1
+            session._last = last
+            return
+        if start is not None:
+            stats.timed_seconds += _now() - start
+            stats.timed_calls += 1
+        if session.queued != seen:
+            session.claim((self, args, kwargs, start is not None), seen)
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)
