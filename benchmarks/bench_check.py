@@ -191,7 +191,8 @@ def main(argv: list[str]) -> int:
     print()
     print(table(["check", "ratio", "baseline", "target", "status", "benchmark"], rows))
     if write:
-        record = {"environment": environment_line(), "load": round(load, 1), "ratios": ratios}
+        rounded = {name: round(value, 3) for name, value in ratios.items()}
+        record = {"environment": environment_line(), "load": round(load, 1), "ratios": rounded}
         BASELINES.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n")
         print(f"\nbaselines written to {BASELINES}")
         return 0
