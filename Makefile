@@ -10,7 +10,7 @@ PYTHON_OLDEST ?= python3.11
 OLD    := .venv-oldest
 OLDSTAMP := $(OLD)/.installed
 
-.PHONY: run test test-oldest quick check docs bench install clean
+.PHONY: run test test-oldest quick check docs bench bench-check install clean
 
 install: $(STAMP)
 
@@ -51,6 +51,11 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[test,bench]"
 	$(BIN)/jaxwise bench
+
+# Before resolving an issue that touches a hot path: the timed hot paths as in-run ratios
+# against benchmarks/baselines.json (exit 1 on a regression; not part of `make test`).
+bench-check: $(STAMP)
+	$(BIN)/python benchmarks/bench_check.py
 
 clean:
 	rm -rf $(VENV) $(OLD) runs build .pytest_cache

@@ -7,6 +7,7 @@ import functools
 import inspect
 import json
 import warnings
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -658,3 +659,31 @@ def test_watch_command_line_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_events_during_nested_calls_go_to_the_innermost_call_then_outward():
+    # what a compile, a trace time or a donation warning does: queued on its thread, claimed
+    # by the call that ends first (the innermost), the rest by the enclosing call; events
+    # outside any call are handled by the report, in order
+    seen = []
+
+    def event(label):
+        return lambda call, number: seen.append((label, call[0] if call else None))
+
+    def call(label) -> Any:  # a label stands for the watched function
+        return (label, None, None, True)
+
+    with Watch() as w:
+        outer = w.queued
+        w._queue(event("before inner"))
+        inner = w.queued
+        w._queue(event("in inner"))
+        w.claim(call("inner"), inner)
+        w._queue(event("after inner"))
+        w.claim(call("outer"), outer)
+        w._queue(event("outside"))
+        assert seen == [("in inner", "inner"), ("before inner", "outer"), ("after inner", "outer")]
+        w.report()
+    assert seen[-1] == ("outside", None)
+    w.claim(call("late"), 0)  # nothing left to claim
+    assert len(seen) == 4

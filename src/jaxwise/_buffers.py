@@ -56,14 +56,18 @@ def donated_buffers(leaves: Sequence[Any]) -> list[tuple[int, ...]] | None:
     when they are not on the CPU (no NumPy view can hold them there)."""
     if not _on_cpu(leaves):
         return None
-    return [buffer_ids(leaf) if isinstance(leaf, jax.Array) else () for leaf in leaves]
+    return [buffer_ids(leaf) if hasattr(leaf, "is_deleted") else () for leaf in leaves]
 
 
 def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) -> list[int]:
     """After the call: the positions of donated ``leaves`` whose buffer was not reused.
 
+    Runs after every donating call of a watch or a jaxwise step, so it asks each array only
+    ``is_deleted()`` (no ``isinstance(leaf, jax.Array)``, a Python-level check), and reads
+    the outputs' buffers only when a donated array was deleted.
+
     Args:
-        leaves: the donated arrays, as passed to the call.
+        leaves: the donated arrays, as passed to the call (other leaves are skipped).
         before: `donated_buffers` of ``leaves``, taken before the call (``None``: only
             undeleted arrays count).
         out: the call's output (any pytree).
@@ -72,21 +76,23 @@ def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) 
         Positions in ``leaves`` of arrays that are still alive, or (``before`` given) deleted
         while no output lives in their buffer and a NumPy view still holds it.
     """
-    alive = [
-        i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.Array) and not leaf.is_deleted()
-    ]
-    if before is None:
+    alive: list[int] = []
+    deleted: list[int] = []
+    for i, leaf in enumerate(leaves):
+        is_deleted = getattr(leaf, "is_deleted", None)
+        if is_deleted is not None:
+            (deleted if is_deleted() else alive).append(i)
+    if before is None or not deleted:
         return alive
     written: set[int] = set()
     for leaf in jax.tree.leaves(out):
-        if isinstance(leaf, jax.Array) and not leaf.is_deleted():
+        is_deleted = getattr(leaf, "is_deleted", None)
+        if is_deleted is not None and not is_deleted():
             written.update(buffer_ids(leaf))
     lost = [
-        i
-        for i, (leaf, ids) in enumerate(zip(leaves, before))
-        if ids and isinstance(leaf, jax.Array) and leaf.is_deleted() and written.isdisjoint(ids)
+        i for i in deleted if before[i] and written.isdisjoint(before[i]) and _exported(leaves[i])
     ]
-    return sorted({*alive, *(i for i in lost if _exported(leaves[i]))})
+    return sorted(alive + lost)
 
 
 def _exported(leaf: jax.Array) -> bool:

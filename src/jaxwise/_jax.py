@@ -156,6 +156,14 @@ def hot_trace_state() -> tuple[Any, Any, Any, Any]:
     return _core.trace_state_strong_ref, _core.eval_trace, _core.axis_env_state, _core.top_axis_env
 
 
+def concrete_array_type() -> type:
+    """The type of a concrete (not traced) array a jitted call returns (``ArrayImpl``): a hot
+    path that sees one needs no trace-state test (a staged call returns tracers)."""
+    from jax._src.array import ArrayImpl
+
+    return ArrayImpl
+
+
 def source_info_current() -> Any:
     """JAX's ``source_info_util.current`` (the frames recorded for a new equation)."""
     return _source_info_util.current

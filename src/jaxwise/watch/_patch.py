@@ -12,9 +12,13 @@ JAX changes what the patch relies on: ``jax.jit``'s signature, and the jitted fu
 attributes (``lower``, ``trace``, ``eval_shape``, ``clear_cache``, ``__wrapped__``) and
 method binding.
 
-The watched call in progress is `CURRENT`, a ``contextvars.ContextVar`` set around each watched
-call (and each ``.lower``/``.compile`` staging) by this module and reset after it: per thread
-and per asyncio task, and nothing reads a frame's locals to find it. The user's line that
+A watched call sets nothing while it runs. What happens during it on its thread (a compile,
+a trace time, a donation warning) is queued by the watch, numbered (`Session.queued` is the
+newest number); when the call returns it compares that number with the one it read before it
+started and, only when they differ, claims the events its thread queued since
+(`Session.claim`): the innermost call claims first, and nothing reads a frame's locals to find
+the call. A counted call's whole cost is one read of the number before and one comparison
+after (a ``ContextVar`` set and reset costs ~4 times more). The user's line that
 jitted a function (or compiled it, or passed it a host array) is `user_site`, the innermost
 live frame outside the libraries: the watch's own reading of the live stack
 (tests/test_layering.py lists the few modules that may read frames or tracebacks).
@@ -23,7 +27,6 @@ live frame outside the libraries: the watch's own reading of the live stack
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import functools
 import sys
 import time
@@ -34,10 +37,9 @@ from typing import Any, Protocol
 import jax
 
 from jaxwise._frames import is_library_file, short_path
-from jaxwise._jax import hot_trace_state, trace_state_clean
+from jaxwise._jax import concrete_array_type, hot_trace_state, trace_state_clean
 
 __all__ = [
-    "CURRENT",
     "ORIGINAL_JIT",
     "ORIGINAL_PMAP",
     "Call",
@@ -56,20 +58,21 @@ _SAMPLE = 7
 # `trace_state_clean()`, inlined in the hot path (tests/test_watch.py checks they agree)
 _TRACE, _EVAL, _AXES, _NO_AXES = hot_trace_state()
 _MAX_DEPTH = 400
+_ARRAY = concrete_array_type()
 
 # (function, args, kwargs, timed): a counted call (timed or not), a checked call (timed), or a
 # staging (``.lower``/``.compile``: no arguments, ``timed`` None).
 Call = tuple["Tracked", "tuple[Any, ...] | None", "dict[str, Any] | None", "bool | None"]
-CURRENT: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
-    "jaxwise_watch_call", default=None
-)
 
 
 class Session(Protocol):
     """What a `Tracked` function needs from the watch that created it."""
 
     passthrough: bool
-    _last: str  # the name of the last watched call to finish
+    _last: str  # the name of the last watched call to start
+    queued: int  # the number of the newest event queued during a call, on any thread
+
+    def claim(self, call: Call, since: int) -> None: ...
 
     def call(self, tracked: Tracked, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any: ...
 
@@ -95,9 +98,28 @@ class Tracked:
         plan: what the watch checks per call (donated and static arguments).
         counted: set by the session when a call needs no check: it is then only counted
             here (``stats.calls``), and timed (``stats.timed_seconds``) for its first 64
-            calls and one in eight after them, with no other work per call than setting
-            `CURRENT` (where a compile during the call finds it) and resetting it.
+            calls and one in eight after them, with no other work per call than reading
+            `Session.queued` before it and comparing after it (claiming what its thread queued
+            meanwhile, when that changed).
     """
+
+    # the attributes a call reads live in slots (a little faster than the instance dict,
+    # which holds what ``functools.update_wrapper`` copies)
+    __slots__ = (
+        "__dict__",
+        "__weakref__",
+        "counted",
+        "equinox",
+        "fun",
+        "jitted",
+        "kind",
+        "name",
+        "options",
+        "plan",
+        "session",
+        "stats",
+        "where",
+    )
 
     def __init__(
         self,
@@ -124,29 +146,45 @@ class Tracked:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         stats = self.stats
-        if self.counted and stats.live:  # the hot path: count (and time a sample), unless traced
-            trace = _TRACE.value
-            if trace is None or (trace is _EVAL and _AXES.value is _NO_AXES):
-                calls = stats.calls = stats.calls + 1
-                self.session._last = self.name
-                if calls & _SAMPLE and calls > _TIME_FIRST:
-                    token = CURRENT.set((self, args, kwargs, False))
-                    try:
-                        return self.jitted(*args, **kwargs)
-                    finally:
-                        CURRENT.reset(token)
-                token = CURRENT.set((self, args, kwargs, True))
-                try:
-                    start = _now()
-                    out = self.jitted(*args, **kwargs)
-                    stats.timed_seconds += _now() - start
-                    stats.timed_calls += 1
-                    return out
-                finally:
-                    CURRENT.reset(token)
-        if self.session.passthrough or not trace_state_clean():
-            return self.jitted(*args, **kwargs)
-        return self.session.call(self, args, kwargs)
+        if not (self.counted and stats.live):
+            if self.session.passthrough or not trace_state_clean():
+                return self.jitted(*args, **kwargs)
+            return self.session.call(self, args, kwargs)
+        # the hot path: count (and time a sample); a call staged into an outer trace (its
+        # output not a concrete array, and JAX tracing) is taken back afterwards
+        session = self.session
+        last, session._last = session._last, self.name
+        calls = stats.calls = stats.calls + 1
+        seen = session.queued
+        start = _now() if calls <= _TIME_FIRST or not calls & _SAMPLE else None
+        try:  # no keywords: a plain call (unpacking an empty dict costs ~0.1 µs)
+            out = self.jitted(*args, **kwargs) if kwargs else self.jitted(*args)
+        except BaseException:
+            self._end(seen, args, kwargs, None, last)  # counted, not timed
+            raise
+        if type(out) is _ARRAY:  # it ran: no trace-state test needed
+            if start is not None:
+                stats.timed_seconds += _now() - start
+                stats.timed_calls += 1
+            if session.queued != seen:
+                session.claim((self, args, kwargs, start is not None), seen)
+            return out
+        self._end(seen, args, kwargs, start, last)
+        return out
+
+    def _end(self, seen: int, args: tuple, kwargs: dict, start: float | None, last: str) -> None:
+        """The rest of a counted call whose output is not one concrete array (or that raised:
+        ``start`` then ``None``): taken back when it was staged, else timed and claiming."""
+        stats, session = self.stats, self.session
+        if under_transformation():
+            stats.calls -= 1
+            session._last = last
+            return
+        if start is not None:
+            stats.timed_seconds += _now() - start
+            stats.timed_calls += 1
+        if session.queued != seen:
+            session.claim((self, args, kwargs, start is not None), seen)
 
     def __get__(self, instance: Any, owner: Any = None) -> Any:
         return self if instance is None else types.MethodType(self, instance)

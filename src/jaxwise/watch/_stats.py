@@ -28,6 +28,7 @@ class Stats:
         self.where = where
         self.calls: int | None = 0 if tracked else None
         self.live = True  # read by every counted call: False once the watch has ended
+        self.first: tuple[int, int] = (0, 0)  # (event number, 0: a compile, 1: a jit): the order
         self.timed_calls = 0  # calls timed: checked ones, then a sample of counted ones
         self.timed_seconds = 0.0  # inside the timed calls
         self.timed_compile = 0.0  # tracing and compiling inside timed calls

@@ -7,11 +7,13 @@ While a watch is active:
   (``jax.pmap`` and ahead-of-time ``.lower(...).compile()`` forms too);
 - every backend compilation arrives from ``jax.monitoring`` through
   `jaxwise.compilation`'s listener with its structured `CacheMiss`, and is attributed to the
-  watched call running on this thread (or task): `._patch.CURRENT`, a context variable that
-  each watched call sets and resets (a call that needs no check does nothing else per call
-  but count and time itself); tracing and lowering times arrive the same way. An Equinox
-  ``filter_jit`` function's compiles are explained by the user's own arguments
-  (`._arguments`);
+  innermost watched call running on this thread: each such event is queued, numbered, and
+  the call claims its thread's events numbered after its start when it returns
+  (`Watch.claim`; a call that needs no check does nothing else per call but count and time
+  itself, and compare the newest number with the one it saw first); events outside any call
+  are attributed by their function at the next `Watch.report`. Tracing and lowering times and
+  JAX's donation warnings arrive the same way. An Equinox ``filter_jit`` function's compiles
+  are explained by the user's own arguments (`._arguments`);
 - donations: every donated input is checked after the call and a failure gets its cause
   (`._donations`: an unused argument, no output of its type, a live view, a duplicate);
   jaxwise steps' ``DonationError`` arrive as ``jaxwise._events.DonationFailed`` events;
@@ -61,6 +63,8 @@ _ACTIVE: Watch | None = None
 _now = time.perf_counter
 _LISTENING = False
 _LOCK = threading.Lock()
+# an event seen during a watched call, handed the call that claims it (or None) and its number
+_Handler = Callable[["_patch.Call | None", int], None]
 
 
 class NanStop(BaseException):
@@ -162,9 +166,13 @@ class Watch:
         self._restore: list[Callable[[], None]] = []
         self._sink = _Sink(self)
         self._nan_checks: Any = None  # watch._nans, imported on entry when NaN checking
-        # the last watched call to finish, by name only (keeping the function alive would
+        # the last watched call to start, by name only (keeping the function alive would
         # change what JAX's caches hit)
         self._last = "?"
+        # events seen during watched calls, per thread: (number, handler), claimed by the call
+        self.queued = 0  # the newest event's number: read by every watched call, twice
+        self._pending: dict[int, list[tuple[int, _Handler]]] = {}
+        self._queue_lock = threading.Lock()
 
     # -- entering and leaving ------------------------------------------------
     def __enter__(self) -> Watch:
@@ -252,6 +260,7 @@ class Watch:
         stats = self._stats.get(key)
         if stats is None:
             stats = self._stats[key] = Stats(tracked.name, where, True)
+            stats.first = (self.queued, 1)  # after the events queued so far
         tracked.stats = stats
         tracked.plan = plan = _calls.CallPlan.of(fun, options, donations=self.nans is None)
         tracked.counted = not (plan.donates or self.transfers or self.nans)
@@ -289,10 +298,11 @@ class Watch:
     def _run(
         self, tracked: _patch.Tracked, run: Any, args: tuple, kwargs: dict, donates: bool
     ) -> Any:
-        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted (compiles
-        find it in ``_patch.CURRENT``)."""
+        """``run(*args, **kwargs)`` as a watched call of ``tracked``: timed, counted, and the
+        events its thread queued meanwhile claimed."""
         stats: Stats = tracked.stats
-        token = _patch.CURRENT.set((tracked, args, kwargs, True))
+        self._last = tracked.name
+        seen = self.queued
         start = _now()
         try:
             return run(*args, **kwargs)
@@ -301,11 +311,11 @@ class Watch:
                 self._on_duplicate(tracked, args, kwargs)
             raise
         finally:
-            _patch.CURRENT.reset(token)
             stats.timed_seconds += _now() - start
             stats.timed_calls += 1
             stats.calls = (stats.calls or 0) + 1
-            self._last = tracked.name
+            if self.queued != seen:
+                self.claim((tracked, args, kwargs, True), seen)
 
     def stage(self, tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
         """``run()`` (a ``.lower`` or ``.compile``) with its compiles counted as ``tracked``'s.
@@ -319,7 +329,12 @@ class Watch:
         """
         if self.passthrough:
             return run()
-        return _staged(tracked, run)
+        seen = self.queued
+        try:
+            return run()
+        finally:
+            if self.queued != seen:
+                self.claim((tracked, None, None, None), seen)
 
     def call_compiled(
         self, tracked: _patch.Tracked, compiled: Any, args: tuple, kwargs: dict
@@ -337,31 +352,82 @@ class Watch:
         """
         return self._run(tracked, compiled, args, kwargs, False)
 
-    # -- compiles --------------------------------------------------------------
-    @staticmethod
-    def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None]:
-        """The innermost watched call in progress on this thread, and its arguments."""
-        return _current_call()[:3]
+    # -- events during a call: queued, then claimed by the call -------------------
+    def _queue(self, handler: _Handler) -> None:
+        """Queue ``handler`` (an event seen on this thread) for the innermost watched call in
+        progress here, which claims it when it returns; outside any call, `report` hands it
+        ``None``."""
+        with self._queue_lock:
+            self.queued = number = self.queued + 1
+            self._pending.setdefault(threading.get_ident(), []).append((number, handler))
 
+    def claim(self, call: _patch.Call, since: int) -> None:
+        """Hand the events queued on this thread after event number ``since`` to ``call``.
+
+        Called by a watched call that returns (or raises) when `queued` moved during it: the
+        events are its own, or those of calls nested in it that did not claim them first.
+
+        Args:
+            call: ``(tracked, args, kwargs, timed)`` of the call that is ending.
+            since: `queued` when the call started.
+        """
+        with self._queue_lock:
+            pending = self._pending.get(threading.get_ident())
+            if not pending:
+                return
+            first = len(pending)
+            while first and pending[first - 1][0] > since:
+                first -= 1
+            mine = pending[first:]
+            del pending[first:]
+        self._handle(mine, call)
+
+    def _flush(self) -> None:
+        """Events outside any watched call, in order: attributed by their function."""
+        with self._queue_lock:
+            items = sorted(
+                (item for pending in self._pending.values() for item in pending),
+                key=lambda item: item[0],
+            )
+            self._pending.clear()
+        self._handle(items, None)
+
+    def _handle(self, items: list[tuple[int, _Handler]], call: _patch.Call | None) -> None:
+        for number, handler in items:
+            try:
+                handler(call, number)
+            except Exception as err:  # the watch never breaks the watched program
+                self._errors.append(f"{type(err).__name__} while attributing an event: {err}")
+
+    # -- compiles --------------------------------------------------------------
     def _on_trace_time(self, seconds: float) -> None:
         if not self._active or self._internal:
             return
         self._compiling += seconds
-        tracked, _, _, timed = _current_call()
-        if tracked is not None:
-            tracked.stats.charge(seconds, timed)
+
+        def charge(call: _patch.Call | None, number: int) -> None:
+            if call is not None:
+                call[0].stats.charge(seconds, call[3])
+
+        self._queue(charge)
 
     def _on_compile(self, event: CompileEvent) -> None:
         if not self._active or self._internal:
             return
         self._compiling += event.seconds
-        tracked, args, kwargs, timed = _current_call()
+        where = user_site(sys._getframe(1))
+        self._queue(lambda call, number: self._attribute(event, where, call, number))
+
+    def _attribute(
+        self, event: CompileEvent, where: str | None, call: _patch.Call | None, number: int
+    ) -> None:
+        """Record a compile seen at ``where`` as ``call``'s, or (``None``) by its function."""
+        tracked, args, kwargs, timed = call if call is not None else (None, None, None, None)
         if event.internal and (tracked is None or not _pmap_program(tracked, event)):
             self._eager_seconds += event.seconds
             if tracked is not None:  # inside the call all the same: not its compile
                 tracked.stats.charge(event.seconds, timed, compile=False)
             return
-        where = user_site(sys._getframe(1))
         miss = compile_miss(event, where)
         if tracked is not None:
             stats = tracked.stats
@@ -373,6 +439,7 @@ class Watch:
             stats = self._stats.get(key)
             if stats is None:
                 stats = self._stats[key] = Stats(key[0], defined, False)
+                stats.first = (number, 0)
         stats.charge(event.seconds, timed)
         stats.misses.append(miss)
 
@@ -382,9 +449,13 @@ class Watch:
         self._donations[key] = self._donations.get(key, 0) + 1
 
     def _on_unusable_donation(self, message: str) -> None:
-        tracked = self._current_call()[0]
-        if tracked is not None:
-            tracked.stats.unusable.update(_calls.unusable_avals(message))
+        avals = _calls.unusable_avals(message)
+
+        def record(call: _patch.Call | None, number: int) -> None:
+            if call is not None:
+                call[0].stats.unusable.update(avals)
+
+        self._queue(record)
 
     def _on_live_donations(
         self, tracked: _patch.Tracked, args: tuple, kwargs: dict, alive: list[Any], out: Any
@@ -438,10 +509,7 @@ class Watch:
     def _on_event(self, event: _events.Event) -> None:
         if not self._active or not isinstance(event, _events.DonationFailed):
             return
-        name = event.function
-        if not name:
-            tracked = self._current_call()[0]
-            name = tracked.name if tracked is not None else self._last
+        name = event.function or self._last  # unnamed: the call in progress, or the last one
         argument = event.argument or "?"
         for key in [k for k in self._donations if k[:2] == (name, argument)]:
             del self._donations[key]  # the step's own audit says it better
@@ -494,8 +562,11 @@ class Watch:
             The [`WatchReport`][jaxwise.watch.WatchReport].
         """
         end = self._end if self._end else time.perf_counter()
+        self._flush()
         functions = tuple(
-            s.report(self.warmup) for s in self._stats.values() if (s.calls or 0) > 0 or s.misses
+            s.report(self.warmup)
+            for s in sorted(self._stats.values(), key=lambda s: s.first)
+            if (s.calls or 0) > 0 or s.misses
         )
         donations = tuple(DonationFinding(f, a, c, n) for (f, a, c), n in self._donations.items())
         transfers = None
@@ -536,30 +607,6 @@ def _pmap_program(tracked: _patch.Tracked, event: CompileEvent) -> bool:
     where = event.defined_at or ""
     file = where.rpartition(":")[0] or where
     return tracked.kind == "pmap" and os.path.basename(file) in ("pmap.py", "pxla.py")
-
-
-def _staged(tracked: _patch.Tracked, run: Callable[[], Any]) -> Any:
-    """``run()``, a staging call of ``tracked``, with ``_patch.CURRENT`` marking it in progress
-    (no arguments, ``timed`` None)."""
-    token = _patch.CURRENT.set((tracked, None, None, None))
-    try:
-        return run()
-    finally:
-        _patch.CURRENT.reset(token)
-
-
-def _current_call() -> tuple[_patch.Tracked | None, tuple | None, dict | None, bool | None]:
-    """The innermost watched call or staging in progress on this thread (or asyncio task): the
-    function, its arguments, and whether the call is timed (``None``: a staging, or none).
-
-    Each watched call sets ``_patch.CURRENT`` for its duration (a counted `Tracked` call, a
-    checked call in `Watch._run`, a staging in `_staged`) and resets it after; compiles, trace
-    times and warnings, which run in the calling thread, read it here.
-    """
-    found = _patch.CURRENT.get()
-    if found is None:
-        return None, None, None, None
-    return found
 
 
 def _load_nan_checks() -> Any:
