@@ -85,7 +85,7 @@ def test_dp_epoch_with_mesh_skips_exactly_the_steps_that_sample_a_nan_row():
     assert int(new.step) == len(rows)  # a DP step counts (for the accountant) even when skipped
     assert np.isfinite(np.asarray(new.params)).all()
     np.testing.assert_array_equal(np.asarray(metrics["batch_size"]), [len(r) for r in rows])
-    assert epoch.sampler.width(96) % 4 == 0 and set(metrics) >= {
+    assert epoch.sampler.facts(96).sized().width % 4 == 0 and set(metrics) >= {
         "grad_norm",
         "skipped",
         "clipped_fraction",
