@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import pytest
 
@@ -37,7 +38,14 @@ INSTALL = {
 
 
 def have(module: str) -> bool:
-    """Whether ``module`` can be imported (``find_spec``; a hidden or missing parent is False)."""
+    """Whether ``module`` can be imported (``find_spec``; a hidden or missing parent is False).
+
+    A package hidden by ``sys.modules[name] = None`` hides its submodules too, even one an
+    earlier test imported (``find_spec`` would answer from ``sys.modules`` for it).
+    """
+    parts = module.split(".")
+    if any(sys.modules.get(".".join(parts[:i]), ...) is None for i in range(1, len(parts) + 1)):
+        return False
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):  # a parent package hidden or missing, or no __spec__

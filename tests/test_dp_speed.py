@@ -22,7 +22,14 @@ from test_ghost_scale import batch_of, init, lm_loss
 from jaxwise import optim
 from jaxwise._losses import Method, clip_factor
 from jaxwise.compilation import CompileBudget
-from jaxwise.per_example import _cost, _ghost, clip_and_sum, clip_plan, per_example_grads
+from jaxwise.per_example import (
+    _cost,
+    _ghost,
+    _ghost_plan,
+    clip_and_sum,
+    clip_plan,
+    per_example_grads,
+)
 from jaxwise.per_example._api import released_bound
 from jaxwise.per_example._graph import trace
 from jaxwise.per_example._vmap import clip_factors
@@ -125,7 +132,7 @@ def _released_norms(loss, params, batch, clip, *, slack=True):
     cost = _cost.backend_cost()
     bits = _cost.operand_bits(cost)
     n = int(np.shape(jax.tree.leaves(batch)[0])[0])
-    forms = _ghost.plan_forms(program, n, 2**28, cost)
+    forms = _ghost_plan.plan_forms(program, n, 2**28, cost)
 
     def run(leaves, example):
         _, acts, grads = _ghost.output_grads(program, leaves, example)
@@ -253,9 +260,9 @@ def test_each_layer_takes_the_gram_form_below_its_threshold_and_is_kept_above(
     the crossing T moves with the backend's FLOPs per byte (CPU 4: T ≈ 29 at K = 128;
     TPU 85: T ≈ 267 at K = 768)."""
     cost = _cost.backend_cost(backend)
-    assert _ghost.norm_form(t_gram, k, k, cost) == "gram"
-    assert _ghost.norm_form(t_kept, k, k, cost) == "per-example"
-    assert _ghost.norm_form(1, k, k, cost) == "rank-one"
+    assert _ghost_plan.norm_form(t_gram, k, k, cost) == "gram"
+    assert _ghost_plan.norm_form(t_kept, k, k, cost) == "per-example"
+    assert _ghost_plan.norm_form(1, k, k, cost) == "rank-one"
 
 
 def _dense(t: int, k: int):

@@ -532,19 +532,19 @@ def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget(monk
     """Layers with positions keep their per-example gradients (norm and sum from one
     contraction) when the backend's costs say so and they fit the budget; otherwise the Gram
     form; both give the same clipped sum."""
-    from jaxwise.per_example import _cost, _ghost
+    from jaxwise.per_example import _cost, _ghost_plan
     from jaxwise.per_example._graph import trace
 
     loss, params, batch, _ = transformer()
     program = trace(packed(loss), params, batch)
     dense = [j for j, u in enumerate(program.uses) if u.kind == "dense"]
-    positional = [j for j in dense if _ghost._sizes(program, program.uses[j])[0] > 1]
+    positional = [j for j in dense if _ghost_plan._sizes(program, program.uses[j])[0] > 1]
     assert len(positional) == 6 and len(dense) == 7  # q, k, v, o, w1, w2 have positions; head not
     # arithmetic only (no byte cost): at T = 6 every positional layer's 4·K·N < 2T²(K + N)
     flops_only = _cost.BackendCost("cpu", None, 0.0)
 
     def kept(budget):
-        forms = _ghost.plan_forms(program, 10, budget, flops_only)
+        forms = _ghost_plan.plan_forms(program, 10, budget, flops_only)
         return {j for j, f in forms.items() if f == "kept"}
 
     assert kept(2**28) == set(positional)
@@ -552,7 +552,7 @@ def test_book_keeping_plan_keeps_positional_layers_within_the_memory_budget(monk
     assert len(kept(one_layer)) == 1
     assert kept(1) == set()
     # the CPU's table keeps them too (T(K + N) > K·N: a Gram norm re-reads more than it saves)
-    cpu = _ghost.plan_forms(program, 10, 2**28, _cost.backend_cost("cpu"))
+    cpu = _ghost_plan.plan_forms(program, 10, 2**28, _cost.backend_cost("cpu"))
     assert {cpu[j] for j in positional} == {"kept"}
     ref_sum, ref = clip_and_sum(packed(loss), params, batch, clip_norm=2.5, method="vmap")
     monkeypatch.setitem(_cost.BACKENDS, "cpu", flops_only)

@@ -129,6 +129,8 @@ def test_the_progress_plugin_records_each_test_and_each_finished_unit(
     pytester, monkeypatch, inner_pytest_args
 ):
     monkeypatch.syspath_prepend(str(ACCELERATOR))
+    # imported by another test of this worker: the inner run must import (and rewrite) it anew
+    monkeypatch.delitem(sys.modules, "lane_progress", raising=False)
     record = pytester.path / "record.jsonl"
     monkeypatch.setenv("LANE_RECORD", str(record))
     monkeypatch.setenv("LANE_COMPILES", str(pytester.path / "compiles.json"))

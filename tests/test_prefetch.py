@@ -192,8 +192,10 @@ def test_fit_checkpoints_every_n_steps_and_resumes(tmp_path):
             callbacks=[Checkpointing(checkpointer, every=4, metadata={"run": "a"})],
         )
     assert report.checkpoints == (4, 8, 10) and latest_step(ck) == 10
-    # fit keeps its count and the state's step
-    assert load_metadata(ck, step=4) == {"run": "a", "fit": {"batches": 4, "step": 4}}
+    # fit keeps its count, the state's step and the hash chained over the batches trained
+    meta = load_metadata(ck, step=4)
+    assert meta["run"] == "a" and set(meta["fit"]) == {"batches", "step", "trained"}
+    assert (meta["fit"]["batches"], meta["fit"]["step"], meta["fit"]["trained"]["to"]) == (4, 4, 4)
 
     straight, _ = fit(step, new_state(tx), host_batches(16))
     batches = host_batches(16)

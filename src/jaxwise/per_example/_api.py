@@ -25,7 +25,7 @@ from jaxwise._losses import (
     weights_of,
 )
 from jaxwise._typing import PyTree
-from jaxwise.per_example import _ghost
+from jaxwise.per_example import _ghost, _ghost_plan
 from jaxwise.per_example._cost import (
     backend_cost,
     default_budget,
@@ -114,14 +114,14 @@ def _resolve(
     forms: dict[int, str] = {}
     rows: tuple[CoverageRow, ...] = ()
     if program is not None:
-        forms = _ghost.plan_forms(program, n, budget, cost)
+        forms = _ghost_plan.plan_forms(program, n, budget, cost)
         rows = tuple(_rows(program, params, forms))
         pe_entries = sum(
             int(np.size(x))
             for x, kind in zip(jax.tree.leaves(params), program.leaf_kind)
             if kind in ("elementwise", "fallback")
         )
-        ghost = _ghost.ghost_extra_cost(program, forms, pe_entries, cost)
+        ghost = _ghost_plan.ghost_extra_cost(program, forms, pe_entries, cost)
         if method == "auto" and micro < ghost:
             program = None
             why = f"per-example gradients cost less ({micro:.3g} < {ghost:.3g} per example)"
@@ -145,7 +145,7 @@ def _resolve(
 def _rows(program: ExampleGraph, params: Any, forms: dict[int, str]) -> list[CoverageRow]:
     return [
         dataclasses.replace(row, norm=form)
-        for row, form in zip(coverage(program, params), _ghost.leaf_forms(program, forms))
+        for row, form in zip(coverage(program, params), _ghost_plan.leaf_forms(program, forms))
     ]
 
 
@@ -489,4 +489,4 @@ def ghost_coverage(loss: LossFn, params: PyTree, example: PyTree) -> list[Covera
         program = trace(loss, params, batched)
     except Unsupported as err:
         raise ValueError(f"method='ghost' does not apply to this `loss`: {err}") from err
-    return _rows(program, params, _ghost.plan_forms(program, 1, 2**62, backend_cost()))
+    return _rows(program, params, _ghost_plan.plan_forms(program, 1, 2**62, backend_cost()))

@@ -56,13 +56,8 @@ from jaxwise.train._loop import (
     fit,
 )
 from jaxwise.train._precision import DynamicLossScale, LossScaleState
-from jaxwise.train._sampler import (
-    CyclicPoissonSampler,
-    PoissonSampler,
-    Sampler,
-    SamplingFacts,
-    ShuffleSampler,
-)
+from jaxwise.train._sampler import CyclicPoissonSampler, PoissonSampler, ShuffleSampler
+from jaxwise.train._sampling import Sampler, SamplingFacts
 from jaxwise.train._state import TrainState, type_signature
 from jaxwise.train._step import TrainStep, make_step, make_train_step
 

@@ -7,7 +7,7 @@ import collections
 import itertools
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import jax
 
@@ -16,10 +16,18 @@ from jaxwise._errors import JaxwiseError
 from jaxwise.train._fingerprint import fingerprint, mismatch
 from jaxwise.train._trained import TrainedHash, batch_digest
 
-if TYPE_CHECKING:
-    from jaxwise.train._callbacks import Resume
-
 __all__ = ["DataPosition", "ResumeError", "ResumeWarning", "StatefulIterator"]
+
+
+class ResumePoint(Protocol):
+    """What a data position reads of `jaxwise.train.Resume` (the checkpoint's metadata, and
+    whether the caller positioned the iterator itself)."""
+
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+
+    @property
+    def positioned(self) -> bool: ...
 
 
 class ResumeError(JaxwiseError, ValueError):
@@ -161,7 +169,11 @@ class DataPosition:
 
     @classmethod
     def start(
-        cls, batches: Iterable[Any], resume: Resume | None, default_first: int, saving: bool = True
+        cls,
+        batches: Iterable[Any],
+        resume: ResumePoint | None,
+        default_first: int,
+        saving: bool = True,
     ) -> DataPosition:
         """The position of ``batches``, moved to ``resume``'s saved one when it has one.
 

@@ -29,7 +29,8 @@ from jaxwise.train._gradient import (
     requirements_of,
     value_and_grad,
 )
-from jaxwise.train._sampler import Sampler, SamplingFacts, ShuffleSampler
+from jaxwise.train._sampler import ShuffleSampler
+from jaxwise.train._sampling import Sampler, SamplingFacts
 from jaxwise.train._state import TrainState, check_train_state
 from jaxwise.train._step import (
     JitProgram,

@@ -38,7 +38,7 @@ from jaxwise.train._precision import (
     check_compute_dtype,
     check_loss_scale,
 )
-from jaxwise.train._sampler import SamplingFacts
+from jaxwise.train._sampling import SamplingFacts
 
 __all__ = [
     "GradientFn",

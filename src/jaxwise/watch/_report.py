@@ -20,6 +20,7 @@ __all__ = [
     "DonationFinding",
     "FunctionReport",
     "NanFinding",
+    "NanStop",
     "TransferSite",
     "WatchReport",
 ]
@@ -364,3 +365,15 @@ def render_text(report: WatchReport) -> str:
     lines += [f"note: {n}" for n in report.notes]
     lines += [f"(watch could not finish a check: {e})" for e in report.errors]
     return "\n".join(lines)
+
+
+class NanStop(BaseException):
+    """Raised from a watched call whose output is not finite (``nans="stop"``).
+
+    A ``BaseException`` (like ``KeyboardInterrupt``), so that the watched code's ``except
+    Exception`` blocks do not swallow it; the `Watch` block ends there, silently.
+    """
+
+    def __init__(self, finding: NanFinding) -> None:
+        super().__init__(finding.describe())
+        self.finding = finding

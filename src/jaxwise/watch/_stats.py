@@ -9,12 +9,22 @@ function recompiled (JAX itself sees only the flattened arrays).
 from __future__ import annotations
 
 import dataclasses
+import os
+from typing import Any
 
 from jaxwise.compilation import CacheMiss, CompileEvent, Difference
 from jaxwise.watch import _arguments
+from jaxwise.watch._patch import Tracked
 from jaxwise.watch._report import FunctionReport
 
-__all__ = ["Stats", "compile_miss", "explain_equinox"]
+__all__ = [
+    "CompileSink",
+    "Stats",
+    "compile_miss",
+    "explain_equinox",
+    "load_nan_checks",
+    "pmap_program",
+]
 
 _MAX_SIGNATURES = 32  # user-level signatures kept per Equinox function
 _PRIORITY = ("structure", "static", "shape", "dtype", "weak_type")
@@ -103,3 +113,34 @@ def explain_equinox(stats: Stats, miss: CacheMiss, args: tuple, kwargs: dict) ->
         reasons=reasons,
         text=f"{miss.function} recompiled: " + "; ".join(reasons),
     )
+
+
+def pmap_program(tracked: Tracked, event: CompileEvent) -> bool:
+    """Whether an internal compile during a ``pmap`` call is the pmap's own program (defined
+    in JAX's ``pmap.py``/``pxla.py``); others (``jit(_multi_slice)``, splitting the result per
+    device) are eager work, not a compile of the user's function."""
+    where = event.defined_at or ""
+    file = where.rpartition(":")[0] or where
+    return tracked.kind == "pmap" and os.path.basename(file) in ("pmap.py", "pxla.py")
+
+
+def load_nan_checks() -> Any:
+    """``jaxwise.watch._nans``, imported before the watched code runs.
+
+    Importing it (``jaxwise.debug``: ``checkify``, ``jax.extend``) defines JAX config options
+    that are part of every jitted function's cache key; imported at the first NaN check it
+    would change the key between a function's first and second call and compile it again.
+    """
+    from jaxwise.watch import _nans
+
+    return _nans
+
+
+class CompileSink:
+    """Receives every compile from jaxwise.compilation's process-wide listener."""
+
+    def __init__(self, watch: Any) -> None:  # a Watch
+        self._watch = watch
+
+    def record(self, event: CompileEvent) -> None:
+        self._watch._on_compile(event)

@@ -25,7 +25,6 @@ While a watch is active:
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -47,10 +46,18 @@ from jaxwise.watch._report import (
     FAIL_ON,
     DonationFinding,
     NanFinding,
+    NanStop,
     TransferSite,
     WatchReport,
 )
-from jaxwise.watch._stats import Stats, compile_miss, explain_equinox
+from jaxwise.watch._stats import (
+    CompileSink,
+    Stats,
+    compile_miss,
+    explain_equinox,
+    load_nan_checks,
+    pmap_program,
+)
 
 __all__ = ["NanStop", "Watch"]
 
@@ -65,18 +72,6 @@ _LISTENING = False
 _LOCK = threading.Lock()
 # an event seen during a watched call, handed the call that claims it (or None) and its number
 _Handler = Callable[["_patch.Call | None", int], None]
-
-
-class NanStop(BaseException):
-    """Raised from a watched call whose output is not finite (``nans="stop"``).
-
-    A ``BaseException`` (like ``KeyboardInterrupt``), so that the watched code's ``except
-    Exception`` blocks do not swallow it; the `Watch` block ends there, silently.
-    """
-
-    def __init__(self, finding: NanFinding) -> None:
-        super().__init__(finding.describe())
-        self.finding = finding
 
 
 def _duration_listener(event: str, duration_secs: float, **kwargs: Any) -> None:
@@ -164,7 +159,7 @@ class Watch:
         self._errors: list[str] = []
         self._undonated: dict[str, None] = {}  # functions not donating under NaN checking
         self._restore: list[Callable[[], None]] = []
-        self._sink = _Sink(self)
+        self._sink = CompileSink(self)
         self._nan_checks: Any = None  # watch._nans, imported on entry when NaN checking
         # the last watched call to start, by name only (keeping the function alive would
         # change what JAX's caches hit)
@@ -192,7 +187,7 @@ class Watch:
         self._restore.append(subscribe(self._sink.record))
         self._restore.append(_events.subscribe(self._on_event))
         if self.nans is not None:  # nothing donates: jaxwise steps must not expect it
-            self._nan_checks = _load_nan_checks()
+            self._nan_checks = load_nan_checks()
             suspended = _events.suspend_donation("jaxwise watch: NaN checking")
             suspended.__enter__()
             self._restore.append(lambda: _ignore(suspended.__exit__(None, None, None)))
@@ -423,7 +418,7 @@ class Watch:
     ) -> None:
         """Record a compile seen at ``where`` as ``call``'s, or (``None``) by its function."""
         tracked, args, kwargs, timed = call if call is not None else (None, None, None, None)
-        if event.internal and (tracked is None or not _pmap_program(tracked, event)):
+        if event.internal and (tracked is None or not pmap_program(tracked, event)):
             self._eager_seconds += event.seconds
             if tracked is not None:  # inside the call all the same: not its compile
                 tracked.stats.charge(event.seconds, timed, compile=False)
@@ -600,37 +595,6 @@ class Watch:
         )
 
 
-def _pmap_program(tracked: _patch.Tracked, event: CompileEvent) -> bool:
-    """Whether an internal compile during a ``pmap`` call is the pmap's own program (defined
-    in JAX's ``pmap.py``/``pxla.py``); others (``jit(_multi_slice)``, splitting the result per
-    device) are eager work, not a compile of the user's function."""
-    where = event.defined_at or ""
-    file = where.rpartition(":")[0] or where
-    return tracked.kind == "pmap" and os.path.basename(file) in ("pmap.py", "pxla.py")
-
-
-def _load_nan_checks() -> Any:
-    """``jaxwise.watch._nans``, imported before the watched code runs.
-
-    Importing it (``jaxwise.debug``: ``checkify``, ``jax.extend``) defines JAX config options
-    that are part of every jitted function's cache key; imported at the first NaN check it
-    would change the key between a function's first and second call and compile it again.
-    """
-    from jaxwise.watch import _nans
-
-    return _nans
-
-
 def _ignore(value: Any) -> None:
     """Drop a return value (the restore callbacks return nothing)."""
     del value
-
-
-class _Sink:
-    """Receives every compile from jaxwise.compilation's process-wide listener."""
-
-    def __init__(self, watch: Watch) -> None:
-        self._watch = watch
-
-    def record(self, event: CompileEvent) -> None:
-        self._watch._on_compile(event)
