@@ -52,7 +52,7 @@ def noise_row(candidate, sampler) -> list[str]:
     workload = _toeplitz.workload_coefs(STEPS, MOMENTUM)
     mech = candidate.mechanism
     coefs = mech.strategy.coefs if isinstance(mech, privacy.BandMF) else np.ones(1)
-    beta = _toeplitz.solve(_toeplitz._padded(coefs, STEPS), workload)
+    beta = _toeplitz.solve(coefs, workload)  # lfilter: a short column is zero-padded
     expected = sampler.facts(N_TRAIN).sized().expected_batch_size
     predicted = (candidate.noise_multiplier / expected) ** 2 * float(np.sum(beta**2))
     return [
