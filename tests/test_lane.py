@@ -136,6 +136,9 @@ def test_the_progress_plugin_records_each_test_and_each_finished_unit(
     monkeypatch.setenv("LANE_COMPILES", str(pytester.path / "compiles.json"))
     monkeypatch.delenv("LANE_ENVIRONMENT", raising=False)
     pytester.makepyfile(test_first=INNER, test_second="def test_four():\n    pass\n")
+    # its own ini: the inner run's rootdir (the units' paths) is the pytester folder even when
+    # --basetemp puts that folder inside this repository (make test), not the repository's root
+    pytester.makeini("[pytest]\n")
     result = pytester.runpytest(*inner_pytest_args, "-p", "lane_progress")
     result.assert_outcomes(passed=2, failed=1, skipped=1)
     lines = [json.loads(line) for line in record.read_text().splitlines()]
