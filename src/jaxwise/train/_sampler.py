@@ -85,24 +85,7 @@ class ShuffleSampler:
             >>> ShuffleSampler(4).facts(10).steps
             2
         """
-        base: dict[str, Any] = {
-            "method": "shuffle",
-            "min_separation": 1,
-            "batch_size": float(self.batch_size),
-        }
-        if n is None:
-            return SamplingFacts(**base)
-        self.check(n)
-        rate = self.sample_rate(n)
-        return SamplingFacts(
-            **base,
-            examples=int(n),
-            steps=self.steps(n),
-            width=self.width(n),
-            widths=self.widths(n),
-            sample_rate=rate,
-            expected_batch_size=rate * n,
-        )
+        return _facts(self, n, "shuffle")
 
     def check(self, n: int) -> None:
         """Refuse a dataset smaller than one batch.
@@ -251,24 +234,7 @@ class PoissonSampler:
         Raises:
             ValueError: ``batch_size > n``.
         """
-        base: dict[str, Any] = {
-            "method": "poisson",
-            "min_separation": 1,
-            "batch_size": float(self.batch_size),
-        }
-        if n is None:
-            return SamplingFacts(**base)
-        self.check(n)
-        rate = self.sample_rate(n)
-        return SamplingFacts(
-            **base,
-            examples=int(n),
-            steps=self.steps(n),
-            width=self.width(n),
-            widths=self.widths(n),
-            sample_rate=rate,
-            expected_batch_size=rate * n,
-        )
+        return _facts(self, n, "poisson")
 
     def check(self, n: int) -> None:
         """``ValueError`` if the batch size exceeds the ``n`` examples.
@@ -451,24 +417,7 @@ class CyclicPoissonSampler:
         Raises:
             ValueError: ``groups · batch_size > n``.
         """
-        base: dict[str, Any] = {
-            "method": "cyclic_poisson",
-            "min_separation": self.groups,
-            "batch_size": float(self.batch_size),
-        }
-        if n is None:
-            return SamplingFacts(**base)
-        self.check(n)
-        rate = self.sample_rate(n)
-        return SamplingFacts(
-            **base,
-            examples=int(n),
-            steps=self.steps(n),
-            width=self.width(n),
-            widths=self.widths(n),
-            sample_rate=rate,
-            expected_batch_size=rate * n / self.groups,
-        )
+        return _facts(self, n, "cyclic_poisson", groups=self.groups)
 
     def _poisson(self) -> PoissonSampler:
         return PoissonSampler(self.batch_size, self.multiple, self.buckets)
@@ -574,3 +523,27 @@ class CyclicPoissonSampler:
         idx = jnp.where(where < slots, group + self.groups * where, n).astype(jnp.int32)
         mask = jnp.arange(width) < count
         return idx, mask, {"overflow": count > width}
+
+
+def _facts(sampler: Any, n: int | None, method: SamplingMethod, groups: int = 1) -> SamplingFacts:
+    """The `SamplingFacts` of one of the samplers here: ``groups`` disjoint groups take turns
+    (1: every step may draw any example), so an example's steps are ``groups`` apart and a
+    step's expected batch is one group's share of ``sample_rate(n) · n``."""
+    base: dict[str, Any] = {
+        "method": method,
+        "min_separation": groups,
+        "batch_size": float(sampler.batch_size),
+    }
+    if n is None:
+        return SamplingFacts(**base)
+    sampler.check(n)
+    rate = sampler.sample_rate(n)
+    return SamplingFacts(
+        **base,
+        examples=int(n),
+        steps=sampler.steps(n),
+        width=sampler.width(n),
+        widths=sampler.widths(n),
+        sample_rate=rate,
+        expected_batch_size=rate * n / groups,
+    )
