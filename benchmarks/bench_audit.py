@@ -12,7 +12,7 @@ import time
 
 from common import QUICK, main_guard, table, write_section
 
-from jaxwise.jobs import SpiralConfig, run_spiral
+from jaxwise.cli._jobs import SpiralConfig, run_spiral
 from jaxwise.privacy import epsilon
 
 CANARIES = 200 if QUICK else 500

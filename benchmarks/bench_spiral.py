@@ -53,8 +53,8 @@ def child_ours() -> dict:
     import numpy as np
 
     from jaxwise import numerics
+    from jaxwise.cli._jobs import make_optimizer
     from jaxwise.compilation import CompileCounter
-    from jaxwise.jobs import make_optimizer
     from jaxwise.models import init_mlp, mlp_apply
     from jaxwise.train import TrainState, make_train_epoch
 

@@ -6,7 +6,7 @@ Run from the repository root after adding or removing a public name on purpose::
 
 One line per public name, ``namespace.name``, sorted. A namespace is ``jaxwise``, each
 sub-package in ``jaxwise.__all__`` (the exception bases there are names of ``jaxwise``), and
-the command-line modules ``jaxwise.cli``, ``jaxwise.jobs`` and ``jaxwise.pytest_plugin``;
+the command-line module ``jaxwise.cli`` and ``jaxwise.pytest_plugin``;
 its public names are the attributes not starting with ``_`` (``dir`` and ``vars``), the
 namespaces themselves excepted.
 """
@@ -17,7 +17,7 @@ import importlib
 from pathlib import Path
 
 PATH = Path(__file__).with_name("public_api.txt")
-ENTRY_POINTS = ("cli", "jobs", "pytest_plugin")  # public modules outside jaxwise.__all__
+ENTRY_POINTS = ("cli", "pytest_plugin")  # public modules outside jaxwise.__all__
 
 
 def namespaces() -> list[str]:

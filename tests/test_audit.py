@@ -331,8 +331,8 @@ def test_the_audited_epoch_compiles_once():
 @pytest.mark.slow  # long: runs in the newest lane (make test), not the oldest
 def test_spiral_dp_audit_reports_theory_and_lower_bound(capsys):
     from jaxwise.cli import main
-    from jaxwise.jobs import SpiralConfig, run_spiral
-    from jaxwise.jobs._common import UserError
+    from jaxwise.cli._jobs import SpiralConfig, run_spiral
+    from jaxwise.cli._jobs._common import UserError
 
     cfg = SpiralConfig(
         epochs=2,

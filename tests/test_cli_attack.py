@@ -409,8 +409,8 @@ def test_resume_without_the_history_leaves_the_plot_alone(tmp_path, small_csv, c
 
 
 def test_checkpoint_error_is_exit_2(tmp_path, small_csv, capsys, monkeypatch):
-    from jaxwise import jobs
     from jaxwise.checkpoint import CheckpointError
+    from jaxwise.cli import _jobs as jobs
 
     def broken(cfg):
         raise CheckpointError(
@@ -423,7 +423,7 @@ def test_checkpoint_error_is_exit_2(tmp_path, small_csv, capsys, monkeypatch):
 
 
 def test_unexpected_error_is_one_line_with_debug_hint(small_csv, capsys, monkeypatch):
-    from jaxwise import jobs
+    from jaxwise.cli import _jobs as jobs
 
     def broken(cfg):
         raise RuntimeError("boom\nsecond line")
@@ -440,8 +440,8 @@ def test_unexpected_error_is_one_line_with_debug_hint(small_csv, capsys, monkeyp
 
 
 def test_run_that_trained_nothing_exits_1(small_csv, capsys, monkeypatch):
-    from jaxwise import jobs
-    from jaxwise.jobs._common import check_run_health
+    from jaxwise.cli import _jobs as jobs
+    from jaxwise.cli._jobs._common import check_run_health
 
     with pytest.raises(jobs.RunFailed, match="every one of the 8 training steps was skipped"):
         check_run_health(0.5, 8, 8, "d.csv")
@@ -563,7 +563,7 @@ def test_predict_errors(tmp_path, small_csv, trained, capsys):
 
 
 def test_strict_json_never_prints_nan():
-    from jaxwise.jobs._common import jsonable
+    from jaxwise.cli._jobs._common import jsonable
 
     value = jsonable(
         {"a": float("nan"), "b": [np.float32("inf"), 1.5], "c": np.int64(3), "d": np.bool_(True)}
@@ -741,7 +741,7 @@ def test_compile_tally_tells_compiles_from_cache_loads(tmp_path):
     import jax
     import jax.numpy as jnp
 
-    from jaxwise.jobs import CompileTally, persistent_cache
+    from jaxwise.cli._jobs import CompileTally, persistent_cache
 
     before = jax.config.jax_compilation_cache_dir
     x = jnp.arange(5.0)
@@ -767,7 +767,7 @@ def test_compile_tally_tells_compiles_from_cache_loads(tmp_path):
 
 
 def test_unwritable_cache_directory_runs_without_the_cache(tmp_path):
-    from jaxwise.jobs import persistent_cache
+    from jaxwise.cli._jobs import persistent_cache
 
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

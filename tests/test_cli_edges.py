@@ -5,8 +5,8 @@ import csv
 import numpy as np
 import pytest
 
-from jaxwise._cli_needs import without_effect
 from jaxwise.cli import _parser_and_commands, build_parser, main
+from jaxwise.cli._needs import without_effect
 
 
 def run(args, capsys):

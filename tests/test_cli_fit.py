@@ -278,7 +278,7 @@ def test_checkpoint_every_is_checked_and_spaces_the_checkpoints(blobs, tmp_path,
 
 KILLED_AT = """
 import os, sys
-from jaxwise.jobs import _fitting
+from jaxwise.cli._jobs import _fitting
 call = _fitting.EvaluatedEpoch.__call__
 
 def held(self, state, data):
@@ -402,7 +402,7 @@ def test_early_stopping_count_is_its_callback_state_and_older_checkpoints_resume
 
     from jaxwise.checkpoint import load_metadata
     from jaxwise.cli import main
-    from jaxwise.jobs.tabular import _Continued
+    from jaxwise.cli._jobs.tabular import _Continued
 
     out = tmp_path / "run"
     args = ["train", str(blobs), *TRAIN, "--epochs", "3", "--early-stopping", "5", *QUIET]

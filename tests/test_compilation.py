@@ -428,7 +428,7 @@ def test_a_compile_without_a_miss_is_kind_other():
 def test_a_persistent_cache_adds_no_warnings_to_the_explanations(tmp_path, caplog):
     """JAX logs the persistent cache's misses and writes at WARNING while the explain flag is
     on: only our flag raised them, so they stay hidden (as without jaxwise)."""
-    from jaxwise.jobs._cache import persistent_cache
+    from jaxwise.cli._jobs._cache import persistent_cache
 
     f = jax.jit(lambda x: x * 5.0 - 2.0)
     with persistent_cache(tmp_path / "cache"), caplog.at_level(logging.DEBUG):

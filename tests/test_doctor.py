@@ -1,4 +1,4 @@
-"""Tests for jaxwise._doctor (`jaxwise doctor`): the live pitfall checks and the command."""
+"""Tests for jaxwise.cli._doctor (`jaxwise doctor`): the live pitfall checks and the command."""
 
 import importlib.metadata
 import importlib.util
@@ -10,7 +10,7 @@ import sys
 import jax
 import pytest
 
-from jaxwise import _doctor as doctor
+from jaxwise.cli import _doctor as doctor
 
 
 def test_doctor_checks_reproduce_the_known_pitfalls():

@@ -22,8 +22,8 @@ OLD_BASES: dict[str, type[Exception]] = {
     "jaxwise.checkpoint._format.Damaged": ValueError,
     "jaxwise.compilation.CompileBudgetExceeded": RuntimeError,
     "jaxwise.data.DataError": ValueError,
-    "jaxwise.jobs.RunFailed": Exception,
-    "jaxwise.jobs.UserError": Exception,
+    "jaxwise.cli._jobs.RunFailed": Exception,
+    "jaxwise.cli._jobs.UserError": Exception,
     "jaxwise._lock.LockHeld": Exception,
     "jaxwise.lint._driver.LintSkip": Exception,
     "jaxwise.lint._notebook.NotebookError": ValueError,
@@ -120,7 +120,7 @@ def test_cli_recognises_errors_by_class(
 
 
 def test_cli_keeps_a_class_exit_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    from jaxwise.jobs import RunFailed
+    from jaxwise.cli._jobs import RunFailed
 
     assert _main_raising(monkeypatch, RunFailed("every step skipped")) == 1
 

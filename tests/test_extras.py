@@ -67,7 +67,8 @@ SCRIPT = textwrap.dedent(
         return [code, stdout.getvalue(), stderr.getvalue()]
 
     directory = tempfile.mkdtemp()
-    from jaxwise import _doctor as doctor, _plotting as plotting, checkpoint, models, privacy
+    from jaxwise import checkpoint, models, privacy
+    from jaxwise.cli import _doctor as doctor, _plotting as plotting
     import jaxwise.cli
 
     out["checkpoint.save"] = error(lambda: checkpoint.save(directory, state))

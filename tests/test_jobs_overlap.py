@@ -7,12 +7,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from jaxwise.cli._jobs import CompileTally
+from jaxwise.cli._jobs._cache import persistent_cache
+from jaxwise.cli._jobs._common import initial_state
+from jaxwise.cli._jobs._overlap import compile_one_shot, overlapped, precompile
+from jaxwise.cli._jobs.spiral import SpiralConfig, run_spiral
 from jaxwise.compilation import CompileCounter
-from jaxwise.jobs import CompileTally
-from jaxwise.jobs._cache import persistent_cache
-from jaxwise.jobs._common import initial_state
-from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
-from jaxwise.jobs.spiral import SpiralConfig, run_spiral
 from jaxwise.models import init_mlp
 
 
@@ -86,7 +86,7 @@ def test_tally_counts_only_the_measuring_threads_compilations(tmp_path):
 
 def test_initial_state_program_equals_the_eager_initialisation():
     cfg = SpiralConfig(epochs=1, out=None, progress=False, cache=False)
-    from jaxwise.jobs._common import make_optimizer
+    from jaxwise.cli._jobs._common import make_optimizer
 
     tx, _ = make_optimizer(10, cfg.lr, cfg.weight_decay, cfg.warmup, cfg.end_lr)
     build = jax.jit(lambda: initial_state(tx, (2, 8, 3), 4))

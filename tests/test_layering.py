@@ -62,7 +62,7 @@ def test_the_scan_finds_each_form(tmp_path: Path) -> None:
         "from jaxwise.sharding._mesh import data_size\n"
         "import jaxwise.debug._frames\n"
         "from jaxwise.watch import _run\n"
-        "def f():\n    from jaxwise.jobs._render import render\n"
+        "def f():\n    from jaxwise.cli._jobs._render import render\n"
         "from jaxwise.train._state import TrainState\n"  # its own package: fine
         "from jaxwise._events import publish\n"  # a top-level private module: fine
         "from jaxwise.sharding import data_size\n"  # a public name: fine
@@ -73,7 +73,7 @@ def test_the_scan_finds_each_form(tmp_path: Path) -> None:
         "jaxwise.sharding._mesh",
         "jaxwise.debug._frames",
         "jaxwise.watch._run",
-        "jaxwise.jobs._render",
+        "jaxwise.cli._jobs._render",
     ]
 
 
@@ -143,10 +143,10 @@ def test_report_reads_the_watch_json_and_never_imports_watch() -> None:
 
 
 def test_the_cli_quiets_the_loggers_the_internals_module_names() -> None:
-    # cli.py names JAX's loggers as strings (importing jaxwise._jax would load jax at start-up)
+    # cli/__init__.py names JAX's loggers as strings (importing jaxwise._jax loads jax at start-up)
     from jaxwise._jax import COMPILER_LOGGERS
 
-    assert all(name in (SRC / "cli.py").read_text() for name in COMPILER_LOGGERS)
+    assert all(name in (SRC / "cli" / "__init__.py").read_text() for name in COMPILER_LOGGERS)
 
 
 # Reading Python's frames and tracebacks: allowed only where there is no other way.

@@ -234,7 +234,7 @@ def test_a_crashed_runs_best_step_is_never_adopted(tmp_path, data, capsys):
 
 
 def test_a_run_of_an_older_jaxwise_still_resumes_and_predicts(tmp_path, data, capsys, monkeypatch):
-    from jaxwise.jobs._outputs import RunDir
+    from jaxwise.cli._jobs._outputs import RunDir
 
     claim = RunDir.claim
 

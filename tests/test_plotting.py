@@ -1,10 +1,10 @@
-"""The CLI's plots (jaxwise._plotting): valid PNGs, written atomically, pyplot untouched."""
+"""The CLI's plots (jaxwise.cli._plotting): valid PNGs, written atomically, pyplot untouched."""
 
 import matplotlib
 import matplotlib.image
 import numpy as np
 
-from jaxwise._plotting import plot_confusion, plot_decision_boundary, plot_training
+from jaxwise.cli._plotting import plot_confusion, plot_decision_boundary, plot_training
 
 
 def _is_png(path):
@@ -31,7 +31,7 @@ def test_three_plots_are_valid_pngs_and_leave_no_temporaries(tmp_path):
 
 
 def test_confusion_plot_shows_the_most_confused_classes(tmp_path):
-    from jaxwise._plotting import confusion_focus, plot_confusion
+    from jaxwise.cli._plotting import confusion_focus, plot_confusion
 
     k = 300
     matrix = np.diag(np.full(k, 5))
@@ -46,7 +46,7 @@ def test_confusion_plot_shows_the_most_confused_classes(tmp_path):
 
 
 def test_curves_plot_with_gaps_and_best_epoch(tmp_path):
-    from jaxwise._plotting import plot_curves
+    from jaxwise.cli._plotting import plot_curves
 
     history = [
         {

@@ -51,7 +51,7 @@ def test_namespaces_export_exactly_their_all():
             for n in gen_public_api.public_names()
             if n.startswith(prefix) and "." not in n.removeprefix(prefix)
         }
-        if space in ("jaxwise", "jaxwise.cli", "jaxwise.jobs"):
+        if space in ("jaxwise", "jaxwise.cli"):
             continue  # the package (sub-packages only) and the command line's modules
         assert names == set(module.__all__), (space, sorted(names ^ set(module.__all__)))
 

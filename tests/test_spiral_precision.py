@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 from jaxwise.cli import main
-from jaxwise.jobs import _common as C
-from jaxwise.jobs import spiral
-from jaxwise.jobs.spiral import SpiralConfig, run_spiral
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs import spiral
+from jaxwise.cli._jobs.spiral import SpiralConfig, run_spiral
 from jaxwise.models import init_mlp, mlp_apply
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("jax", "numpy", "importlib.metadata", "jaxwise.lint", "jaxwise.jobs", "rich")
+HEAVY = ("jax", "numpy", "importlib.metadata", "jaxwise.lint", "jaxwise.cli._jobs", "rich")
 
 
 def _imported_after(argv, tmp_path):

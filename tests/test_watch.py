@@ -630,8 +630,8 @@ def test_jaxwise_lists_watch_as_a_lazy_sub_package():
     ],
 )
 def test_watch_command_line(argv, nans, fail_on, script, args):
-    from jaxwise._cli_options import explicit_nans
     from jaxwise.cli import build_parser
+    from jaxwise.cli._options import explicit_nans
 
     parsed = build_parser().parse_args(explicit_nans(argv))
     assert (parsed.nans, parsed.fail_on, parsed.script, parsed.args) == (

@@ -54,4 +54,4 @@ class MissingExtraError(JaxwiseError, ImportError):
 class UserError(JaxwiseError):
     """A problem with the user's input or environment: the CLI reports it in one line, exit 2."""
 
-    __module__ = "jaxwise.jobs"
+    __module__ = "jaxwise.cli._jobs"

@@ -17,7 +17,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from jaxwise.jobs import spiral, tabular
+from jaxwise.cli._jobs import spiral, tabular
 
 
 def blobs_csv(path: Path) -> Path:
@@ -60,7 +60,7 @@ def spiral_params() -> list[np.ndarray]:
     cfg = spiral.SpiralConfig(
         epochs=3, n_per_class=40, batch_size=32, out=None, progress=False, cache=False
     )
-    from jaxwise.jobs._overlap import overlapped
+    from jaxwise.cli._jobs._overlap import overlapped
 
     with overlapped() as background:
         run = spiral.prepare(cfg, background)

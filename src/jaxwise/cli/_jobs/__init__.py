@@ -9,7 +9,7 @@ overwritten; a run that produced no usable model raises `RunFailed` (exit code 1
 Each job's module is imported on first use (``jaxwise spiral`` does not import the CSV jobs).
 
 Examples:
-    >>> from jaxwise.jobs import SpiralConfig, run_spiral
+    >>> from jaxwise.cli._jobs import SpiralConfig, run_spiral
     >>> cfg = SpiralConfig(epochs=2, n_per_class=60, out=None, progress=False, cache=False)
     >>> summary = run_spiral(cfg)
     >>> summary["compiles"], 0.0 <= summary["test_accuracy"] <= 1.0
@@ -22,12 +22,12 @@ import typing as _typing
 from jaxwise._errors import UserError
 
 if _typing.TYPE_CHECKING:
-    from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-    from jaxwise.jobs._common import RunFailed, make_optimizer
-    from jaxwise.jobs.label_errors import run_label_errors
-    from jaxwise.jobs.predict import PredictConfig, run_predict
-    from jaxwise.jobs.spiral import SpiralConfig, run_spiral
-    from jaxwise.jobs.tabular import TabularConfig, run_train
+    from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache
+    from jaxwise.cli._jobs._common import RunFailed, make_optimizer
+    from jaxwise.cli._jobs.label_errors import run_label_errors
+    from jaxwise.cli._jobs.predict import PredictConfig, run_predict
+    from jaxwise.cli._jobs.spiral import SpiralConfig, run_spiral
+    from jaxwise.cli._jobs.tabular import TabularConfig, run_train
 
 __all__ = [
     "CompileTally",
@@ -66,11 +66,11 @@ _JOBS = ("label_errors", "predict", "spiral", "tabular")  # the jobs' own module
 
 def __getattr__(name: str) -> _typing.Any:
     if name in _HOMES:
-        value = getattr(_importlib.import_module(f"jaxwise.jobs.{_HOMES[name]}"), name)
+        value = getattr(_importlib.import_module(f"jaxwise.cli._jobs.{_HOMES[name]}"), name)
     elif name in _JOBS:
-        value = _importlib.import_module(f"jaxwise.jobs.{name}")
+        value = _importlib.import_module(f"jaxwise.cli._jobs.{name}")
     else:
-        raise AttributeError(f"module 'jaxwise.jobs' has no attribute {name!r}")
+        raise AttributeError(f"module 'jaxwise.cli._jobs' has no attribute {name!r}")
     globals()[name] = value
     return value
 

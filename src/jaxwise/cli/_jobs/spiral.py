@@ -25,11 +25,11 @@ import numpy as np
 
 from jaxwise import data, numerics
 from jaxwise._checks import UserError
-from jaxwise.jobs import _common as C
-from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._fitting import LOG_DIRS, EpochLog, Progress, check_logs, open_writers
-from jaxwise.jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests, write_summary
-from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache
+from jaxwise.cli._jobs._fitting import LOG_DIRS, EpochLog, Progress, check_logs, open_writers
+from jaxwise.cli._jobs._outputs import SUMMARY, RunDir, atomic_write, hold_for_tests, write_summary
+from jaxwise.cli._jobs._overlap import compile_one_shot, overlapped, precompile
 from jaxwise.label_errors import hardest_examples
 from jaxwise.models import mlp_apply
 from jaxwise.train import MetricLogging
@@ -418,7 +418,7 @@ def report(
 
 
 def _plots(run: _Run, hard: list[dict[str, Any]], test_acc: float) -> dict[str, str]:
-    from jaxwise._plotting import plot_decision_boundary, plot_training
+    from jaxwise.cli._plotting import plot_decision_boundary, plot_training
 
     assert run.out is not None
     lrs = np.asarray(C.schedule_values(run.schedule, run.cfg.epochs * run.steps_per_epoch))

@@ -16,7 +16,7 @@ import functools
 from typing import Any, NamedTuple
 
 from jaxwise._checks import UserError
-from jaxwise._cli_options import option_float, option_int
+from jaxwise.cli._options import option_float, option_int
 
 __all__ = [
     "BLT_BUFFERS",

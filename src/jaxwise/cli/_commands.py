@@ -38,7 +38,7 @@ def _emit(args: argparse.Namespace, summary: dict[str, Any]) -> None:
     if args.json:
         print(json.dumps(summary, allow_nan=False))
         return
-    from jaxwise._cli_render import render
+    from jaxwise.cli._render import render
 
     render(summary)
 
@@ -52,7 +52,7 @@ def _precheck(args: argparse.Namespace) -> None:
     """The training options, checked before JAX is imported (a bad option is refused at once)."""
     from types import SimpleNamespace
 
-    from jaxwise._cli_options import check_training_options
+    from jaxwise.cli._options import check_training_options
 
     check_training_options(SimpleNamespace(**{"lr": 1e-2, "hidden": (64, 64), **vars(args)}))
 
@@ -88,7 +88,7 @@ def _cache_options(args: argparse.Namespace) -> dict[str, Any]:
 def cmd_spiral(args: argparse.Namespace) -> int:
     _precheck(args)
     _require_extras(args, plots=bool(args.out) and not args.no_plots, checkpoints=False)
-    from jaxwise.jobs import SpiralConfig, run_spiral
+    from jaxwise.cli._jobs import SpiralConfig, run_spiral
 
     cfg = SpiralConfig(
         epochs=args.epochs,
@@ -112,7 +112,7 @@ def cmd_spiral(args: argparse.Namespace) -> int:
 
 
 def _tabular_config(args: argparse.Namespace, out: str) -> Any:
-    from jaxwise.jobs import TabularConfig
+    from jaxwise.cli._jobs import TabularConfig
 
     return TabularConfig(
         path=args.csv,
@@ -146,7 +146,7 @@ def _tabular_config(args: argparse.Namespace, out: str) -> Any:
 def cmd_train(args: argparse.Namespace) -> int:
     _precheck(args)
     _require_extras(args, plots=not args.no_plots, checkpoints=True)
-    from jaxwise.jobs import run_train
+    from jaxwise.cli._jobs import run_train
 
     _emit(args, run_train(_tabular_config(args, args.out)))
     return 0
@@ -157,7 +157,7 @@ def cmd_label_errors(args: argparse.Namespace) -> int:
     _require_extras(
         args, plots=bool(args.run_dir) and not args.no_plots, checkpoints=bool(args.run_dir)
     )
-    from jaxwise.jobs import run_label_errors
+    from jaxwise.cli._jobs import run_label_errors
 
     _emit(
         args,
@@ -175,7 +175,7 @@ def cmd_label_errors(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     _require_extras(args, plots=False, checkpoints=True)
-    from jaxwise.jobs import PredictConfig, run_predict
+    from jaxwise.cli._jobs import PredictConfig, run_predict
 
     cfg = PredictConfig(
         run_dir=args.run_dir,
@@ -191,7 +191,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     _require_extras(args, plots=False, checkpoints=False)
-    from jaxwise import _doctor as doctor
+    from jaxwise.cli import _doctor as doctor
 
     env = doctor.environment()
     failed = doctor.failure(env)

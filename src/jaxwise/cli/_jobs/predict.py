@@ -23,9 +23,9 @@ import numpy as np
 from jaxwise import data
 from jaxwise._checks import UserError, missing_path
 from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata
-from jaxwise.jobs import _common as C
-from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._outputs import OutputFile, hold_for_tests, locked_reader
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache
+from jaxwise.cli._jobs._outputs import OutputFile, hold_for_tests, locked_reader
 from jaxwise.models import init_mlp
 from jaxwise.train import TrainState
 

@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._checks import UserError
-from jaxwise.jobs import _common as C
-from jaxwise.jobs import tabular
-from jaxwise.jobs._cache import CompileTally, default_cache_dir, persistent_cache
-from jaxwise.jobs._fitting import LOG_DIRS
-from jaxwise.jobs._outputs import SUMMARY, OutputFile, hold_for_tests, write_summary
-from jaxwise.jobs._overlap import overlapped
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs import tabular
+from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache
+from jaxwise.cli._jobs._fitting import LOG_DIRS
+from jaxwise.cli._jobs._outputs import SUMMARY, OutputFile, hold_for_tests, write_summary
+from jaxwise.cli._jobs._overlap import overlapped
 
 __all__ = ["COLUMNS", "METHODS", "run_label_errors"]
 

@@ -156,7 +156,7 @@ def _print_examples(
 def _print_confusion(console: Any, summary: dict[str, Any]) -> None:
     import numpy as np
 
-    from jaxwise._plotting import confusion_focus
+    from jaxwise.cli._plotting import confusion_focus
 
     matrix = np.asarray(summary["confusion_matrix"])
     keep = confusion_focus(matrix)

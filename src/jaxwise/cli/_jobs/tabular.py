@@ -33,9 +33,9 @@ from jaxwise.checkpoint import (
     latest_step,
     load_metadata,
 )
-from jaxwise.jobs import _common as C
-from jaxwise.jobs._cache import CompileTally
-from jaxwise.jobs._fitting import (
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs._cache import CompileTally
+from jaxwise.cli._jobs._fitting import (
     LOG_DIRS,
     BestEpoch,
     EpochLog,
@@ -43,9 +43,9 @@ from jaxwise.jobs._fitting import (
     Progress,
     open_writers,
 )
-from jaxwise.jobs._outputs import SUMMARY, atomic_write, hold_for_tests, write_summary
-from jaxwise.jobs._overlap import compile_one_shot, overlapped, precompile
-from jaxwise.jobs._prepare import Prepared, TabularConfig, prepare, run_dir
+from jaxwise.cli._jobs._outputs import SUMMARY, atomic_write, hold_for_tests, write_summary
+from jaxwise.cli._jobs._overlap import compile_one_shot, overlapped, precompile
+from jaxwise.cli._jobs._prepare import Prepared, TabularConfig, prepare, run_dir
 from jaxwise.train import Checkpointing, FitReport, MetricLogging, Resume, TrainState
 from jaxwise.train import fit as train_fit
 
@@ -93,7 +93,7 @@ def run_train(cfg: TabularConfig) -> dict[str, Any]:
     """
     cfg.validate()
     t_start = time.perf_counter()
-    from jaxwise.jobs._cache import default_cache_dir, persistent_cache
+    from jaxwise.cli._jobs._cache import default_cache_dir, persistent_cache
 
     cache_dir = (
         (Path(cfg.cache_dir) if cfg.cache_dir else default_cache_dir()) if cfg.cache else None
@@ -146,7 +146,7 @@ def _warm_up(
     background.submit(precompile, C.evaluate_splits, params_shape, train, val)
     background.submit(precompile, C.predict_classes, params_shape, val[0])
     if prep.out is not None and prep.cfg.plots:
-        background.submit(importlib.import_module, "jaxwise._plotting")
+        background.submit(importlib.import_module, "jaxwise.cli._plotting")
         for module in ("matplotlib.figure", "matplotlib.backends.backend_agg"):
             background.submit(importlib.import_module, module)
     return state, rates
@@ -499,7 +499,7 @@ def confusion(
 
 
 def _plots(prep: Prepared, fitted: Fitted, matrix: np.ndarray) -> dict[str, str]:
-    from jaxwise._plotting import plot_confusion, plot_curves, plot_training
+    from jaxwise.cli._plotting import plot_confusion, plot_curves, plot_training
 
     out, outputs = prep.out, {}
     assert out is not None

@@ -25,16 +25,16 @@ import optax
 
 from jaxwise import numerics, optim
 from jaxwise._checks import UserError
-from jaxwise._cli_options import (
+from jaxwise._errors import JaxwiseError
+from jaxwise._progress import progress_bar
+from jaxwise.cli._jobs import _dp
+from jaxwise.cli._options import (
     check_hidden,
     check_training_options,
     option_float,
     option_int,
     parameter_count,
 )
-from jaxwise._errors import JaxwiseError
-from jaxwise._progress import progress_bar
-from jaxwise.jobs import _dp
 from jaxwise.models import mlp_apply
 from jaxwise.tree import mask_by_path
 
@@ -44,7 +44,7 @@ DELTA = _dp.DELTA
 class RunFailed(JaxwiseError):
     """A run finished without a usable model (non-finite loss, every step skipped): exit code 1."""
 
-    __module__ = "jaxwise.jobs"
+    __module__ = "jaxwise.cli._jobs"
 
     exit_code = 1
 

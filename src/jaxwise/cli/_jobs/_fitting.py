@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxwise.jobs import _common as C
-from jaxwise.jobs._cache import CompileTally
-from jaxwise.jobs._outputs import append_line
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs._cache import CompileTally
+from jaxwise.cli._jobs._outputs import append_line
 from jaxwise.train import Callback, EarlyStopping, TrainState
 
 __all__ = [

@@ -16,9 +16,9 @@ import numpy as np
 from jaxwise import data
 from jaxwise._checks import UserError
 from jaxwise.checkpoint import data_fingerprint
-from jaxwise.jobs import _common as C
-from jaxwise.jobs._fitting import check_logs
-from jaxwise.jobs._outputs import RunDir
+from jaxwise.cli._jobs import _common as C
+from jaxwise.cli._jobs._fitting import check_logs
+from jaxwise.cli._jobs._outputs import RunDir
 
 __all__ = ["Prepared", "TabularConfig", "prepare", "run_dir"]
 

@@ -28,15 +28,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from jaxwise import _cli_commands as commands
-from jaxwise._cli_needs import LOGS as _LOGS
-from jaxwise._cli_needs import fail_conditions as _fail_on
-from jaxwise._cli_needs import hidden_sizes as _hidden
-from jaxwise._cli_needs import log_writers as _logs
-from jaxwise._cli_needs import positive_int as _positive_int
-from jaxwise._cli_needs import rule_codes as _codes
-from jaxwise._cli_needs import without_effect as _without_effect
 from jaxwise._errors import JaxwiseError
+from jaxwise.cli import _commands as commands
+from jaxwise.cli._needs import LOGS as _LOGS
+from jaxwise.cli._needs import fail_conditions as _fail_on
+from jaxwise.cli._needs import hidden_sizes as _hidden
+from jaxwise.cli._needs import log_writers as _logs
+from jaxwise.cli._needs import positive_int as _positive_int
+from jaxwise.cli._needs import rule_codes as _codes
+from jaxwise.cli._needs import without_effect as _without_effect
 
 __all__ = ["build_parser", "main"]
 
@@ -512,8 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             that produced no usable model, 130 on Ctrl-C.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "watch" in argv:  # its bare --nans rewritten (_cli_options imports NumPy: only then)
-        from jaxwise._cli_options import explicit_nans
+    if "watch" in argv:  # its bare --nans rewritten (cli._options imports NumPy: only then)
+        from jaxwise.cli._options import explicit_nans
 
         argv = explicit_nans(argv)
     parser = build_parser()
@@ -570,7 +570,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if restore is not None:
             restore()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
