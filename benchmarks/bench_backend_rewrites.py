@@ -1,6 +1,6 @@
 """The CPU-only rewrites and the donation audit, measured on the current backend.
 
-`jaxwise._backends.REWRITES` says on which backends each rewrite is on; this benchmark is
+`jaxwise._shared._backends.REWRITES` says on which backends each rewrite is on; this benchmark is
 what it is decided from. Run it on every backend (``benchmarks/results/<backend>/``):
 
 - The scanned CNN epoch (2 conv + dense, batch 64, 8 steps, SGD) as `make_train_epoch` with
@@ -28,7 +28,7 @@ from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_
 
 import jaxwise.train
 from jaxwise import data, models, numerics, optim
-from jaxwise._backends import REWRITES, assume_backend
+from jaxwise._shared._backends import REWRITES, assume_backend
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
 from jaxwise.train._donation import Audit
 
@@ -117,7 +117,7 @@ def cnn_epoch() -> str:
             ],
             rows,
         )
-        + "\n\nOn this backend the table (`jaxwise._backends.REWRITES`) has the rewrite "
+        + "\n\nOn this backend the table (`jaxwise._shared._backends.REWRITES`) has the rewrite "
         f"**{now}**; rewrite on / off = **{on / off:.2f}**."
     )
 

@@ -11,7 +11,7 @@ from flax import nnx
 from flax.training import train_state
 
 from jaxwise import label_errors, optim, per_example
-from jaxwise._params import check_params, model_library
+from jaxwise._shared._params import check_params, model_library
 from jaxwise.compilation import CompileCounter
 from jaxwise.models import Model, from_equinox, from_linen, from_nnx
 from jaxwise.train import TrainState, make_train_step
@@ -550,7 +550,7 @@ def _refused_or_frozen(library):
 
 @pytest.mark.parametrize("library", ["nnx", "linen", "equinox"])
 def test_batch_norm_in_training_mode_is_refused_or_frozen_under_dp(library):
-    from jaxwise._model_modes import private_training
+    from jaxwise._shared._model_modes import private_training
 
     call, expected, path = _refused_or_frozen(library)
     with private_training(freeze=False), pytest.raises(ValueError) as err:

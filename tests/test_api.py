@@ -88,7 +88,7 @@ def test_importing_jaxwise_does_not_import_jax():
     import subprocess
     import sys
 
-    code = "import sys, jaxwise, jaxwise._checks; print('jax' in sys.modules)"
+    code = "import sys, jaxwise, jaxwise._shared._checks; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

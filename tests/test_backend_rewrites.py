@@ -1,4 +1,4 @@
-"""The backend table of CPU-only rewrites (`jaxwise._backends`), with the backend injected.
+"""The backend table of CPU-only rewrites (`jaxwise._shared._backends`), with the backend injected.
 
 Each rewrite is on for ``"cpu"`` and off for ``"tpu"`` (where it was not measured faster), and
 its results are the same either way. These run on the CPU: `assume_backend` only changes the
@@ -15,8 +15,8 @@ import pytest
 from host64 import host_default, host_float64
 
 from jaxwise import optim
-from jaxwise._backends import REWRITES, assume_backend, current_backend, rewrite_on
-from jaxwise._random import draw_length, flat_draw, padded_length
+from jaxwise._shared._backends import REWRITES, assume_backend, current_backend, rewrite_on
+from jaxwise._shared._random import draw_length, flat_draw, padded_length
 from jaxwise.compilation import CompileBudget, canonical_convolutions
 from jaxwise.compilation._convolution import canonical_specs
 from jaxwise.privacy import poisson_batch

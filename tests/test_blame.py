@@ -1,4 +1,4 @@
-"""Whose error it is, marked at the call boundaries (``jaxwise/_blame.py``), not read from frames.
+"""Whose error it is, marked at the call boundaries (``_shared/_blame.py``), not read from frames.
 
 A training program's first call names the shapes it was given when the user's loss fails
 (plain and DP gradients alike, and through a user's wrapper); an error raised anywhere else
@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxwise import optim
-from jaxwise._blame import from_user_loss, own, own_errors, user_loss
+from jaxwise._shared._blame import from_user_loss, own, own_errors, user_loss
 from jaxwise.models import init_mlp, mlp_apply
 from jaxwise.privacy import dp_gradient_fn
 from jaxwise.train import TrainState, make_step, value_and_grad

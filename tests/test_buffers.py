@@ -1,12 +1,12 @@
-"""`jaxwise._buffers`: was a donated buffer reused? Both JAX forms of a live NumPy view, and no
-false alarm where XLA merely declines to reuse a buffer."""
+"""`jaxwise._shared._buffers`: was a donated buffer reused? Both JAX forms of a live NumPy view,
+and no false alarm where XLA merely declines to reuse a buffer."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise._buffers import buffer_ids, donated_buffers, kept
+from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="a NumPy view shares a buffer only on CPU"

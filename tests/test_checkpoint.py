@@ -630,7 +630,7 @@ def test_orbax_meeting_a_full_disk_prints_nothing_and_leaves_nothing(small_disk)
 def test_signals_during_a_write_are_delivered_after_it():
     import signal
 
-    from jaxwise._interrupt import signals_held
+    from jaxwise._shared._interrupt import signals_held
 
     done = []
     with pytest.raises(KeyboardInterrupt):

@@ -1,4 +1,5 @@
-"""jaxwise._checks: the shared validators accept NumPy scalars, reject bools, name the argument."""
+"""jaxwise._shared._checks: the shared validators accept NumPy scalars, reject bools, name the
+argument."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise import _checks as C
+from jaxwise._shared import _checks as C
 
 
 @pytest.mark.parametrize("value", [3, np.int32(3), np.int64(3), np.array(3), np.uint8(3)])

@@ -14,7 +14,7 @@ from host64 import on_host, set_x64
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxwise import _jax as _jaxkeys
+from jaxwise._shared import _jax as _jaxkeys
 from jaxwise.compilation import (
     KINDS,
     CompileBudget,
@@ -383,7 +383,8 @@ def test_x64_flip_with_an_unchanged_python_float_is_kind_config():
 
 def test_private_jax_hooks_still_work():
     # jaxwise reads JAX's tracing-cache keys (partial_eval.explain) and the compiling jit call
-    # (pjit._pjit_call_impl_python) in one module, jaxwise._jax. If JAX moves either, this fails.
+    # (pjit._pjit_call_impl_python) in one module, jaxwise._shared._jax. If JAX moves either, this
+    # fails.
     f = jax.jit(lambda x, n: x * n, static_argnums=1)
     a = jnp.ones(2)
     with CompileCounter() as counter:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from host64 import on_host
 
-from jaxwise._frames import source_frames
+from jaxwise._shared._frames import source_frames
 from jaxwise.compilation import CompileBudget, CompileCounter
 from jaxwise.debug import assert_finite, checked, locate_nan
 

@@ -1,4 +1,5 @@
-"""The one disk-full detector (``jaxwise._disk``) and the one atomic write (``jaxwise._atomic``)."""
+"""The one disk-full detector (``jaxwise._shared._disk``) and the one atomic write
+(``jaxwise._shared._atomic``)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from jaxwise._atomic import atomic_write, atomic_write_text, temporary_name
-from jaxwise._disk import disk_full_error, is_disk_full, naming
+from jaxwise._shared._atomic import atomic_write, atomic_write_text, temporary_name
+from jaxwise._shared._disk import disk_full_error, is_disk_full, naming
 
 
 def _raised_from(inner: BaseException) -> BaseException:

@@ -20,7 +20,7 @@ import pytest
 from test_ghost_scale import batch_of, init, lm_loss
 
 from jaxwise import optim
-from jaxwise._losses import Method, clip_factor
+from jaxwise._shared._losses import Method, clip_factor
 from jaxwise.compilation import CompileBudget
 from jaxwise.per_example import (
     _cost,

@@ -11,7 +11,7 @@ import pytest
 import jaxwise
 from jaxwise import cli
 from jaxwise._errors import JaxwiseError, MissingExtraError
-from jaxwise._extras import require
+from jaxwise._shared._extras import require
 
 # every jaxwise exception -> the built-in base it had before `JaxwiseError` existed (or, for
 # a newer one, the built-in base it was born with)
@@ -24,7 +24,7 @@ OLD_BASES: dict[str, type[Exception]] = {
     "jaxwise.data.DataError": ValueError,
     "jaxwise.cli._jobs.RunFailed": Exception,
     "jaxwise.cli._jobs.UserError": Exception,
-    "jaxwise._lock.LockHeld": Exception,
+    "jaxwise._shared._lock.LockHeld": Exception,
     "jaxwise.lint._driver.LintSkip": Exception,
     "jaxwise.lint._notebook.NotebookError": ValueError,
     "jaxwise.per_example._graph.Unsupported": Exception,

@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-from jaxwise._extras import EXTRAS, require
+from jaxwise._shared._extras import EXTRAS, require
 
 HIDDEN = ("orbax", "orbax.checkpoint", "dp_accounting", "rich", "matplotlib", "flax", "equinox")
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxwise import optim, privacy
-from jaxwise._backends import assume_backend
+from jaxwise._shared._backends import assume_backend
 from jaxwise.compilation import CompileBudget
 from jaxwise.train import ShuffleSampler, TrainState, make_epoch, value_and_grad
 

@@ -1,4 +1,5 @@
-"""The one SIGTERM/SIGINT helper (`jaxwise._interrupt`) used by the CLI, `fit` and checkpoints."""
+"""The one SIGTERM/SIGINT helper (`jaxwise._shared._interrupt`) used by the CLI, `fit` and
+checkpoints."""
 
 import os
 import signal
@@ -6,7 +7,7 @@ import threading
 
 import pytest
 
-from jaxwise._interrupt import raise_on_sigterm, signals_held, sigterm_raises
+from jaxwise._shared._interrupt import raise_on_sigterm, signals_held, sigterm_raises
 
 
 class Stop(Exception):

@@ -1,7 +1,7 @@
 """Packages talk through public names: no ``from jaxwise.<other package>._private import``.
 
-A helper two packages share lives in a top-level private module (``jaxwise/_frames.py``), and
-a package reaches another only through that package's public names. Every class name is
+A helper two packages share lives in the private package ``jaxwise/_shared/`` (``_frames.py``),
+and a package reaches another only through that package's public names. Every class name is
 defined once in the package (two unrelated classes of one name are one name too many).
 """
 
@@ -64,9 +64,9 @@ def test_the_scan_finds_each_form(tmp_path: Path) -> None:
         "from jaxwise.watch import _run\n"
         "def f():\n    from jaxwise.cli._jobs._render import render\n"
         "from jaxwise.train._state import TrainState\n"  # its own package: fine
-        "from jaxwise._events import publish\n"  # a top-level private module: fine
+        "from jaxwise._shared._events import publish\n"  # a top-level private module: fine
         "from jaxwise.sharding import data_size\n"  # a public name: fine
-        "import jaxwise._frames\n"  # a top-level private module: fine
+        "import jaxwise._shared._frames\n"  # a top-level private module: fine
     )
     found = private_cross_package_imports(tmp_path)
     assert [line.split(": ")[1] for line in found] == [
@@ -101,10 +101,10 @@ def test_the_class_scan_finds_a_repeated_name(tmp_path: Path) -> None:
 
 
 def jax_internal_imports(root: Path = SRC) -> list[str]:
-    """``file:line: name`` for every import of ``jax._src`` outside ``jaxwise/_jax.py``."""
+    """``file:line: name`` for every import of ``jax._src`` outside ``jaxwise/_shared/_jax.py``."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        if path.relative_to(root).as_posix() == "_jax.py":
+        if path.relative_to(root).as_posix() == "_shared/_jax.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import | ast.ImportFrom):
@@ -116,7 +116,7 @@ def jax_internal_imports(root: Path = SRC) -> list[str]:
 
 
 def test_only_the_one_module_imports_jax_internals() -> None:
-    # jaxwise/_jax.py knows both ends of the supported JAX range; nothing else reaches inside
+    # jaxwise/_shared/_jax.py knows both ends of the supported JAX range; nothing else reaches in
     found = jax_internal_imports()
     assert not found, "\n".join(found)
 
@@ -125,7 +125,8 @@ def test_the_internals_scan_finds_each_form(tmp_path: Path) -> None:
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "_a.py").write_text("from jax._src import core\n")
     (tmp_path / "_b.py").write_text("import jax._src.config\n")
-    (tmp_path / "_jax.py").write_text("from jax._src import core\n")  # the one allowed module
+    (tmp_path / "_shared").mkdir()
+    (tmp_path / "_shared" / "_jax.py").write_text("from jax._src import core\n")  # the allowed one
     (tmp_path / "_c.py").write_text("from jax import numpy\n")
     assert jax_internal_imports(tmp_path) == ["_b.py:1: jax._src.config", "pkg/_a.py:1: jax._src"]
 
@@ -143,8 +144,8 @@ def test_report_reads_the_watch_json_and_never_imports_watch() -> None:
 
 
 def test_the_cli_quiets_the_loggers_the_internals_module_names() -> None:
-    # cli/__init__.py names JAX's loggers as strings (importing jaxwise._jax loads jax at start-up)
-    from jaxwise._jax import COMPILER_LOGGERS
+    # cli/__init__.py names JAX's loggers as strings (importing _shared._jax loads jax at start-up)
+    from jaxwise._shared._jax import COMPILER_LOGGERS
 
     assert all(name in (SRC / "cli" / "__init__.py").read_text() for name in COMPILER_LOGGERS)
 
@@ -170,7 +171,7 @@ FRAME_NAMES = frozenset(
 FRAME_MODULE_CALLS = frozenset({"stack", "trace"})  # inspect.stack(), inspect.trace()
 FRAME_MODULES = ("sys", "inspect", "traceback")
 FRAME_READERS = {
-    "_jax.py": "JAX's internals: its frames and trace state, for both ends of the JAX range",
+    "_shared/_jax.py": "JAX's internals: its frames and trace state, at both ends of the JAX range",
     "watch/_patch.py": "watch's patching: the user's line that jitted a function",
     "watch/_watch.py": "watch: where a compile, a transfer or a NaN happened in the user's code",
     "watch/_names.py": "watch: the user's variable name of a donated array",
@@ -208,7 +209,7 @@ def frame_walking_sites(root: Path = SRC, allowed: frozenset[str] = frozenset())
 
 def test_no_frame_or_traceback_walking_outside_watch_and_the_internals_module() -> None:
     # Runtime state travels in contextvars and exceptions carry their own marks
-    # (jaxwise/_blame.py); reading frames is for watch's patching and JAX's internals.
+    # (jaxwise/_shared/_blame.py); reading frames is for watch's patching and JAX's internals.
     found = frame_walking_sites(allowed=frozenset(FRAME_READERS))
     assert not found, "\n".join(found)
     reading = {site.split(":")[0] for site in frame_walking_sites()}

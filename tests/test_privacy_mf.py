@@ -818,7 +818,7 @@ def test_adaptive_step_noise_is_the_fixed_steps_and_its_count_the_next_normal():
 
 @pytest.mark.parametrize("n", [1, 5, 8, 67331])
 def test_flat_draw_pads_without_changing_a_value(n):
-    from jaxwise._random import flat_draw
+    from jaxwise._shared._random import flat_draw
 
     key = jax.random.key(9)
     normal = flat_draw(lambda k, shape: jax.random.normal(k, shape), key, n)

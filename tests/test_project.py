@@ -61,7 +61,7 @@ def test_the_supported_range_is_tested_at_its_oldest_end():
     for name in ("jax", "jaxlib", "optax", "flax", "orbax-checkpoint", "equinox"):
         # every floor is the version the oldest lane installs, so the floor is tested
         assert requirements[name] == f">={pins[name]}", name
-    from jaxwise._jax import OLDEST_TESTED_JAX
+    from jaxwise._shared._jax import OLDEST_TESTED_JAX
 
     assert pins["jax"] == OLDEST_TESTED_JAX
 
@@ -78,7 +78,7 @@ def _pins(name: str) -> dict[str, str]:
 def test_the_newest_lane_is_pinned_to_what_was_tested():
     # a JAX released between two CI runs must not change what CI tests: the newest lane
     # installs .ci/newest.txt, whose JAX is the newest tested one that `jaxwise doctor` names
-    from jaxwise._jax import NEWEST_TESTED_JAX
+    from jaxwise._shared._jax import NEWEST_TESTED_JAX
 
     pins = _pins("newest.txt")
     assert pins["jax"] == pins["jaxlib"] == NEWEST_TESTED_JAX

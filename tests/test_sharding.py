@@ -9,7 +9,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
-from jaxwise._placement import constrain_state
+from jaxwise._shared._placement import constrain_state
 from jaxwise.compilation import CompileCounter
 from jaxwise.sharding import (
     data_mesh,

@@ -16,7 +16,7 @@ import optax
 import pytest
 from host64 import on_host, set_x64
 
-from jaxwise._jax import trace_state_clean
+from jaxwise._shared._jax import trace_state_clean
 from jaxwise.compilation import CompileCounter
 from jaxwise.train import TrainState, make_train_step
 from jaxwise.watch import Watch, WatchReport
@@ -83,7 +83,7 @@ def test_jax_jit_patch_still_fits():
 
 
 def test_the_hot_paths_trace_check_is_jaxs():
-    # watch._patch inlines JAX's `trace_state_clean()` (jaxwise._jax): the two must agree
+    # watch._patch inlines JAX's `trace_state_clean()` (jaxwise._shared._jax): the two must agree
     seen = []
 
     def probe(x):

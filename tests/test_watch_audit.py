@@ -11,7 +11,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from jaxwise import _events, optim
+from jaxwise import optim
+from jaxwise._shared import _events
 from jaxwise.compilation import CompileCounter
 from jaxwise.train import DonationError, TrainState, make_train_step
 
@@ -87,4 +88,4 @@ def test_every_donation_error_is_published_with_its_program():
     name = step.jitted.__name__  # pyright: ignore[reportAttributeAccessIssue]  # a jitted function
     assert [(e.function, e.argument) for e in heard] == [(name, "state.step")]
     assert heard[0].error is info.value
-    assert type(heard[0]).__module__ == "jaxwise._events"
+    assert type(heard[0]).__module__ == "jaxwise._shared._events"

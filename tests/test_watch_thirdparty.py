@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from jaxwise import _events
+from jaxwise._shared import _events
 from jaxwise.compilation import CacheMiss
 from jaxwise.train import DonationError, TrainState, make_train_step
 from jaxwise.watch import Watch, WatchReport

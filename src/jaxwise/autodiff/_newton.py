@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_callable, check_choice, check_float, check_int
+from jaxwise._shared._checks import check_callable, check_choice, check_float, check_int
 
 X = TypeVar("X")
 B = TypeVar("B")

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from jaxwise._checks import check_array, check_int, is_int
+from jaxwise._shared._checks import check_array, check_int, is_int
 
 __all__ = ["bucket_for", "pad_to_bucket", "padding_waste", "power_of_two_buckets"]
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxwise._checks import check_int
+from jaxwise._shared._checks import check_int
 from jaxwise.buckets._padding import _check_lengths
 
 __all__ = ["plan_buckets"]

@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 from jax.typing import DTypeLike
 
-from jaxwise._checks import check_callable, is_int
+from jaxwise._shared._checks import check_callable, is_int
 from jaxwise.buckets._padding import _check_buckets, bucket_for, pad_to_bucket
 
 __all__ = ["BucketStats", "BucketedFunction", "Padded"]

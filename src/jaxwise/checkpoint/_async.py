@@ -22,7 +22,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from jaxwise._disk import is_disk_full
+from jaxwise._shared._disk import is_disk_full
 from jaxwise.checkpoint._format import CheckpointError
 
 __all__ = ["SaveQueue", "drain", "track", "untrack"]

@@ -18,10 +18,10 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int, check_path
-from jaxwise._disk import disk_full_error, is_disk_full
-from jaxwise._interrupt import signals_held
-from jaxwise._lock import describe_holder
+from jaxwise._shared._checks import check_int, check_path
+from jaxwise._shared._disk import disk_full_error, is_disk_full
+from jaxwise._shared._interrupt import signals_held
+from jaxwise._shared._lock import describe_holder
 from jaxwise._version import __version__
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _native as native

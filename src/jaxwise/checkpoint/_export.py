@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxwise._checks import check_int, check_path
+from jaxwise._shared._checks import check_int, check_path
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _native as native
 from jaxwise.checkpoint._format import CheckpointError, Damaged

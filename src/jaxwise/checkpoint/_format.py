@@ -26,8 +26,8 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise._errors import JaxwiseError
-from jaxwise._extras import require
-from jaxwise._lock import FileLock, LockHeld, describe_holder
+from jaxwise._shared._extras import require
+from jaxwise._shared._lock import FileLock, LockHeld, describe_holder
 from jaxwise.checkpoint._safety import drop_closed_loop_reports
 
 FORMAT = "jaxwise-checkpoint-2"

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import is_key
+from jaxwise._shared._checks import is_key
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint._format import CheckpointError
 from jaxwise.tree import path_names

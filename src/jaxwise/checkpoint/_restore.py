@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_int, check_path, is_key
-from jaxwise._interrupt import signals_held
+from jaxwise._shared._checks import check_int, check_path, is_key
+from jaxwise._shared._interrupt import signals_held
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _native as native
 from jaxwise.checkpoint._format import CheckpointError, CheckpointWarning, Damaged

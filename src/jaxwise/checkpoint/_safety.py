@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._disk import disk_full_error
+from jaxwise._shared._disk import disk_full_error
 
 TMP_MARK = ".orbax-checkpoint-tmp"
 TMP_MARKS = (TMP_MARK, ".jaxwise-tmp")  # orbax's temporary directories, and jaxwise's

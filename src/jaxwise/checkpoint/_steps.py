@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from jaxwise._checks import check_path
+from jaxwise._shared._checks import check_path
 from jaxwise.checkpoint import _format as fmt
 from jaxwise.checkpoint import _native as native
 from jaxwise.checkpoint._format import CheckpointError, Damaged

@@ -465,7 +465,7 @@ def _quiet() -> None:
     import logging
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # JAX's compile-cache loggers by name (strings: importing jaxwise._jax would load jax,
+    # JAX's compile-cache loggers by name (strings: importing jaxwise._shared._jax would load jax,
     # which a failing command must not; the names are kept equal to _jax.COMPILER_LOGGERS)
     compiler = ("jax._src.xla_bridge", "jax._src.compiler", "jax._src.compilation_cache")
     for name in ("absl", "orbax", *compiler):
@@ -488,7 +488,7 @@ def _one_line(err: BaseException) -> str:
 
 
 def _disk_full(err: BaseException) -> str | None:
-    from jaxwise._disk import FULL
+    from jaxwise._shared._disk import FULL
 
     if isinstance(err, OSError) and err.errno in FULL:
         where = f" writing {err.filename}" if err.filename else ""
@@ -526,10 +526,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = bool(getattr(args, "debug", False))
     if args.command not in ("lint", "bench", "watch", "report"):
         _quiet()
-    from jaxwise._lock import set_command
+    from jaxwise._shared._lock import set_command
 
     set_command(["jaxwise", *(sys.argv[1:] if argv is None else argv)])
-    from jaxwise._interrupt import raise_on_sigterm
+    from jaxwise._shared._interrupt import raise_on_sigterm
 
     restore = raise_on_sigterm(_Terminated)
     try:

@@ -59,7 +59,7 @@ def _precheck(args: argparse.Namespace) -> None:
 
 def _require_extras(args: argparse.Namespace, *, plots: bool, checkpoints: bool) -> None:
     """Refuse at once (exit 2, one line) a run that would need a missing extra later on."""
-    from jaxwise._extras import require
+    from jaxwise._shared._extras import require
 
     command = f"jaxwise {args.command}"
     if not args.json or not getattr(args, "no_progress", True):

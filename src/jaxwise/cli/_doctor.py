@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._buffers import donated_buffers, kept
-from jaxwise._checks import check_int
-from jaxwise._extras import require
-from jaxwise._jax import NEWEST_TESTED_JAX, OLDEST_TESTED_JAX, jax_version
+from jaxwise._shared._buffers import donated_buffers, kept
+from jaxwise._shared._checks import check_int
+from jaxwise._shared._extras import require
+from jaxwise._shared._jax import NEWEST_TESTED_JAX, OLDEST_TESTED_JAX, jax_version
 
 __all__ = [
     "ECOSYSTEM",

@@ -14,7 +14,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from jaxwise._checks import UserError, check_float, check_int
+from jaxwise._shared._checks import UserError, check_float, check_int
 
 MAX_SEED = 2**32
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxwise._atomic import atomic_write
-from jaxwise._extras import require
+from jaxwise._shared._atomic import atomic_write
+from jaxwise._shared._extras import require
 
 __all__ = [
     "confusion_focus",

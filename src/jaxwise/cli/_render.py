@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from jaxwise._extras import require
+from jaxwise._shared._extras import require
 
 __all__ = ["render"]
 

@@ -16,7 +16,7 @@ from the tracing-cache keys JAX compares, so a budget failure says exactly *what
 
 Modules: ``_explain`` (cache-miss explanations), ``_hub`` (the process-wide listener),
 ``_counter`` (counters, budgets, targets) and ``_stage`` (stage reports); JAX's cache keys are
-read in ``jaxwise._jax``, the one place that reads JAX internals.
+read in ``jaxwise._shared._jax``, the one place that reads JAX internals.
 
 Examples:
     >>> import jax, jax.numpy as jnp

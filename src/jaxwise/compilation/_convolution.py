@@ -28,8 +28,8 @@ import jax
 import jax.extend.core as jex
 from jax.lax import ConvDimensionNumbers
 
-from jaxwise._backends import rewrite_on
-from jaxwise._checks import check_callable
+from jaxwise._shared._backends import rewrite_on
+from jaxwise._shared._checks import check_callable
 from jaxwise.compilation._evaluate import evaluate_jaxpr
 
 __all__ = ["canonical_convolutions", "canonical_specs"]
@@ -100,7 +100,7 @@ def canonical_convolutions(
 
     Meant for a program with a loop: on CPU the loop's convolutions then run through Eigen
     like those outside a loop. On a backend where the rewrite is off
-    (``jaxwise._backends.REWRITES``: GPU and TPU), and when ``fn`` has no convolution to
+    (``jaxwise._shared._backends.REWRITES``: GPU and TPU), and when ``fn`` has no convolution to
     rewrite, ``fn`` itself runs (traced twice on CPU: once to look).
 
     Args:

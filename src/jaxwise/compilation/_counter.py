@@ -19,8 +19,8 @@ from typing import Any, Literal
 import jax
 import numpy as np
 
-from jaxwise._checks import check_bool, check_choice, check_int
 from jaxwise._errors import JaxwiseError
+from jaxwise._shared._checks import check_bool, check_choice, check_int
 from jaxwise.compilation._hub import HUB, CompileEvent
 
 __all__ = ["CompileBudget", "CompileBudgetExceeded", "CompileCounter", "compile_budget"]

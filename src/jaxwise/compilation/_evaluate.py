@@ -33,8 +33,8 @@ import jax
 import jax.extend.core as jex
 import jax.extend.source_info_util as source_info
 
-from jaxwise._checks import check_callable
-from jaxwise._jax import is_program, program_parts, same_kind
+from jaxwise._shared._checks import check_callable
+from jaxwise._shared._jax import is_program, program_parts, same_kind
 
 __all__ = ["EquationHook", "evaluate_equation", "evaluate_jaxpr"]
 

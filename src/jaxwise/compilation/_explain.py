@@ -1,7 +1,7 @@
 """Structured cache-miss explanations: what changed between a call and the earlier ones.
 
 A `CacheMiss` is computed from the tracing-cache keys JAX compares (read by
-`jaxwise._jax`): the current call's signature against every earlier signature of the *same*
+`jaxwise._shared._jax`): the current call's signature against every earlier signature of the *same*
 function object. The earlier key with the fewest differences is the one the call "should"
 have hit; its differences are the reason. A static argument that changed is reported as such
 even when an older key differs in shape too. `parse_cache_miss` reads JAX's prose
@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from jaxwise._jax import ArgSig, CallSig, LeafType, MissContext
+from jaxwise._shared._jax import ArgSig, CallSig, LeafType, MissContext
 
 __all__ = ["KINDS", "CacheMiss", "Difference", "parse_cache_miss"]
 

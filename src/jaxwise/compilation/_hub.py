@@ -3,7 +3,7 @@
 Every backend compilation is reported by ``jax.monitoring``
 (``/jax/core/compile/backend_compile_duration``); every tracing-cache miss is explained by JAX on
 its logger while ``jax_explain_cache_misses`` is on. `_Hub` listens to both, turns each miss into a
-structured `CacheMiss` (from the cache keys, see `jaxwise._jax`),
+structured `CacheMiss` (from the cache keys, see `jaxwise._shared._jax`),
 pairs it with the compilation it caused and hands the resulting
 `CompileEvent` to every active counter. The explanations are not
 printed unless the user turned ``jax_explain_cache_misses`` on themselves.
@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import jax
 
-from jaxwise import _jax as _jaxkeys
+from jaxwise._shared import _jax as _jaxkeys
 from jaxwise.compilation._explain import CacheMiss, from_context, parse_cache_miss, placement_miss
 
 __all__ = ["HUB", "CompileEvent", "explain_recompiles", "subscribe"]

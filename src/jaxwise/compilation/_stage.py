@@ -9,7 +9,7 @@ from typing import Any
 
 import jax
 
-from jaxwise._checks import check_callable
+from jaxwise._shared._checks import check_callable
 
 __all__ = ["StageReport", "count_eqns", "stage_report"]
 

@@ -9,7 +9,7 @@ Examples:
     ((1800, 2), dtype('float32'), dtype('int32'), [0, 1, 2])
 """
 
-from jaxwise._prefetch import Prefetcher, prefetch_to_device
+from jaxwise._shared._prefetch import Prefetcher, prefetch_to_device
 from jaxwise.data._csv import DataError, Features, Table, load_csv, load_features
 from jaxwise.data._synthetic import flip_labels, make_blobs, make_spiral, train_test_split
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxwise._checks import check_path, missing_path
 from jaxwise._errors import JaxwiseError
+from jaxwise._shared._checks import check_path, missing_path
 
 __all__ = ["DataError", "Features", "Table", "load_csv", "load_features"]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxwise._checks import check_array, check_float, check_int
+from jaxwise._shared._checks import check_array, check_float, check_int
 
 __all__ = ["flip_labels", "make_blobs", "make_spiral", "train_test_split"]
 

@@ -22,7 +22,7 @@ Examples:
     ('mul', 'backward')
 """
 
-from jaxwise._frames import Frame as Frame
+from jaxwise._shared._frames import Frame as Frame
 from jaxwise.debug._locate import NanReport as NanReport
 from jaxwise.debug._locate import locate_nan as locate_nan
 from jaxwise.debug._runtime import assert_finite as assert_finite

@@ -9,8 +9,8 @@ from typing import Any, Literal
 
 import jax
 
-from jaxwise._checks import check_callable
-from jaxwise._frames import Frame, is_library_file, live_rule_frames, source_frames
+from jaxwise._shared._checks import check_callable
+from jaxwise._shared._frames import Frame, is_library_file, live_rule_frames, source_frames
 from jaxwise.debug._replay import Origin, Replay, bad_kind
 
 __all__ = ["NanReport", "locate_nan"]

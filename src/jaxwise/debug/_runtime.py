@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
 
-from jaxwise._checks import check_callable, check_choice
+from jaxwise._shared._checks import check_callable, check_choice
 from jaxwise.tree import path_names
 
 __all__ = ["assert_finite", "checked"]

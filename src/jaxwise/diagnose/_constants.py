@@ -13,7 +13,7 @@ import jax
 import numpy as np
 from jax.core import eval_jaxpr
 
-from jaxwise._checks import check_callable, check_int
+from jaxwise._shared._checks import check_callable, check_int
 
 __all__ = ["CapturedConstant", "CapturedScalar", "ConstantReport", "captured_constants"]
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import jax
 
-from jaxwise._checks import check_callable
+from jaxwise._shared._checks import check_callable
 from jaxwise.compilation import KINDS, CacheMiss, CompileCounter
 
 __all__ = ["fix_for", "why_recompiled"]

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from jaxwise._checks import check_array, check_choice, check_int
+from jaxwise._shared._checks import check_array, check_choice, check_int
 from jaxwise.label_errors._oof import OutOfFold
 
 __all__ = ["LabelIssues", "confident_learning", "label_quality", "precision_recall"]

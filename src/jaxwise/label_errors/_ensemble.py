@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxwise._shuffle import shuffle_hash
+from jaxwise._shared._shuffle import shuffle_hash
 from jaxwise.train import TrainState, make_step, value_and_grad
 
 __all__ = ["ModelsFit", "fit_models"]

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import numpy.typing as npt
 
-from jaxwise._checks import check_array, check_int
+from jaxwise._shared._checks import check_array, check_int
 from jaxwise.label_errors._confident import LabelIssues, confident_learning
 from jaxwise.label_errors._gradnorm import gradnorm_issues
 from jaxwise.label_errors._limits import (

@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_int
-from jaxwise._losses import ChunkSize, LossFn, Method, batch_size_of
+from jaxwise._shared._checks import check_int
+from jaxwise._shared._losses import ChunkSize, LossFn, Method, batch_size_of
 from jaxwise.label_errors._confident import LabelIssues
 from jaxwise.per_example import per_example_grad_norms
 

@@ -26,8 +26,8 @@ import numpy as np
 import numpy.typing as npt
 import optax
 
-from jaxwise._checks import check_array, check_bool, check_callable, check_int
-from jaxwise._params import check_params
+from jaxwise._shared._checks import check_array, check_bool, check_callable, check_int
+from jaxwise._shared._params import check_params
 from jaxwise.buckets import bucket_for
 from jaxwise.label_errors._ensemble import fit_models
 from jaxwise.models import init_mlp

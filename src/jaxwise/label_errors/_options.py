@@ -15,8 +15,8 @@ from typing import Any, Literal
 import jax
 import optax
 
-from jaxwise._checks import check_bool, check_callable, check_choice, check_int
-from jaxwise._params import check_params
+from jaxwise._shared._checks import check_bool, check_callable, check_choice, check_int
+from jaxwise._shared._params import check_params
 from jaxwise.label_errors._confident import RANKINGS, Ranking
 
 __all__ = ["MLP", "Classifier", "Folds", "Scoring", "Training"]

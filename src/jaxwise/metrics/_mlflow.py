@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxwise._checks import check_path
-from jaxwise._extras import require
+from jaxwise._shared._checks import check_path
+from jaxwise._shared._extras import require
 from jaxwise.metrics._writer import check_scalars
 
 __all__ = ["MLflowWriter"]

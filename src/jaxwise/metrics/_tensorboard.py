@@ -7,8 +7,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from jaxwise._checks import check_path
-from jaxwise._extras import require
+from jaxwise._shared._checks import check_path
+from jaxwise._shared._extras import require
 from jaxwise.metrics._writer import check_scalars, claim
 
 __all__ = ["TensorBoardWriter"]

@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol, TextIO, runtime_checkable
 
-from jaxwise._atomic import atomic_write_text
-from jaxwise._checks import check_path, is_int
-from jaxwise._lock import FileLock, LockHeld, describe_holder
+from jaxwise._shared._atomic import atomic_write_text
+from jaxwise._shared._checks import check_path, is_int
+from jaxwise._shared._lock import FileLock, LockHeld, describe_holder
 
 __all__ = ["JsonlWriter", "MetricWriter", "check_scalars", "claim"]
 

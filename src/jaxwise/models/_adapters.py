@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 
-from jaxwise._blame import own
-from jaxwise._checks import is_key
-from jaxwise._extras import require
-from jaxwise._model_modes import equinox_mode, linen_mode, nnx_mode
+from jaxwise._shared._blame import own
+from jaxwise._shared._checks import is_key
+from jaxwise._shared._extras import require
+from jaxwise._shared._model_modes import equinox_mode, linen_mode, nnx_mode
 
 if TYPE_CHECKING:  # optional extras: imported only for type checkers
     import equinox as eqx

@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from jaxwise._blame import own_errors
-from jaxwise._checks import check_array, check_callable, check_int, check_key, is_int
+from jaxwise._shared._blame import own_errors
+from jaxwise._shared._checks import check_array, check_callable, check_int, check_key, is_int
 
 __all__ = ["init_mlp", "mlp_apply", "mlp_loss"]
 

@@ -11,7 +11,7 @@ import numpy as np
 from jax.core import Tracer
 from jax.typing import ArrayLike
 
-from jaxwise._checks import check_array, check_callable, is_int
+from jaxwise._shared._checks import check_array, check_callable, is_int
 
 __all__ = ["Array", "ArrayLike", "Axis", "double_where"]
 

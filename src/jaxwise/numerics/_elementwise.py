@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_callable, check_float
+from jaxwise._shared._checks import check_callable, check_float
 from jaxwise.numerics._core import (
     Array,
     ArrayLike,

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.core import Tracer
 
-from jaxwise._checks import check_array
+from jaxwise._shared._checks import check_array
 from jaxwise.numerics._core import (
     Array,
     ArrayLike,

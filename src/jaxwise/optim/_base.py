@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxwise._checks import check_array, check_bool, check_float
+from jaxwise._shared._checks import check_array, check_bool, check_float
 from jaxwise.tree import mask_by_path, path_names
 
 GradientTransformation = optax.GradientTransformation

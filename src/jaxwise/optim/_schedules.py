@@ -20,7 +20,7 @@ import jax
 import optax
 from jax.typing import ArrayLike
 
-from jaxwise._checks import check_float, check_int
+from jaxwise._shared._checks import check_float, check_int
 from jaxwise.optim._base import Scalar, Steps, hyper
 
 # What the factories return: a function of the step count giving a Python float (a constant

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 from jax.typing import DTypeLike
 
-from jaxwise._checks import check_choice
+from jaxwise._shared._checks import check_choice
 from jaxwise.optim._base import (
     MaskOrFn,
     OptState,

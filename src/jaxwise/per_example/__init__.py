@@ -39,7 +39,7 @@ Examples:
     [2.0, 2.0]
 """
 
-from jaxwise._losses import LossFn as LossFn
+from jaxwise._shared._losses import LossFn as LossFn
 from jaxwise.per_example._api import ClipPlan as ClipPlan
 from jaxwise.per_example._api import clip_and_sum as clip_and_sum
 from jaxwise.per_example._api import clip_plan as clip_plan

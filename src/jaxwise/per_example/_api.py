@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 import jax
 import numpy as np
 
-from jaxwise._checks import check_array, check_int
-from jaxwise._losses import (
+from jaxwise._shared._checks import check_array, check_int
+from jaxwise._shared._losses import (
     DEFAULT_MEMORY_BUDGET,
     ChunkSize,
     LossFn,

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._errors import JaxwiseError
-from jaxwise._jax import program_parts
+from jaxwise._shared._jax import program_parts
 from jaxwise.compilation import evaluate_jaxpr
 from jaxwise.tree import path_names
 

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_int
-from jaxwise._losses import (
+from jaxwise._shared._checks import check_int
+from jaxwise._shared._losses import (
     DEFAULT_MEMORY_BUDGET,
     LossFn,
     batch_size_of,

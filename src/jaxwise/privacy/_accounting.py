@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_choice, check_float, check_int, check_probability
-from jaxwise._extras import require
+from jaxwise._shared._checks import check_choice, check_float, check_int, check_probability
+from jaxwise._shared._extras import require
 from jaxwise.privacy._mechanism import (
     ClipPolicy,
     DPAccounting,

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import jax
 import jax.numpy as jnp
 
-from jaxwise._checks import check_float
+from jaxwise._shared._checks import check_float
 from jaxwise._typing import PyTree
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
@@ -139,7 +139,7 @@ class AdaptiveClip:
         Returns:
             ``GaussianDpEvent(2·count_noise / √participations)``.
         """
-        from jaxwise._extras import require
+        from jaxwise._shared._extras import require
 
         dp_accounting = require("dp_accounting", extra="privacy", feature="AdaptiveClip.dp_event")
         return dp_accounting.GaussianDpEvent(2 * self.count_noise / math.sqrt(participations))

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxwise._checks import check_array, check_choice, check_int, check_probability
+from jaxwise._shared._checks import check_array, check_choice, check_int, check_probability
 
 __all__ = ["Canaries", "audit_canaries", "empirical_epsilon"]
 

@@ -29,8 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_float, check_int
-from jaxwise._extras import require
+from jaxwise._shared._checks import check_float, check_int
+from jaxwise._shared._extras import require
 from jaxwise._typing import PyTree
 from jaxwise.privacy import _toeplitz
 

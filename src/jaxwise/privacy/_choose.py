@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from jaxwise._checks import check_float, check_int, check_probability
+from jaxwise._shared._checks import check_float, check_int, check_probability
 from jaxwise.privacy._accounting import Accountant, noise_multiplier_for
 from jaxwise.privacy._bandmf import BandMF
 from jaxwise.privacy._blt import BLT

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxwise._blame import user_loss
-from jaxwise._checks import check_bool, check_callable, check_float, check_key
-from jaxwise._losses import (
+from jaxwise._shared._blame import user_loss
+from jaxwise._shared._checks import check_bool, check_callable, check_float, check_key
+from jaxwise._shared._losses import (
     ChunkSize,
     Method,
     batch_size_of,

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from jaxwise._checks import check_bool, check_int
-from jaxwise._losses import ChunkSize, Method
+from jaxwise._shared._checks import check_bool, check_int
+from jaxwise._shared._losses import ChunkSize, Method
 from jaxwise.privacy._dpgradient import dp_gradient_fn
 from jaxwise.privacy._mechanism import ClipPolicy
 from jaxwise.train import PoissonSampler, TrainEpoch, make_epoch

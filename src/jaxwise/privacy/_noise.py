@@ -10,12 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from jaxwise._checks import (
+from jaxwise._shared._checks import (
     check_array,
     check_float,
     check_key,
 )
-from jaxwise._losses import (
+from jaxwise._shared._losses import (
     ChunkSize,
     Method,
     batch_size_of,
@@ -23,7 +23,7 @@ from jaxwise._losses import (
     check_loss,
     leaf_label,
 )
-from jaxwise._random import draw_length, padded_length
+from jaxwise._shared._random import draw_length, padded_length
 from jaxwise._typing import PyTree
 from jaxwise.per_example import clip_and_sum, masked_clip_and_sum
 from jaxwise.privacy._state import (

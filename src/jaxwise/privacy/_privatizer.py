@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 import jax
 import optax
 
-from jaxwise._checks import check_key
-from jaxwise._losses import check_clip_norm
+from jaxwise._shared._checks import check_key
+from jaxwise._shared._losses import check_clip_norm
 from jaxwise._typing import PyTree
 from jaxwise.privacy._accounting import check_dp_events
 from jaxwise.privacy._mechanism import NoiseMechanism

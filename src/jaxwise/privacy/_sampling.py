@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import jax
 
-from jaxwise._checks import check_int, check_key
-from jaxwise._random import poisson_batch
+from jaxwise._shared._checks import check_int, check_key
+from jaxwise._shared._random import poisson_batch
 
 __all__ = ["poisson_batch", "shuffled_batches"]
 

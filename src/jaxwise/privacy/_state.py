@@ -24,9 +24,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwise._checks import is_key
-from jaxwise._loss_output import unpack_loss_output
-from jaxwise._model_modes import example_mixing_error, private_training
+from jaxwise._shared._checks import is_key
+from jaxwise._shared._loss_output import unpack_loss_output
+from jaxwise._shared._model_modes import example_mixing_error, private_training
 from jaxwise.tree import path_names
 
 __all__ = ["NO_MODEL_STATE", "advance", "check_state_flags", "dp_context", "per_example"]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from jaxwise._extras import require
+from jaxwise._shared._extras import require
 
 __all__ = [
     "StrategyProgress",
@@ -205,7 +205,7 @@ class StrategyProgress:
             self._advance(loss=float(loss))
 
     def _open(self) -> Any:
-        from jaxwise._progress import progress_bar
+        from jaxwise._shared._progress import progress_bar
 
         try:
             return self._stack.enter_context(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from html import escape
 
-from jaxwise._page_target import GENERATOR
+from jaxwise._shared._page_target import GENERATOR
 
 __all__ = ["GENERATOR", "badge", "cell", "page", "section", "table"]
 

@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from jaxwise._atomic import atomic_write_text
 from jaxwise._errors import UserError
-from jaxwise._lock import FileLock, LockHeld, describe_holder
-from jaxwise._page_target import check_output
+from jaxwise._shared._atomic import atomic_write_text
+from jaxwise._shared._lock import FileLock, LockHeld, describe_holder
+from jaxwise._shared._page_target import check_output
 from jaxwise.report._collect import collect
 from jaxwise.report._html import run_html
 from jaxwise.report._watch_html import watch_html

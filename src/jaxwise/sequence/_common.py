@@ -10,7 +10,7 @@ import numpy as np
 from jax.core import Tracer
 from jax.typing import ArrayLike
 
-from jaxwise._checks import check_array, check_float
+from jaxwise._shared._checks import check_array, check_float
 
 Array = jax.Array
 
@@ -27,7 +27,7 @@ def concrete(x: Any) -> np.ndarray | None:
 def as_array(x: Any, name: str, *, dtype_kind: str | None = None) -> Array:
     """``x`` as a JAX array (tracers pass through); strings, None and objects raise naming ``name``.
 
-    ``dtype_kind`` as in `jaxwise._checks.check_array` (``"f"``, ``"iu"``, ``"b"``, ...).
+    ``dtype_kind`` as in `jaxwise._shared._checks.check_array` (``"f"``, ``"iu"``, ``"b"``, ...).
     """
     if isinstance(x, Tracer):
         check_array(x, name, dtype_kind=dtype_kind)

@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 import jax
 import jax.numpy as jnp
 
-from jaxwise._checks import check_callable, check_int
+from jaxwise._shared._checks import check_callable, check_int
 from jaxwise.sequence._common import Array, ArrayLike, as_array
 
 C = TypeVar("C")

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_int
+from jaxwise._shared._checks import check_int
 from jaxwise.sequence._common import Array, ArrayLike, Tracer, as_array, as_float_array, concrete
 
 __all__ = ["lengths_to_mask", "masked_mean", "masked_sum", "segment_mean", "segment_softmax"]

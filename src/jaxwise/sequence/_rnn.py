@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_callable, check_int, check_key
+from jaxwise._shared._checks import check_callable, check_int, check_key
 from jaxwise.sequence._common import Array, ArrayLike, as_array
 
 P = TypeVar("P")

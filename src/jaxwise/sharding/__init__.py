@@ -16,7 +16,7 @@ Examples:
     P()
 """
 
-from jaxwise._prefetch import place_batch
+from jaxwise._shared._prefetch import place_batch
 from jaxwise.sharding._mesh import (
     batch_sharding,
     data_mesh,

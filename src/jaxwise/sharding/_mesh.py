@@ -12,7 +12,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from jaxwise._checks import check_int, is_key
+from jaxwise._shared._checks import check_int, is_key
 
 T = TypeVar("T")
 

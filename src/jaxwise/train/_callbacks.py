@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import jax
 import numpy as np
 
-from jaxwise._checks import check_int, is_int
+from jaxwise._shared._checks import check_int, is_int
 from jaxwise.train._data_state import ResumeError, ResumeWarning
 from jaxwise.train._state import TrainState
 

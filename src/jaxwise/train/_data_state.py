@@ -11,8 +11,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import jax
 
-from jaxwise._checks import is_int
 from jaxwise._errors import JaxwiseError
+from jaxwise._shared._checks import is_int
 from jaxwise.train._fingerprint import fingerprint, mismatch
 from jaxwise.train._trained import TrainedHash, batch_digest
 

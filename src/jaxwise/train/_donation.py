@@ -17,9 +17,10 @@ leaves each. Every other call checks everything up front. The audit steps aside 
 nothing to audit: inside the user's own ``jax.jit`` (the state is made of tracers; the outer
 function donates, or not) and under ``jax.disable_jit()`` (nothing is compiled, so nothing is
 donated: it says so once, as a ``RuntimeWarning``).
-Every ``DonationError`` it raises is first published on ``jaxwise._events`` as a
-``DonationFailed`` (``jaxwise.watch`` subscribes); while ``jaxwise._events.suspend_donation``
-is open (``jaxwise watch --nans``, under which nothing donates) the audit is off.
+Every ``DonationError`` it raises is first published on ``jaxwise._shared._events`` as a
+``DonationFailed`` (``jaxwise.watch`` subscribes); while
+``jaxwise._shared._events.suspend_donation`` is open (``jaxwise watch --nans``, under which
+nothing donates) the audit is off.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ import jax
 import optax
 from jax.core import Tracer
 
-from jaxwise._buffers import buffer_ids, donated_buffers, kept
 from jaxwise._errors import JaxwiseError
-from jaxwise._events import DonationFailed, donation_suspended, publish
+from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept
+from jaxwise._shared._events import DonationFailed, donation_suspended, publish
 from jaxwise.train._state import type_signature
 from jaxwise.tree import path_names
 

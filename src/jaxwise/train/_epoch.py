@@ -18,8 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
-from jaxwise._checks import check_callable, check_int
-from jaxwise._placement import data_size as _data_size
+from jaxwise._shared._checks import check_callable, check_int
+from jaxwise._shared._placement import data_size as _data_size
 from jaxwise.compilation import canonical_convolutions
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.train._gradient import (

@@ -26,9 +26,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import DTypeLike
 
-from jaxwise._blame import user_loss
-from jaxwise._checks import check_bool, check_callable
-from jaxwise._loss_output import describe, unpack_loss_output
+from jaxwise._shared._blame import user_loss
+from jaxwise._shared._checks import check_bool, check_callable
+from jaxwise._shared._loss_output import describe, unpack_loss_output
 from jaxwise._typing import PyTree
 from jaxwise.train._precision import (
     DynamicLossScale,

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from jaxwise._checks import check_callable, check_int
-from jaxwise._interrupt import sigterm_raises
-from jaxwise._prefetch import prefetch_to_device
+from jaxwise._shared._checks import check_callable, check_int
+from jaxwise._shared._interrupt import sigterm_raises
+from jaxwise._shared._prefetch import prefetch_to_device
 from jaxwise.train._callbacks import (
     Callback,
     FitRun,

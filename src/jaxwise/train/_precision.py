@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_float, check_int
+from jaxwise._shared._checks import check_float, check_int
 
 __all__ = ["DynamicLossScale", "LossScaleState", "cast_floating"]
 

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import check_int
-from jaxwise._random import flat_draw, poisson_batch
-from jaxwise._shuffle import shuffle_hash
+from jaxwise._shared._checks import check_int
+from jaxwise._shared._random import flat_draw, poisson_batch
+from jaxwise._shared._shuffle import shuffle_hash
 from jaxwise.buckets import plan_buckets
 from jaxwise.train._sampling import (
     POISSON_METHODS,

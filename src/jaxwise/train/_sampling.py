@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import jax
 
-from jaxwise._checks import check_choice, check_float, check_int
+from jaxwise._shared._checks import check_choice, check_float, check_int
 
 __all__ = ["METHODS", "POISSON_METHODS", "Sampler", "SamplingFacts", "SamplingMethod", "SizedFacts"]
 

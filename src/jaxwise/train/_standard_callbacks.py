@@ -11,8 +11,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from jaxwise._checks import check_int, is_int
-from jaxwise._progress import progress_bar
+from jaxwise._shared._checks import check_int, is_int
+from jaxwise._shared._progress import progress_bar
 from jaxwise.train._callbacks import Callback, FitRun
 from jaxwise.train._state import TrainState
 

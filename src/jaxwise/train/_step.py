@@ -10,12 +10,12 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from jaxwise._blame import from_user_loss
-from jaxwise._checks import check_bool, check_callable
-from jaxwise._params import check_alive, check_params, describe_leaves
-from jaxwise._placement import data_size as _data_size
-from jaxwise._placement import feeding_processes, keep_layout, place_for_mesh
-from jaxwise._prefetch import place_batch
+from jaxwise._shared._blame import from_user_loss
+from jaxwise._shared._checks import check_bool, check_callable
+from jaxwise._shared._params import check_alive, check_params, describe_leaves
+from jaxwise._shared._placement import data_size as _data_size
+from jaxwise._shared._placement import feeding_processes, keep_layout, place_for_mesh
+from jaxwise._shared._prefetch import place_batch
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.sharding import replicated
 from jaxwise.train._donation import Audit, DonationError, check_optimizer_fits
@@ -219,7 +219,8 @@ class JitProgram:
         """An error raised inside the user's loss while tracing, with the shapes it was given.
 
         The gradient functions mark the errors that leave the user's loss where they call it
-        (``jaxwise._blame.user_loss``); jaxwise's own validation errors raised inside it (e.g.
+        (``jaxwise._shared._blame.user_loss``); jaxwise's own validation errors raised inside it
+        (e.g.
         DP's refusal of BatchNorm statistics, marked ``own``) are already precise and pass
         unchanged, as do errors raised anywhere else.
         """

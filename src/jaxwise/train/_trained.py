@@ -33,7 +33,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import is_int
+from jaxwise._shared._checks import is_int
 
 __all__ = ["TrainedHash", "batch_digest"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwise._backends import rewrite_on
+from jaxwise._shared._backends import rewrite_on
 from jaxwise.optim import apply_updates, global_norm
 from jaxwise.train._gradient import Gradients, Requirements, StepContext, requirements_of
 from jaxwise.train._state import TrainState
@@ -137,9 +137,9 @@ def make_update(gradient: Any, plan: UpdatePlan) -> Callable[..., tuple[TrainSta
     On XLA:CPU the guard is two nested ``lax.cond``: the optimizer runs only for a finite
     gradient, and its result is kept only when the update is finite (selecting every state leaf
     with ``jnp.where`` costs there up to half more run time per epoch: every leaf is copied).
-    Elsewhere (the ``branching_guard`` row of ``jaxwise._backends.REWRITES``) the update always
-    runs and ``jnp.where`` selects the old or the new state: no ``conditional`` in the step, and
-    the selects fuse into the optimizer's update. Both skip a step bit-identically; a taken step
+    Elsewhere (the ``branching_guard`` row of ``jaxwise._shared._backends.REWRITES``) the update
+    always runs and ``jnp.where`` selects the old or the new state: no ``conditional`` in the step,
+    and the selects fuse into the optimizer's update. Both skip a step bit-identically; a taken step
     agrees to float32 rounding (XLA fuses the two programs differently).
     """
     private = plan.private

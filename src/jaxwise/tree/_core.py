@@ -10,7 +10,7 @@ from typing import Any, cast
 import jax
 import numpy as np
 
-from jaxwise._checks import check_bool, check_float, is_key
+from jaxwise._shared._checks import check_bool, check_float, is_key
 from jaxwise._typing import PyTree
 
 __all__ = [

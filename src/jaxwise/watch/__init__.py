@@ -14,7 +14,7 @@ device per call site. In a notebook::
 
 Each compile's cause is a [`compilation.CacheMiss`][jaxwise.compilation.CacheMiss] (the one
 record of why something compiled); ``jaxwise.train`` reports its donation errors to the watch
-through the typed event channel ``jaxwise._events``.
+through the typed event channel ``jaxwise._shared._events``.
 
 Modules: ``_watch`` (`Watch`), ``_patch`` (the one place that replaces ``jax.jit`` and
 ``jax.pmap``, for the duration of a watch), ``_calls`` (per-call argument checks),

@@ -9,7 +9,7 @@ is read from the call itself, in this order:
   buffers were not usable", unless a library, like Equinox, silences it);
 - ``held``: otherwise something else holds the buffer (a live NumPy view), and JAX silently
   skipped the donation (up to JAX 0.12.0 the array stays alive; from 0.12.1 it is deleted
-  while the view keeps its buffer: ``jaxwise._buffers`` sees both).
+  while the view keeps its buffer: ``jaxwise._shared._buffers`` sees both).
 
 A call that fails because one buffer was donated twice, or donated and also passed undonated
 (XLA: "Attempt to donate the same buffer twice"), is a ``duplicate``: both paths are named.

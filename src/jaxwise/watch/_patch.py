@@ -36,8 +36,8 @@ from typing import Any, Protocol
 
 import jax
 
-from jaxwise._frames import is_library_file, short_path
-from jaxwise._jax import concrete_array_type, hot_trace_state, trace_state_clean
+from jaxwise._shared._frames import is_library_file, short_path
+from jaxwise._shared._jax import concrete_array_type, hot_trace_state, trace_state_clean
 
 __all__ = [
     "ORIGINAL_JIT",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from jaxwise._extras import require
+from jaxwise._shared._extras import require
 from jaxwise.watch._report import WatchReport, finding_lines, function_rows
 
 __all__ = ["render"]

@@ -36,9 +36,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from jaxwise._atomic import atomic_write_text, probe_writable
-from jaxwise._checks import UserError
-from jaxwise._frames import is_library_file
+from jaxwise._shared._atomic import atomic_write_text, probe_writable
+from jaxwise._shared._checks import UserError
+from jaxwise._shared._frames import is_library_file
 from jaxwise.watch._report import WatchReport
 from jaxwise.watch._watch import Watch
 
@@ -153,7 +153,7 @@ def _check_outputs(script: str, json_path: str | None, html_path: str | None = N
         if os.path.exists(path) and os.path.samefile(path, script):
             raise UserError(f"watch: {option} {path}: is the script itself; choose another file")
         if option == "--html":
-            from jaxwise._page_target import check_output
+            from jaxwise._shared._page_target import check_output
 
             try:
                 check_output(Path(path), option)
@@ -322,7 +322,7 @@ def _die_by_sigint() -> None:
 def _renderer(rich: bool) -> Any:
     if not rich:
         return _plain
-    from jaxwise._extras import require
+    from jaxwise._shared._extras import require
 
     try:
         require("rich", extra="cli", feature="jaxwise watch's table")

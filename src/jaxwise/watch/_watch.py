@@ -16,7 +16,7 @@ While a watch is active:
   are explained by the user's own arguments (`._arguments`);
 - donations: every donated input is checked after the call and a failure gets its cause
   (`._donations`: an unused argument, no output of its type, a live view, a duplicate);
-  jaxwise steps' ``DonationError`` arrive as ``jaxwise._events.DonationFailed`` events;
+  jaxwise steps' ``DonationError`` arrive as ``jaxwise._shared._events.DonationFailed`` events;
 - with ``nans``: each watched call's outputs are checked, and the first non-finite one is
   located with `locate_nan` on the same arguments;
 - with ``transfers``: host values (NumPy arrays, Python scalars) passed to watched calls,
@@ -35,9 +35,9 @@ from typing import Any
 
 import jax
 
-from jaxwise import _buffers, _events
-from jaxwise._checks import check_bool, check_int
-from jaxwise._frames import short_path
+from jaxwise._shared import _buffers, _events
+from jaxwise._shared._checks import check_bool, check_int
+from jaxwise._shared._frames import short_path
 from jaxwise.compilation import CompileEvent, subscribe
 from jaxwise.watch import _arguments, _calls, _donations, _patch
 from jaxwise.watch._names import name_in_frame

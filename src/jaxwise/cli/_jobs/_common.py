@@ -24,9 +24,9 @@ import numpy as np
 import optax
 
 from jaxwise import numerics, optim
-from jaxwise._checks import UserError
 from jaxwise._errors import JaxwiseError
-from jaxwise._progress import progress_bar
+from jaxwise._shared._checks import UserError
+from jaxwise._shared._progress import progress_bar
 from jaxwise.cli._jobs import _dp
 from jaxwise.cli._options import (
     check_hidden,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any, NamedTuple
 
-from jaxwise._checks import UserError
+from jaxwise._shared._checks import UserError
 from jaxwise.cli._options import option_float, option_int
 
 __all__ = [

@@ -32,10 +32,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from jaxwise._atomic import temporary_name
-from jaxwise._checks import UserError
-from jaxwise._disk import naming
-from jaxwise._lock import FileLock, LockHeld, describe_holder
+from jaxwise._shared._atomic import temporary_name
+from jaxwise._shared._checks import UserError
+from jaxwise._shared._disk import naming
+from jaxwise._shared._lock import FileLock, LockHeld, describe_holder
 
 MARKER = ".jaxwise-run.json"
 SUMMARY = "summary.json"  # a job's summary (what --json prints), read by `jaxwise report`

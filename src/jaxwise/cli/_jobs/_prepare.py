@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from jaxwise import data
-from jaxwise._checks import UserError
+from jaxwise._shared._checks import UserError
 from jaxwise.checkpoint import data_fingerprint
 from jaxwise.cli._jobs import _common as C
 from jaxwise.cli._jobs._fitting import check_logs

@@ -20,7 +20,7 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from jaxwise._checks import UserError
+from jaxwise._shared._checks import UserError
 from jaxwise.cli._jobs import _common as C
 from jaxwise.cli._jobs import tabular
 from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache

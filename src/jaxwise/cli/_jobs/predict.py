@@ -21,7 +21,7 @@ import jax
 import numpy as np
 
 from jaxwise import data
-from jaxwise._checks import UserError, missing_path
+from jaxwise._shared._checks import UserError, missing_path
 from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata
 from jaxwise.cli._jobs import _common as C
 from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise import data, numerics
-from jaxwise._checks import UserError
+from jaxwise._shared._checks import UserError
 from jaxwise.cli._jobs import _common as C
 from jaxwise.cli._jobs._cache import CompileTally, default_cache_dir, persistent_cache
 from jaxwise.cli._jobs._fitting import LOG_DIRS, EpochLog, Progress, check_logs, open_writers

@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxwise._checks import UserError
+from jaxwise._shared._checks import UserError
 from jaxwise.checkpoint import (
     Checkpointer,
     CheckpointError,

@@ -4,7 +4,7 @@ A diagnostic points at the user's line, not at JAX, Optax, Flax, Equinox or jaxw
 module reads the traceback JAX stores with every jaxpr equation
 (``eqn.source_info.traceback.frames``, for `locate_nan`) and tells library files from the
 user's; it walks no live Python stack (``jaxwise.watch._patch`` finds the user's call sites,
-``jaxwise._jax`` reads JAX's own frames). Library directories are found with
+``jaxwise._shared._jax`` reads JAX's own frames). Library directories are found with
 ``importlib.util.find_spec``, so nothing is imported to recognise them.
 """
 
@@ -150,11 +150,11 @@ def live_rule_frames() -> Iterator[None]:
     equation's frames (``source_info_util.user_context``), so everything a backward rule does
     would point at the forward call. Inside this block, an operation traced while user code
     runs inside JAX's backward pass gets the live frames instead. Replaces JAX's
-    ``source_info_util.current`` (through ``jaxwise._jax``) for the duration (restored on
+    ``source_info_util.current`` (through ``jaxwise._shared._jax``) for the duration (restored on
     exit); tests/test_debug.py::test_nan_inside_custom_rules_points_into_the_rule fails if JAX
     changes it.
     """
-    from jaxwise._jax import live_traceback, source_info_current, with_source_info_current
+    from jaxwise._shared._jax import live_traceback, source_info_current, with_source_info_current
 
     original = source_info_current()
 

@@ -4,7 +4,7 @@ The content is written to a temporary file beside the target (same directory, so
 file system: ``.NAME.PID.RANDOM.tmp``) and renamed over it with ``os.replace``, which is atomic:
 a reader sees the old file or the new one, never half of one, and an interrupted or failed
 write leaves the old file untouched and no temporary file behind. A failure is an
-``OSError`` naming the target (a full disk: ``ENOSPC``, see `jaxwise._disk`).
+``OSError`` naming the target (a full disk: ``ENOSPC``, see `jaxwise._shared._disk`).
 
 Examples:
     >>> import pathlib, tempfile
@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from jaxwise._disk import naming
+from jaxwise._shared._disk import naming
 
 __all__ = ["atomic_write", "atomic_write_text", "probe_writable", "temporary_name"]
 

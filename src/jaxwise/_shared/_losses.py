@@ -8,15 +8,15 @@ from typing import Any, Literal, Protocol, get_args
 import jax
 import jax.numpy as jnp
 
-from jaxwise._checks import (
+from jaxwise._shared._checks import (
     check_array,
     check_callable,
     check_choice,
     check_int,
     concrete_float,
 )
-from jaxwise._params import check_alive
-from jaxwise._params import check_params as check_params
+from jaxwise._shared._params import check_alive
+from jaxwise._shared._params import check_params as check_params
 
 Method = Literal["auto", "ghost", "vmap", "chunked"]
 ChunkSize = int | Literal["auto"] | None

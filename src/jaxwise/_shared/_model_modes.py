@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import jax
 
-from jaxwise._blame import own
+from jaxwise._shared._blame import own
 
 __all__ = ["example_mixing_error", "private_training"]
 

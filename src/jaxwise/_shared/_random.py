@@ -2,7 +2,7 @@
 
 `padded_length` is a layout (the DP noise vector's length, on every backend); `draw_length` is
 the length a draw is generated at: padded where ``padded_draws`` is on
-(`jaxwise._backends.REWRITES`: XLA:CPU), exact elsewhere. Values never depend on it.
+(`jaxwise._shared._backends.REWRITES`: XLA:CPU), exact elsewhere. Values never depend on it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from jaxwise._backends import rewrite_on
-from jaxwise._checks import check_int, check_key, check_probability
+from jaxwise._shared._backends import rewrite_on
+from jaxwise._shared._checks import check_int, check_key, check_probability
 
 __all__ = ["draw_length", "flat_draw", "padded_length", "poisson_batch"]
 
@@ -42,7 +42,7 @@ def draw_length(n: int, backend: str | None = None) -> int:
     Args:
         n: a length, >= 0.
         backend: the platform (``"cpu"``, ``"tpu"``, ...), or ``None`` for the one traced for
-            (`jaxwise._backends.current_backend`).
+            (`jaxwise._shared._backends.current_backend`).
 
     Returns:
         ``padded_length(n)`` where the ``padded_draws`` rewrite is on for ``backend``, else

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from jaxwise._checks import check_int
+from jaxwise._shared._checks import check_int
 
 if TYPE_CHECKING:
     import jax

@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from jaxwise._extras import require
+from jaxwise._shared._extras import require
 
 __all__ = ["progress_bar"]
 

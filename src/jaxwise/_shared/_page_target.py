@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from jaxwise._atomic import probe_writable
 from jaxwise._errors import UserError
+from jaxwise._shared._atomic import probe_writable
 
 __all__ = ["GENERATOR", "check_output", "is_report"]
 
