@@ -30,7 +30,7 @@ import jaxwise.train
 from jaxwise import data, models, numerics, optim
 from jaxwise._shared._backends import REWRITES, assume_backend
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
-from jaxwise.train._donation import Audit
+from jaxwise.train._program._donation import Audit
 
 DN = ("NHWC", "HWIO", "NHWC")
 REPEAT = 3 if QUICK else 15

@@ -22,7 +22,8 @@ import numpy as np
 from jaxwise import optim
 from jaxwise.checkpoint import Checkpointer
 from jaxwise.models import init_mlp, mlp_apply
-from jaxwise.train import Checkpointing, TrainState, _data_state, fit, make_train_step
+from jaxwise.train import Checkpointing, TrainState, fit, make_train_step
+from jaxwise.train._loop import _data_state
 
 STEPS, BATCH = int(os.environ.get("STEPS", "300")), 128
 REPEATS = int(os.environ.get("REPEATS", "7"))

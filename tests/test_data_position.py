@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxwise.train import Resume, ResumeError
-from jaxwise.train._data_state import DataPosition
+from jaxwise.train._loop._data_state import DataPosition
 
 grain = pytest.importorskip("grain")
 

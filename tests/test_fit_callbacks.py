@@ -14,7 +14,7 @@ import pytest
 
 from jaxwise import optim, train
 from jaxwise.compilation import CompileBudget
-from jaxwise.train import _callbacks
+from jaxwise.train._loop import _callbacks
 
 
 def _fresh():

@@ -62,7 +62,7 @@ def test_an_interrupted_wait_for_a_save_waits_again_then_raises():
     from types import SimpleNamespace
 
     from jaxwise.checkpoint._async import SaveQueue
-    from jaxwise.train._standard_callbacks import _finish_saves
+    from jaxwise.train._loop._standard_callbacks import _finish_saves
 
     release, written = threading.Event(), []
 

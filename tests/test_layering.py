@@ -16,13 +16,13 @@ SRC = Path(jaxwise.__file__).parent
 
 
 def _own_package(path: Path, root: Path) -> str | None:
-    """``train`` for ``jaxwise/train/_step.py``; None for a top-level module."""
+    """``train`` for ``jaxwise/train/_program/_step.py``; None for a top-level module."""
     parts = path.relative_to(root).parts
     return parts[0] if len(parts) > 1 else None
 
 
 def _imported(node: ast.Import | ast.ImportFrom) -> list[str]:
-    """The dotted names an import statement reaches (``jaxwise.train._step`` ...)."""
+    """The dotted names an import statement reaches (``jaxwise.train._program._step`` ...)."""
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if node.module and node.level == 0:
@@ -63,7 +63,7 @@ def test_the_scan_finds_each_form(tmp_path: Path) -> None:
         "import jaxwise.debug._frames\n"
         "from jaxwise.watch import _run\n"
         "def f():\n    from jaxwise.cli._jobs._render import render\n"
-        "from jaxwise.train._state import TrainState\n"  # its own package: fine
+        "from jaxwise.train._program._state import TrainState\n"  # its own package: fine
         "from jaxwise._shared._events import publish\n"  # a top-level private module: fine
         "from jaxwise.sharding import data_size\n"  # a public name: fine
         "import jaxwise._shared._frames\n"  # a top-level private module: fine

@@ -17,8 +17,8 @@ import pytest
 from jaxwise import optim
 from jaxwise.metrics import JsonlWriter, TensorBoardWriter
 from jaxwise.train import Checkpointing, Resume, ResumeError, TrainState, fit, make_train_step
-from jaxwise.train._data_state import DataPosition
-from jaxwise.train._fingerprint import fingerprint
+from jaxwise.train._loop._data_state import DataPosition
+from jaxwise.train._loop._fingerprint import fingerprint
 
 # ----------------------------------------------------------------------------- data loss
 
@@ -187,7 +187,7 @@ def test_a_resume_over_another_grain_pipeline_is_refused(tmp_path, other, found)
 
 def test_a_grain_dataloaders_sampler_seed_and_operations_are_in_its_fingerprint():
     grain = pytest.importorskip("grain")
-    from jaxwise.train._fingerprint import mismatch
+    from jaxwise.train._loop._fingerprint import mismatch
 
     def loader(seed=0, batch=8, threads=16):
         sampler = grain.samplers.IndexSampler(

@@ -27,7 +27,7 @@ import pytest
 
 from jaxwise import numerics, optim, privacy
 from jaxwise.train import TrainState, make_train_epoch
-from jaxwise.train import _epoch as train_epoch_module
+from jaxwise.train._program import _epoch as train_epoch_module
 from jaxwise.watch import Watch
 
 pytestmark = pytest.mark.skipif(

@@ -18,7 +18,7 @@ from jaxwise.train import (
     TrainState,
     make_train_step,
 )
-from jaxwise.train._precision import cast_floating
+from jaxwise.train._program._precision import cast_floating
 from jaxwise.tree import host_copy
 
 

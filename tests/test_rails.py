@@ -322,7 +322,7 @@ def test_no_isinstance_on_a_separated_sampler_remains():
 
 def test_every_sampler_lives_in_one_module():
     modules = {s.__module__ for s in (ShuffleSampler, PoissonSampler, CyclicPoissonSampler)}
-    assert modules == {"jaxwise.train._sampler"}
+    assert modules == {"jaxwise.train._program._sampler"}
     assert privacy.PoissonSampler is train.PoissonSampler
 
 

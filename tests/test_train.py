@@ -29,7 +29,7 @@ from jaxwise.train import (
     make_train_step,
     type_signature,
 )
-from jaxwise.train._sampler import shuffle_hash
+from jaxwise.train._program._sampler import shuffle_hash
 from jaxwise.tree import host_copy
 
 
@@ -914,7 +914,7 @@ def test_nnx_batchnorm_trains_with_model_state(kind):
 
 
 def test_create_compiles_one_program_for_any_number_of_states(key):
-    from jaxwise.train._state import _build_jit
+    from jaxwise.train._program._state import _build_jit
 
     params, stats = bn_init(key)
     tx = optim.adamw(1e-3)

@@ -147,7 +147,7 @@ def test_user_gradient_trains_through_make_epoch_with_guard_donation_and_one_com
 
 
 def _hash_order(state):
-    from jaxwise.train._sampler import shuffle_hash
+    from jaxwise.train._program._sampler import shuffle_hash
 
     return shuffle_hash(state.key, state.step, 50)
 

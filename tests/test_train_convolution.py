@@ -23,7 +23,7 @@ from jaxwise import optim
 from jaxwise.compilation import CompileBudget, canonical_convolutions
 from jaxwise.compilation._convolution import canonical_specs
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
-from jaxwise.train._sampler import shuffle_hash
+from jaxwise.train._program._sampler import shuffle_hash
 
 CASES = [
     # (input shape, kernel shape, dimension numbers, keyword arguments)

@@ -26,20 +26,7 @@ Examples:
     True
 """
 
-from jaxwise.train._donation import DonationError, check_donatable, check_optimizer_fits
-from jaxwise.train._epoch import TrainEpoch, make_epoch, make_train_epoch
-from jaxwise.train._gradient import (
-    GradientFn,
-    Gradients,
-    MixedPrecision,
-    PrivacyClaim,
-    Requirements,
-    StepContext,
-    ValueAndGrad,
-    mixed_precision,
-    value_and_grad,
-)
-from jaxwise.train._loop import (
+from jaxwise.train._loop._fit import (
     Callback,
     Checkpointing,
     EarlyStopping,
@@ -55,11 +42,24 @@ from jaxwise.train._loop import (
     Terminated,
     fit,
 )
-from jaxwise.train._precision import DynamicLossScale, LossScaleState
-from jaxwise.train._sampler import CyclicPoissonSampler, PoissonSampler, ShuffleSampler
-from jaxwise.train._sampling import Sampler, SamplingFacts
-from jaxwise.train._state import TrainState, type_signature
-from jaxwise.train._step import TrainStep, make_step, make_train_step
+from jaxwise.train._program._donation import DonationError, check_donatable, check_optimizer_fits
+from jaxwise.train._program._epoch import TrainEpoch, make_epoch, make_train_epoch
+from jaxwise.train._program._gradient import (
+    GradientFn,
+    Gradients,
+    MixedPrecision,
+    PrivacyClaim,
+    Requirements,
+    StepContext,
+    ValueAndGrad,
+    mixed_precision,
+    value_and_grad,
+)
+from jaxwise.train._program._precision import DynamicLossScale, LossScaleState
+from jaxwise.train._program._sampler import CyclicPoissonSampler, PoissonSampler, ShuffleSampler
+from jaxwise.train._program._sampling import Sampler, SamplingFacts
+from jaxwise.train._program._state import TrainState, type_signature
+from jaxwise.train._program._step import TrainStep, make_step, make_train_step
 
 __all__ = [
     "Callback",

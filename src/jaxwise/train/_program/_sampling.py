@@ -6,7 +6,7 @@ separation of an example's participations and the sampling method. `make_epoch`,
 gradient's pairing check and the accountant read only that record, so a wrapper that forwards
 the protocol's three members (``facts``, ``plan``, ``draw``) trains, pairs and is accounted
 exactly as the sampler it wraps. (Anchor: jax-privacy's ``DpParams`` and
-``BatchSelectionStrategy``.) The samplers themselves live in `jaxwise.train._sampler`.
+``BatchSelectionStrategy``.) The samplers themselves live in `jaxwise.train._program._sampler`.
 """
 
 from __future__ import annotations

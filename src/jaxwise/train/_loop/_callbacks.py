@@ -19,11 +19,11 @@ import jax
 import numpy as np
 
 from jaxwise._shared._checks import check_int, is_int
-from jaxwise.train._data_state import ResumeError, ResumeWarning
-from jaxwise.train._state import TrainState
+from jaxwise.train._loop._data_state import ResumeError, ResumeWarning
+from jaxwise.train._program._state import TrainState
 
 if TYPE_CHECKING:
-    from jaxwise.train._data_state import DataPosition
+    from jaxwise.train._loop._data_state import DataPosition
 
 __all__ = ["Callback", "FitRun", "LambdaCallback", "Resume"]
 

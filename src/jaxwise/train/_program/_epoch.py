@@ -2,7 +2,7 @@
 
 An epoch is a *gradient function* (how a batch becomes a gradient) times a *sampler* (how the
 epoch's mini-batches are drawn, inside the program), run through the one update path of
-`jaxwise.train._update`. Plain training is ``make_epoch(value_and_grad(loss),
+`jaxwise.train._program._update`. Plain training is ``make_epoch(value_and_grad(loss),
 ShuffleSampler(b))``; DP-SGD is ``make_epoch(privacy.dp_gradient_fn(...),
 privacy.PoissonSampler(b))``, and so gets the NaN guard, the donation audit and ``mesh`` of
 every other program.
@@ -22,24 +22,24 @@ from jaxwise._shared._checks import check_callable, check_int
 from jaxwise._shared._placement import data_size as _data_size
 from jaxwise.compilation import canonical_convolutions
 from jaxwise.sharding import batch_sharding as _batch_sharding
-from jaxwise.train._gradient import (
+from jaxwise.train._program._gradient import (
     GradientFn,
     Gradients,
     StepContext,
     requirements_of,
     value_and_grad,
 )
-from jaxwise.train._sampler import ShuffleSampler
-from jaxwise.train._sampling import Sampler, SamplingFacts
-from jaxwise.train._state import TrainState, check_train_state
-from jaxwise.train._step import (
+from jaxwise.train._program._sampler import ShuffleSampler
+from jaxwise.train._program._sampling import Sampler, SamplingFacts
+from jaxwise.train._program._state import TrainState, check_train_state
+from jaxwise.train._program._step import (
     JitProgram,
     check_flags,
     check_gradient,
     check_mesh,
     leading_size,
 )
-from jaxwise.train._update import make_update, plan_update
+from jaxwise.train._program._update import make_update, plan_update
 
 if TYPE_CHECKING:  # a type only: train does not import per_example at run time
     from jaxwise.per_example import LossFn

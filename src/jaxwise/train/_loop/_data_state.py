@@ -13,8 +13,8 @@ import jax
 
 from jaxwise._errors import JaxwiseError
 from jaxwise._shared._checks import is_int
-from jaxwise.train._fingerprint import fingerprint, mismatch
-from jaxwise.train._trained import TrainedHash, batch_digest
+from jaxwise.train._loop._fingerprint import fingerprint, mismatch
+from jaxwise.train._loop._trained import TrainedHash, batch_digest
 
 __all__ = ["DataPosition", "ResumeError", "ResumeWarning", "StatefulIterator"]
 

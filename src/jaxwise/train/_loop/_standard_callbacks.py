@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 from jaxwise._shared._checks import check_int, is_int
 from jaxwise._shared._progress import progress_bar
-from jaxwise.train._callbacks import Callback, FitRun
-from jaxwise.train._state import TrainState
+from jaxwise.train._loop._callbacks import Callback, FitRun
+from jaxwise.train._program._state import TrainState
 
 __all__ = ["Checkpointing", "EarlyStopping", "MetricLogging", "ProgressBar"]
 

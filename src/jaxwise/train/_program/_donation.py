@@ -39,7 +39,7 @@ from jax.core import Tracer
 from jaxwise._errors import JaxwiseError
 from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept
 from jaxwise._shared._events import DonationFailed, donation_suspended, publish
-from jaxwise.train._state import type_signature
+from jaxwise.train._program._state import type_signature
 from jaxwise.tree import path_names
 
 __all__ = [

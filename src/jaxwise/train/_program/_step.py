@@ -18,16 +18,16 @@ from jaxwise._shared._placement import feeding_processes, keep_layout, place_for
 from jaxwise._shared._prefetch import place_batch
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.sharding import replicated
-from jaxwise.train._donation import Audit, DonationError, check_optimizer_fits
-from jaxwise.train._gradient import (
+from jaxwise.train._program._donation import Audit, DonationError, check_optimizer_fits
+from jaxwise.train._program._gradient import (
     GradientFn,
     StepContext,
     check_gradient_fn,
     gradient_loss,
     value_and_grad,
 )
-from jaxwise.train._state import TrainState, check_optimizer, check_train_state
-from jaxwise.train._update import UpdatePlan, make_update, plan_update
+from jaxwise.train._program._state import TrainState, check_optimizer, check_train_state
+from jaxwise.train._program._update import UpdatePlan, make_update, plan_update
 from jaxwise.tree import path_names
 
 if TYPE_CHECKING:  # types only: train does not import per_example at run time

@@ -15,7 +15,7 @@ import numpy as np
 from jaxwise._shared._checks import check_callable, check_int
 from jaxwise._shared._interrupt import sigterm_raises
 from jaxwise._shared._prefetch import prefetch_to_device
-from jaxwise.train._callbacks import (
+from jaxwise.train._loop._callbacks import (
     Callback,
     FitRun,
     LambdaCallback,
@@ -25,14 +25,19 @@ from jaxwise.train._callbacks import (
     check_answer,
     check_callbacks,
 )
-from jaxwise.train._data_state import DataPosition, ResumeError, ResumeWarning, StatefulIterator
-from jaxwise.train._standard_callbacks import (
+from jaxwise.train._loop._data_state import (
+    DataPosition,
+    ResumeError,
+    ResumeWarning,
+    StatefulIterator,
+)
+from jaxwise.train._loop._standard_callbacks import (
     Checkpointing,
     EarlyStopping,
     MetricLogging,
     ProgressBar,
 )
-from jaxwise.train._state import TrainState
+from jaxwise.train._program._state import TrainState
 
 __all__ = [
     "Callback",

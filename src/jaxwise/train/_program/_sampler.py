@@ -1,7 +1,8 @@
 """Every sampler of jaxwise: `ShuffleSampler`, `PoissonSampler`, `CyclicPoissonSampler`.
 
-Each states its facts in the one record of `jaxwise.train._sampling` (`SamplingFacts`), which
-is all that the program and the accountant read; ``jaxwise.privacy`` re-exports the last two.
+Each states its facts in the one record of `jaxwise.train._program._sampling`
+(`SamplingFacts`), which is all that the program and the accountant read; ``jaxwise.privacy``
+re-exports the last two.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from jaxwise._shared._checks import check_int
 from jaxwise._shared._random import flat_draw, poisson_batch
 from jaxwise._shared._shuffle import shuffle_hash
 from jaxwise.buckets import plan_buckets
-from jaxwise.train._sampling import (
+from jaxwise.train._program._sampling import (
     POISSON_METHODS,
     Sampler,
     SamplingFacts,

@@ -30,7 +30,7 @@ from jaxwise._shared._blame import user_loss
 from jaxwise._shared._checks import check_bool, check_callable
 from jaxwise._shared._loss_output import describe, unpack_loss_output
 from jaxwise._typing import PyTree
-from jaxwise.train._precision import (
+from jaxwise.train._program._precision import (
     DynamicLossScale,
     LossScaleState,
     cast_floating,
@@ -38,7 +38,7 @@ from jaxwise.train._precision import (
     check_compute_dtype,
     check_loss_scale,
 )
-from jaxwise.train._sampling import SamplingFacts
+from jaxwise.train._program._sampling import SamplingFacts
 
 __all__ = [
     "GradientFn",

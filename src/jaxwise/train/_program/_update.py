@@ -18,8 +18,8 @@ import jax.numpy as jnp
 
 from jaxwise._shared._backends import rewrite_on
 from jaxwise.optim import apply_updates, global_norm
-from jaxwise.train._gradient import Gradients, Requirements, StepContext, requirements_of
-from jaxwise.train._state import TrainState
+from jaxwise.train._program._gradient import Gradients, Requirements, StepContext, requirements_of
+from jaxwise.train._program._state import TrainState
 
 __all__ = ["UpdatePlan", "initial_gradient_state", "make_update", "plan_update"]
 

@@ -14,7 +14,7 @@ import optax
 from jaxwise._shared._checks import is_key
 from jaxwise._shared._params import check_alive, check_not_a_model, check_params
 from jaxwise._typing import PyTree
-from jaxwise.train._gradient import check_gradient_fn
+from jaxwise.train._program._gradient import check_gradient_fn
 from jaxwise.tree import path_names
 
 
