@@ -27,7 +27,7 @@ from common import main_guard, table, write_section
 from mf_models import tasks
 
 from jaxwise import privacy, train
-from jaxwise.privacy import _toeplitz
+from jaxwise.privacy._mechanisms import _toeplitz
 
 DIM = 8192
 STEPS = EPOCHS * privacy.PoissonSampler(BATCH).steps(N_TRAIN)

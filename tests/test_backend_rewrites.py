@@ -20,7 +20,7 @@ from jaxwise._shared._random import draw_length, flat_draw, padded_length
 from jaxwise.compilation import CompileBudget, canonical_convolutions
 from jaxwise.compilation._convolution import canonical_specs
 from jaxwise.privacy import poisson_batch
-from jaxwise.privacy._noise import flat_normal, flat_size
+from jaxwise.privacy._mechanisms._noise import flat_normal, flat_size
 from jaxwise.train import TrainState, make_train_epoch
 
 

@@ -21,8 +21,8 @@ from jaxwise.privacy import (
     blt_strategy,
     choose_mechanism,
 )
-from jaxwise.privacy._blt import blt_coefs
-from jaxwise.privacy._toeplitz import minsep_sensitivity_squared
+from jaxwise.privacy._mechanisms._blt import blt_coefs
+from jaxwise.privacy._mechanisms._toeplitz import minsep_sensitivity_squared
 
 dp_accounting = pytest.importorskip("dp_accounting")
 
@@ -94,7 +94,7 @@ def test_two_band_momentum_strategy_is_the_grid_optimum_without_overflow(momentu
     # Long momentum workloads: a line-search trial with c_1 > c_0 makes the recurrence C⁻¹
     # grow like (c_1/c_0)^n; it once overflowed (a RuntimeWarning) and L-BFGS stopped at its
     # starting point, 10% above the optimum. Referee: a fine grid over c_1/c_0 in float64.
-    from jaxwise.privacy import _toeplitz
+    from jaxwise.privacy._mechanisms import _toeplitz
 
     n = 1050
     s = bandmf_strategy(n, 2, momentum=momentum)  # filterwarnings=error: no overflow
@@ -300,7 +300,7 @@ def test_blt_sensitivity_agrees_with_jax_privacy(standard_promotion):
 
 def _old_blt_loss(u, buffers, n, min_sep):
     """The BLT objective as the previous release computed it: dense coefficients, O(n²)."""
-    from jaxwise.privacy import _blt, _toeplitz
+    from jaxwise.privacy._mechanisms import _blt, _toeplitz
 
     decays, scales = _blt._unpack(u, buffers)
     coefs = blt_coefs(decays, scales, n)
@@ -319,7 +319,7 @@ def _old_blt_loss(u, buffers, n, min_sep):
 def test_blt_rational_loss_and_gradient_match_the_dense_float64_referee(buffers, n, min_sep):
     # the O(n · buffers) rational filter P/Q: the same loss and sensitivity as the dense
     # Toeplitz matrix, and a gradient equal to central differences of the dense loss
-    from jaxwise.privacy import _blt
+    from jaxwise.privacy._mechanisms import _blt
 
     u = np.random.default_rng(buffers).normal(size=2 * buffers + 1)
     loss, sens2, grad = _blt._loss_and_grad(u, buffers, np.ones(n), min_sep)
@@ -376,7 +376,7 @@ class _Taps:
 def test_strategy_work_is_linear_in_the_steps(monkeypatch, kind):
     # every filter run has at most bands (or buffers + 1) taps: O(steps · bands) work; the
     # coefficients were padded to `steps` (an O(steps²) filter: BandMF(8, 10**6) hung)
-    from jaxwise.privacy import _bandmf, _blt, _toeplitz
+    from jaxwise.privacy._mechanisms import _bandmf, _blt, _toeplitz
 
     taps = _Taps()
     monkeypatch.setattr(_toeplitz, "_signal", lambda: taps)
@@ -394,7 +394,7 @@ def test_strategy_work_is_linear_in_the_steps(monkeypatch, kind):
 
 @pytest.mark.parametrize("kind", ["bandmf", "blt"])
 def test_ctrl_c_inside_the_strategy_optimiser_propagates(monkeypatch, kind):
-    from jaxwise.privacy import _bandmf, _blt, _toeplitz
+    from jaxwise.privacy._mechanisms import _bandmf, _blt, _toeplitz
 
     taps = _Taps(interrupt_after=20)
     monkeypatch.setattr(_toeplitz, "_signal", lambda: taps)
@@ -406,7 +406,7 @@ def test_ctrl_c_inside_the_strategy_optimiser_propagates(monkeypatch, kind):
 
 
 def test_progress_shows_a_bar_only_after_its_delay(capsys):
-    from jaxwise.privacy._toeplitz import StrategyProgress
+    from jaxwise.privacy._mechanisms._toeplitz import StrategyProgress
 
     with StrategyProgress("quick", after=3600.0) as progress:
         progress(1.0)
@@ -671,7 +671,7 @@ def test_mechanism_scans_with_one_compile(mech):
 
 @pytest.mark.parametrize("noise", [None, BandMF(bands=1, steps=4)])
 def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
-    from jaxwise.privacy._noise import flat_zeros, noise_step, noisy_mean
+    from jaxwise.privacy._mechanisms._noise import flat_zeros, noise_step, noisy_mean
 
     summed = {"a": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(4)}
     key = jax.random.key(11)
@@ -689,7 +689,7 @@ def test_the_one_noising_step_is_dpsgd_bit_for_bit(noise):
 
 
 def test_the_one_noising_step_adds_the_streamed_noise_float64_referee():
-    from jaxwise.privacy._noise import flat_zeros, noise_step, standard_normal
+    from jaxwise.privacy._mechanisms._noise import flat_zeros, noise_step, standard_normal
 
     mech = BandMF(bands=3, steps=6)
     summed = {"w": jnp.zeros(5)}
@@ -786,7 +786,7 @@ def test_adaptive_step_noise_is_the_fixed_steps_and_its_count_the_next_normal():
     # one standard-normal draw per step: the gradient's part first (the fixed-clip step's
     # noise for the same key), the count's noise the entry after the gradient's padded block
     from jaxwise import train
-    from jaxwise.privacy._noise import flat_normal, flat_size
+    from jaxwise.privacy._mechanisms._noise import flat_normal, flat_size
 
     params, data, key = {"w": jnp.zeros(3)}, _wire_data(), jax.random.key(5)
     batch = {"x": data["x"][:8], "y": data["y"][:8]}

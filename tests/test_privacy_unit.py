@@ -10,7 +10,7 @@ import pytest
 from jaxwise import optim, privacy, train
 from jaxwise.compilation import CompileBudget
 from jaxwise.privacy import BLT, AdaptiveClip, BandMF, unit_clip
-from jaxwise.privacy._noise import standard_normal
+from jaxwise.privacy._mechanisms._noise import standard_normal
 
 TRUE_W = np.asarray([1.0, -2.0, 0.5])
 

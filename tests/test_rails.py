@@ -445,7 +445,7 @@ def test_a_wrapper_whose_init_drops_the_bandmf_state_is_named():
     ids=["dpsgd", "bandmf-4", "bandmf-2-momentum", "blt"],
 )
 def test_every_shipped_mechanism_accounts_at_least_its_first_noisy_step(noise, sampler):
-    from jaxwise.privacy._accounting import noise_gain
+    from jaxwise.privacy._accounting._accountant import noise_gain
 
     for clip in (1.0, privacy.AdaptiveClip(1.0, count_noise=4.0)):
         gradient = dp_gradient_fn(squared, clip_norm=clip, noise_multiplier=1.0, noise=noise)

@@ -7,8 +7,8 @@ from typing import Any
 
 from jaxwise._shared._checks import check_bool, check_int
 from jaxwise._shared._losses import ChunkSize, Method
-from jaxwise.privacy._dpgradient import dp_gradient_fn
-from jaxwise.privacy._mechanism import ClipPolicy
+from jaxwise.privacy._clipping._dpgradient import dp_gradient_fn
+from jaxwise.privacy._mechanisms._protocols import ClipPolicy
 from jaxwise.train import PoissonSampler, TrainEpoch, make_epoch
 
 __all__ = ["make_dp_train_epoch"]

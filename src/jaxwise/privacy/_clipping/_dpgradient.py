@@ -27,17 +27,7 @@ from jaxwise._shared._losses import (
     check_method,
 )
 from jaxwise._typing import PyTree
-from jaxwise.privacy._accounting import check_dp_events
-from jaxwise.privacy._mechanism import (
-    ClipPolicy,
-    DPAccounting,
-    NoiseMechanism,
-    PairingError,
-    _pairing_message,
-    clip_policy,
-    issue,
-)
-from jaxwise.privacy._noise import (
+from jaxwise.privacy._mechanisms._noise import (
     DPGradient,
     check_noise,
     check_noise_scale,
@@ -45,6 +35,16 @@ from jaxwise.privacy._noise import (
     flat_zeros,
     noise_step,
     noisy_mean,
+)
+from jaxwise.privacy._mechanisms._protocols import (
+    ClipPolicy,
+    DPAccounting,
+    NoiseMechanism,
+    PairingError,
+    _pairing_message,
+    check_dp_events,
+    clip_policy,
+    issue,
 )
 from jaxwise.privacy._state import NO_MODEL_STATE
 from jaxwise.train import Gradients, Requirements, StepContext

@@ -18,20 +18,21 @@ import numpy as np
 
 from jaxwise._shared._checks import check_choice, check_float, check_int, check_probability
 from jaxwise._shared._extras import require
-from jaxwise.privacy._mechanism import (
+from jaxwise.privacy._mechanisms._noise import check_noise
+from jaxwise.privacy._mechanisms._protocols import (
     ClipPolicy,
     DPAccounting,
     NoiseMechanism,
     PairingError,
+    _check_mechanism,
+    check_dp_events,
     clip_policy,
     issued,
 )
-from jaxwise.privacy._noise import check_noise
 from jaxwise.train import SamplingFacts, TrainEpoch
 
 __all__ = [
     "PrivacyPlan",
-    "check_dp_events",
     "privacy_plan",
     "epoch_epsilon",
     "epsilon",
@@ -42,68 +43,6 @@ __all__ = [
 
 Accountant = Literal["rdp", "pld"]
 ACCOUNTANTS = ("rdp", "pld")
-
-
-def _check_mechanism(mechanism: Any, clip: Any) -> None:
-    """Each must give its own accounting event (``dp_event``): no list of known classes."""
-    if mechanism is not None and not callable(getattr(mechanism, "dp_event", None)):
-        raise TypeError(
-            "`mechanism` must be None (DP-SGD) or a privacy.NoiseMechanism with its own "
-            f"`dp_event` (BandMF, BLT or your own), got {type(mechanism).__name__}"
-        )
-    if clip is not None and not callable(getattr(clip, "dp_event", None)):
-        raise TypeError(
-            "`clip` must be None or a privacy.ClipPolicy with its own `dp_event` (e.g. "
-            f"AdaptiveClip), got {type(clip).__name__}"
-        )
-
-
-def check_dp_events(mechanism: Any, clip: Any) -> None:
-    """Ask each part for its event once, now: a ``dp_event`` that returns no ``DpEvent`` is
-    refused by name where the part is handed over, not after training when ε is asked.
-
-    ``mechanism.dp_event(release, sample_rate=0.5, steps=1)`` must return a
-    ``dp_accounting.DpEvent``; ``clip.dp_event(1)`` one or ``None``. Without dp-accounting
-    installed there is nothing to check against (ε then needs the extra anyway).
-
-    Args:
-        mechanism: a `NoiseMechanism`, or ``None``.
-        clip: a `ClipPolicy`, or ``None``.
-
-    Raises:
-        TypeError: a ``dp_event`` that returns something else (the part and ``dp_event``
-            named).
-    """
-    _check_mechanism(mechanism, clip)
-    if mechanism is None and clip is None:
-        return  # nothing to ask (and dp-accounting stays unimported)
-    try:
-        import dp_accounting
-    except ImportError:  # no accountant installed: nothing to check the events against
-        return
-    event_type = dp_accounting.DpEvent
-    if clip is not None:
-        own = clip.dp_event(1)
-        if own is not None and not isinstance(own, event_type):
-            raise TypeError(_not_an_event(clip, "dp_event(1)", own, allow_none=True))
-    if mechanism is not None:
-
-        def release(k: int) -> Any:
-            del k
-            return dp_accounting.GaussianDpEvent(1.0)
-
-        event = mechanism.dp_event(release, sample_rate=0.5, steps=1)
-        if not isinstance(event, event_type):
-            raise TypeError(_not_an_event(mechanism, "dp_event(release, ...)", event))
-
-
-def _not_an_event(part: Any, call: str, got: Any, *, allow_none: bool = False) -> str:
-    return (
-        f"`{type(part).__name__}.{call}` must return a dp_accounting.DpEvent"
-        + (" (or None)" if allow_none else "")
-        + f", got {type(got).__name__} {got!r:.60}: the accountant composes the run's "
-        "privacy from it"
-    )
 
 
 def noise_gain(mechanism: NoiseMechanism | None) -> float:
@@ -219,18 +158,6 @@ def run_event(
             dp_accounting.PoissonSampledDpEvent(sample_rate, release(1)), int(steps)
         )
     return noise.dp_event(release, sample_rate=sample_rate, steps=int(steps))
-
-
-def poisson_event(release: Any, sample_rate: float, compositions: int) -> Any:
-    """``SelfComposedDpEvent(PoissonSampledDpEvent(q, release), compositions)``.
-
-    The event of a mechanism whose example participates Poisson-sampled ``compositions``
-    times (DP-SGD: every step; amplified BandMF: every ``bands`` steps).
-    """
-    dp_accounting = _dp_accounting("jaxwise.privacy accounting")
-    return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(sample_rate, release), int(compositions)
-    )
 
 
 @contextlib.contextmanager

@@ -32,7 +32,8 @@ import numpy as np
 from jaxwise._shared._checks import check_float, check_int
 from jaxwise._shared._extras import require
 from jaxwise._typing import PyTree
-from jaxwise.privacy import _toeplitz
+from jaxwise.privacy._mechanisms import _toeplitz
+from jaxwise.privacy._mechanisms._protocols import poisson_event
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
     from dp_accounting import DpEvent
@@ -295,8 +296,6 @@ class BandMF:
         Returns:
             ``SelfComposedDpEvent(PoissonSampledDpEvent(q, release(1)), ceil(steps / bands))``.
         """
-        from jaxwise.privacy._accounting import poisson_event
-
         return poisson_event(release(1), sample_rate, -(-int(steps) // self.bands))
 
 

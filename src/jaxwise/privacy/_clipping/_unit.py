@@ -9,8 +9,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxwise.privacy._dpgradient import DPGradientFn
-from jaxwise.privacy._mechanism import ClipPolicy, NoiseMechanism, clip_policy
+from jaxwise.privacy._clipping._dpgradient import DPGradientFn
+from jaxwise.privacy._mechanisms._protocols import ClipPolicy, NoiseMechanism, clip_policy
 from jaxwise.train import Gradients, Requirements, StepContext
 
 __all__ = ["UnitClipped", "unit_clip"]

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from jaxwise._shared._checks import check_float, check_int, check_probability
-from jaxwise.privacy._accounting import Accountant, noise_multiplier_for
-from jaxwise.privacy._bandmf import BandMF
-from jaxwise.privacy._blt import BLT
+from jaxwise.privacy._accounting._accountant import Accountant, noise_multiplier_for
+from jaxwise.privacy._mechanisms._bandmf import BandMF
+from jaxwise.privacy._mechanisms._blt import BLT
 
 __all__ = ["MechanismCandidate", "MechanismChoice", "choose_mechanism"]
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import jax
 
 from jaxwise._errors import JaxwiseError
+from jaxwise._shared._extras import require
 from jaxwise._typing import PyTree
 from jaxwise.train import SamplingFacts
 
@@ -41,10 +42,12 @@ __all__ = [
     "DPAccounting",
     "NoiseMechanism",
     "PairingError",
+    "check_dp_events",
     "check_pairing",
     "clip_policy",
     "issue",
     "issued",
+    "poisson_event",
 ]
 
 
@@ -291,3 +294,77 @@ def issue(accounting: DPAccounting) -> DPAccounting:
 def issued(accounting: object) -> bool:
     """Whether ``accounting`` is a claim a DP gradient issued (made with its noise)."""
     return isinstance(accounting, DPAccounting) and accounting in _ISSUED
+
+
+def _check_mechanism(mechanism: Any, clip: Any) -> None:
+    """Each must give its own accounting event (``dp_event``): no list of known classes."""
+    if mechanism is not None and not callable(getattr(mechanism, "dp_event", None)):
+        raise TypeError(
+            "`mechanism` must be None (DP-SGD) or a privacy.NoiseMechanism with its own "
+            f"`dp_event` (BandMF, BLT or your own), got {type(mechanism).__name__}"
+        )
+    if clip is not None and not callable(getattr(clip, "dp_event", None)):
+        raise TypeError(
+            "`clip` must be None or a privacy.ClipPolicy with its own `dp_event` (e.g. "
+            f"AdaptiveClip), got {type(clip).__name__}"
+        )
+
+
+def check_dp_events(mechanism: Any, clip: Any) -> None:
+    """Ask each part for its event once, now: a ``dp_event`` that returns no ``DpEvent`` is
+    refused by name where the part is handed over, not after training when ε is asked.
+
+    ``mechanism.dp_event(release, sample_rate=0.5, steps=1)`` must return a
+    ``dp_accounting.DpEvent``; ``clip.dp_event(1)`` one or ``None``. Without dp-accounting
+    installed there is nothing to check against (ε then needs the extra anyway).
+
+    Args:
+        mechanism: a `NoiseMechanism`, or ``None``.
+        clip: a `ClipPolicy`, or ``None``.
+
+    Raises:
+        TypeError: a ``dp_event`` that returns something else (the part and ``dp_event``
+            named).
+    """
+    _check_mechanism(mechanism, clip)
+    if mechanism is None and clip is None:
+        return  # nothing to ask (and dp-accounting stays unimported)
+    try:
+        import dp_accounting
+    except ImportError:  # no accountant installed: nothing to check the events against
+        return
+    event_type = dp_accounting.DpEvent
+    if clip is not None:
+        own = clip.dp_event(1)
+        if own is not None and not isinstance(own, event_type):
+            raise TypeError(_not_an_event(clip, "dp_event(1)", own, allow_none=True))
+    if mechanism is not None:
+
+        def release(k: int) -> Any:
+            del k
+            return dp_accounting.GaussianDpEvent(1.0)
+
+        event = mechanism.dp_event(release, sample_rate=0.5, steps=1)
+        if not isinstance(event, event_type):
+            raise TypeError(_not_an_event(mechanism, "dp_event(release, ...)", event))
+
+
+def _not_an_event(part: Any, call: str, got: Any, *, allow_none: bool = False) -> str:
+    return (
+        f"`{type(part).__name__}.{call}` must return a dp_accounting.DpEvent"
+        + (" (or None)" if allow_none else "")
+        + f", got {type(got).__name__} {got!r:.60}: the accountant composes the run's "
+        "privacy from it"
+    )
+
+
+def poisson_event(release: Any, sample_rate: float, compositions: int) -> Any:
+    """``SelfComposedDpEvent(PoissonSampledDpEvent(q, release), compositions)``.
+
+    The event of a mechanism whose example participates Poisson-sampled ``compositions``
+    times (DP-SGD: every step; amplified BandMF: every ``bands`` steps).
+    """
+    dp_accounting = require("dp_accounting", extra="privacy", feature="jaxwise.privacy accounting")
+    return dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(sample_rate, release), int(compositions)
+    )

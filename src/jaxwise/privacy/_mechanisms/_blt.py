@@ -30,7 +30,7 @@ import numpy as np
 from jaxwise._shared._checks import check_float, check_int
 from jaxwise._shared._extras import require
 from jaxwise._typing import PyTree
-from jaxwise.privacy import _toeplitz
+from jaxwise.privacy._mechanisms import _toeplitz
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
     from dp_accounting import DpEvent

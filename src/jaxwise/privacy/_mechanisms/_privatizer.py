@@ -1,6 +1,6 @@
 """Noise as an Optax privatizer around the one noising step of jaxwise.
 
-`jaxwise.privacy._noise.noise_step` is the noising of every DP path: ONE standard-normal
+`jaxwise.privacy._mechanisms._noise.noise_step` is the noising of every DP path: ONE standard-normal
 draw over all parameters as a flat vector (its length padded to a multiple of 8), turned
 into this step's noise by a `NoiseMechanism` (``None``: the draw itself, DP-SGD; BandMF and
 BLT correlate it with their buffers), scaled by ``σ·C`` and added to the clipped sum.
@@ -22,9 +22,13 @@ import optax
 from jaxwise._shared._checks import check_key
 from jaxwise._shared._losses import check_clip_norm
 from jaxwise._typing import PyTree
-from jaxwise.privacy._accounting import check_dp_events
-from jaxwise.privacy._mechanism import NoiseMechanism
-from jaxwise.privacy._noise import check_noise, check_noise_scale, flat_zeros, noise_step
+from jaxwise.privacy._mechanisms._noise import (
+    check_noise,
+    check_noise_scale,
+    flat_zeros,
+    noise_step,
+)
+from jaxwise.privacy._mechanisms._protocols import NoiseMechanism, check_dp_events
 
 __all__ = ["PrivatizerState", "privatizer"]
 
