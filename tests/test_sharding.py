@@ -9,7 +9,6 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
-from jaxwise._shared._placement import constrain_state
 from jaxwise.compilation import CompileCounter
 from jaxwise.sharding import (
     data_mesh,
@@ -20,6 +19,7 @@ from jaxwise.sharding import (
     state_shardings,
 )
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
+from jaxwise.train._program._placement import constrain_state
 
 
 def loss_fn(params, batch):

@@ -84,5 +84,5 @@ def test_oversized_measures_modules_and_every_function(source: str, expected: li
 
 
 def test_module_names_are_dotted_paths() -> None:
-    assert _module_name(SRC / "train" / "_loop.py") == "jaxwise.train._loop._fit"
+    assert _module_name(SRC / "train" / "_loop" / "_fit.py") == "jaxwise.train._loop._fit"
     assert _module_name(SRC / "train" / "__init__.py") == "jaxwise.train"

@@ -21,6 +21,6 @@ Example::
 JAX is imported only when a marked test runs.
 """
 
-from jaxwise._shared._pytest_hooks import pytest_configure, pytest_runtest_call
+from jaxwise._pytest_hooks import pytest_configure, pytest_runtest_call
 
 __all__ = ["pytest_configure", "pytest_runtest_call"]

@@ -19,7 +19,6 @@ import numpy as np
 from jax.sharding import Mesh
 
 from jaxwise._shared._checks import check_callable, check_int
-from jaxwise._shared._placement import data_size as _data_size
 from jaxwise.compilation import canonical_convolutions
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.train._program._gradient import (
@@ -29,6 +28,7 @@ from jaxwise.train._program._gradient import (
     requirements_of,
     value_and_grad,
 )
+from jaxwise.train._program._placement import data_size as _data_size
 from jaxwise.train._program._sampler import ShuffleSampler
 from jaxwise.train._program._sampling import Sampler, SamplingFacts
 from jaxwise.train._program._state import TrainState, check_train_state

@@ -13,8 +13,6 @@ from jax.sharding import Mesh
 from jaxwise._shared._blame import from_user_loss
 from jaxwise._shared._checks import check_bool, check_callable
 from jaxwise._shared._params import check_alive, check_params, describe_leaves
-from jaxwise._shared._placement import data_size as _data_size
-from jaxwise._shared._placement import feeding_processes, keep_layout, place_for_mesh
 from jaxwise._shared._prefetch import place_batch
 from jaxwise.sharding import batch_sharding as _batch_sharding
 from jaxwise.sharding import replicated
@@ -26,6 +24,8 @@ from jaxwise.train._program._gradient import (
     gradient_loss,
     value_and_grad,
 )
+from jaxwise.train._program._placement import data_size as _data_size
+from jaxwise.train._program._placement import feeding_processes, keep_layout, place_for_mesh
 from jaxwise.train._program._state import TrainState, check_optimizer, check_train_state
 from jaxwise.train._program._update import UpdatePlan, make_update, plan_update
 from jaxwise.tree import path_names
