@@ -1,5 +1,8 @@
-"""Packages talk through public names: no ``from jaxwise.<other package>._private import``.
+"""Imports go down the table of ``docs/design.md``; packages talk through public names.
 
+The allowed import directions are the "Layers" tables of ``docs/design.md``, parsed here (the
+page and the test cannot drift apart): a unit imports only units of lower rows, between
+packages and inside the packages the second table names. No package has an import cycle.
 A helper two packages share lives in the private package ``jaxwise/_shared/`` (``_frames.py``),
 and a package reaches another only through that package's public names. Every class name is
 defined once in the package (two unrelated classes of one name are one name too many).
@@ -8,11 +11,242 @@ defined once in the package (two unrelated classes of one name are one name too 
 from __future__ import annotations
 
 import ast
+import re
+from collections.abc import Callable
 from pathlib import Path
 
 import jaxwise
 
 SRC = Path(jaxwise.__file__).parent
+DESIGN = Path(__file__).resolve().parent.parent / "docs" / "design.md"
+Graph = dict[str, set[str]]
+
+
+# ---- the layering tables of docs/design.md
+
+
+def _table_rows(text: str, header: str) -> list[list[str]]:
+    """The cells of each body row of the markdown table whose header row starts ``header``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:  # past the header and its |---| line
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _units(cell: str) -> list[str]:
+    """The backticked unit names that open a cell (``cli`` in "`cli` (the command line)")."""
+    return re.findall(r"`([\w.]+)`", cell.split("(")[0])
+
+
+def layer_table(text: str) -> dict[str, int]:
+    """``{unit: row}`` of the table of packages (``| Row | Units | ... |``)."""
+    return {u: int(row[0]) for row in _table_rows(text, "| Row | Units |") for u in _units(row[1])}
+
+
+def inner_tables(text: str) -> dict[str, dict[str, int]]:
+    """``{package: {unit: row}}`` of the table inside packages (``| Package | Row | Units |``)."""
+    found: dict[str, dict[str, int]] = {}
+    for row in _table_rows(text, "| Package | Row | Units |"):
+        (package,) = _units(row[0])
+        found.setdefault(package, {package: 1_000})  # the package's __init__: its top row
+        found[package].update({u: int(row[1]) for u in _units(row[2])})
+    return found
+
+
+def _module_name(path: Path, root: Path) -> str:
+    """``train._program._step`` for ``train/_program/_step.py``; ``__init__`` for the root."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__" and len(parts) > 1:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _unit(module: str, units: dict[str, int]) -> str | None:
+    """The longest unit that names ``module`` (itself or a package above it)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in units:
+            return ".".join(parts[:n])
+    return None
+
+
+def import_edges(root: Path = SRC) -> list[tuple[str, str, int]]:
+    """``(module, imported module, line)`` for every jaxwise import under ``root``.
+
+    ``from P import name`` imports the module ``P.name`` when there is one, else ``P``;
+    function-level and ``TYPE_CHECKING`` imports count. ``__main__.py`` scripts are skipped.
+    """
+    paths = [p for p in sorted(root.rglob("*.py")) if p.name != "__main__.py"]
+    modules = {_module_name(p, root) for p in root.rglob("*.py")}
+    edges = []
+    for path in paths:
+        own = _module_name(path, root)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    targets.append(sub if sub.removeprefix("jaxwise.") in modules else node.module)
+            for target in targets:
+                if target == "jaxwise" or target.startswith("jaxwise."):
+                    name = target.removeprefix("jaxwise").removeprefix(".") or "__init__"
+                    if name != own:
+                        edges.append((own, name, node.lineno))
+    return edges
+
+
+def layering_violations(root: Path = SRC, text: str | None = None) -> list[str]:
+    """``module:line -> imported (why)`` for every import the tables do not allow."""
+    text = DESIGN.read_text() if text is None else text
+    rows, inner = layer_table(text), inner_tables(text)
+    found = []
+    for module, target, line in import_edges(root):
+        unit, other = _unit(module, rows), _unit(target, rows)
+        if unit is None or other is None:
+            missing = module if unit is None else target
+            found.append(f"{module}:{line} -> {target} ({missing} is in no row of the table)")
+        elif unit != other and rows[other] >= rows[unit]:
+            found.append(f"{module}:{line} -> {target} (row {rows[unit]} -> {rows[other]})")
+        elif unit == other and unit in inner:
+            a, b = _unit(module, inner[unit]), _unit(target, inner[unit])
+            assert a is not None and b is not None  # the package itself is always a unit
+            if a != b and inner[unit][b] >= inner[unit][a]:
+                found.append(f"{module}:{line} -> {target} (inside {unit}: {a} -> {b})")
+    return found
+
+
+def test_imports_follow_the_layering_table_of_the_design_page() -> None:
+    found = layering_violations()
+    assert not found, "\n".join(found)
+
+
+def test_the_tables_name_every_package_and_every_root_module() -> None:
+    rows = layer_table(DESIGN.read_text())
+    assert len(rows) >= 25 and rows["_errors"] < rows["_shared"] < rows["train"] < rows["cli"]
+    tops = {_module_name(p, SRC).split(".")[0] for p in SRC.rglob("*.py")}
+    assert tops - {"py"} <= set(rows), sorted(tops - set(rows))
+    inner = inner_tables(DESIGN.read_text())
+    assert inner["train"]["train._program"] < inner["train"]["train._loop"]
+
+
+def test_the_layering_scan_finds_each_kind_of_violation(tmp_path: Path) -> None:
+    text = (
+        "| Row | Units | What |\n|---|---|---|\n| 2 | `top` | a |\n| 1 | `low` `_shared._x` | b |\n"
+        "| 0 | `_shared` | c |\n\n| Package | Row | Units |\n|---|---|---|\n"
+        "| `top` | 1 | `top._a` |\n| `top` | 2 | `top._b` |\n"
+    )
+    for folder in ("top", "low", "_shared", "stray"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "top" / "_a.py").write_text("from jaxwise.top import _b\n")  # inside: up
+    (tmp_path / "top" / "_b.py").write_text("from jaxwise.top._a import f\nimport jaxwise.low\n")
+    (tmp_path / "low" / "_c.py").write_text("def f():\n    from jaxwise.top import g\n")  # up
+    (tmp_path / "low" / "_d.py").write_text("from jaxwise._shared._x import h\n")  # same row
+    (tmp_path / "_shared" / "_x.py").write_text("from jaxwise._shared import _y\n")  # inside
+    (tmp_path / "_shared" / "_y.py").write_text("")
+    (tmp_path / "stray" / "_e.py").write_text("from jaxwise._shared._y import k\n")
+    (tmp_path / "low" / "__main__.py").write_text("from jaxwise.top import main\n")  # a script
+    assert layering_violations(tmp_path, text) == [
+        "low._c:2 -> top (row 1 -> 2)",
+        "low._d:1 -> _shared._x (row 1 -> 1)",
+        "stray._e:1 -> _shared._y (stray._e is in no row of the table)",
+        "top._a:1 -> top._b (inside top: top._a -> top._b)",
+    ]
+
+
+# ---- no import cycle
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Module -> the jaxwise modules it imports (function-level imports included)."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = ("jaxwise", *path.relative_to(root).with_suffix("").parts)
+        module = ".".join(parts).removesuffix(".__init__")
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                deps.add(node.module)
+            elif isinstance(node, ast.Import):
+                deps |= {alias.name for alias in node.names}
+        # a package's own __init__ re-exports its modules: an edge into it is not a cycle
+        graph[module] = {
+            d for d in deps if d.startswith("jaxwise") and not module.startswith(d + ".")
+        }
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _package_graph(edges: list[tuple[str, str, int]], name: Callable[[str], str]) -> Graph:
+    """The import graph between the packages ``name(module)`` names (a package's own
+    ``__init__`` re-exporting its sub-packages is no edge)."""
+    graph: dict[str, set[str]] = {}
+    for module, target, _ in edges:
+        a, b = name(module), name(target)
+        graph.setdefault(a, set())
+        if a != b and not a.startswith(b + ".") and not b.startswith(a + "."):
+            graph[a].add(b)
+    return graph
+
+
+def test_no_import_cycle_in_any_package():
+    # the fifth round's `_accounting` <-> `_mechanism` circle (a function-level import) is gone
+    cycles = _cycles(_import_graph(Path(jaxwise.__file__).parent))
+    assert not cycles, cycles
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_between_packages_or_their_sub_packages():
+    # privacy/_mechanisms imports neither _clipping nor _accounting; train/_program not _loop
+    edges = import_edges()
+    rows = layer_table(DESIGN.read_text())
+    units = _package_graph(edges, lambda module: _unit(module, rows) or module)
+    sub_packages = _package_graph(edges, lambda module: ".".join(module.split(".")[:2]))
+    assert not _cycles(units) and not _cycles(sub_packages), (_cycles(units), _cycles(sub_packages))
+    assert len(units) > 20 and "privacy._mechanisms" in sub_packages
+    two = [("p._a.x", "p._b.y", 1), ("p._b.z", "p._a.w", 2), ("p", "p._a.x", 3)]
+    assert _cycles(_package_graph(two, lambda m: ".".join(m.split(".")[:2]))) == [["p._a", "p._b"]]
+
+
+# ---- packages talk through public names
 
 
 def _own_package(path: Path, root: Path) -> str | None:
