@@ -86,10 +86,12 @@ def import_edges(root: Path = SRC) -> list[tuple[str, str, int]]:
     for path in paths:
         own = _module_name(path, root)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            elif node.module and node.level == 0:
                 for alias in node.names:
                     sub = f"{node.module}.{alias.name}"
                     targets.append(sub if sub.removeprefix("jaxwise.") in modules else node.module)
