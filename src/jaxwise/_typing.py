@@ -8,6 +8,14 @@ leaves and ``None`` as an empty subtree. A static type checker accepts anything 
 walks. Where a function returns the structure it was given, its signature says so with a type
 variable instead (``def f(tree: T) -> T``).
 
+Where a pytree has a role, its name says which: ``Params`` (a model's trainable parameters),
+``Grads`` (a tree shaped like the parameters: gradients, their clipped sum, a noise draw),
+``Batch`` (arrays whose leaves share the leading batch axis), ``ModelState`` (a model's
+non-trainable state: BatchNorm statistics, RNG streams), and the opaque states of the parts
+that plug into training, made by their ``init``: ``GradientState`` (a gradient function's),
+``NoiseState`` (a noise mechanism's), ``ClipState`` (a clip policy's). Each is a pytree, so
+``Any`` to a type checker like ``PyTree``: the name is for the reader.
+
 Examples:
     >>> from jaxwise._typing import PyTree
     >>> def leaves(tree: PyTree) -> int:
@@ -21,7 +29,24 @@ from __future__ import annotations
 
 from typing import Any, TypeAlias, TypeVar
 
-__all__ = ["PyTree", "T"]
+__all__ = [
+    "Batch",
+    "ClipState",
+    "GradientState",
+    "Grads",
+    "ModelState",
+    "NoiseState",
+    "Params",
+    "PyTree",
+    "T",
+]
 
 PyTree: TypeAlias = Any  # any pytree (see the module docstring)
+Params: TypeAlias = PyTree  # a model's trainable parameters
+Grads: TypeAlias = PyTree  # shaped like the parameters: gradients, a clipped sum, a noise draw
+Batch: TypeAlias = PyTree  # leaves sharing the leading batch axis
+ModelState: TypeAlias = PyTree  # a model's non-trainable state (None: none)
+GradientState: TypeAlias = PyTree  # a gradient function's state, from its init(params)
+NoiseState: TypeAlias = PyTree  # a noise mechanism's state, from its init(params)
+ClipState: TypeAlias = PyTree  # a clip policy's state, from its init()
 T = TypeVar("T")  # a value returned with the type it was given

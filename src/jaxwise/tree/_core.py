@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from jaxwise._shared._checks import check_bool, check_float, is_key
-from jaxwise._typing import PyTree
+from jaxwise._typing import Params, PyTree
 
 __all__ = [
     "ParamRow",
@@ -119,7 +119,7 @@ def _human_bytes(n: int) -> str:
     return str(n)
 
 
-def param_table(params: PyTree) -> ParamTable:
+def param_table(params: Params) -> ParamTable:
     """A table of every array leaf: path, shape, dtype, count, bytes, with totals.
 
     Args:

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxwise._shared._checks import check_float
-from jaxwise._typing import PyTree
+from jaxwise._typing import ClipState
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
     from dp_accounting import DpEvent
@@ -84,7 +84,7 @@ class AdaptiveClip:
         """
         return {"clip_norm": jnp.asarray(self.initial, jnp.float32)}
 
-    def norm(self, state: PyTree) -> jax.Array:
+    def norm(self, state: ClipState) -> jax.Array:
         """The clip norm of this step (float32 scalar).
 
         Args:
@@ -97,7 +97,7 @@ class AdaptiveClip:
 
     def update(
         self,
-        state: PyTree,
+        state: ClipState,
         norms: jax.Array,
         mask: jax.Array | None,
         normal: jax.Array,

@@ -26,7 +26,7 @@ from jaxwise._shared._losses import (
     check_clip_norm,
     check_method,
 )
-from jaxwise._typing import PyTree
+from jaxwise._typing import Batch, GradientState, ModelState, Params
 from jaxwise.privacy._mechanisms._noise import (
     DPGradient,
     check_noise,
@@ -99,7 +99,7 @@ class DPGradientFn:
         """A key every step, its `DPAccounting`, and it applies the compute dtype itself."""
         return Requirements(key=True, privacy=self.accounting, precision=True, mask=True)
 
-    def init(self, params: PyTree) -> dict[str, Any]:
+    def init(self, params: Params) -> dict[str, Any]:
         """``{"noise": mechanism state, "clip": policy state}`` (``()`` for an absent part).
 
         Args:
@@ -342,8 +342,8 @@ def _clipped(
 
 def dp_gradient(
     loss: Callable[..., Any],
-    params: PyTree,
-    batch: PyTree,
+    params: Params,
+    batch: Batch,
     key: jax.Array,
     *,
     clip_norm: float | ClipPolicy,
@@ -352,10 +352,10 @@ def dp_gradient(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float | None = None,
-    model_state: PyTree = NO_MODEL_STATE,
+    model_state: ModelState = NO_MODEL_STATE,
     freeze_model_state: bool = False,
     noise: NoiseMechanism | None = None,
-    state: PyTree = None,
+    state: GradientState = None,
 ) -> DPGradient:
     """The DP-SGD gradient of one batch, `dp_gradient_fn`'s computation bit for bit.
 

@@ -31,7 +31,7 @@ import numpy as np
 
 from jaxwise._shared._checks import check_float, check_int
 from jaxwise._shared._extras import require
-from jaxwise._typing import PyTree
+from jaxwise._typing import Grads, NoiseState, Params, PyTree
 from jaxwise.privacy._mechanisms import _toeplitz
 from jaxwise.privacy._mechanisms._protocols import poisson_event
 
@@ -226,7 +226,7 @@ class BandMF:
         """The optimised strategy (cached)."""
         return bandmf_strategy(self.steps, self.bands, momentum=self.momentum)
 
-    def init(self, params: PyTree) -> PyTree:
+    def init(self, params: Params) -> NoiseState:
         """Zero buffers: ``{"buffers": like params, a leading (bands − 1,) axis; "index"}``.
 
         Args:
@@ -243,7 +243,7 @@ class BandMF:
             "index": jnp.zeros((), jnp.int32),
         }
 
-    def correlate(self, state: PyTree, z: PyTree) -> tuple[PyTree, PyTree]:
+    def correlate(self, state: NoiseState, z: Grads) -> tuple[PyTree, PyTree]:
         """This step's noise ``‖c[:steps − t]‖ · (C⁻¹z)_t`` and the new state.
 
         The buffers are a ring: the step at position ``t`` of its block (``state["index"]``)

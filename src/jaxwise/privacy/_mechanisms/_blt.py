@@ -29,7 +29,7 @@ import numpy as np
 
 from jaxwise._shared._checks import check_float, check_int
 from jaxwise._shared._extras import require
-from jaxwise._typing import PyTree
+from jaxwise._typing import Grads, NoiseState, Params, PyTree
 from jaxwise.privacy._mechanisms import _toeplitz
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
@@ -259,7 +259,7 @@ class BLT:
         """The optimised strategy (cached)."""
         return blt_strategy(self.buffers, self.steps, min_sep=self.min_sep, momentum=self.momentum)
 
-    def init(self, params: PyTree) -> dict[str, PyTree]:
+    def init(self, params: Params) -> dict[str, PyTree]:
         """Zero buffers: ``{"buffers": tree like params with a leading (buffers,) axis}``.
 
         Args:
@@ -273,7 +273,7 @@ class BLT:
             "buffers": jax.tree.map(lambda p: jnp.zeros((lead, *jnp.shape(p)), p.dtype), params)
         }
 
-    def correlate(self, state: PyTree, z: PyTree) -> tuple[PyTree, PyTree]:
+    def correlate(self, state: NoiseState, z: Grads) -> tuple[PyTree, PyTree]:
         """This step's noise ``sensitivity · (C⁻¹z)_t`` and the new state.
 
         Args:

@@ -24,7 +24,7 @@ from jaxwise._shared._losses import (
     leaf_label,
 )
 from jaxwise._shared._random import draw_length, padded_length
-from jaxwise._typing import PyTree
+from jaxwise._typing import Batch, Grads, ModelState, Params
 from jaxwise.per_example import clip_and_sum, masked_clip_and_sum
 from jaxwise.privacy._state import (
     NO_MODEL_STATE,
@@ -61,8 +61,8 @@ def check_noise_scale(clip_norm: Any, noise_multiplier: Any) -> None:
 
 
 def add_dp_noise(
-    summed: PyTree, key: jax.Array, clip_norm: float, noise_multiplier: float, batch_size: ArrayLike
-) -> PyTree:
+    summed: Grads, key: jax.Array, clip_norm: float, noise_multiplier: float, batch_size: ArrayLike
+) -> Grads:
     """``(summed + N(0, σ²C²)) / batch_size``: ONE normal draw over all parameters.
 
     The noise for every leaf comes from a single ``jax.random.normal`` of the
@@ -325,8 +325,8 @@ def _inner_size(microbatches: Any) -> int:
 
 def dp_gradient_accumulated(
     loss: Callable[..., Any],
-    params: PyTree,
-    microbatches: PyTree,
+    params: Params,
+    microbatches: Batch,
     key: jax.Array,
     *,
     clip_norm: float,
@@ -335,7 +335,7 @@ def dp_gradient_accumulated(
     chunk_size: ChunkSize = None,
     mask: jax.Array | None = None,
     expected_batch_size: float,
-    model_state: PyTree = NO_MODEL_STATE,
+    model_state: ModelState = NO_MODEL_STATE,
     freeze_model_state: bool = False,
 ) -> DPGradient:
     """DP-SGD over a logical batch split into micro-batches: noise added ONCE.

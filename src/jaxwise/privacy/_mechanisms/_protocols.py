@@ -31,7 +31,7 @@ import jax
 
 from jaxwise._errors import JaxwiseError
 from jaxwise._shared._extras import require
-from jaxwise._typing import PyTree
+from jaxwise._typing import ClipState, Grads, NoiseState, Params, PyTree
 from jaxwise.train import SamplingFacts
 
 if TYPE_CHECKING:  # dp-accounting is the `privacy` extra
@@ -96,7 +96,7 @@ class NoiseMechanism(Protocol):
         """
         ...
 
-    def init(self, params: PyTree) -> PyTree:
+    def init(self, params: Params) -> NoiseState:
         """The state before the first step.
 
         Args:
@@ -107,7 +107,7 @@ class NoiseMechanism(Protocol):
         """
         ...
 
-    def correlate(self, state: PyTree, z: PyTree) -> tuple[PyTree, PyTree]:
+    def correlate(self, state: NoiseState, z: Grads) -> tuple[PyTree, PyTree]:
         """This step's noise from its standard-normal draw.
 
         Args:
@@ -179,7 +179,7 @@ class ClipPolicy(Protocol):
     schedule), which the accountant merges with the gradient's.
     """
 
-    def init(self) -> PyTree:
+    def init(self) -> ClipState:
         """The state before the first step (a pytree of arrays).
 
         Returns:
@@ -187,7 +187,7 @@ class ClipPolicy(Protocol):
         """
         ...
 
-    def norm(self, state: PyTree) -> jax.Array:
+    def norm(self, state: ClipState) -> jax.Array:
         """This step's clip norm.
 
         Args:
@@ -200,12 +200,12 @@ class ClipPolicy(Protocol):
 
     def update(
         self,
-        state: PyTree,
+        state: ClipState,
         norms: jax.Array,
         mask: jax.Array | None,
         normal: jax.Array,
         expected_batch_size: float,
-    ) -> PyTree:
+    ) -> ClipState:
         """The state after a step.
 
         Args:

@@ -29,7 +29,7 @@ from jax.typing import DTypeLike
 from jaxwise._shared._blame import user_loss
 from jaxwise._shared._checks import check_bool, check_callable
 from jaxwise._shared._loss_output import describe, unpack_loss_output
-from jaxwise._typing import PyTree
+from jaxwise._typing import GradientState, Params, PyTree
 from jaxwise.train._program._precision import (
     DynamicLossScale,
     LossScaleState,
@@ -227,7 +227,7 @@ class GradientFn(Protocol):
         """
         ...
 
-    def init(self, params: PyTree) -> PyTree:
+    def init(self, params: Params) -> GradientState:
         """The state before the first step.
 
         Args:
@@ -298,7 +298,7 @@ class ValueAndGrad:
         """A key only ``with_key``; it applies the compute dtype and loss scale itself."""
         return Requirements(key=self.with_key, precision=True)
 
-    def init(self, params: PyTree) -> tuple[()]:
+    def init(self, params: Params) -> tuple[()]:
         """No state: ``()``.
 
         Args:
@@ -439,7 +439,7 @@ class MixedPrecision:
         """The user's loss inside the wrapped gradient (it names the program)."""
         return gradient_loss(self.gradient)
 
-    def init(self, params: PyTree) -> dict[str, Any]:
+    def init(self, params: Params) -> dict[str, Any]:
         """``{"gradient": the wrapped state, "loss_scale": the dynamic scale's or ()}``.
 
         Args:

@@ -13,7 +13,7 @@ import optax
 
 from jaxwise._shared._checks import is_key
 from jaxwise._shared._params import check_alive, check_not_a_model, check_params
-from jaxwise._typing import PyTree
+from jaxwise._typing import ModelState, PyTree
 from jaxwise.train._program._gradient import check_gradient_fn
 from jaxwise.tree import path_names
 
@@ -177,7 +177,7 @@ class TrainState:
         tx: optax.GradientTransformation,
         key: jax.Array | int,
         *,
-        model_state: PyTree = None,
+        model_state: ModelState = None,
         gradient: Any = None,
         **static: Any,
     ) -> Self:
