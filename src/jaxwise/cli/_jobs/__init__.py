@@ -1,5 +1,8 @@
 """The CLI's jobs as functions: the spiral demo, training, predicting, finding label errors.
 
+Private to the command line (public as ``jaxwise.jobs`` until the sixth round): from Python,
+run a command with ``jaxwise.cli.main([...])``.
+
 Each job returns a JSON-ready summary dict (strict JSON: no NaN/Infinity, ``"schema": 1``);
 `jaxwise.cli` parses arguments and prints. Every job runs in named phases — ``prepare``
 (options, data, output paths: all checked before any work), ``fit``, ``verify``, ``report``.
