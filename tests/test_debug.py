@@ -132,6 +132,16 @@ def test_user_frames_from_source_info():
     )
 
 
+def test_the_library_fallback_skips_all_of_jaxwise_not_only_its_shared_helpers():
+    # _frames lives in jaxwise/_shared/: the frames it drops last are the whole package's
+    import os
+
+    import jaxwise
+    from jaxwise._shared import _frames
+
+    assert _frames._JAXWISE_DIR == os.path.dirname(os.path.abspath(jaxwise.__file__)) + os.sep
+
+
 def test_locate_nan_rejects_non_callable():
     with pytest.raises(TypeError, match="callable"):
         locate_nan(3, 1.0)  # pyright: ignore[reportArgumentType]  # bad input on purpose

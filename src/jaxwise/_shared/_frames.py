@@ -57,6 +57,9 @@ class Frame:
         return f"{self.file}:{self.line} in {self.function}: {self.source}"
 
 
+_JAXWISE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # jaxwise/
+
+
 @functools.cache
 def _package_dirs(names: tuple[str, ...]) -> tuple[str, ...]:
     dirs = []
@@ -116,7 +119,7 @@ def source_frames(source_info: Any) -> tuple[Frame, ...]:
     frames = list(traceback.frames)
     chosen = [f for f in frames if not is_library_file(f.file_name)]
     if not chosen:
-        skipped = _package_dirs(("jax", "jaxlib")) + (os.path.dirname(__file__) + os.sep,)
+        skipped = _package_dirs(("jax", "jaxlib")) + (_JAXWISE_DIR,)
         chosen = [f for f in frames if not os.path.abspath(f.file_name).startswith(skipped)]
     return tuple(
         Frame(

@@ -266,7 +266,7 @@ def _benchmarks_dir(explicit: str | None) -> Path:
     if explicit:
         candidates = [Path(explicit)]
     else:
-        package = Path(__file__).resolve().parent
+        package = Path(__file__).resolve().parents[1]  # jaxwise/ (this is jaxwise/cli/...)
         candidates = [package.parents[1] / "benchmarks", Path.cwd() / "benchmarks"]
     for candidate in candidates:
         if (candidate / "bench_all.py").is_file():
@@ -288,7 +288,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     bench = _benchmarks_dir(args.benchmarks)
     out = Path(args.out).resolve() if args.out else bench
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # the jaxwise package, not its cli/
     if out == package or package in out.parents:
         raise UserError(
             f"--out {out}: inside the installed jaxwise package; choose another directory"
