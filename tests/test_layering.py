@@ -137,6 +137,12 @@ def test_the_tables_name_every_package_and_every_root_module() -> None:
     assert inner["train"]["train._program"] < inner["train"]["train._loop"]
 
 
+def test_at_most_eight_private_modules_at_the_package_root() -> None:
+    # the sixth round's contract: private implementation lives in a private package (_shared)
+    private = sorted(p.name for p in SRC.glob("_*.py") if p.name != "__init__.py")
+    assert len(private) <= 8, private
+
+
 def test_the_layering_scan_finds_each_kind_of_violation(tmp_path: Path) -> None:
     text = (
         "| Row | Units | What |\n|---|---|---|\n| 2 | `top` | a |\n| 1 | `low` `_shared._x` | b |\n"
