@@ -405,7 +405,10 @@ def _clip_and_sum(
     resolved = _resolve(loss, params, batch, method, chunk_size, memory_budget)
     program = resolved.program
     if program is None:
-        return vmap_clip_and_sum(loss, params, batch, clip_norm, w, resolved.plan.chunk_size)
+        plan = resolved.plan
+        return vmap_clip_and_sum(
+            loss, params, batch, clip_norm, w, plan.chunk_size, plan.operand_bits
+        )
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)

@@ -43,6 +43,11 @@ class BackendCost:
             much as one byte of memory traffic.
         highest_passes: matmul passes of ``Precision.HIGHEST`` relative to the default.
         max_micro: the largest micro-batch worth taking (``None``: as many as fit).
+        micro_overhead: FLOP units per example that a micro-batched step costs beyond its
+            per-example gradients' traffic (the sequential loop, the smaller contractions).
+        micro_per_param: FLOP units per parameter per example of a kept per-example
+            gradient (``None``: from the model, written once and read once at
+            `stored_bytes`: ``4 + flops_per_byte·stored_bytes·2``).
     """
 
     backend: str
@@ -50,12 +55,18 @@ class BackendCost:
     flops_per_byte: float
     highest_passes: int = 1
     max_micro: int | None = None
+    micro_overhead: float = 0.0
+    micro_per_param: float | None = None
 
 
 BACKENDS: dict[str, BackendCost] = {
     "cpu": BackendCost("cpu", None, 4.0),
     "gpu": BackendCost("gpu", 11, 30.0, 3, 8),  # TF32 at the default precision (Ampere on)
-    "tpu": BackendCost("tpu", 8, 85.0, 6, 8),  # one bfloat16 pass; HIGHEST takes six
+    # one bfloat16 pass; HIGHEST takes six. Micro-batches of 4 (GPT-2-small LM: 1.03x the
+    # non-private gradient at 4, 1.10x at 8, 1.28x at 16); the micro-batch terms fitted to the
+    # two classifiers of bench_dp_scale.py (kept bfloat16 gradients: 237 us per example at
+    # 16.9M parameters, 278 us at 49M; one unit ~ 0.02 ps there, from their ghost rows).
+    "tpu": BackendCost("tpu", 8, 85.0, 6, 4, micro_overhead=1.05e10, micro_per_param=62.0),
 }
 
 # jax_default_matmul_precision -> operand bits on a backend that rounds (None: float32 exact)
@@ -142,19 +153,29 @@ def layer_costs(t: int, k: int, n: int, cost: BackendCost) -> dict[str, float]:
     }
 
 
+def stored_bytes(cost: BackendCost) -> int:
+    """Bytes per entry of a kept per-example gradient: 2 (bfloat16) where the matmul operands
+    are rounded to 8 bits anyway (`jaxwise.per_example._vmap.stored`), else 4."""
+    return 2 if operand_bits(cost) == 8 else BYTES
+
+
 def micro_cost(n_params: int, cost: BackendCost) -> float:
     """Per-example extra cost (FLOP units) of micro-batched per-example gradients.
 
-    Each example's gradient (``P`` floats) is written once and read once, its norm fused into
-    one of the two, as a kept layer's in `layer_costs`: ``2·P`` floats of traffic and ``4P``
-    FLOPs (measured on a TPU v5e: about two float32 passes over ``P`` per example). The
-    vector-Jacobian products themselves replace the non-private gradient's.
+    Each example's gradient (``P`` entries of `stored_bytes`) is written once and read once,
+    its norm fused into one of the two, as a kept layer's in `layer_costs`: ``4P`` FLOPs and
+    ``2·P`` entries of traffic, plus the backend's fixed ``micro_overhead`` — or the
+    backend's measured ``micro_per_param`` per parameter. The vector-Jacobian products
+    themselves replace the non-private gradient's.
 
     Examples:
         >>> micro_cost(1000, backend_cost("cpu"))
         36000.0
     """
-    return 4.0 * n_params + cost.flops_per_byte * BYTES * 2.0 * n_params
+    per_param = cost.micro_per_param
+    if per_param is None:
+        per_param = 4.0 + cost.flops_per_byte * stored_bytes(cost) * 2.0
+    return cost.micro_overhead + per_param * n_params
 
 
 def micro_batch_size(
