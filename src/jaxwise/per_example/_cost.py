@@ -43,6 +43,8 @@ class BackendCost:
             much as one byte of memory traffic.
         highest_passes: matmul passes of ``Precision.HIGHEST`` relative to the default.
         max_micro: the largest micro-batch worth taking (``None``: as many as fit).
+        micro_bytes: the kept per-example gradient bytes a micro-batch does best within
+            (``None``: as many as the memory budget holds).
         micro_overhead: FLOP units per example that a micro-batched step costs beyond its
             per-example gradients' traffic (the sequential loop, the smaller contractions).
         micro_per_param: FLOP units per parameter per example of a kept per-example
@@ -55,6 +57,7 @@ class BackendCost:
     flops_per_byte: float
     highest_passes: int = 1
     max_micro: int | None = None
+    micro_bytes: int | None = None
     micro_overhead: float = 0.0
     micro_per_param: float | None = None
 
@@ -62,11 +65,15 @@ class BackendCost:
 BACKENDS: dict[str, BackendCost] = {
     "cpu": BackendCost("cpu", None, 4.0),
     "gpu": BackendCost("gpu", 11, 30.0, 3, 8),  # TF32 at the default precision (Ampere on)
-    # one bfloat16 pass; HIGHEST takes six. Micro-batches of 4 (GPT-2-small LM: 1.03x the
-    # non-private gradient at 4, 1.10x at 8, 1.28x at 16); the micro-batch terms fitted to the
-    # two classifiers of bench_dp_scale.py (kept bfloat16 gradients: 237 us per example at
-    # 16.9M parameters, 278 us at 49M; one unit ~ 0.02 ps there, from their ghost rows).
-    "tpu": BackendCost("tpu", 8, 85.0, 6, 4, micro_overhead=1.05e10, micro_per_param=62.0),
+    # One bfloat16 pass; HIGHEST takes six. A micro-batch's kept bfloat16 gradients do best
+    # near 1 GiB: GPT-2-small LM (220 MB per example) 1.02x the non-private gradient at 4,
+    # 1.10x at 8, 1.28x at 16; the 49M classifier (98 MB) 1.47x at 4, 1.34x at 8, 1.37x at
+    # 16. The micro-batch cost terms are fitted to bench_dp_scale.py's two classifiers (kept
+    # bfloat16 gradients at 8: 237 us per example at 16.9M parameters, 278 us at 49M; one
+    # unit ~ 0.02 ps there, from their ghost rows).
+    "tpu": BackendCost(
+        "tpu", 8, 85.0, 6, micro_bytes=2**30, micro_overhead=1.05e10, micro_per_param=62.0
+    ),
 }
 
 # jax_default_matmul_precision -> operand bits on a backend that rounds (None: float32 exact)
@@ -179,18 +186,23 @@ def micro_cost(n_params: int, cost: BackendCost) -> float:
 
 
 def micro_batch_size(
-    n_params: int, batch_size: int, memory_budget: int, cap: int | None = None
+    n_params: int,
+    batch_size: int,
+    memory_budget: int,
+    cap: int | None = None,
+    entry_bytes: int = BYTES,
 ) -> int:
-    """The largest power of two ``m ≤ B`` (and ``≤ cap``) whose ``m·P`` float32 per-example
-    gradients fit the budget; ``B`` itself when all ``B`` fit (and ``B ≤ cap``); at least 1.
+    """The largest power of two ``m ≤ B`` (and ``≤ cap``) whose ``m·P`` per-example gradient
+    entries of ``entry_bytes`` fit the budget; ``B`` itself when all ``B`` fit (and
+    ``B ≤ cap``); at least 1.
 
     Examples:
         >>> micro_batch_size(1000, 64, 40_000), micro_batch_size(1000, 6, 10**9)
         (8, 6)
-        >>> micro_batch_size(1000, 64, 10**9, cap=8)
-        8
+        >>> micro_batch_size(1000, 64, 10**9, cap=8), micro_batch_size(1000, 64, 40_000, None, 2)
+        (8, 16)
     """
-    per_example = max(1, n_params * BYTES)
+    per_example = max(1, n_params * entry_bytes)
     limit = batch_size if cap is None else min(batch_size, cap)
     if batch_size <= limit and batch_size * per_example <= memory_budget:
         return batch_size
