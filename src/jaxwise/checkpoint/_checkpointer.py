@@ -84,8 +84,8 @@ def _damaged_data(step_dir: Path) -> Damaged | None:
     """
     try:
         doc = read_meta(step_dir)
-        if doc.get("format") == native.FORMAT:
-            native.check_data(step_dir, doc["leaves"])
+        if doc.get("format") in native.FORMATS:
+            native.check_data(step_dir, doc)
     except Damaged as err:
         return err
     return None
@@ -263,7 +263,8 @@ class Checkpointer:
             self._clear_slot(step, target)
             with signals_held():
                 try:
-                    native.write_step(target, rows, data, doc)
+                    shardings = [native.sharding_of(leaf) for leaf in stored]
+                    native.write_step(target, rows, data, doc, shardings)
                 except Exception as err:
                     self._failed(step, target, err)
                 self._retain(step)

@@ -1,24 +1,33 @@
-"""The single-process step format: one data file, one sealed metadata file, one rename.
+"""The single-process step format: an orbax pytree item that jaxwise writes itself.
 
-``<step>/state/data`` holds every leaf's bytes back to back (C order, typed keys as their
-raw key data), written with one ``writev`` call per 1024 leaves; ``<step>/meta/metadata``
-is the sealed JSON document whose leaf table gives each leaf's offset, size and CRC-32,
-computed on the very bytes handed to the kernel. Both files are written into
-``<step>.jaxwise-tmp``, flushed to disk (``fsync``) and the directory is renamed to
+``<step>/state/`` is laid out as orbax's own pytree item without OCDBT: ``_METADATA`` (the
+tree), ``_sharding`` (each leaf's sharding) and one zarr v2 array directory per leaf
+(``<name>/.zarray``, uncompressed, one chunk holding the leaf's bytes in C order), so that
+a plain ``ocp.StandardCheckpointer().restore(<step>/state)`` reads it, with or without a
+target tree. ``<step>/meta/metadata`` is the sealed JSON document whose leaf table gives
+each leaf's chunk file, size and CRC-32, computed on the very bytes handed to the kernel.
+Every file is written into ``<step>.jaxwise-tmp``, flushed to disk (one ``syncfs`` of the
+file system where Linux has it, else an ``fsync`` per file) and the directory is renamed to
 ``<step>`` when complete, so a crash leaves either a whole step or a temporary directory
 that is never taken for one.
 
-Restoring reads the data file once, checks every leaf's CRC-32 before any byte reaches a
-device, and places the arrays on the target's shardings with one ``device_put``.
+Until the sixth round every leaf's bytes lay back to back in one file, ``<step>/state/data``
+(format ``jaxwise-checkpoint-3``); such steps are still read.
+
+Restoring reads each leaf's chunk, checks its CRC-32 before any byte reaches a device, and
+places the arrays on the target's shardings with one ``device_put``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import json
 import os
 import shutil
+import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,19 +41,23 @@ from jaxwise.checkpoint._safety import TMP_MARKS
 
 __all__ = [
     "FORMAT",
+    "FORMATS",
     "TMP_MARK",
     "check_data",
-    "check_leaf",
+    "host_arrays",
     "host_bytes",
     "read_leaves",
     "sharding_of",
     "write_step",
 ]
 
-FORMAT = "jaxwise-checkpoint-3"
+FORMAT = "jaxwise-checkpoint-4"
+SINGLE_FILE = "jaxwise-checkpoint-3"  # every leaf in <step>/state/data: read, no longer written
+FORMATS = (FORMAT, SINGLE_FILE)
 TMP_MARK = TMP_MARKS[1]
 DATA = "data"
 _IOV_MAX = 1024
+_RESERVED = ("_METADATA", "_sharding", "_CHECKPOINT_METADATA")  # orbax's files in an item
 
 
 def host_bytes(leaves: Sequence[Any]) -> list[memoryview]:
@@ -54,6 +67,89 @@ def host_bytes(leaves: Sequence[Any]) -> list[memoryview]:
         arr = np.ascontiguousarray(np.asarray(leaf))
         out.append(memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b""))
     return out
+
+
+# ----------------------------------------------------------------------------- orbax's layout
+
+
+def orbax_parts(parts: Sequence[str]) -> tuple[str, ...]:
+    """The keys of a leaf in the orbax item: its stored parts, a name orbax reserves escaped.
+
+    A top-level leaf named like one of orbax's own files (``_METADATA``, ``_sharding``,
+    ``_CHECKPOINT_METADATA``) is stored under ``%5F...`` (its ``_`` percent-escaped).
+
+    Examples:
+        >>> orbax_parts(["params", "w"]), orbax_parts(["_METADATA"])
+        (('params', 'w'), ('%5FMETADATA',))
+    """
+    if len(parts) == 1 and parts[0] in _RESERVED:
+        return ("%5F" + parts[0][1:],)
+    return tuple(parts)
+
+
+def _chunk(row: dict[str, Any]) -> str:
+    """The file of a leaf's single zarr chunk inside ``state/`` (``params.w/0.0``)."""
+    return ".".join(orbax_parts(row["path"])) + "/" + ".".join(["0"] * max(1, len(row["stored_shape"])))
+
+
+def _zarray(row: dict[str, Any]) -> bytes:
+    """The zarr v2 ``.zarray`` of a leaf: one uncompressed chunk of its whole shape."""
+    dtype = np.dtype(row["stored_dtype"])
+    shape = list(row["stored_shape"])
+    doc = {
+        "chunks": [max(1, n) for n in shape],
+        "compressor": None,
+        "dimension_separator": ".",
+        "dtype": dtype.str if dtype.kind in "biufc" else dtype.name,  # bfloat16, float8_*, int4
+        "fill_value": None,
+        "filters": None,
+        "order": "C",
+        "shape": shape,
+        "zarr_format": 2,
+    }
+    return json.dumps(doc).encode()
+
+
+@functools.lru_cache(maxsize=256)
+def _sharding_text(sharding: jax.sharding.Sharding) -> str:
+    """``sharding`` as orbax records it in ``_sharding`` (a mesh, else the first device)."""
+    meta = fmt.orbax().metadata
+    if isinstance(sharding, jax.sharding.NamedSharding):
+        return meta.NamedShardingMetadata.from_jax_sharding(sharding).to_serialized_string()
+    device = min(sharding.device_set, key=lambda d: d.id)
+    return meta.SingleDeviceShardingMetadata(device_str=str(device)).to_serialized_string()
+
+
+def _item_files(
+    rows: list[dict[str, Any]], shardings: Sequence[jax.sharding.Sharding]
+) -> dict[str, bytes]:
+    """orbax's ``_METADATA`` and ``_sharding`` documents for the leaves of ``rows``."""
+    import base64
+
+    tree, placed = {}, {}
+    for row, sharding in zip(rows, shardings):
+        parts = orbax_parts(row["path"])
+        tree[str(parts)] = {
+            "key_metadata": [{"key": part, "key_type": 2} for part in parts],
+            "value_metadata": {
+                "value_type": "jax.Array",
+                "skip_deserialize": False,
+                "write_shape": list(row["stored_shape"]),
+            },
+        }
+        name = base64.urlsafe_b64encode(".".join(parts).encode()).decode()
+        placed[name] = _sharding_text(sharding)
+    metadata = {
+        "tree_metadata": tree,
+        "use_ocdbt": False,
+        "use_zarr3": False,
+        "store_array_data_equal_to_fill_value": True,
+        "custom_metadata": None,
+    }
+    return {"_METADATA": json.dumps(metadata).encode(), "_sharding": json.dumps(placed).encode()}
+
+
+# ----------------------------------------------------------------------------- writing
 
 
 def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
@@ -72,11 +168,12 @@ def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
             pending = rest
 
 
-def _write_file(path: Path, buffers: Sequence[memoryview]) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+def _write_file(name: str, buffers: Sequence[memoryview], dir_fd: int, sync: bool) -> None:
+    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
     try:
         _write_all(fd, buffers)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -89,10 +186,69 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _find_syncfs() -> Callable[[int], int] | None:
+    """Linux's ``syncfs(fd)`` (flush one file system in one call), or None elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_SYNCFS = _find_syncfs()
+
+
+def _flush(tmp: Path, dirs: Sequence[Path]) -> None:
+    """Make everything written under ``tmp`` durable (files were fsynced already without syncfs)."""
+    if _SYNCFS is not None:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            if _SYNCFS(fd) != 0:
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), str(tmp))
+        finally:
+            os.close(fd)
+        return
+    for sub in dirs:
+        _fsync_dir(sub)
+
+
+def _write_state(
+    state: Path,
+    rows: list[dict[str, Any]],
+    data: Sequence[memoryview],
+    shardings: Sequence[jax.sharding.Sharding],
+) -> list[Path]:
+    """Write the orbax item into the new directory ``state``; the directories made."""
+    sync = _SYNCFS is None
+    dirs = [state]
+    fd = os.open(state, os.O_RDONLY)
+    try:
+        for row, buf in zip(rows, data):
+            chunk = _chunk(row)
+            row.update(chunk=chunk, nbytes=len(buf), crc32=f"{zlib.crc32(buf):08x}")
+            leaf_dir = chunk.split("/")[0]
+            os.mkdir(leaf_dir, dir_fd=fd)
+            dirs.append(state / leaf_dir)
+            _write_file(f"{leaf_dir}/.zarray", [memoryview(_zarray(row))], fd, sync)
+            if len(buf):
+                _write_file(chunk, [buf], fd, sync)
+        for name, text in _item_files(rows, shardings).items():
+            _write_file(name, [memoryview(text)], fd, sync)
+    finally:
+        os.close(fd)
+    return dirs
+
+
 def write_step(
-    target: Path, rows: list[dict[str, Any]], data: Sequence[memoryview], doc: dict[str, Any]
+    target: Path,
+    rows: list[dict[str, Any]],
+    data: Sequence[memoryview],
+    doc: dict[str, Any],
+    shardings: Sequence[jax.sharding.Sharding],
 ) -> None:
-    """Write one step at ``target`` (the rows get their offsets and checksums; ``doc`` sealed).
+    """Write one step at ``target`` (the rows get their chunk files and checksums; ``doc`` sealed).
 
     On any error the temporary directory is removed and the error raised; ``target`` is
     created only by the final rename.
@@ -103,16 +259,15 @@ def write_step(
     try:
         (tmp / fmt.STATE).mkdir(parents=True)
         (tmp / fmt.META).mkdir()
-        offset = 0
-        for row, buf in zip(rows, data):
-            row.update(offset=offset, nbytes=len(buf), crc32=f"{zlib.crc32(buf):08x}")
-            offset += len(buf)
-        _write_file(tmp / fmt.STATE / DATA, data)
+        dirs = _write_state(tmp / fmt.STATE, rows, data, shardings)
         sealed = fmt.seal({**doc, "format": FORMAT, "leaves": rows})
         text = json.dumps(sealed, allow_nan=False).encode()
-        _write_file(tmp / fmt.META / "metadata", [memoryview(text)])
-        for sub in (tmp / fmt.STATE, tmp / fmt.META, tmp):
-            _fsync_dir(sub)
+        meta_fd = os.open(tmp / fmt.META, os.O_RDONLY)
+        try:
+            _write_file("metadata", [memoryview(text)], meta_fd, _SYNCFS is None)
+        finally:
+            os.close(meta_fd)
+        _flush(tmp, [*dirs, tmp / fmt.META, tmp])
         tmp.rename(target)
         _fsync_dir(target.parent)
     except BaseException:
@@ -120,14 +275,12 @@ def write_step(
         raise
 
 
-def check_leaf(row: dict[str, Any], blob: memoryview) -> np.ndarray:
-    """The leaf of ``row`` in the data file's bytes ``blob``, after its CRC-32 (or `Damaged`)."""
-    return _array(row, blob)
+# ----------------------------------------------------------------------------- reading
 
 
-def _array(row: dict[str, Any], blob: memoryview) -> np.ndarray:
-    start, size = int(row["offset"]), int(row["nbytes"])
-    chunk = blob[start : start + size]
+def _array(row: dict[str, Any], chunk: memoryview) -> np.ndarray:
+    """The leaf of ``row`` from its bytes ``chunk``, after its size and CRC-32 (or `Damaged`)."""
+    size = int(row["nbytes"])
     if len(chunk) != size:
         raise Damaged(f"`{row['name']}` is truncated (corrupted data)")
     if f"{zlib.crc32(chunk):08x}" != row["crc32"]:
@@ -139,14 +292,30 @@ def _array(row: dict[str, Any], blob: memoryview) -> np.ndarray:
     return np.frombuffer(chunk, dtype=dtype).reshape(shape)
 
 
-def check_data(step_dir: Path, rows: list[dict[str, Any]]) -> None:
-    """`Damaged` unless every leaf of the native step in ``step_dir`` passes its CRC-32."""
+def _chunk_bytes(state: Path, row: dict[str, Any]) -> memoryview:
+    if not int(row["nbytes"]):
+        return memoryview(b"")  # orbax's layout has no chunk file for an empty array
+    return memoryview((state / row["chunk"]).read_bytes())
+
+
+def host_arrays(step_dir: Path, doc: dict[str, Any]) -> list[np.ndarray]:
+    """The checked leaves of the native step in ``step_dir`` (`Damaged` on a bad CRC-32)."""
+    rows, state = doc["leaves"], step_dir / fmt.STATE
     try:
-        blob = memoryview((step_dir / fmt.STATE / DATA).read_bytes())
+        if doc["format"] == SINGLE_FILE:
+            blob = memoryview((state / DATA).read_bytes())
+            return [
+                _array(row, blob[int(row["offset"]) : int(row["offset"]) + int(row["nbytes"])])
+                for row in rows
+            ]
+        return [_array(row, _chunk_bytes(state, row)) for row in rows]
     except OSError as err:
-        raise Damaged(f"its data file is unreadable ({type(err).__name__})") from None
-    for row in rows:
-        _array(row, blob)
+        raise Damaged(f"its data is unreadable ({type(err).__name__})") from None
+
+
+def check_data(step_dir: Path, doc: dict[str, Any]) -> None:
+    """`Damaged` unless every leaf of the native step in ``step_dir`` passes its CRC-32."""
+    host_arrays(step_dir, doc)
 
 
 def sharding_of(leaf: Any) -> jax.sharding.Sharding:
@@ -157,13 +326,10 @@ def sharding_of(leaf: Any) -> jax.sharding.Sharding:
     return jax.sharding.make_single_device_sharding(jax.local_devices()[0])
 
 
-def read_leaves(step_dir: Path, rows: list[dict[str, Any]], like_leaves: list[Any]) -> list[Any]:
+def read_leaves(step_dir: Path, doc: dict[str, Any], like_leaves: list[Any]) -> list[Any]:
     """The checked leaves of a native step, on ``like_leaves``' shardings (keys re-wrapped)."""
-    try:
-        blob = memoryview((step_dir / fmt.STATE / DATA).read_bytes())
-    except OSError as err:
-        raise Damaged(f"its data file is unreadable ({type(err).__name__})") from None
-    arrays = [_array(row, blob) for row in rows]
+    rows = doc["leaves"]
+    arrays = host_arrays(step_dir, doc)
     placed = jax.device_put(arrays, [sharding_of(leaf) for leaf in like_leaves], may_alias=False)
     return [
         jax.random.wrap_key_data(v, impl=row["key_impl"]) if row["key_impl"] else v

@@ -155,8 +155,8 @@ def _restore_one(step_dir: Path, number: int | None, like: Any, run_id: str | No
     doc = read_meta(step_dir)
     check_identity(doc, number, run_id)
     check_static(doc, like)
-    if doc["format"] == native.FORMAT:
-        leaves = native.read_leaves(step_dir, doc["leaves"], check_structure(doc["leaves"], like))
+    if doc["format"] in native.FORMATS:
+        leaves = native.read_leaves(step_dir, doc, check_structure(doc["leaves"], like))
         return jax.tree.unflatten(jax.tree.structure(like), leaves)
     return _restore_orbax_item(item_dir / fmt.STATE, doc, like)
 
