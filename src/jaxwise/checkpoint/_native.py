@@ -1,15 +1,16 @@
 """The single-process step format: an orbax pytree item that jaxwise writes itself.
 
-``<step>/state/`` is laid out as orbax's own pytree item without OCDBT: ``_METADATA`` (the
-tree), ``_sharding`` (each leaf's sharding) and one zarr v2 array directory per leaf
-(``<name>/.zarray``, uncompressed, one chunk holding the leaf's bytes in C order), so that
-a plain ``ocp.StandardCheckpointer().restore(<step>/state)`` reads it, with or without a
-target tree. ``<step>/meta/metadata`` is the sealed JSON document whose leaf table gives
-each leaf's chunk file, size and CRC-32, computed on the very bytes handed to the kernel.
-Every file is written into ``<step>.jaxwise-tmp``, flushed to disk (one ``syncfs`` of the
-file system where Linux has it, else an ``fsync`` per file) and the directory is renamed to
-``<step>`` when complete, so a crash leaves either a whole step or a temporary directory
-that is never taken for one.
+``<step>/state/`` is laid out as orbax's own pytree item: ``_METADATA`` (the tree),
+``_sharding`` (each leaf's sharding) and an OCDBT key-value store (``manifest.ocdbt`` and one
+data file under ``d/``) that holds a zarr v2 array per leaf (``<name>/.zarray``, one
+uncompressed chunk with the leaf's bytes in C order), so that a plain
+``ocp.StandardCheckpointer().restore(<step>/state)`` reads it, with or without a target tree.
+TensorStore writes the store in one transaction; jaxwise writes the rest and flushes every
+file (``fsync``). ``<step>/meta/metadata`` is the sealed JSON document whose leaf table gives each
+leaf's chunk key, size and CRC-32, computed on the very bytes handed to TensorStore. Every
+file is written into ``<step>.jaxwise-tmp``, flushed (``fsync``) and the directory is
+renamed to ``<step>`` when complete, so a crash leaves either a whole step or a temporary
+directory that is never taken for one.
 
 Until the sixth round every leaf's bytes lay back to back in one file, ``<step>/state/data``
 (format ``jaxwise-checkpoint-3``); such steps are still read.
@@ -20,14 +21,13 @@ places the arrays on the target's shardings with one ``device_put``.
 
 from __future__ import annotations
 
-import ctypes
+import base64
 import functools
 import json
 import os
 import shutil
-import sys
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +57,6 @@ FORMATS = (FORMAT, SINGLE_FILE)
 TMP_MARK = TMP_MARKS[1]
 DATA = "data"
 _IOV_MAX = 1024
-_RESERVED = ("_METADATA", "_sharding", "_CHECKPOINT_METADATA")  # orbax's files in an item
 
 
 def host_bytes(leaves: Sequence[Any]) -> list[memoryview]:
@@ -72,24 +71,9 @@ def host_bytes(leaves: Sequence[Any]) -> list[memoryview]:
 # ----------------------------------------------------------------------------- orbax's layout
 
 
-def orbax_parts(parts: Sequence[str]) -> tuple[str, ...]:
-    """The keys of a leaf in the orbax item: its stored parts, a name orbax reserves escaped.
-
-    A top-level leaf named like one of orbax's own files (``_METADATA``, ``_sharding``,
-    ``_CHECKPOINT_METADATA``) is stored under ``%5F...`` (its ``_`` percent-escaped).
-
-    Examples:
-        >>> orbax_parts(["params", "w"]), orbax_parts(["_METADATA"])
-        (('params', 'w'), ('%5FMETADATA',))
-    """
-    if len(parts) == 1 and parts[0] in _RESERVED:
-        return ("%5F" + parts[0][1:],)
-    return tuple(parts)
-
-
 def _chunk(row: dict[str, Any]) -> str:
-    """The file of a leaf's single zarr chunk inside ``state/`` (``params.w/0.0``)."""
-    return ".".join(orbax_parts(row["path"])) + "/" + ".".join(["0"] * max(1, len(row["stored_shape"])))
+    """The key of a leaf's single zarr chunk in the item's store (``params.w/0.0``)."""
+    return ".".join(row["path"]) + "/" + ".".join(["0"] * max(1, len(row["stored_shape"])))
 
 
 def _zarray(row: dict[str, Any]) -> bytes:
@@ -124,12 +108,10 @@ def _item_files(
     rows: list[dict[str, Any]], shardings: Sequence[jax.sharding.Sharding]
 ) -> dict[str, bytes]:
     """orbax's ``_METADATA`` and ``_sharding`` documents for the leaves of ``rows``."""
-    import base64
-
     tree, placed = {}, {}
     for row, sharding in zip(rows, shardings):
-        parts = orbax_parts(row["path"])
-        tree[str(parts)] = {
+        parts = row["path"]
+        tree[str(tuple(parts))] = {
             "key_metadata": [{"key": part, "key_type": 2} for part in parts],
             "value_metadata": {
                 "value_type": "jax.Array",
@@ -141,7 +123,7 @@ def _item_files(
         placed[name] = _sharding_text(sharding)
     metadata = {
         "tree_metadata": tree,
-        "use_ocdbt": False,
+        "use_ocdbt": True,
         "use_zarr3": False,
         "store_array_data_equal_to_fill_value": True,
         "custom_metadata": None,
@@ -168,12 +150,11 @@ def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
             pending = rest
 
 
-def _write_file(name: str, buffers: Sequence[memoryview], dir_fd: int, sync: bool) -> None:
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dir_fd)
+def _write_file(path: Path, buffers: Sequence[memoryview]) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         _write_all(fd, buffers)
-        if sync:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -186,32 +167,52 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _find_syncfs() -> Callable[[int], int] | None:
-    """Linux's ``syncfs(fd)`` (flush one file system in one call), or None elsewhere."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
-    except (OSError, AttributeError):
-        return None
+@functools.lru_cache(maxsize=1)
+def _context() -> Any:
+    """TensorStore's resources for the item stores: jaxwise flushes the files itself, and holds
+    the directory's writer lock (TensorStore's own lock files would be redundant)."""
+    import tensorstore as ts
+
+    return ts.Context({"file_io_sync": False, "file_io_locking": {"mode": "none"}})
 
 
-_SYNCFS = _find_syncfs()
+def _store(state: Path) -> Any:
+    """The OCDBT key-value store of the item ``state`` (TensorStore)."""
+    import tensorstore as ts
+
+    spec = {"driver": "ocdbt", "base": {"driver": "file", "path": f"{state}/"}}
+    return ts.KvStore.open(spec, context=_context()).result()
 
 
-def _flush(tmp: Path, dirs: Sequence[Path]) -> None:
-    """Make everything written under ``tmp`` durable (files were fsynced already without syncfs)."""
-    if _SYNCFS is not None:
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            if _SYNCFS(fd) != 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), str(tmp))
-        finally:
-            os.close(fd)
-        return
-    for sub in dirs:
-        _fsync_dir(sub)
+def _fsync_tree(root: Path) -> None:
+    """``fsync`` every file under ``root``, then every directory, deepest first."""
+    dirs = [root]
+    for path in sorted(root.rglob("*")):
+        if path.is_dir():
+            dirs.append(path)
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    for path in reversed(dirs):
+        _fsync_dir(path)
+
+
+def _write_store(state: Path, rows: list[dict[str, Any]], data: Sequence[memoryview]) -> None:
+    """Every leaf's ``.zarray`` and chunk into the item's store, in one transaction."""
+    import tensorstore as ts
+
+    txn = ts.Transaction(atomic=True)
+    store = _store(state).with_transaction(txn)
+    for row, buf in zip(rows, data):
+        chunk = _chunk(row)
+        row.update(chunk=chunk, nbytes=len(buf), crc32=f"{zlib.crc32(buf):08x}")
+        store[chunk.rsplit("/", 1)[0] + "/.zarray"] = _zarray(row)
+        if len(buf):  # an empty array has no chunk (orbax's layout too)
+            store[chunk] = buf.tobytes()
+    txn.commit_async().result()
 
 
 def _write_state(
@@ -219,26 +220,13 @@ def _write_state(
     rows: list[dict[str, Any]],
     data: Sequence[memoryview],
     shardings: Sequence[jax.sharding.Sharding],
-) -> list[Path]:
-    """Write the orbax item into the new directory ``state``; the directories made."""
-    sync = _SYNCFS is None
-    dirs = [state]
-    fd = os.open(state, os.O_RDONLY)
-    try:
-        for row, buf in zip(rows, data):
-            chunk = _chunk(row)
-            row.update(chunk=chunk, nbytes=len(buf), crc32=f"{zlib.crc32(buf):08x}")
-            leaf_dir = chunk.split("/")[0]
-            os.mkdir(leaf_dir, dir_fd=fd)
-            dirs.append(state / leaf_dir)
-            _write_file(f"{leaf_dir}/.zarray", [memoryview(_zarray(row))], fd, sync)
-            if len(buf):
-                _write_file(chunk, [buf], fd, sync)
-        for name, text in _item_files(rows, shardings).items():
-            _write_file(name, [memoryview(text)], fd, sync)
-    finally:
-        os.close(fd)
-    return dirs
+) -> None:
+    """Write the orbax item into the new directory ``state`` (every file flushed)."""
+    _write_store(state, rows, data)
+    _fsync_tree(state)
+    for name, text in _item_files(rows, shardings).items():
+        _write_file(state / name, [memoryview(text)])
+    _fsync_dir(state)
 
 
 def write_step(
@@ -259,15 +247,12 @@ def write_step(
     try:
         (tmp / fmt.STATE).mkdir(parents=True)
         (tmp / fmt.META).mkdir()
-        dirs = _write_state(tmp / fmt.STATE, rows, data, shardings)
+        _write_state(tmp / fmt.STATE, rows, data, shardings)
         sealed = fmt.seal({**doc, "format": FORMAT, "leaves": rows})
         text = json.dumps(sealed, allow_nan=False).encode()
-        meta_fd = os.open(tmp / fmt.META, os.O_RDONLY)
-        try:
-            _write_file("metadata", [memoryview(text)], meta_fd, _SYNCFS is None)
-        finally:
-            os.close(meta_fd)
-        _flush(tmp, [*dirs, tmp / fmt.META, tmp])
+        _write_file(tmp / fmt.META / "metadata", [memoryview(text)])
+        for sub in (tmp / fmt.META, tmp):
+            _fsync_dir(sub)
         tmp.rename(target)
         _fsync_dir(target.parent)
     except BaseException:
@@ -292,10 +277,11 @@ def _array(row: dict[str, Any], chunk: memoryview) -> np.ndarray:
     return np.frombuffer(chunk, dtype=dtype).reshape(shape)
 
 
-def _chunk_bytes(state: Path, row: dict[str, Any]) -> memoryview:
-    if not int(row["nbytes"]):
-        return memoryview(b"")  # orbax's layout has no chunk file for an empty array
-    return memoryview((state / row["chunk"]).read_bytes())
+def _chunks(state: Path, rows: list[dict[str, Any]]) -> list[memoryview]:
+    """Every leaf's chunk from the item's store (read concurrently; empty arrays have none)."""
+    store = _store(state)
+    pending = [store.read(row["chunk"]) if int(row["nbytes"]) else None for row in rows]
+    return [memoryview(p.result().value) if p is not None else memoryview(b"") for p in pending]
 
 
 def host_arrays(step_dir: Path, doc: dict[str, Any]) -> list[np.ndarray]:
@@ -304,13 +290,14 @@ def host_arrays(step_dir: Path, doc: dict[str, Any]) -> list[np.ndarray]:
     try:
         if doc["format"] == SINGLE_FILE:
             blob = memoryview((state / DATA).read_bytes())
-            return [
-                _array(row, blob[int(row["offset"]) : int(row["offset"]) + int(row["nbytes"])])
-                for row in rows
-            ]
-        return [_array(row, _chunk_bytes(state, row)) for row in rows]
-    except OSError as err:
-        raise Damaged(f"its data is unreadable ({type(err).__name__})") from None
+            offsets = [int(row["offset"]) for row in rows]
+            chunks = [blob[o : o + int(row["nbytes"])] for o, row in zip(offsets, rows)]
+        else:
+            chunks = _chunks(state, rows)
+    except (OSError, ValueError) as err:  # TensorStore's errors are ValueErrors
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        raise Damaged(f"its data is unreadable ({type(err).__name__}: {first})") from None
+    return [_array(row, chunk) for row, chunk in zip(rows, chunks)]
 
 
 def check_data(step_dir: Path, doc: dict[str, Any]) -> None:
