@@ -76,6 +76,10 @@ def _chunk(row: dict[str, Any]) -> str:
     return ".".join(row["path"]) + "/" + ".".join(["0"] * max(1, len(row["stored_shape"])))
 
 
+def _zarray_key(row: dict[str, Any]) -> str:
+    return ".".join(row["path"]) + "/.zarray"
+
+
 def _zarray(row: dict[str, Any]) -> bytes:
     """The zarr v2 ``.zarray`` of a leaf: one uncompressed chunk of its whole shape."""
     dtype = np.dtype(row["stored_dtype"])
@@ -209,7 +213,7 @@ def _write_store(state: Path, rows: list[dict[str, Any]], data: Sequence[memoryv
     for row, buf in zip(rows, data):
         chunk = _chunk(row)
         row.update(chunk=chunk, nbytes=len(buf), crc32=f"{zlib.crc32(buf):08x}")
-        store[chunk.rsplit("/", 1)[0] + "/.zarray"] = _zarray(row)
+        store[_zarray_key(row)] = _zarray(row)
         if len(buf):  # an empty array has no chunk (orbax's layout too)
             store[chunk] = buf.tobytes()
     txn.commit_async().result()
@@ -220,13 +224,20 @@ def _write_state(
     rows: list[dict[str, Any]],
     data: Sequence[memoryview],
     shardings: Sequence[jax.sharding.Sharding],
-) -> None:
-    """Write the orbax item into the new directory ``state`` (every file flushed)."""
+) -> dict[str, str]:
+    """Write the orbax item into the new directory ``state`` (every file flushed).
+
+    Returns the CRC-32 of orbax's ``_METADATA`` and ``_sharding`` (recorded in the sealed
+    metadata: a restore checks every file plain orbax reads).
+    """
     _write_store(state, rows, data)
     _fsync_tree(state)
+    crcs = {}
     for name, text in _item_files(rows, shardings).items():
         _write_file(state / name, [memoryview(text)])
+        crcs[name] = f"{zlib.crc32(text):08x}"
     _fsync_dir(state)
+    return crcs
 
 
 def write_step(
@@ -247,8 +258,8 @@ def write_step(
     try:
         (tmp / fmt.STATE).mkdir(parents=True)
         (tmp / fmt.META).mkdir()
-        _write_state(tmp / fmt.STATE, rows, data, shardings)
-        sealed = fmt.seal({**doc, "format": FORMAT, "leaves": rows})
+        item = _write_state(tmp / fmt.STATE, rows, data, shardings)
+        sealed = fmt.seal({**doc, "format": FORMAT, "leaves": rows, "item": item})
         text = json.dumps(sealed, allow_nan=False).encode()
         _write_file(tmp / fmt.META / "metadata", [memoryview(text)])
         for sub in (tmp / fmt.META, tmp):
@@ -277,16 +288,36 @@ def _array(row: dict[str, Any], chunk: memoryview) -> np.ndarray:
     return np.frombuffer(chunk, dtype=dtype).reshape(shape)
 
 
+def _check_item(state: Path, doc: dict[str, Any]) -> None:
+    """`Damaged` unless orbax's ``_METADATA`` and ``_sharding`` have their recorded CRC-32."""
+    for name, crc in doc["item"].items():
+        try:
+            text = (state / name).read_bytes()
+        except OSError as err:
+            raise Damaged(f"its orbax `{name}` is unreadable ({type(err).__name__})") from None
+        if f"{zlib.crc32(text):08x}" != crc:
+            raise Damaged(f"its orbax `{name}` fails its checksum (corrupted data)")
+
+
 def _chunks(state: Path, rows: list[dict[str, Any]]) -> list[memoryview]:
-    """Every leaf's chunk from the item's store (read concurrently; empty arrays have none)."""
+    """Every leaf's chunk from the item's store, each ``.zarray`` checked (read concurrently).
+
+    An empty array has no chunk (orbax's layout neither).
+    """
     store = _store(state)
+    zarrays = [store.read(_zarray_key(row)) for row in rows]
     pending = [store.read(row["chunk"]) if int(row["nbytes"]) else None for row in rows]
+    for row, found in zip(rows, zarrays):
+        if found.result().value != _zarray(row):
+            raise Damaged(f"the zarr metadata of `{row['name']}` differs (corrupted data)")
     return [memoryview(p.result().value) if p is not None else memoryview(b"") for p in pending]
 
 
 def host_arrays(step_dir: Path, doc: dict[str, Any]) -> list[np.ndarray]:
     """The checked leaves of the native step in ``step_dir`` (`Damaged` on a bad CRC-32)."""
     rows, state = doc["leaves"], step_dir / fmt.STATE
+    if doc["format"] != SINGLE_FILE:
+        _check_item(state, doc)
     try:
         if doc["format"] == SINGLE_FILE:
             blob = memoryview((state / DATA).read_bytes())
