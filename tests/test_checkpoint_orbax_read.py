@@ -16,9 +16,9 @@ from jax.sharding import PartitionSpec as P
 
 from jaxwise import optim
 from jaxwise.checkpoint import (
+    Checkpointer,
     CheckpointError,
     CheckpointWarning,
-    Checkpointer,
     export_orbax,
     latest_step,
     load_metadata,

@@ -171,10 +171,11 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-@functools.lru_cache(maxsize=1)
 def _context() -> Any:
-    """TensorStore's resources for the item stores: jaxwise flushes the files itself, and holds
-    the directory's writer lock (TensorStore's own lock files would be redundant)."""
+    """TensorStore's resources for one item store, never shared: a shared context would cache
+    a store's manifest by its path, which a later step of the same number replaces. jaxwise
+    flushes the files itself and holds the directory's writer lock (TensorStore's own lock
+    files would be redundant)."""
     import tensorstore as ts
 
     return ts.Context({"file_io_sync": False, "file_io_locking": {"mode": "none"}})
