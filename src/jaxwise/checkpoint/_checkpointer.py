@@ -1,8 +1,8 @@
 """The single writer of a checkpoint directory: atomic, checksummed, locked, asynchronous steps.
 
-In a single process a step is written in jaxwise's own format (one data file, see
-``_native``); in a ``jax.distributed`` job every process writes its shards through orbax
-(an orbax pytree item beside the same sealed metadata).
+In a single process jaxwise writes a step itself, as an orbax pytree item that plain orbax
+reads (see ``_native``); in a ``jax.distributed`` job every process writes its shards
+through orbax (an orbax pytree item beside the same sealed metadata).
 """
 
 from __future__ import annotations
@@ -395,10 +395,11 @@ def save(
 ) -> Path:
     """Save the pytree ``tree`` (and JSON ``metadata``) as step ``step`` under ``path``.
 
-    ``path/<step>/state/data`` holds the leaves' bytes (typed keys as raw key data);
+    ``path/<step>/state`` is an orbax pytree item of the leaves (nested dicts, typed keys as
+    raw key data: ``ocp.StandardCheckpointer().restore(path/<step>/state)`` reads it);
     ``path/<step>/meta/metadata`` the leaf table (paths, shapes, dtypes, a CRC-32 per
-    leaf), static fields and ``metadata``, sealed by a digest (in a multi-process job the
-    state is an orbax pytree item instead, written by every process). Each step is
+    leaf), static fields and ``metadata``, sealed by a digest (in a multi-process job every
+    process writes its shards of the state item through orbax). Each step is
     written to a temporary directory and renamed when complete, so an interrupted write
     never harms earlier steps. One-shot form of
     [`Checkpointer`][jaxwise.checkpoint.Checkpointer] (takes the directory's writer lock for

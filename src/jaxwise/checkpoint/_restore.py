@@ -1,7 +1,8 @@
 """Restoring a checkpoint onto ``like``'s structure and shardings (any pytree).
 
-Three kinds of step are read: jaxwise's single-process format (one data file), its
-multi-process format (an orbax pytree item beside the sealed metadata) and plain
+Four kinds of step are read: jaxwise's single-process format (an orbax pytree item it
+writes itself, or the single data file written before the sixth round), its multi-process
+format (an orbax pytree item written by orbax, beside the sealed metadata) and plain
 orbax/Flax pytree checkpoints (no integrity data).
 """
 
