@@ -170,3 +170,34 @@ def test_a_damaged_single_file_step_of_before_is_refused_by_name(tmp_path):
     tree = runpy.run_path(str(FORMAT3.parent / "make_checkpoint_format3.py"))["tree"]()
     with pytest.raises(CheckpointError, match="step 4 .* is damaged: `.*` fails its checksum"):
         restore(ck, like=tree, step=4)
+
+
+def test_a_step_is_orbaxs_layout_in_a_handful_of_files(tmp_path):
+    """One OCDBT store (a manifest and one data file) whatever the number of leaves: no
+    directory per leaf, no TensorStore lock files, the sealed metadata beside it."""
+    save(tmp_path / "ck", {f"w{i}": jnp.full(3, float(i)) for i in range(20)}, step=1)
+    step = tmp_path / "ck" / "1"
+    files = sorted(str(p.relative_to(step)) for p in step.rglob("*") if p.is_file())
+    (data,) = (step / "state" / "d").iterdir()
+    assert files == sorted(
+        ["meta/metadata", "state/_METADATA", "state/_sharding", "state/manifest.ocdbt"]
+        + [str(data.relative_to(step))]
+    )
+    meta = json.loads((step / "state" / "_METADATA").read_text())
+    assert meta["use_ocdbt"] is True and len(meta["tree_metadata"]) == 20
+
+
+def test_an_edited_zarr_header_inside_the_store_is_a_damaged_step(tmp_path):
+    """A ``.zarray`` that no longer describes the leaf (plain orbax would read other bytes)."""
+    import tensorstore as ts
+
+    ck = tmp_path / "ck"
+    save(ck, {"w": jnp.ones(4)}, step=1)
+    save(ck, {"w": jnp.full(4, 2.0)}, step=2)
+    store = ts.KvStore.open(
+        {"driver": "ocdbt", "base": {"driver": "file", "path": f"{ck / '2' / 'state'}/"}}
+    ).result()
+    header = json.loads(store["w/.zarray"])
+    store["w/.zarray"] = json.dumps({**header, "dtype": "<i4"}).encode()
+    with pytest.warns(CheckpointWarning, match=r"step 2 \(the zarr metadata of `w` differs"):
+        assert restore(ck, like={"w": jnp.zeros(4)})["w"].tolist() == [1.0] * 4

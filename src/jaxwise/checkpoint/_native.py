@@ -56,7 +56,6 @@ SINGLE_FILE = "jaxwise-checkpoint-3"  # every leaf in <step>/state/data: read, n
 FORMATS = (FORMAT, SINGLE_FILE)
 TMP_MARK = TMP_MARKS[1]
 DATA = "data"
-_IOV_MAX = 1024
 
 
 def host_bytes(leaves: Sequence[Any]) -> list[memoryview]:
@@ -139,19 +138,11 @@ def _item_files(
 
 
 def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
-    """Write every buffer to ``fd`` (``writev``, resumed after a short write)."""
-    pending = [b for b in buffers if len(b)]
-    while pending:
-        batch = pending[:_IOV_MAX]
-        done = os.writev(fd, batch)
-        rest = pending[len(batch) :]
-        for i, buf in enumerate(batch):
-            if done < len(buf):
-                pending = [buf[done:], *batch[i + 1 :], *rest]
-                break
-            done -= len(buf)
-        else:
-            pending = rest
+    """Write every buffer to ``fd`` (resumed after a short write)."""
+    for buf in buffers:
+        view = memoryview(buf)
+        while len(view):
+            view = view[os.write(fd, view) :]
 
 
 def _write_file(path: Path, buffers: Sequence[memoryview]) -> None:
@@ -248,7 +239,7 @@ def write_step(
     doc: dict[str, Any],
     shardings: Sequence[jax.sharding.Sharding],
 ) -> None:
-    """Write one step at ``target`` (the rows get their chunk files and checksums; ``doc`` sealed).
+    """Write one step at ``target`` (the rows get their chunk keys and checksums; ``doc`` sealed).
 
     On any error the temporary directory is removed and the error raised; ``target`` is
     created only by the final rename.
@@ -300,35 +291,43 @@ def _check_item(state: Path, doc: dict[str, Any]) -> None:
             raise Damaged(f"its orbax `{name}` fails its checksum (corrupted data)")
 
 
+def _unreadable(err: Exception) -> Damaged:
+    first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+    return Damaged(f"its data is unreadable ({type(err).__name__}: {first})")
+
+
 def _chunks(state: Path, rows: list[dict[str, Any]]) -> list[memoryview]:
     """Every leaf's chunk from the item's store, each ``.zarray`` checked (read concurrently).
 
     An empty array has no chunk (orbax's layout neither).
     """
-    store = _store(state)
-    zarrays = [store.read(_zarray_key(row)) for row in rows]
-    pending = [store.read(row["chunk"]) if int(row["nbytes"]) else None for row in rows]
-    for row, found in zip(rows, zarrays):
-        if found.result().value != _zarray(row):
+    try:
+        store = _store(state)
+        headers = [store.read(_zarray_key(row)) for row in rows]
+        pending = [store.read(row["chunk"]) if int(row["nbytes"]) else None for row in rows]
+        found = [h.result().value for h in headers]
+        chunks = [memoryview(p.result().value if p is not None else b"") for p in pending]
+    except (OSError, ValueError) as err:  # TensorStore's errors are ValueErrors
+        raise _unreadable(err) from None
+    for row, header in zip(rows, found):
+        if header != _zarray(row):
             raise Damaged(f"the zarr metadata of `{row['name']}` differs (corrupted data)")
-    return [memoryview(p.result().value) if p is not None else memoryview(b"") for p in pending]
+    return chunks
 
 
 def host_arrays(step_dir: Path, doc: dict[str, Any]) -> list[np.ndarray]:
     """The checked leaves of the native step in ``step_dir`` (`Damaged` on a bad CRC-32)."""
     rows, state = doc["leaves"], step_dir / fmt.STATE
-    if doc["format"] != SINGLE_FILE:
-        _check_item(state, doc)
-    try:
-        if doc["format"] == SINGLE_FILE:
+    if doc["format"] == SINGLE_FILE:
+        try:
             blob = memoryview((state / DATA).read_bytes())
-            offsets = [int(row["offset"]) for row in rows]
-            chunks = [blob[o : o + int(row["nbytes"])] for o, row in zip(offsets, rows)]
-        else:
-            chunks = _chunks(state, rows)
-    except (OSError, ValueError) as err:  # TensorStore's errors are ValueErrors
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
-        raise Damaged(f"its data is unreadable ({type(err).__name__}: {first})") from None
+        except OSError as err:
+            raise _unreadable(err) from None
+        offsets = [int(row["offset"]) for row in rows]
+        chunks = [blob[o : o + int(row["nbytes"])] for o, row in zip(offsets, rows)]
+    else:
+        _check_item(state, doc)
+        chunks = _chunks(state, rows)
     return [_array(row, chunk) for row, chunk in zip(rows, chunks)]
 
 
