@@ -145,11 +145,12 @@ def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
             view = view[os.write(fd, view) :]
 
 
-def _write_file(path: Path, buffers: Sequence[memoryview]) -> None:
+def _write_file(path: Path, buffers: Sequence[memoryview], sync: bool = True) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         _write_all(fd, buffers)
-        os.fsync(fd)
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -222,13 +223,12 @@ def _write_state(
     Returns the CRC-32 of orbax's ``_METADATA`` and ``_sharding`` (recorded in the sealed
     metadata: a restore checks every file plain orbax reads).
     """
-    _write_store(state, rows, data)
-    _fsync_tree(state)
+    _write_store(state, rows, data)  # first: it gives the rows their chunk keys
     crcs = {}
     for name, text in _item_files(rows, shardings).items():
-        _write_file(state / name, [memoryview(text)])
+        _write_file(state / name, [memoryview(text)], sync=False)  # flushed with the rest
         crcs[name] = f"{zlib.crc32(text):08x}"
-    _fsync_dir(state)
+    _fsync_tree(state)
     return crcs
 
 
