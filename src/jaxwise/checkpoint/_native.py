@@ -2,12 +2,12 @@
 
 ``<step>/state/`` is laid out as orbax's own pytree item: ``_METADATA`` (the tree),
 ``_sharding`` (each leaf's sharding) and an OCDBT key-value store (``manifest.ocdbt`` and one
-data file under ``d/``) that holds a zarr v2 array per leaf (``<name>/.zarray``, one
-uncompressed chunk with the leaf's bytes in C order), so that a plain
-``ocp.StandardCheckpointer().restore(<step>/state)`` reads it, with or without a target tree.
-TensorStore writes the store in one transaction; jaxwise writes the rest and flushes every
-file (``fsync``). ``<step>/meta/metadata`` is the sealed JSON document whose leaf table gives each
-leaf's chunk key, size and CRC-32, computed on the very bytes handed to TensorStore. Every
+data file under ``d/``, see ``_ocdbt``) that holds a zarr v2 array per leaf
+(``<name>/.zarray``, one uncompressed chunk with the leaf's bytes in C order), so that a
+plain ``ocp.StandardCheckpointer().restore(<step>/state)`` reads it, with or without a
+target tree. The leaves' bytes go into the data file with one ``writev`` from their host
+buffers. ``<step>/meta/metadata`` is the sealed JSON document whose leaf table gives each
+leaf's chunk key, size and CRC-32, computed on the very bytes handed to the kernel. Every
 file is written into ``<step>.jaxwise-tmp``, flushed (``fsync``) and the directory is
 renamed to ``<step>`` when complete, so a crash leaves either a whole step or a temporary
 directory that is never taken for one.
@@ -36,6 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise.checkpoint import _format as fmt
+from jaxwise.checkpoint import _ocdbt
 from jaxwise.checkpoint._format import Damaged
 from jaxwise.checkpoint._safety import TMP_MARKS
 
@@ -56,6 +57,7 @@ SINGLE_FILE = "jaxwise-checkpoint-3"  # every leaf in <step>/state/data: read, n
 FORMATS = (FORMAT, SINGLE_FILE)
 TMP_MARK = TMP_MARKS[1]
 DATA = "data"
+_IOV_MAX = 1024
 
 
 def host_bytes(leaves: Sequence[Any]) -> list[memoryview]:
@@ -138,19 +140,26 @@ def _item_files(
 
 
 def _write_all(fd: int, buffers: Sequence[memoryview]) -> None:
-    """Write every buffer to ``fd`` (resumed after a short write)."""
-    for buf in buffers:
-        view = memoryview(buf)
-        while len(view):
-            view = view[os.write(fd, view) :]
+    """Write every buffer to ``fd`` (``writev``, resumed after a short write)."""
+    pending = [b for b in buffers if len(b)]
+    while pending:
+        batch = pending[:_IOV_MAX]
+        done = os.writev(fd, batch)
+        rest = pending[len(batch) :]
+        for i, buf in enumerate(batch):
+            if done < len(buf):
+                pending = [buf[done:], *batch[i + 1 :], *rest]
+                break
+            done -= len(buf)
+        else:
+            pending = rest
 
 
-def _write_file(path: Path, buffers: Sequence[memoryview], sync: bool = True) -> None:
+def _write_file(path: Path, buffers: Sequence[memoryview]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         _write_all(fd, buffers)
-        if sync:
-            os.fsync(fd)
+        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -163,53 +172,28 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _context() -> Any:
-    """TensorStore's resources for one item store, never shared: a shared context would cache
-    a store's manifest by its path, which a later step of the same number replaces. jaxwise
-    flushes the files itself and holds the directory's writer lock (TensorStore's own lock
-    files would be redundant)."""
-    import tensorstore as ts
-
-    return ts.Context({"file_io_sync": False, "file_io_locking": {"mode": "none"}})
-
-
 def _store(state: Path) -> Any:
-    """The OCDBT key-value store of the item ``state`` (TensorStore)."""
+    """The OCDBT key-value store of the item ``state``, opened by TensorStore to read.
+
+    A fresh context each time: a shared one would cache a store's manifest by its path,
+    which a later step of the same number replaces.
+    """
     import tensorstore as ts
 
     spec = {"driver": "ocdbt", "base": {"driver": "file", "path": f"{state}/"}}
-    return ts.KvStore.open(spec, context=_context()).result()
-
-
-def _fsync_tree(root: Path) -> None:
-    """``fsync`` every file under ``root``, then every directory, deepest first."""
-    dirs = [root]
-    for path in sorted(root.rglob("*")):
-        if path.is_dir():
-            dirs.append(path)
-        else:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-    for path in reversed(dirs):
-        _fsync_dir(path)
+    return ts.KvStore.open(spec, context=ts.Context()).result()
 
 
 def _write_store(state: Path, rows: list[dict[str, Any]], data: Sequence[memoryview]) -> None:
-    """Every leaf's ``.zarray`` and chunk into the item's store, in one transaction."""
-    import tensorstore as ts
-
-    txn = ts.Transaction(atomic=True)
-    store = _store(state).with_transaction(txn)
+    """Every leaf's ``.zarray`` and chunk into the item's OCDBT store (files flushed)."""
+    entries = []
     for row, buf in zip(rows, data):
         chunk = _chunk(row)
         row.update(chunk=chunk, nbytes=len(buf), crc32=f"{zlib.crc32(buf):08x}")
-        store[_zarray_key(row)] = _zarray(row)
-        if len(buf):  # an empty array has no chunk (orbax's layout too)
-            store[chunk] = buf.tobytes()
-    txn.commit_async().result()
+        entries.append((_zarray_key(row), memoryview(_zarray(row))))
+        if len(buf):  # an empty array has no chunk (orbax's layout neither)
+            entries.append((chunk, buf))
+    _ocdbt.write_store(state, entries, _write_file)
 
 
 def _write_state(
@@ -226,9 +210,10 @@ def _write_state(
     _write_store(state, rows, data)  # first: it gives the rows their chunk keys
     crcs = {}
     for name, text in _item_files(rows, shardings).items():
-        _write_file(state / name, [memoryview(text)], sync=False)  # flushed with the rest
+        _write_file(state / name, [memoryview(text)])
         crcs[name] = f"{zlib.crc32(text):08x}"
-    _fsync_tree(state)
+    for sub in (state / "d", state):
+        _fsync_dir(sub)
     return crcs
 
 
