@@ -201,3 +201,15 @@ def test_an_edited_zarr_header_inside_the_store_is_a_damaged_step(tmp_path):
     store["w/.zarray"] = json.dumps({**header, "dtype": "<i4"}).encode()
     with pytest.warns(CheckpointWarning, match=r"step 2 \(the zarr metadata of `w` differs"):
         assert restore(ck, like={"w": jnp.zeros(4)})["w"].tolist() == [1.0] * 4
+
+
+def test_plain_orbax_reads_many_leaves_with_shared_prefixes_and_unicode_keys(tmp_path):
+    """The store's one B+tree node: keys sorted as bytes, prefix-compressed, every value out
+    of line (UTF-8 keys, keys that extend one another, 300 leaves)."""
+    tree = {
+        "layer": {f"{i:03d}": jnp.full((2,), float(i)) for i in range(150)},
+        "layer_norm": {"scale": jnp.ones(3), "scale_b": jnp.zeros(3)},
+        "größe": {f"ß{i}": jnp.asarray([i], jnp.int32) for i in range(148)},
+    }
+    save(tmp_path / "ck", tree, step=2)
+    assert_plain_tree(plain_restore(tmp_path / "ck" / "2" / "state"), tree)

@@ -52,17 +52,19 @@ def crc32c(data: bytes) -> int:
     return c ^ 0xFFFFFFFF
 
 
-def _varint(n: int) -> bytes:
+def _varints(values: Sequence[int]) -> bytes:
+    """``values`` as LEB128 varints, back to back."""
     out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
+    for n in values:
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
     return bytes(out)
 
 
-def _varints(values: Sequence[int]) -> bytes:
-    return b"".join(_varint(v) for v in values)
+def _varint(n: int) -> bytes:
+    return _varints((n,))
 
 
 def _framed(magic: int, body: bytes) -> bytes:
