@@ -213,3 +213,39 @@ def test_plain_orbax_reads_many_leaves_with_shared_prefixes_and_unicode_keys(tmp
     }
     save(tmp_path / "ck", tree, step=2)
     assert_plain_tree(plain_restore(tmp_path / "ck" / "2" / "state"), tree)
+
+
+READ_WITHOUT_JAXWISE = """
+import sys
+import numpy as np
+import orbax.checkpoint as ocp
+
+with ocp.StandardCheckpointer() as plain:
+    tree = plain.restore(sys.argv[1])
+assert not any(name.startswith("jaxwise") for name in sys.modules), "jaxwise was imported"
+np.savez(sys.argv[2], w=np.asarray(tree["enc"]["w"]), b=np.asarray(tree["enc"]["b"]),
+         key=np.asarray(tree["key"]))
+"""
+
+
+@pytest.mark.slow
+def test_a_process_that_never_imports_jaxwise_reads_a_step(tmp_path):
+    import subprocess
+    import sys
+
+    tree = {
+        "enc": {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3, jnp.bfloat16)},
+        "key": jax.random.key(7),
+    }
+    save(tmp_path / "ck", tree, step=1)
+    out = tmp_path / "read.npz"
+    proc = subprocess.run(
+        [sys.executable, "-c", READ_WITHOUT_JAXWISE, str(tmp_path / "ck" / "1" / "state"), out],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = np.load(out)
+    assert got["w"].tobytes() == raw(tree["enc"]["w"]).tobytes()
+    assert got["b"].tobytes() == raw(tree["enc"]["b"]).tobytes()
+    assert got["key"].tobytes() == raw(tree["key"]).tobytes()
