@@ -179,7 +179,10 @@ PHASES = {
     "leaf table, static fields, metadata check": (_checkpointer, "leaf_rows"),
     "device checksums (orbax writer)": (_checkpointer, "_orbax_item"),
     "host copy (single-process writer)": (_native, "host_bytes"),
-    "CRC-32, data and metadata files, fsync, rename": (_native, "write_step"),
+    "CRC-32, orbax item (TensorStore) and metadata files, fsync, rename": (
+        _native,
+        "write_step",
+    ),
     "orbax save (tensorstore, threads, its metadata files)": (ocp.Checkpointer, "save"),
     "retention (older steps deleted)": (Checkpointer, "_retain"),
 }
@@ -365,7 +368,8 @@ NOTES = (
     "the state's size, on top of our device checksums and sealed metadata; a save every "
     "100 steps of a ~2 ms step cannot hide that on a machine whose two cores train. A "
     "single-process save now copies the leaves to the host once, computes each leaf's "
-    "CRC-32 on the bytes it writes, writes one data file (``writev``) and one sealed "
+    "CRC-32 on the bytes it writes, writes them as an orbax pytree item (one OCDBT store "
+    "written by TensorStore in one transaction: plain orbax reads it) and one sealed "
     "metadata file into a temporary directory, flushes them (``fsync``) and renames the "
     "directory: the same guarantees (atomic step, checksums, sealed metadata, run ids, "
     "writer lock, asynchronous saves, full-disk handling) and bit-identical restores. "

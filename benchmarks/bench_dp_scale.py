@@ -60,7 +60,7 @@ from jaxwise.per_example._api import Method
 from jaxwise.privacy import dp_gradient
 
 PEAK_FLOPS = {"TPU v5 lite": 197e12, "TPU v5e": 197e12}
-AUTO, MICRO = "DP auto", "DP micro-batched (chunked, 8)"
+AUTO, MICRO, MICRO4 = "DP auto", "DP micro-batched (chunked, 8)", "DP micro-batched (chunked, 4)"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -197,6 +197,7 @@ def programs(cfg: Config, b: int) -> dict[str, Callable[..., Any]]:
         "DP ghost": dp("ghost"),
         "DP vmap": dp("vmap"),
         MICRO: dp("chunked", 8),
+        MICRO4: dp("chunked", 4),
     }
     try:
         from jax_privacy import clipped_grad
@@ -224,6 +225,7 @@ def programs(cfg: Config, b: int) -> dict[str, Callable[..., Any]]:
 
     out["jax-privacy clipped_grad"] = peer(None)
     out["jax-privacy clipped_grad (micro 8)"] = peer(8)
+    out["jax-privacy clipped_grad (micro 4)"] = peer(4)
     return out
 
 
@@ -300,8 +302,9 @@ def run_config(
     # and its compile is wasted (costly): not compiled; the peer runs micro-batched instead.
     plain_fits = capacity is None or 4 * b * n_params < 0.5 * capacity
     peer, micro = "jax-privacy clipped_grad", "jax-privacy clipped_grad (micro 8)"
+    peer_micro = (micro, "jax-privacy clipped_grad (micro 4)")
     wanted = [name for name in progs if name == "non-private" or methods is None or name in methods]
-    first = [name for name in wanted if name != (micro if plain_fits else peer)]
+    first = [name for name in wanted if name not in (peer_micro if plain_fits else (peer,))]
     too_big = [] if plain_fits else [name for name in ("DP vmap", peer) if name in wanted]
     first = [name for name in first if name not in too_big]
     twin, plan_line = _auto_twin(cfg, params, batch) if AUTO in first else (None, "")
@@ -332,8 +335,8 @@ def _auto_twin(cfg: Config, params: Any, batch: Any) -> tuple[str | None, str]:
     """The explicit program ``method="auto"`` resolves to here (if one), and its plan in a line."""
     plan = clip_plan(make_loss(cfg), params, batch)
     twin = {"ghost": "DP ghost", "vmap": "DP vmap"}.get(plan.method)
-    if plan.method == "chunked" and plan.chunk_size == 8:
-        twin = MICRO
+    if plan.method == "chunked":
+        twin = {8: MICRO, 4: MICRO4}.get(plan.chunk_size or 0)
     line = f"auto = {plan.method}" + (f" (micro {plan.chunk_size})" if plan.chunk_size else "")
     return twin, f"{line}: {plan.reason}"
 

@@ -215,7 +215,7 @@ def test_resume_past_a_damaged_newest_step_moves_it_aside(tmp_path, blob_csv, ca
     assert run_cli([*common, "--out", str(out), "--stop-after", "3"], capsys)[0] == 0
     steps = sorted((p for p in (out / "checkpoint").iterdir() if p.name.isdigit()), key=_num)
     newest = steps[-1]
-    data = newest / "state" / "data"
+    (data,) = (newest / "state" / "d").iterdir()  # the step's one data file (every leaf)
     damaged = bytearray(data.read_bytes())
     damaged[len(damaged) // 2] ^= 0x01
     data.write_bytes(damaged)
@@ -223,8 +223,9 @@ def test_resume_past_a_damaged_newest_step_moves_it_aside(tmp_path, blob_csv, ca
     assert code == 0, err
     assert json.loads(resumed)["resumed_from_epoch"] == 2
     aside = out / "checkpoint" / f"{newest.name}.damaged-0"
-    assert (aside / "state" / "data").read_bytes() == bytes(damaged)  # kept for inspection
-    assert (out / "checkpoint" / newest.name / "state" / "data").read_bytes() != bytes(damaged)
+    assert (aside / data.relative_to(newest)).read_bytes() == bytes(damaged)  # kept
+    (written,) = (out / "checkpoint" / newest.name / "state" / "d").iterdir()
+    assert written.read_bytes() != bytes(damaged)
 
 
 def _num(path):

@@ -83,7 +83,7 @@ JUNIT = """<?xml version="1.0" encoding="utf-8"?>
 <testcase classname="tests.test_a.TestGroup" name="test_in_class" time="0.5"/>
 <testcase classname="tests.test_b" name="test_skip" time="0.25">
   <skipped type="pytest.skip" message="needs mlflow: pip install 'jaxwise[mlflow]'"/></testcase>
-<testcase classname="src.jaxwise._doctor" name="jaxwise.cli._doctor.backend_error" time="2.0"/>
+<testcase classname="src.jaxwise.cli._doctor" name="jaxwise.cli._doctor.backend_error" time="2.0"/>
 </testsuite></testsuites>
 """
 

@@ -1,8 +1,9 @@
 """Checkpoints of any pytree of arrays: atomic, integrity-checked, locked, asynchronous.
 
 A [`TrainState`][jaxwise.train.TrainState], a Flax NNX ``nnx.State``, an Equinox model's
-arrays or a plain dict is saved as one step directory: the leaves' bytes in one file and a
-sealed table of leaves with a checksum each; a damaged step is skipped on restore, a
+arrays or a plain dict is saved as one step directory: the leaves as an orbax pytree item
+(plain ``ocp.StandardCheckpointer().restore(<step>/state)`` reads it) and a sealed table of
+leaves with a checksum each; a damaged step is skipped on restore, a
 directory has one writer at a time, and arrays are restored onto the target's shardings
 (also across the processes of a ``jax.distributed`` job, whose steps go through orbax).
 Plain orbax/Flax checkpoints are read too, and `export_orbax` writes a saved step as a

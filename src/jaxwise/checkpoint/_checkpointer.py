@@ -1,8 +1,8 @@
 """The single writer of a checkpoint directory: atomic, checksummed, locked, asynchronous steps.
 
-In a single process a step is written in jaxwise's own format (one data file, see
-``_native``); in a ``jax.distributed`` job every process writes its shards through orbax
-(an orbax pytree item beside the same sealed metadata).
+In a single process jaxwise writes a step itself, as an orbax pytree item that plain orbax
+reads (see ``_native``); in a ``jax.distributed`` job every process writes its shards
+through orbax (an orbax pytree item beside the same sealed metadata).
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def _damaged_data(step_dir: Path) -> Damaged | None:
     """
     try:
         doc = read_meta(step_dir)
-        if doc.get("format") == native.FORMAT:
-            native.check_data(step_dir, doc["leaves"])
+        if doc.get("format") in native.FORMATS:
+            native.check_data(step_dir, doc)
     except Damaged as err:
         return err
     return None
@@ -259,11 +259,14 @@ class Checkpointer:
         if self._native:
             data = native.host_bytes(stored)
             size = sum(len(b) for b in data)
-            safety.check_space(target, int(size * 1.05) + 4 * 200 * (len(rows) + 8))
+            # the leaves, ~1 KB of JSON per leaf (.zarray, _METADATA, _sharding, leaf table)
+            # and a block for each of the step's 5 files and 4 directories
+            safety.check_space(target, int(size * 1.05) + 1024 * (len(rows) + 8) + 9 * 4096)
             self._clear_slot(step, target)
             with signals_held():
                 try:
-                    native.write_step(target, rows, data, doc)
+                    shardings = [native.sharding_of(leaf) for leaf in stored]
+                    native.write_step(target, rows, data, doc, shardings)
                 except Exception as err:
                     self._failed(step, target, err)
                 self._retain(step)
@@ -394,10 +397,11 @@ def save(
 ) -> Path:
     """Save the pytree ``tree`` (and JSON ``metadata``) as step ``step`` under ``path``.
 
-    ``path/<step>/state/data`` holds the leaves' bytes (typed keys as raw key data);
+    ``path/<step>/state`` is an orbax pytree item of the leaves (nested dicts, typed keys as
+    raw key data: ``ocp.StandardCheckpointer().restore(path/<step>/state)`` reads it);
     ``path/<step>/meta/metadata`` the leaf table (paths, shapes, dtypes, a CRC-32 per
-    leaf), static fields and ``metadata``, sealed by a digest (in a multi-process job the
-    state is an orbax pytree item instead, written by every process). Each step is
+    leaf), static fields and ``metadata``, sealed by a digest (in a multi-process job every
+    process writes its shards of the state item through orbax). Each step is
     written to a temporary directory and renamed when complete, so an interrupted write
     never harms earlier steps. One-shot form of
     [`Checkpointer`][jaxwise.checkpoint.Checkpointer] (takes the directory's writer lock for

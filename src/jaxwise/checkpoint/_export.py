@@ -1,10 +1,9 @@
-"""A saved step as a plain orbax pytree: what ``orbax.checkpoint`` reads with its nesting.
+"""A saved step as a standalone orbax pytree, checked against its CRC-32 first.
 
-A single-process step is stored in jaxwise's own format (one data file, see ``_native``),
-7x cheaper in CPU per save than an orbax save (see ``benchmarks/results/checkpoint.md``), so
-that ``fit`` with a save every 100 steps stays within 1.1x of no saves on a small machine.
-`export_orbax` writes any intact step as an orbax pytree after the fact: no cost while
-training, and the leaves are checked against their CRC-32 before a byte is written.
+Since the sixth round a single-process step's ``state`` item is itself an orbax pytree
+(see ``_native``): plain orbax reads ``<step>/state`` in place. `export_orbax` still writes
+any intact step (also one of the earlier single-file format) as an orbax pytree of its own,
+with orbax's default (OCDBT) layout, after every leaf passed its CRC-32.
 """
 
 from __future__ import annotations
@@ -31,13 +30,12 @@ def _step_tree(root: Path, step: int, run_id: str | None) -> dict[str, Any]:
     try:
         doc = read_meta(step_dir)
         check_identity(doc, step, run_id)
-        if doc["format"] != native.FORMAT:
+        if doc["format"] not in native.FORMATS:
             raise CheckpointError(
                 f"checkpoint step {step} in {root} is already an orbax pytree (written by a "
                 f"multi-process job): read {step_dir / fmt.STATE} with orbax"
             )
-        blob = memoryview((step_dir / fmt.STATE / native.DATA).read_bytes())
-        arrays = [np.array(native.check_leaf(row, blob)) for row in doc["leaves"]]
+        arrays = [np.array(a) for a in native.host_arrays(step_dir, doc)]
     except Foreign as err:
         raise CheckpointError(f"checkpoint step {step} in {root}: {err}") from None
     except Damaged as err:
@@ -59,8 +57,9 @@ def export_orbax(
     The tree keeps the state's nesting: ``{"params": {"dense": {"w": ...}}, "opt_state": ...,
     "step": ..., "key": ...}`` for a `TrainState` (a typed PRNG key as its raw key data;
     the characters orbax takes for separators escaped in a key: ``.`` as ``%2E``, ``/`` as
-    ``%2F``, ``%`` as ``%25``). Every leaf is checked against its CRC-32 first. Nothing runs
-    while training: export the steps you want to hand to orbax-based tools afterwards.
+    ``%2F``, ``%`` as ``%25``). Every leaf is checked against its CRC-32 first. A step is
+    readable by plain orbax in place (``<path>/<step>/state``, the same tree); export one
+    to hand a standalone copy to orbax-based tools, or a step saved before the sixth round.
     [`restore`][jaxwise.checkpoint.restore] reads the exported directory too when no key
     needed escaping.
 

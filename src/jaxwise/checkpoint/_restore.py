@@ -1,7 +1,8 @@
 """Restoring a checkpoint onto ``like``'s structure and shardings (any pytree).
 
-Three kinds of step are read: jaxwise's single-process format (one data file), its
-multi-process format (an orbax pytree item beside the sealed metadata) and plain
+Four kinds of step are read: jaxwise's single-process format (an orbax pytree item it
+writes itself, or the single data file written before the sixth round), its multi-process
+format (an orbax pytree item written by orbax, beside the sealed metadata) and plain
 orbax/Flax pytree checkpoints (no integrity data).
 """
 
@@ -155,8 +156,8 @@ def _restore_one(step_dir: Path, number: int | None, like: Any, run_id: str | No
     doc = read_meta(step_dir)
     check_identity(doc, number, run_id)
     check_static(doc, like)
-    if doc["format"] == native.FORMAT:
-        leaves = native.read_leaves(step_dir, doc["leaves"], check_structure(doc["leaves"], like))
+    if doc["format"] in native.FORMATS:
+        leaves = native.read_leaves(step_dir, doc, check_structure(doc["leaves"], like))
         return jax.tree.unflatten(jax.tree.structure(like), leaves)
     return _restore_orbax_item(item_dir / fmt.STATE, doc, like)
 

@@ -22,7 +22,7 @@ __all__ = [
     "step_problem",
 ]
 
-FORMATS = (fmt.FORMAT, native.FORMAT)
+FORMATS = (fmt.FORMAT, *native.FORMATS)
 
 
 class Foreign(CheckpointError):

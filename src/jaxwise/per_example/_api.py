@@ -32,6 +32,7 @@ from jaxwise.per_example._cost import (
     micro_batch_size,
     micro_cost,
     operand_bits,
+    stored_bytes,
 )
 from jaxwise.per_example._graph import CoverageRow, ExampleGraph, Unsupported, coverage, trace
 from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
@@ -131,7 +132,9 @@ def _resolve(
         plan = ClipPlan("ghost", None, cost.backend, bits, ghost, micro, why, rows)
         return _Resolved(plan, program, forms, budget)
     if method == "auto":
-        method, chunk_size = "chunked", micro_batch_size(p_count, n, budget, cost.max_micro)
+        held = budget if cost.micro_bytes is None else min(budget, cost.micro_bytes)
+        chunk_size = micro_batch_size(p_count, n, held, cost.max_micro, stored_bytes(cost))
+        method = "chunked"
     if method == "chunked" and chunk_size is None:
         chunk_size = "auto"
     if chunk_size == "auto":
@@ -405,7 +408,10 @@ def _clip_and_sum(
     resolved = _resolve(loss, params, batch, method, chunk_size, memory_budget)
     program = resolved.program
     if program is None:
-        return vmap_clip_and_sum(loss, params, batch, clip_norm, w, resolved.plan.chunk_size)
+        plan = resolved.plan
+        return vmap_clip_and_sum(
+            loss, params, batch, clip_norm, w, plan.chunk_size, plan.operand_bits
+        )
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
     _, acts, grads = _ghost.output_grads(program, leaves, example)

@@ -43,6 +43,13 @@ class BackendCost:
             much as one byte of memory traffic.
         highest_passes: matmul passes of ``Precision.HIGHEST`` relative to the default.
         max_micro: the largest micro-batch worth taking (``None``: as many as fit).
+        micro_bytes: the kept per-example gradient bytes a micro-batch does best within
+            (``None``: as many as the memory budget holds).
+        micro_overhead: FLOP units per example that a micro-batched step costs beyond its
+            per-example gradients' traffic (the sequential loop, the smaller contractions).
+        micro_per_param: FLOP units per parameter per example of a kept per-example
+            gradient (``None``: from the model, written once and read once at
+            `stored_bytes`: ``4 + flops_per_byte·stored_bytes·2``).
     """
 
     backend: str
@@ -50,12 +57,23 @@ class BackendCost:
     flops_per_byte: float
     highest_passes: int = 1
     max_micro: int | None = None
+    micro_bytes: int | None = None
+    micro_overhead: float = 0.0
+    micro_per_param: float | None = None
 
 
 BACKENDS: dict[str, BackendCost] = {
     "cpu": BackendCost("cpu", None, 4.0),
     "gpu": BackendCost("gpu", 11, 30.0, 3, 8),  # TF32 at the default precision (Ampere on)
-    "tpu": BackendCost("tpu", 8, 85.0, 6, 8),  # one bfloat16 pass; HIGHEST takes six
+    # One bfloat16 pass; HIGHEST takes six. A micro-batch's kept bfloat16 gradients do best
+    # near 1 GiB: GPT-2-small LM (220 MB per example) 1.02x the non-private gradient at 4,
+    # 1.10x at 8, 1.28x at 16; the 49M classifier (98 MB) 1.47x at 4, 1.34x at 8, 1.37x at
+    # 16. The micro-batch cost terms are fitted to bench_dp_scale.py's two classifiers (kept
+    # bfloat16 gradients at 8: 237 us per example at 16.9M parameters, 278 us at 49M; one
+    # unit ~ 0.02 ps there, from their ghost rows).
+    "tpu": BackendCost(
+        "tpu", 8, 85.0, 6, micro_bytes=2**30, micro_overhead=1.05e10, micro_per_param=62.0
+    ),
 }
 
 # jax_default_matmul_precision -> operand bits on a backend that rounds (None: float32 exact)
@@ -142,34 +160,49 @@ def layer_costs(t: int, k: int, n: int, cost: BackendCost) -> dict[str, float]:
     }
 
 
+def stored_bytes(cost: BackendCost) -> int:
+    """Bytes per entry of a kept per-example gradient: 2 (bfloat16) where the matmul operands
+    are rounded to 8 bits anyway (`jaxwise.per_example._vmap.stored`), else 4."""
+    return 2 if operand_bits(cost) == 8 else BYTES
+
+
 def micro_cost(n_params: int, cost: BackendCost) -> float:
     """Per-example extra cost (FLOP units) of micro-batched per-example gradients.
 
-    Each example's gradient (``P`` floats) is written once and read once, its norm fused into
-    one of the two, as a kept layer's in `layer_costs`: ``2·P`` floats of traffic and ``4P``
-    FLOPs (measured on a TPU v5e: about two float32 passes over ``P`` per example). The
-    vector-Jacobian products themselves replace the non-private gradient's.
+    Each example's gradient (``P`` entries of `stored_bytes`) is written once and read once,
+    its norm fused into one of the two, as a kept layer's in `layer_costs`: ``4P`` FLOPs and
+    ``2·P`` entries of traffic, plus the backend's fixed ``micro_overhead`` — or the
+    backend's measured ``micro_per_param`` per parameter. The vector-Jacobian products
+    themselves replace the non-private gradient's.
 
     Examples:
         >>> micro_cost(1000, backend_cost("cpu"))
         36000.0
     """
-    return 4.0 * n_params + cost.flops_per_byte * BYTES * 2.0 * n_params
+    per_param = cost.micro_per_param
+    if per_param is None:
+        per_param = 4.0 + cost.flops_per_byte * stored_bytes(cost) * 2.0
+    return cost.micro_overhead + per_param * n_params
 
 
 def micro_batch_size(
-    n_params: int, batch_size: int, memory_budget: int, cap: int | None = None
+    n_params: int,
+    batch_size: int,
+    memory_budget: int,
+    cap: int | None = None,
+    entry_bytes: int = BYTES,
 ) -> int:
-    """The largest power of two ``m ≤ B`` (and ``≤ cap``) whose ``m·P`` float32 per-example
-    gradients fit the budget; ``B`` itself when all ``B`` fit (and ``B ≤ cap``); at least 1.
+    """The largest power of two ``m ≤ B`` (and ``≤ cap``) whose ``m·P`` per-example gradient
+    entries of ``entry_bytes`` fit the budget; ``B`` itself when all ``B`` fit (and
+    ``B ≤ cap``); at least 1.
 
     Examples:
         >>> micro_batch_size(1000, 64, 40_000), micro_batch_size(1000, 6, 10**9)
         (8, 6)
-        >>> micro_batch_size(1000, 64, 10**9, cap=8)
-        8
+        >>> micro_batch_size(1000, 64, 10**9, cap=8), micro_batch_size(1000, 64, 40_000, None, 2)
+        (8, 16)
     """
-    per_example = max(1, n_params * BYTES)
+    per_example = max(1, n_params * entry_bytes)
     limit = batch_size if cap is None else min(batch_size, cap)
     if batch_size <= limit and batch_size * per_example <= memory_budget:
         return batch_size

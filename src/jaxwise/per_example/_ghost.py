@@ -159,14 +159,22 @@ def output_grads(
 
 def _outer_sq(a: jax.Array, g: jax.Array, form: str) -> jax.Array:
     """``‖Σ_t a_t g_tᵀ‖²`` per example, ``a (B, T, K)``, ``g (B, T, N)``, in the given form."""
-    a, g = a.astype(jnp.float32), g.astype(jnp.float32)
     if a.shape[1] == 1 or form == "rank-one":
+        a, g = a.astype(jnp.float32), g.astype(jnp.float32)
         return jnp.sum(jnp.square(a), axis=(1, 2)) * jnp.sum(jnp.square(g), axis=(1, 2))
     if form == "gram":
-        aa = jnp.einsum("btk,bsk->bts", a, a)
-        gg = jnp.einsum("btn,bsn->bts", g, g)
+        aa = _dot32("btk,bsk->bts", a, a)
+        gg = _dot32("btn,bsn->bts", g, g)
         return jnp.sum(aa * gg, axis=(1, 2))
-    return jnp.sum(jnp.square(jnp.einsum("btk,btn->bkn", a, g)), axis=(1, 2))
+    return jnp.sum(jnp.square(_dot32("btk,btn->bkn", a, g)), axis=(1, 2))
+
+
+def _dot32(spec: str, x: jax.Array, y: jax.Array) -> jax.Array:
+    """``einsum(spec, x, y)`` accumulated in float32, on the operands as stored (bfloat16
+    operands are read as such: their products are exact in float32)."""
+    if x.dtype != y.dtype:
+        x, y = x.astype(jnp.float32), y.astype(jnp.float32)
+    return jnp.einsum(spec, x, y, preferred_element_type=jnp.float32)
 
 
 def _dense_flat(
@@ -409,10 +417,25 @@ def round_pass(
     new_acts, new_grads = list(acts), list(grads)
     for j, use in enumerate(program.uses):
         if use.kind in ("dense", "conv"):
-            new_acts[j] = [round_operand(a, bits).astype(a.dtype) for a in acts[j]]
+            new_acts[j] = [_narrow(round_operand(a, bits), a.dtype, bits) for a in acts[j]]
         if use.kind in GHOST_KINDS:
-            new_grads[j] = [round_operand(g, bits).astype(g.dtype) for g in grads[j]]
+            new_grads[j] = [_narrow(round_operand(g, bits), g.dtype, bits) for g in grads[j]]
     return new_acts, new_grads
+
+
+def _narrow(x: jax.Array, dtype: Any, bits: int) -> jax.Array:
+    """Rounded float32 values in the narrowest container that holds them: bfloat16 at 8 bits
+    (same exponent range, so exact), else ``dtype``. The later passes (norms, the clipped sum)
+    then read half the bytes; `as_program_dtype` restores the program's dtype where a
+    re-bound equation needs it."""
+    if bits == 8 and dtype == jnp.float32:
+        return x.astype(jnp.bfloat16)
+    return x.astype(dtype)
+
+
+def as_program_dtype(values: list[Any], refs: Sequence[Any], program: ExampleGraph) -> list[Any]:
+    """``values`` cast back to the dtypes the program gives ``refs`` (after `_narrow`)."""
+    return [v.astype(program.avals[r].dtype) for v, r in zip(values, refs)]
 
 
 def sq_norms(
@@ -498,15 +521,17 @@ def weighted_sum(
         for i, v in zip(which, sub):
             full[i] = v
         env = _static(program, full)
-        return [jax.vmap(_use_fn(program, program.uses[j], env))(acts[j]) for j in ghost]
+        return [jax.vmap(_use_fn(program, program.uses[j], env))(ins[j]) for j in ghost]
 
+    ins = {
+        j: as_program_dtype(acts[j], _example_refs(program, program.uses[j]), program)
+        for j in ghost
+    }
     _, vjp = jax.vjp(uses_of, [leaves[i] for i in which])
     cot = [
         [
-            round_operand(g * _expand(factor, g), bits).astype(g.dtype)
-            if program.uses[j].kind != "embedding"
-            else g * _expand(factor, g)
-            for g in grads[j]
+            _weighted(g, factor, None if program.uses[j].kind == "embedding" else bits, r, program)
+            for g, r in zip(grads[j], _probe_refs(program, program.uses[j]))
         ]
         for j in ghost
     ]
@@ -539,6 +564,25 @@ def _pull_back(
     values, vjp = jax.vjp(params_of, [leaves[i] for i in which])
     cot = [jnp.tensordot(factor, kept[j], axes=1).astype(v.dtype) for j, v in zip(uses, values)]
     return dict(zip(which, vjp(cot)[0]))
+
+
+def _example_refs(program: ExampleGraph, use: Use) -> list[Any]:
+    node = program.nodes[use.node]
+    return [node.inputs[i] for i in _example_positions(program, node)]
+
+
+def _probe_refs(program: ExampleGraph, use: Use) -> list[Any]:
+    node = program.nodes[use.node]
+    return [node.outputs[p] for p in use.probes]
+
+
+def _weighted(
+    g: jax.Array, factor: jax.Array, bits: int | None, ref: int, program: ExampleGraph
+) -> jax.Array:
+    """The cotangent ``RN(f·g̃)`` in the use output's dtype: ``f`` applied in float32 (never
+    rounded to a narrow ``g̃``'s container), then rounded to ``bits`` (None: as is)."""
+    g32 = g.astype(jnp.float32)
+    return round_operand(g32 * _expand(factor, g32), bits).astype(program.avals[ref].dtype)
 
 
 def _use_fn(

@@ -67,16 +67,40 @@ def _norm_single(loss: LossFn) -> Callable[[Any, Any], jax.Array]:
     return norm
 
 
+def stored(grads: Any, bits: int | None) -> Any:
+    """Per-example gradients in the narrowest container that holds their values at ``bits``.
+
+    At 8 significand bits (a TPU's default matmul precision) every float32 leaf becomes
+    bfloat16: the ``m × P`` kept gradients move half the bytes, and the norm and the clipped
+    sum both read the same stored values, so each released contribution ``f·g̃`` still has norm
+    ``≤ C`` (the norm is of ``g̃`` itself). Any other ``bits`` (``None``: exact; 11: TF32)
+    keeps them as they are.
+
+    Examples:
+        >>> stored(jnp.ones(2), 8).dtype, stored(jnp.ones(2), None).dtype
+        (dtype(bfloat16), dtype('float32'))
+    """
+    if bits != 8:
+        return grads
+    return jax.tree.map(lambda g: g.astype(jnp.bfloat16) if g.dtype == jnp.float32 else g, grads)
+
+
 def clip_factors(
-    loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
+    loss: LossFn,
+    params: Any,
+    batch: Any,
+    weights: jax.Array,
+    clip_norm: float,
+    bits: int | None = None,
 ) -> tuple[Any, jax.Array, jax.Array]:
     """``(per-example gradients (m, …), norms (m,), clip factors (m,))`` of one micro-batch.
 
-    The norms are taken from the gradients themselves (float32), so each example's released
-    contribution ``f_i·∇_i`` has norm at most ``C`` whatever precision formed ``∇_i``. The
+    The gradients are kept in their `stored` container (bfloat16 at ``bits=8``); the norms
+    are taken from those stored values (accumulated in float32), so each example's released
+    contribution ``f_i·g̃_i`` has norm at most ``C`` whatever precision formed ``g̃_i``. The
     factor of a weight-0 row is 0.
     """
-    grads = jax.vmap(jax.grad(loss), in_axes=_MAPPED)(params, batch)
+    grads = stored(jax.vmap(jax.grad(loss), in_axes=_MAPPED)(params, batch), bits)
     sq = sum(
         jnp.sum(jnp.square(g.astype(jnp.float32)).reshape(g.shape[0], -1), axis=1)
         for g in jax.tree.leaves(grads)
@@ -87,7 +111,12 @@ def clip_factors(
 
 
 def _clipped_sum_chunk(
-    loss: LossFn, params: Any, batch: Any, weights: jax.Array, clip_norm: float
+    loss: LossFn,
+    params: Any,
+    batch: Any,
+    weights: jax.Array,
+    clip_norm: float,
+    bits: int | None,
 ) -> tuple[Any, jax.Array]:
     """Clipped sum of one micro-batch: its per-example gradients, kept; their norms; their
     ``f``-weighted sum (`clip_factors`). One backward pass (``vmap`` of ``grad``), no second
@@ -97,15 +126,16 @@ def _clipped_sum_chunk(
     their producer) and by the weighted sum. Rows of weight 0 are selected out
     (``jnp.where``), never multiplied by 0: NaN or inf in padding changes nothing.
     """
-    grads, norms, factor = clip_factors(loss, params, batch, weights, clip_norm)
+    grads, norms, factor = clip_factors(loss, params, batch, weights, clip_norm, bits)
     live = weights != 0
 
     def weighted(g: jax.Array) -> jax.Array:
         f = factor.reshape(-1, *([1] * (g.ndim - 1)))
         keep = live.reshape(f.shape)
-        return jnp.sum(jnp.where(keep, g.astype(jnp.float32) * f, 0.0), axis=0).astype(g.dtype)
+        return jnp.sum(jnp.where(keep, g.astype(jnp.float32) * f, 0.0), axis=0)
 
-    return jax.tree.map(weighted, grads), norms
+    summed = jax.tree.map(weighted, grads)
+    return jax.tree.map(lambda s, p: s.astype(jnp.result_type(p)), summed, params), norms
 
 
 def _chunked(batch: Any, chunk: int) -> tuple[Any, jax.Array, int]:
@@ -145,12 +175,14 @@ def vmap_clip_and_sum(
     clip_norm: float,
     w: jax.Array,
     chunk_size: int | None,
+    bits: int | None = None,
 ) -> tuple[Any, jax.Array]:
     """Clipped sum from per-example gradients, all at once or ``chunk_size`` at a time
-    (micro-batches accumulated in a ``lax.scan`` carry); one backward pass per example."""
+    (micro-batches accumulated in a ``lax.scan`` carry); one backward pass per example.
+    ``bits``: the matmul operands' significand bits (`stored`)."""
     n = batch_size_of(batch)
     if chunk_size is None or chunk_size >= n:
-        return _clipped_sum_chunk(loss, params, batch, w, clip_norm)
+        return _clipped_sum_chunk(loss, params, batch, w, clip_norm, bits)
     chunks, mask, n = _chunked(batch, chunk_size)
     padded = jnp.concatenate([w, jnp.zeros((mask.size - n,), w.dtype)]).reshape(mask.shape)
     chunk_weights = jnp.where(mask, padded, 0.0)
@@ -158,7 +190,7 @@ def vmap_clip_and_sum(
 
     def one_chunk(total: Any, xs: tuple) -> tuple[Any, jax.Array]:
         chunk, cw = xs
-        summed, norms = _clipped_sum_chunk(loss, params, chunk, cw, clip_norm)
+        summed, norms = _clipped_sum_chunk(loss, params, chunk, cw, clip_norm, bits)
         return jax.tree.map(jnp.add, total, summed), norms
 
     total, norms = jax.lax.scan(one_chunk, zero, (chunks, chunk_weights))
