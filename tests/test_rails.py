@@ -173,6 +173,26 @@ def test_a_bandmf_gradient_in_a_forwarding_wrapper_is_refused_when_the_epoch_is_
     assert np.asarray(a.params).tobytes() == np.asarray(b.params).tobytes()
 
 
+def test_the_gradient_is_handed_over_once_and_the_program_makes_its_state():
+    """``make_epoch(gradient, ...).init_state(params, tx, key)``: the gradient given once, its
+    state (BandMF's noise buffers) made from the program's own gradient; trains bit-identically
+    to ``TrainState.create(..., gradient=...)`` and compiles once."""
+    banded = dp_gradient_fn(squared, clip_norm=1.0, noise_multiplier=1.0, noise=BandMF(4, steps=40))
+    sampler = CyclicPoissonSampler(16, groups=4)
+    a, _, _ = _train(banded, sampler, epochs=2)
+    epoch = make_epoch(banded, sampler)
+    state = epoch.init_state(jnp.zeros(3), optim.sgd(0.5), 3)
+    assert jax.tree.structure(state.gradient_state) == jax.tree.structure(
+        banded.init(jnp.zeros(3))
+    )
+    with CompileBudget(1, epoch, exact=True):
+        for _ in range(2):
+            state, _ = epoch(state, data())
+    assert np.asarray(a.params).tobytes() == np.asarray(state.params).tobytes()
+    with pytest.raises(TypeError, match="tx"):  # TrainState.create's checks, by name
+        epoch.init_state(jnp.zeros(3), object(), 3)
+
+
 def test_a_gradient_without_requirements_is_refused_by_name():
     class Bare:
         def init(self, params):

@@ -137,6 +137,36 @@ class JitProgram:
         self._first = True
         self._plan = plan
 
+    def init_state(
+        self, params: Any, tx: Any, key: jax.Array | int, *, model_state: Any = None
+    ) -> TrainState:
+        """A fresh state for this program: the gradient is the one it was made with.
+
+        ``TrainState.create(params, tx, key, model_state=..., gradient=self.gradient)``: the
+        gradient is handed over once (to ``make_step``/``make_epoch``) and its state (noise
+        buffers, a clip norm, a loss scale) is made here, once.
+
+        Args:
+            params: the parameter pytree (copied).
+            tx: the optimizer (jaxwise or Optax).
+            key: typed key, raw ``PRNGKey`` or int seed.
+            model_state: non-trainable state (BatchNorm statistics…), or ``None``.
+
+        Returns:
+            The state at step 0, as [`TrainState.create`][jaxwise.train.TrainState.create].
+
+        Raises:
+            TypeError, ValueError: as ``TrainState.create``.
+
+        Examples:
+            >>> import jax.numpy as jnp
+            >>> from jaxwise import optim, train
+            >>> step = train.make_step(train.value_and_grad(lambda p, b: jnp.sum((p - b) ** 2)))
+            >>> int(step.init_state(jnp.zeros(3), optim.sgd(0.1), 0).step)
+            0
+        """
+        return TrainState.create(params, tx, key, model_state=model_state, gradient=self.gradient)
+
     def _place(self, state: TrainState, data: Any, data_sharding: Any) -> tuple[TrainState, Any]:
         if self.mesh is None:
             return state, data
@@ -167,7 +197,8 @@ class JitProgram:
             raise ValueError(
                 f"`state.gradient_state` is None but `{type(self.gradient).__name__}` keeps "
                 "state (noise buffers, a clip norm, a loss scale): create the state with "
-                "`TrainState.create(params, tx, key, gradient=...)` (the same gradient)"
+                "`program.init_state(params, tx, key)` (or "
+                "`TrainState.create(params, tx, key, gradient=...)`, the same gradient)"
             )
         if state.gradient_state is not None:
             got = state.gradient_state
@@ -183,7 +214,8 @@ class JitProgram:
                     f"(structure {jax.tree.structure(got)}) vs "
                     f"{describe_leaves(want, 'init(params)')} "
                     f"(structure {jax.tree.structure(want)}); "
-                    "create the state with `TrainState.create(params, tx, key, gradient=...)`"
+                    "create the state with `program.init_state(params, tx, key)` (or "
+                    "`TrainState.create(params, tx, key, gradient=...)`, the same gradient)"
                 )
 
     def _run(self, state: TrainState, data: Any) -> tuple[TrainState, dict[str, Any]]:
