@@ -407,14 +407,13 @@ RESUME_SCRIPT = textwrap.dedent(
     data = make_data(jax.random.key(2))
     epoch = make_train_epoch(loss_fn, batch_size=16)
     state = TrainState.create(init_params(jax.random.key(0)), tx, jax.random.key(1))
-    if mode == "straight":
-        for _ in range(6):
-            state, _ = epoch(state, data)
-    elif mode == "first":
+    if mode == "first":  # 2 epochs, saved, then on without stopping: the straight run
         for _ in range(2):
             state, _ = epoch(state, data)
         save(path, state)
-    else:
+        for _ in range(4):
+            state, _ = epoch(state, data)
+    else:  # another process: restored, then the same 4 epochs
         state = restore(path, like=state)
         for _ in range(4):
             state, _ = epoch(state, data)
@@ -442,8 +441,7 @@ def test_resume_is_bit_identical_across_processes(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         return np.load(out)
 
-    straight = run("straight", tmp_path / "a.npz")
-    run("first", tmp_path / "b.npz")
+    straight = run("first", tmp_path / "a.npz")  # saves at epoch 2, runs on to epoch 6
     resumed = run("resume", tmp_path / "c.npz")
     assert len(straight.files) == len(resumed.files)
     for name in straight.files:
