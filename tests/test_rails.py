@@ -179,9 +179,7 @@ def test_the_gradient_is_handed_over_once_and_the_program_makes_its_state():
     a, _, _ = _train(banded, sampler, epochs=2)
     epoch = make_epoch(banded, sampler)
     state = epoch.init_state(jnp.zeros(3), optim.sgd(0.5), 3)
-    assert jax.tree.structure(state.gradient_state) == jax.tree.structure(
-        banded.init(jnp.zeros(3))
-    )
+    assert jax.tree.structure(state.gradient_state) == jax.tree.structure(banded.init(jnp.zeros(3)))
     with CompileBudget(1, epoch, exact=True):
         for _ in range(2):
             state, _ = epoch(state, data())
