@@ -220,10 +220,13 @@ def test_micro_batches_keep_bfloat16_gradients_on_the_tpu_and_clip_them_in_float
     summed, _ = jax.jit(
         lambda p, b: clip_and_sum(lm_loss, p, b, clip_norm=clip, method="chunked", chunk_size=4)
     )(params, batch)
+    # the chunked program forms its per-example gradients anew (in chunks of 4): an entry near a
+    # bfloat16 rounding boundary may round the other way there, by at most one unit (2^-8)
     for got, g in zip(jax.tree.leaves(summed), jax.tree.leaves(grads)):
         want = np.tensordot(_f64(factor), _f64(g), axes=1)
+        ulp = 2.0**-8 * np.tensordot(_f64(factor), np.abs(_f64(g)), axes=1)
         assert got.dtype == jnp.float32
-        np.testing.assert_allclose(_f64(got), want, rtol=1e-5, atol=1e-6 * np.abs(want).max())
+        assert np.all(np.abs(_f64(got) - want) <= ulp + 1e-6 * np.abs(want).max())
 
 
 def test_the_tpu_stand_in_rounds_operands_to_bfloat16_and_highest_rounds_nothing(as_backend):

@@ -93,6 +93,11 @@ def test_the_newest_lane_is_pinned_to_what_was_tested():
 def test_ci_runs_both_lanes_and_python_311_is_selected_for_the_oldest():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test\n" in ci and "make test-oldest\n" in ci
+    # the files only the newest lane runs exist (a renamed file would silently join the oldest)
+    listed = re.search(r"OLDEST_ONLY_NEWEST = ((?:.*\\\n)*.*)", (ROOT / "Makefile").read_text())
+    assert listed is not None
+    names = listed.group(1).replace("\\", " ").split()
+    assert len(names) >= 10 and all((ROOT / "tests" / f"{n}.py").is_file() for n in names), names
     assert (ROOT / ".python-version").read_text().split() == ["3.12", "3.11"]
     makefile = (ROOT / "Makefile").read_text()
     assert "PYTHON_OLDEST ?= python3.11" in makefile and "-c .ci/oldest.txt" in makefile
