@@ -103,7 +103,9 @@ def interleave(sides, rounds, root):
     )
 
 
-def fit_table(root: Path) -> str:
+def cnn_fit_setup():
+    """``(step, fresh, data)``: the CNN's compiled step (warmed up), a fresh-state factory and
+    ``STEPS`` batches — what every ``fit`` timing here and in `bench_checkpoint_layout` runs."""
     model, tx = cnn_model(), optim.adam(1e-3)
 
     def loss_fn(params, batch):
@@ -117,6 +119,11 @@ def fit_table(root: Path) -> str:
     data = [(x[i], y[i]) for i in range(STEPS)]
     fresh = lambda: TrainState.create(model.params, tx, 0)  # noqa: E731
     fit(step, fresh(), data[:3])  # compile outside the timings
+    return step, fresh, data
+
+
+def fit_table(root: Path) -> str:
+    step, fresh, data = cnn_fit_setup()
 
     def run_fit(kwargs, orbax=False):
         def go(i):

@@ -27,14 +27,13 @@ import zlib
 from pathlib import Path
 
 import jax
-import numpy as np
-from bench_checkpoint import CNN_BATCH, EVERY, ROUNDS, STEPS, cnn_model, fresh_state, interleave
+from bench_checkpoint import EVERY, ROUNDS, STEPS, cnn_fit_setup, fresh_state, interleave
 from common import fmt_time, main_guard, table, write_section
 
-from jaxwise import numerics, optim
+from jaxwise import optim
 from jaxwise.checkpoint import Checkpointer, _native
 from jaxwise.checkpoint import _format as fmt
-from jaxwise.train import Checkpointing, TrainState, fit, make_train_step
+from jaxwise.train import Checkpointing, fit
 
 
 def _fsync(path, flags=os.O_RDONLY):
@@ -89,19 +88,7 @@ NOW, BEFORE = "orbax pytree layout (now)", "single data file (before)"
 
 
 def fit_rows(root: Path) -> list[list[str]]:
-    model, tx = cnn_model(), optim.adam(1e-3)
-
-    def loss_fn(params, batch):
-        logits, _ = model.apply(params, None, batch[0])
-        return numerics.cross_entropy(logits, batch[1])
-
-    step = make_train_step(loss_fn)
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(STEPS, CNN_BATCH, 28, 28, 1)).astype(np.float32)
-    y = rng.integers(0, 10, size=(STEPS, CNN_BATCH)).astype(np.int32)
-    data = [(x[i], y[i]) for i in range(STEPS)]
-    fresh = lambda: TrainState.create(model.params, tx, 0)  # noqa: E731
-    fit(step, fresh(), data[:3])  # compile outside the timings
+    step, fresh, data = cnn_fit_setup()
 
     def run_fit(writer):
         def go(i):
