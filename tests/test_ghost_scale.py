@@ -85,11 +85,14 @@ def _f64_norms(grads):
     return np.sqrt(sum(np.sum(np.square(x), axis=1) for x in leaves))
 
 
-def test_coverage_takes_both_forms_by_shape_and_backend(monkeypatch):
+def test_coverage_takes_both_forms_by_shape_and_backend(monkeypatch, backend_default_precision):
+    # each backend injected, at its own default precision (a TPU's bfloat16 pass halves the
+    # kept gradient's bytes; the lane's "highest" would not)
     from jaxwise.per_example import _cost
 
     params = init(jax.random.key(0))
     example = jax.tree.map(lambda a: a[0], batch_of(1))
+    monkeypatch.setattr(_cost, "backend_name", lambda: "cpu")
     cpu = {r.path: r.norm for r in ghost_coverage(lm_loss, params, example)}
     assert {cpu[p] for p in ("blocks.0.qkv", "blocks.1.fc2", "blocks.0.out", "head")} == {
         "per-example"

@@ -194,7 +194,8 @@ def test_merge_takes_the_last_attempt_and_counts_per_chunk(tmp_path):
         json.dumps({"compiles": 10, "cache_loads": 4, "compile_seconds": 12.0})
     )
     chunks, env, _ = merge.collect([tmp_path])
-    text = merge.markdown(chunks, env)
+    planned = [a, b, c, "tests/test_d.py", "tests/test_e.py"]
+    text = merge.markdown(chunks, env, planned=planned)
     assert "### 2026-12-07: TPU v5 lite (tpu" in text and "JAX 0.10.2" in text
     assert "| 0 | 2 | 2 | 0 | 1 | 0 | 10.0 | 2 | yes |" in text  # t2 passed when resumed
     assert "| 1 | 2 | 0 | 1 | 0 | 1 | 5.0 | 1 | no |" in text
@@ -202,6 +203,7 @@ def test_merge_takes_the_last_attempt_and_counts_per_chunk(tmp_path):
     assert "  - 1 × needs mlflow" in text
     assert "`tests/test_c.py::t4`: AssertionError: 3 != 4" in text
     assert "not run (units of unfinished chunks): tests/test_d.py" in text
+    assert "not run (units of chunks not run): tests/test_e.py" in text  # no record names it
     assert "10 by XLA, 4 loaded from the persistent compilation cache" in text
 
 

@@ -12,11 +12,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from host64 import mesh_devices
+from host64 import cpu_devices, mesh_devices
 from jax.sharding import PartitionSpec as P
 
 import jaxwise.train
 from jaxwise import optim
+from jaxwise._shared._backends import assume_backend
 from jaxwise.checkpoint import CheckpointError, latest_step, load_metadata, restore, save
 from jaxwise.compilation import CompileBudget, CompileCounter
 from jaxwise.sharding import data_mesh
@@ -186,7 +187,8 @@ def test_host_copy_survives_donation_device_reference_does_not(setup):
     )
 
 
-def test_weak_typed_leaf_is_caught_by_the_audit(key):
+@pytest.mark.parametrize("guard", ["cpu", "tpu"], ids=["branching", "select"])
+def test_weak_typed_leaf_is_caught_by_the_audit(key, guard):
     params = {
         "dense_0": {"w": jnp.ones((4, 3)), "b": jnp.asarray(0.0)}
     }  # jnp.asarray(0.0) is weakly typed
@@ -202,8 +204,9 @@ def test_weak_typed_leaf_is_caught_by_the_audit(key):
         key=jax.random.key(0),
         tx=tx,
     )
-    # the NaN guard's lax.cond (always on) keeps the weak type stable
-    guarded, _ = make_train_step(loss)(state, (jnp.ones((2, 4)), None))
+    # both NaN guards keep the weak type stable: lax.cond (CPU, GPU) and the selects (TPU)
+    with assume_backend(guard):
+        guarded, _ = make_train_step(loss)(state, (jnp.ones((2, 4)), None))
     assert type_signature(guarded) == type_signature(state)
     params = {"dense_0": {"w": jnp.ones((4, 3)), "b": jnp.asarray(0.0)}}
     fixed = TrainState.create(params, tx, 0)  # create() gives strong types
@@ -462,9 +465,12 @@ def test_data_parallel_equals_single_device(key):
     single = make_train_step(loss_fn)
     parallel = make_train_step(loss_fn, mesh=mesh)
     s1, s4 = TrainState.create(params, tx, 0), TrainState.create(params, tx, 0)
+    # the single-device run on the mesh's platform (a TPU machine's mesh of 4 is its CPU's):
+    # one backend's arithmetic on both sides
+    s1 = jax.device_put(s1, mesh.devices.flat[0])
     for i in range(4):
         batch = (data[0][i * 32 : (i + 1) * 32], data[1][i * 32 : (i + 1) * 32])
-        s1, m1 = single(s1, batch)
+        s1, m1 = single(s1, jax.device_put(batch, mesh.devices.flat[0]))
         s4, m4 = parallel(s4, batch)
         np.testing.assert_allclose(float(m4["loss"]), float(m1["loss"]), rtol=1e-5)
     for a, b in zip(jax.tree.leaves(s4.params), jax.tree.leaves(s1.params)):
@@ -745,7 +751,9 @@ def test_optimizer_mismatch_is_caught_before_donation(key):
 
 
 def test_live_numpy_view_is_caught_on_a_later_call(setup):
+    # on the host CPU whatever the backend: only there does a NumPy view share the buffer
     tx, state, (x, y) = setup
+    state, x, y = jax.device_put((state, x, y), cpu_devices()[0])
     step = make_train_step(loss_fn)
     state, _ = step(state, (x[:8], y[:8]))  # first call: audited as before
     view = np.asarray(
@@ -763,6 +771,33 @@ def test_live_numpy_view_is_caught_on_a_later_call(setup):
     snapshot = host_copy(new_state.params)  # the fix: a real copy
     new_state, _ = step(new_state, (x[16:24], y[16:24]))
     assert int(new_state.step) == 3 and snapshot["dense_0"]["w"].shape == (4, 16)
+
+
+def test_state_copied_to_the_programs_devices_is_not_a_kept_buffer():
+    # a loss in shard_map over a mesh of other devices (on a TPU machine: the CPU's): JAX copies
+    # the uncommitted state there and donates the copy; the original is the caller's, no error
+    from jax.sharding import Mesh
+
+    devices = cpu_devices()[4:8]
+    mesh = Mesh(np.asarray(devices), ("data",))
+
+    def body(p, x, y):
+        return jax.lax.pmean(jnp.mean((x @ p["w"] - y) ** 2), "data")
+
+    def loss(p, batch):
+        spec = (P(), P("data"), P("data"))
+        return jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=P())(p, *batch)
+
+    with jax.default_device(cpu_devices()[0]):
+        state = TrainState.create({"w": jnp.ones((3, 1))}, optim.sgd(0.1), 0)
+        batch = (jnp.ones((8, 3)), jnp.ones((8, 1)))
+    step = make_train_step(loss)
+    with CompileBudget(2, step, exact=True):  # the state's placement changes once: 2
+        moved, _ = step(state, batch)  # copied: the original stays alive
+        assert not state.params["w"].is_deleted()
+        assert moved.params["w"].devices() == set(devices)
+        again, _ = step(moved, batch)  # on the mesh now: donated in place
+    assert moved.params["w"].is_deleted() and int(again.step) == 2
 
 
 def test_deleted_leaf_is_named_on_every_call(setup):

@@ -20,6 +20,7 @@ import json
 import sys
 import xml.etree.ElementTree as ET
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,9 +125,12 @@ def merged_junit(junits: list[Path]) -> ET.ElementTree:
     return ET.ElementTree(root)
 
 
-def markdown(chunks: dict[int, Chunk], environment: dict, date: str = "") -> str:
+def markdown(
+    chunks: dict[int, Chunk], environment: dict, date: str = "", planned: Sequence[str] = ()
+) -> str:
     """The "Last result" section: environment, per chunk counts and device minutes, skips by
-    reason, every failure, and the units planned but not run."""
+    reason, every failure, and the units not run: those of unfinished chunks, and those of
+    ``planned`` (every unit of the suite) that no chunk's record names (chunks not run)."""
     env = environment
     date = date or str(env.get("started", "")).split(" ")[0]
     lines = [
@@ -183,7 +187,10 @@ def markdown(chunks: dict[int, Chunk], environment: dict, date: str = "") -> str
     lines += [f"  - {n} × {reason}" for reason, n in skips.most_common()] or ["  - none"]
     lines += ["", f"- failures ({len(failures)}):"]
     lines += [f"  - {f}" for f in failures] or ["  - none"]
-    lines += ["", f"- not run (units of unfinished chunks): {', '.join(not_run) or 'none'}", ""]
+    lines += ["", f"- not run (units of unfinished chunks): {', '.join(not_run) or 'none'}"]
+    covered = {u for chunk in chunks.values() for u in chunk.units}
+    missing = [u for u in planned if u not in covered]
+    lines += [f"- not run (units of chunks not run): {', '.join(missing) or 'none'}", ""]
     return "\n".join(lines)
 
 
@@ -203,7 +210,7 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     chunks, environment, junits = collect(folders)
-    section = markdown(chunks, environment)
+    section = markdown(chunks, environment, planned=plan.units())
     print(section)
     if write:
         MERGED.parent.mkdir(parents=True, exist_ok=True)

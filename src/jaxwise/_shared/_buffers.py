@@ -74,7 +74,9 @@ def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) 
 
     Returns:
         Positions in ``leaves`` of arrays that are still alive, or (``before`` given) deleted
-        while no output lives in their buffer and a NumPy view still holds it.
+        while no output lives in their buffer and a NumPy view still holds it. An alive array
+        on none of the devices the outputs are on does not count: JAX copied it (uncommitted)
+        to where the program runs and donated the copy; the caller's original is theirs.
     """
     alive: list[int] = []
     deleted: list[int] = []
@@ -82,6 +84,8 @@ def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) 
         is_deleted = getattr(leaf, "is_deleted", None)
         if is_deleted is not None:
             (deleted if is_deleted() else alive).append(i)
+    if alive:
+        alive = _not_moved(leaves, alive, out)
     if before is None or not deleted:
         return alive
     written: set[int] = set()
@@ -93,6 +97,26 @@ def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) 
         i for i in deleted if before[i] and written.isdisjoint(before[i]) and _exported(leaves[i])
     ]
     return sorted(alive + lost)
+
+
+def _not_moved(leaves: Sequence[Any], alive: list[int], out: Any) -> list[int]:
+    """The ``alive`` positions whose array is on a device the call's outputs are on.
+
+    A program placed elsewhere (a ``shard_map`` over a mesh of other devices) receives a copy
+    of an uncommitted donated array: the copy is donated, the original stays alive and is
+    freed when the caller drops it (a training loop's next ``state = step(state, ...)``).
+    """
+    where: set[Any] = set()
+    for leaf in jax.tree.leaves(out):
+        devices = getattr(leaf, "devices", None)
+        if devices is not None:
+            try:
+                where.update(devices())
+            except Exception:  # a deleted output: nothing to compare
+                pass
+    if not where:
+        return alive
+    return [i for i in alive if not where.isdisjoint(leaves[i].devices())]
 
 
 def _exported(leaf: jax.Array) -> bool:

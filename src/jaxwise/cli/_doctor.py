@@ -93,8 +93,12 @@ def matmul_precision(backend: str | None = None) -> str:
     else what ``backend`` (default: JAX's default backend) computes at its default.
 
     Examples:
-        >>> matmul_precision("cpu")
+        >>> with jax.default_matmul_precision(None):  # nothing configured
+        ...     matmul_precision("cpu")
         'default: full float32'
+        >>> with jax.default_matmul_precision("highest"):
+        ...     matmul_precision("tpu")
+        'highest (jax_default_matmul_precision)'
     """
     configured = jax.config.jax_default_matmul_precision  # pyright: ignore[reportAttributeAccessIssue]
     if configured is not None:

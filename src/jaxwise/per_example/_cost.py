@@ -112,8 +112,13 @@ def operand_bits(cost: BackendCost) -> int | None:
     operands already rounded to bfloat16), TF32 on a GPU, float32 on a CPU.
 
     Examples:
-        >>> operand_bits(backend_cost("tpu")), operand_bits(backend_cost("cpu"))
+        >>> import jax
+        >>> with jax.default_matmul_precision("default"):  # the backends' own defaults
+        ...     operand_bits(backend_cost("tpu")), operand_bits(backend_cost("cpu"))
         (8, None)
+        >>> with jax.default_matmul_precision("highest"):
+        ...     operand_bits(backend_cost("tpu")) is None
+        True
     """
     if cost.default_bits is None:
         return None

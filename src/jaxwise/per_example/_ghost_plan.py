@@ -24,12 +24,14 @@ def norm_form(t: int, k: int, n: int, cost: BackendCost | None = None) -> str:
     (``"gram"``: ``2T²(K + N)`` FLOPs and ``2T²`` floats per example) or from the
     materialised per-example gradient (``"per-example"``: kept for the clipped sum, ``KN``
     floats written and read), whichever `_cost.layer_costs` says is cheaper on the backend
-    (``cost``; default the one in use): FLOPs against bytes.
+    (``cost``; default the one in use) at the matmul precision in effect: FLOPs against bytes.
 
     Examples:
+        >>> import jax
         >>> from jaxwise.per_example._cost import backend_cost
         >>> cpu, tpu = backend_cost("cpu"), backend_cost("tpu")
-        >>> norm_form(1, 512, 512), norm_form(64, 128, 128, cpu), norm_form(256, 768, 768, tpu)
+        >>> with jax.default_matmul_precision("default"):  # a TPU's one bfloat16 pass
+        ...     norm_form(1, 512, 512), norm_form(64, 128, 128, cpu), norm_form(256, 768, 768, tpu)
         ('rank-one', 'per-example', 'gram')
     """
     if t == 1:

@@ -225,8 +225,10 @@ def auto_chunk_size(
         >>> import jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
         >>> w, x = jnp.ones((256, 256)), jnp.ones((64, 256))
-        >>> auto_chunk_size(loss, w, x, memory_budget=2**22) < 64
-        True
+        >>> auto_chunk_size(loss, w, x, memory_budget=2**30)  # everything fits
+        64
+        >>> auto_chunk_size(loss, w, x, memory_budget=1)  # nothing does: one at a time
+        1
     """
     check_loss(loss)
     check_params(params)

@@ -108,7 +108,16 @@ def _selected(
     """`_guarded` without branches: the update always runs, ``jnp.where`` keeps the old state."""
     new, updates = _apply(state, *new_parts, step_increment=step_increment)
     ok = ok & _finite_sum(updates)
-    return jax.tree.map(lambda a, b: jnp.where(ok, a, b), new, state), ok
+    return jax.tree.map(functools.partial(_keep, ok), new, state), ok
+
+
+def _keep(ok: jax.Array, new: jax.Array, old: jax.Array) -> jax.Array:
+    """``new`` where ``ok``, else ``old``; a weakly typed ``old`` stays weakly typed (a
+    ``lax.cond`` for it alone, as the branching guard keeps it), so the state's type signature
+    is the same on every backend."""
+    if jax.typeof(old).weak_type:
+        return jax.lax.cond(ok, lambda: new, lambda: old)
+    return jnp.where(ok, new, old)
 
 
 def _call(
