@@ -231,6 +231,26 @@ def test_noise_multiplier_for_round_trips():
         assert eps(sigma * 0.97, q, steps, delta) > target
 
 
+def test_pld_calibration_searches_near_the_answer():
+    # dp-accounting's PLD of σ = 1e-3 at q = 256/60000 needs a 38 GiB array: the bisection
+    # once started its bracket there (a MemoryError); it now starts from σ = 1, one octave
+    q, steps, delta = 256 / 60000, 1000, 1e-5
+    sigma = noise_multiplier_for(
+        epsilon=0.5, sample_rate=q, steps=steps, delta=delta, accountant="pld"
+    )
+    assert eps(sigma, q, steps, delta, "pld") <= 0.5 * (1 + 1e-3)
+    assert eps(sigma * 0.99, q, steps, delta, "pld") > 0.5
+
+
+@pytest.mark.parametrize(
+    "target, expected", [(3.0, (0.25, 0.5)), (0.3, (2.0, 4.0)), (1e4, (1e-3, 1e-3))]
+)
+def test_the_calibration_bracket_is_one_octave(target, expected):
+    from jaxwise.privacy._accounting._accountant import _bracket
+
+    assert _bracket(lambda sigma: 1 / sigma, target) == pytest.approx(expected)
+
+
 def eps(sigma, q, steps, delta, accountant: Any = "rdp"):
     return epsilon(
         noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant=accountant

@@ -45,6 +45,8 @@ class Chunk:
     attempts: int = 0
     complete: bool = False
     compiles: Counter[str] = field(default_factory=Counter)
+    started: str = ""  # when its machine's run began (environment-K.json)
+    superseded: int = 0  # its tests that a later chunk ran again (counted there)
 
     def counts(self) -> Counter[str]:
         return Counter(outcome for outcome, _ in self.outcomes.values())
@@ -81,7 +83,12 @@ def collect(folders: list[Path]) -> tuple[dict[int, Chunk], dict, list[Path]]:
                     chunk.units, chunk.complete = data["units"], data["complete"]
                 chunk.done.update(data["done"])
             elif name.startswith("environment-") and name.endswith(".json"):
-                environment = environment or json.loads(path.read_text())
+                env = json.loads(path.read_text())
+                chunks.setdefault(_chunk_of(name), Chunk(_chunk_of(name))).started = str(
+                    env.get("started", "")
+                )
+                if str(env.get("started", "")) >= str(environment.get("started", "")):
+                    environment = env  # the latest run's machine
             elif name.startswith("compiles-") and name.endswith(".json"):
                 k = _chunk_of(name)
                 chunks.setdefault(k, Chunk(k)).compiles.update(json.loads(path.read_text()))
@@ -97,7 +104,21 @@ def collect(folders: list[Path]) -> tuple[dict[int, Chunk], dict, list[Path]]:
             if entry["when"] == "teardown" and previous and previous[0] != "failed":
                 outcome = "failed"  # an error in teardown after a pass
             chunk.outcomes[entry["test"]] = (outcome, entry.get("message", ""))
+    _supersede(chunks)
     return dict(sorted(chunks.items())), environment, sorted(junits)
+
+
+def _supersede(chunks: dict[int, Chunk]) -> None:
+    """A test that several chunks ran (a later session re-running the files it fixed) counts
+    once, in the chunk whose run began last; the earlier chunks count it as superseded."""
+    latest: dict[str, int] = {}
+    for k, chunk in sorted(chunks.items(), key=lambda kc: (kc[1].started, kc[0])):
+        for test in chunk.outcomes:
+            latest[test] = k
+    for k, chunk in chunks.items():
+        for test in [t for t in chunk.outcomes if latest[t] != k]:
+            del chunk.outcomes[test]
+            chunk.superseded += 1
 
 
 def merged_junit(junits: list[Path]) -> ET.ElementTree:
@@ -143,24 +164,27 @@ def markdown(
         '`bash tests/accelerator/lane.sh K` per chunk (`-m "not slow"`), merged by '
         "`tests/accelerator/merge.py`. Device minutes: the pytest wall time of every attempt.",
         "",
-        "| chunk | units | passed | failed | skipped | xfailed | device min | attempts | done |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| chunk | run began | units | passed | failed | skipped | xfailed | superseded | "
+        "device min | attempts | done |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     total: Counter[str] = Counter()
     minutes = 0.0
     skips: Counter[str] = Counter()
     failures: list[str] = []
     not_run: list[str] = []
+    superseded = 0
     for k, chunk in chunks.items():
         c = chunk.counts()
         c["passed"] += c.pop("xpassed", 0)  # a non-strict xfail that passed (strict ones fail)
         failed = c["failed"]
         total.update(c)
         minutes += chunk.wall_s / 60
+        superseded += chunk.superseded
         lines.append(
-            f"| {k} | {len(chunk.units)} | {c['passed']} | {failed} | {c['skipped']} | "
-            f"{c['xfailed']} | {chunk.wall_s / 60:.1f} | {chunk.attempts} | "
-            f"{'yes' if chunk.complete else 'no'} |"
+            f"| {k} | {chunk.started or '?'} | {len(chunk.units)} | {c['passed']} | {failed} | "
+            f"{c['skipped']} | {c['xfailed']} | {chunk.superseded} | {chunk.wall_s / 60:.1f} | "
+            f"{chunk.attempts} | {'yes' if chunk.complete else 'no'} |"
         )
         for test, (outcome, message) in sorted(chunk.outcomes.items()):
             if outcome == "skipped":
@@ -170,8 +194,8 @@ def markdown(
         if not chunk.complete:
             not_run += [u for u in chunk.units if u not in chunk.done]
     lines.append(
-        f"| all | {sum(len(c.units) for c in chunks.values())} | {total['passed']} | "
-        f"{total['failed']} | {total['skipped']} | {total['xfailed']} | "
+        f"| all | | {sum(len(c.units) for c in chunks.values())} | {total['passed']} | "
+        f"{total['failed']} | {total['skipped']} | {total['xfailed']} | {superseded} | "
         f"{minutes:.1f} | | |"
     )
     compiles: Counter[str] = Counter()
@@ -200,7 +224,8 @@ def replace_section(doc: str, section: str) -> str:
     if start < 0:
         return doc.rstrip("\n") + "\n\n" + section
     end = doc.find("\n## ", start + len(HEADING))
-    return doc[:start] + section + (doc[end + 1 :] if end >= 0 else "")
+    section = section.rstrip("\n") + "\n"
+    return doc[:start] + section + ("\n" + doc[end + 1 :] if end >= 0 else "")
 
 
 def main(argv: list[str]) -> int:
@@ -216,7 +241,8 @@ def main(argv: list[str]) -> int:
         MERGED.parent.mkdir(parents=True, exist_ok=True)
         merged_junit(junits).write(MERGED, encoding="utf-8", xml_declaration=True)
         DOC.write_text(replace_section(DOC.read_text(), section))
-        plan.update(junits, source="the TPU lane's JUnit reports (merge.py)")
+        if junits:  # a record kept without its JUnit reports leaves the durations as they are
+            plan.update(junits, source="the TPU lane's JUnit reports (merge.py)")
     return 0
 
 

@@ -11,11 +11,17 @@ per-test seconds the durations give, or ``DEFAULT_S``.
     python3 tests/accelerator/plan.py          # the chunks, with their estimated minutes
     python3 tests/accelerator/plan.py K        # chunk K's units, one a line (lane.sh reads it)
     python3 tests/accelerator/plan.py update JUNIT.xml ...   # durations.json from a lane run
+
+``LANE_UNITS=FILE LANE_FIRST=N`` (for plan.py and lane.sh alike) plans only the units FILE lists
+(one a line, ``#`` comments), numbered from chunk N: a later session finishing a lane (the
+units no earlier chunk ran, and those it re-runs after fixes); merge.py counts a test re-run
+there once, in the later chunk.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -102,7 +108,8 @@ def seconds_by_unit(reports: Iterable[Path]) -> dict[str, float]:
     for report in reports:
         found: dict[str, float] = defaultdict(float)
         for case in ET.parse(report).getroot().iter("testcase"):
-            found[unit_of(case.get("classname", ""))] += float(case.get("time") or 0.0)
+            if case.get("classname"):  # a case without one (a collection error) has no unit
+                found[unit_of(case.get("classname", ""))] += float(case.get("time") or 0.0)
         result.update(found)
     return result
 
@@ -112,7 +119,7 @@ def update(reports: Iterable[Path], path: Path = DURATIONS, source: str = "") ->
     data = load(path) if path.exists() else {"files": {}, "overhead_s": 30.0}
     measured = seconds_by_unit(reports)
     files = dict(data["files"])
-    files.update({u: round(s, 1) for u, s in measured.items()})
+    files.update({u: max(round(s, 1), 0.1) for u, s in measured.items()})  # 0.1: skipped
     data["files"] = dict(sorted(files.items()))
     if source:
         data["source"] = source
@@ -120,10 +127,12 @@ def update(reports: Iterable[Path], path: Path = DURATIONS, source: str = "") ->
     return data
 
 
-def describe(chunks: list[list[str]], durations: Mapping[str, float], overhead_s: float) -> str:
-    """The chunks as text: index, estimated minutes, units."""
+def describe(
+    chunks: list[list[str]], durations: Mapping[str, float], overhead_s: float, first: int = 0
+) -> str:
+    """The chunks as text: index (from ``first``), estimated minutes, units."""
     lines = []
-    for k, chunk in enumerate(chunks):
+    for k, chunk in enumerate(chunks, start=first):
         minutes = chunk_seconds(chunk, durations, overhead_s) / 60
         lines.append(f"chunk {k}: {minutes:.1f} min, {len(chunk)} units: {' '.join(chunk)}")
     total = sum(chunk_seconds(c, durations, overhead_s) for c in chunks) / 60
@@ -137,16 +146,49 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["update"]:
         update([Path(p) for p in argv[1:]], source="the lane's JUnit reports")
         return 0
-    chunks = plan(durations, units(), CAP_S, overhead)
+    try:
+        selected, first = selection(os.environ)
+    except ValueError as e:
+        print(f"plan: {e}", file=sys.stderr)
+        return 2
+    chunks = plan(durations, selected, CAP_S, overhead)
     if not argv:
-        print(describe(chunks, durations, overhead))
+        print(describe(chunks, durations, overhead, first))
         return 0
-    k = int(argv[0])
+    k = int(argv[0]) - first
     if not 0 <= k < len(chunks):
-        print(f"plan: chunk must be 0..{len(chunks) - 1}, got {k}", file=sys.stderr)
+        print(
+            f"plan: chunk must be {first}..{first + len(chunks) - 1}, got {argv[0]}",
+            file=sys.stderr,
+        )
         return 2
     print("\n".join(chunks[k]))
     return 0
+
+
+def selection(env: Mapping[str, str], root: Path = ROOT) -> tuple[list[str], int]:
+    """The units to plan and the first chunk's number: every unit from 0, or (a later session
+    finishing a lane) the units listed in the file ``LANE_UNITS`` names, numbered from
+    ``LANE_FIRST`` so that their records do not collide with the earlier chunks'.
+
+    Raises:
+        ValueError: the file names a unit the suite does not have, or ``LANE_FIRST`` < 0.
+    """
+    everything = units(root)
+    first = int(env.get("LANE_FIRST", "0"))
+    if first < 0:
+        raise ValueError(f"LANE_FIRST must be >= 0, got {first}")
+    listed = env.get("LANE_UNITS")
+    if not listed:
+        return everything, first
+    path = Path(listed) if Path(listed).is_absolute() else root / listed
+    wanted = [
+        u.strip() for u in path.read_text().splitlines() if u.strip() and not u.startswith("#")
+    ]
+    unknown = sorted(set(wanted) - set(everything))
+    if unknown:
+        raise ValueError(f"{listed} names units the suite does not have: {unknown}")
+    return wanted, first
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import jax
@@ -246,6 +246,29 @@ def epsilon(
     return _check_floor(event, sigma, sample_rate, mechanism, delta, accountant, who)
 
 
+def _bracket(epsilon_of: Callable[[float], float], target: float) -> tuple[float, float]:
+    """σ ``(lower, higher)`` a factor of 2 apart with ``ε(lower) > target >= ε(higher)``,
+    doubling or halving from σ = 1 within [1e-3, 1e4] (the caller checked ε(1e4) <= target);
+    ``(1e-3, 1e-3)`` when even σ = 1e-3 meets the target.
+
+    The bisection then runs on one octave and never evaluates a tiny σ it does not need:
+    dp-accounting's PLD of σ = 1e-3 at a sample rate of 1/234 needs a 38 GiB array.
+    """
+    sigma = 1.0
+    if epsilon_of(sigma) > target:  # more noise: double until ε fits
+        while True:
+            more = min(2 * sigma, 1e4)
+            if more == sigma or epsilon_of(more) <= target:
+                return sigma, more
+            sigma = more
+    while sigma > 1e-3:  # less noise: halve while ε still fits
+        less = max(sigma / 2, 1e-3)
+        if epsilon_of(less) > target:
+            return less, sigma
+        sigma = less
+    return sigma, sigma
+
+
 def noise_multiplier_for(
     *,
     epsilon: float,
@@ -307,13 +330,16 @@ def noise_multiplier_for(
             + ("; the clip policy's own release (raise its count_noise)" if clip else "")
             + ")"
         )
+    lower, higher = _bracket(lambda sigma: _epsilon(event(sigma), delta, accountant), target)
+    if lower == higher:  # the smallest σ searched already meets the target
+        return lower
     with _quiet_absl():  # the bisection composes many accountants; each may log excluded orders
         sigma = dp_accounting.calibrate_dp_mechanism(
             lambda: _accountant(dp_accounting, accountant),
             event,
             target,
             delta,
-            bracket_interval=dp_accounting.ExplicitBracketInterval(1e-3, upper),
+            bracket_interval=dp_accounting.ExplicitBracketInterval(lower, higher),
             tol=1e-4,
         )
     if mechanism is not None:  # the σ found must not rest on an accounting below its noise
