@@ -251,6 +251,44 @@ def test_the_calibration_bracket_is_one_octave(target, expected):
     assert _bracket(lambda sigma: 1 / sigma, target) == pytest.approx(expected)
 
 
+def test_accounting_is_computed_once_per_process_for_the_same_values():
+    from jaxwise.privacy._accounting._accountant import _memo
+
+    sigma = noise_multiplier_for(epsilon=2.5, sample_rate=0.013, steps=517, delta=1e-5)
+    hits = _memo.cache_info().hits
+    again = noise_multiplier_for(epsilon=2.5, sample_rate=0.013, steps=np.int64(517), delta=1e-5)
+    assert again == sigma
+    assert eps(sigma, 0.013, 517, 1e-5) == eps(sigma, np.float64(0.013), 517, 1e-5)
+    assert _memo.cache_info().hits == hits + 2
+
+    class Scaled:  # a user's mutable mechanism: never memoized (it may change between calls)
+        min_separation = 1
+        factor = 2.0
+
+        def init(self, params):
+            return ()
+
+        def correlate(self, state, z):
+            return self.factor * z, state
+
+        def dp_event(self, release, *, sample_rate, steps):
+            event = dp_accounting.GaussianDpEvent(self.factor * release(1).noise_multiplier)
+            return dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(sample_rate, event), steps
+            )
+
+    mech = Scaled()
+
+    def of(mechanism):
+        return epsilon(
+            noise_multiplier=1.0, sample_rate=0.013, steps=517, delta=1e-5, mechanism=mechanism
+        )
+
+    first = of(mech)
+    mech.factor = 4.0
+    assert of(mech) < first
+
+
 def eps(sigma, q, steps, delta, accountant: Any = "rdp"):
     return epsilon(
         noise_multiplier=sigma, sample_rate=q, steps=steps, delta=delta, accountant=accountant

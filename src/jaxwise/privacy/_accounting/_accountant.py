@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
@@ -204,6 +205,7 @@ def epsilon(
     policy that gives its own ``dp_event`` is accounted the same way (see
     [`NoiseMechanism`][jaxwise.privacy.NoiseMechanism]).
     Nothing is printed (dp-accounting's absl warnings about excluded RDP orders are hidden).
+    The same arguments are computed once per process.
 
     Args:
         noise_multiplier: σ (noise std / clip norm); 0 gives ε = inf.
@@ -235,7 +237,19 @@ def epsilon(
     _check_accounting(sample_rate, steps, delta, accountant)
     _dp_accounting("jaxwise.privacy.epsilon")  # names the extra when it is missing
     check_dp_events(mechanism, clip)
-    sigma = float(noise_multiplier)
+    args = (float(noise_multiplier), float(sample_rate), int(steps), float(delta), accountant)
+    return _memoized(_epsilon_of, *args, mechanism, clip)
+
+
+def _epsilon_of(
+    sigma: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str,
+    mechanism: NoiseMechanism | None,
+    clip: ClipPolicy | None,
+) -> float:
     if sigma == 0:
         run_event(1.0, sample_rate, int(steps), mechanism, clip)  # the parts' own checks
         return float("inf")
@@ -244,6 +258,33 @@ def epsilon(
         return _epsilon(event, delta, accountant)
     who = f"`{type(mechanism).__name__}.dp_event`"
     return _check_floor(event, sigma, sample_rate, mechanism, delta, accountant, who)
+
+
+def _memoized(fn: Callable[..., float], *args: Any) -> float:
+    """``fn(*args)``, computed once per process for the same values: accounting is a pure
+    function of numbers and of frozen dataclasses (jaxwise's mechanisms and clip policies);
+    any other object (one that could change between calls) is computed every time."""
+    if all(_is_value(a) for a in args):
+        return _memo(fn, *args)
+    return fn(*args)
+
+
+def _is_value(x: Any) -> bool:
+    if x is None or isinstance(x, (int, float, str)):
+        return True
+    params = getattr(type(x), "__dataclass_params__", None)
+    if params is None or not params.frozen:
+        return False
+    try:
+        hash(x)
+    except TypeError:  # a frozen dataclass holding an array
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=256)
+def _memo(fn: Callable[..., float], *args: Any) -> float:
+    return fn(*args)
 
 
 def _bracket(epsilon_of: Callable[[float], float], target: float) -> tuple[float, float]:
@@ -284,7 +325,7 @@ def noise_multiplier_for(
     Uses ``dp_accounting.calibrate_dp_mechanism`` (bisection to a tolerance of 1e-4) on the
     run's event as [`epsilon`][jaxwise.privacy.epsilon] composes it: ``mechanism`` and
     ``clip`` as there (with ``clip``, its own release is accounted and the σ returned is the
-    gradient's). Nothing is printed.
+    gradient's). Nothing is printed; the same arguments are calibrated once per process.
 
     Args:
         epsilon: the target ε > 0.
@@ -310,11 +351,24 @@ def noise_multiplier_for(
         >>> round(e, 2) <= 3.0
         True
     """
-    target = epsilon
-    check_float(target, "epsilon", min_value=0.0, min_inclusive=False)
+    check_float(epsilon, "epsilon", min_value=0.0, min_inclusive=False)
     _check_accounting(sample_rate, steps, delta, accountant)
-    dp_accounting = _dp_accounting("jaxwise.privacy.noise_multiplier_for")
+    _dp_accounting("jaxwise.privacy.noise_multiplier_for")
     check_dp_events(mechanism, clip)
+    args = (float(epsilon), float(sample_rate), int(steps), float(delta), accountant)
+    return _memoized(_calibrated, *args, mechanism, clip)
+
+
+def _calibrated(
+    target: float,
+    sample_rate: float,
+    steps: int,
+    delta: float,
+    accountant: str,
+    mechanism: NoiseMechanism | None,
+    clip: ClipPolicy | None,
+) -> float:
+    dp_accounting = _dp_accounting("jaxwise.privacy.noise_multiplier_for")
 
     def event(sigma: float) -> Any:
         return run_event(sigma, sample_rate, int(steps), mechanism, clip)
