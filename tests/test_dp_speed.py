@@ -44,8 +44,9 @@ def _f64(x: Any) -> np.ndarray:
 
 
 @pytest.fixture
-def as_backend(monkeypatch):
-    """``as_backend("tpu")``: the cost model and the ghost rounding act as on that backend."""
+def as_backend(monkeypatch, backend_default_precision):
+    """``as_backend("tpu")``: the cost model and the ghost rounding act as on that backend, at
+    the backend's default matmul precision (the lane runs accelerators at "highest")."""
 
     def use(name: str) -> None:
         monkeypatch.setattr(_cost, "backend_name", lambda: name)
@@ -285,7 +286,7 @@ def test_dp_sgd_step_at_the_default_precision_keeps_the_clip_bound_and_agrees_wi
     [("cpu", 128, 24, 40), ("tpu", 768, 256, 384)],
 )
 def test_each_layer_takes_the_gram_form_below_its_threshold_and_is_kept_above(
-    backend, k, t_gram, t_kept
+    backend, k, t_gram, t_kept, backend_default_precision
 ):
     """A (K, K) weight at T positions: Gram costs 2T²·2K FLOPs (+ its T² floats and a
     re-read of a and g), a kept per-example gradient 4K² FLOPs and 2K² floats of traffic;

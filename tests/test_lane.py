@@ -83,7 +83,9 @@ def test_plan_balances_and_refuses_what_cannot_fit():
         plan.plan(durations, [])
 
 
-def test_the_command_line_prints_the_chunks_and_one_chunk(capsys):
+def test_the_command_line_prints_the_chunks_and_one_chunk(capsys, monkeypatch):
+    for name in ("LANE_UNITS", "LANE_FIRST"):  # a lane's own chunk runs with them set
+        monkeypatch.delenv(name, raising=False)
     assert plan.main([]) == 0
     text = capsys.readouterr().out
     assert text.startswith("chunk 0: ") and "min in" in text
@@ -224,8 +226,8 @@ def test_merge_takes_the_last_attempt_and_counts_per_chunk(tmp_path):
     assert "10 by XLA, 4 loaded from the persistent compilation cache" in text
 
 
-def test_a_later_run_of_a_test_supersedes_an_earlier_one(tmp_path):
-    # a later session re-runs the file whose failure it fixed, in a chunk of its own
+def test_a_later_run_of_a_unit_supersedes_every_earlier_test_of_it(tmp_path):
+    # a later session re-runs the file whose failures it fixed, in a chunk of its own
     c, d = "tests/test_c.py", "tests/test_d.py"
     runs = [
         ("first", 1, "2026-12-06 18:47:39 UTC", "failed"),
@@ -233,7 +235,8 @@ def test_a_later_run_of_a_test_supersedes_an_earlier_one(tmp_path):
     ]
     for folder, k, started, outcome in runs:
         lines = [_test(f"{c}::t4", outcome, "boom" if outcome == "failed" else ""), {"done": c}]
-        if k == 1:
+        if k == 1:  # a test the fix re-parametrized: the later run of its file has it no more
+            lines.insert(0, _test(f"{c}::t3", "failed", "weak"))
             lines += [_test(f"{d}::t6", "passed"), {"done": d}]
         units = [c, d] if k == 1 else [c]
         _chunk_folder(
@@ -242,9 +245,9 @@ def test_a_later_run_of_a_test_supersedes_an_earlier_one(tmp_path):
         env = {"device_kind": "TPU v5 lite", "backend": "tpu", "started": started}
         (tmp_path / folder / f"environment-{k}.json").write_text(json.dumps(env))
     chunks, env, _ = merge.collect([tmp_path])
-    assert env["started"].startswith("2026-12-07") and chunks[1].superseded == 1
+    assert env["started"].startswith("2026-12-07") and chunks[1].superseded == 2
     text = merge.markdown(chunks, env, planned=[c, d])
-    assert "| 1 | 2026-12-06 18:47:39 UTC | 2 | 1 | 0 | 0 | 0 | 1 | 1.0 | 1 | yes |" in text
+    assert "| 1 | 2026-12-06 18:47:39 UTC | 2 | 1 | 0 | 0 | 0 | 2 | 1.0 | 1 | yes |" in text
     assert "| 5 | 2026-12-07 09:00:00 UTC | 1 | 1 | 0 | 0 | 0 | 0 | 1.0 | 1 | yes |" in text
     assert "- failures (0):" in text and "chunks not run): none" in text
 

@@ -420,7 +420,8 @@ def test_unusable_donation_names_the_argument_path():
 
 
 def test_live_numpy_view_blocks_donation():
-    with Watch() as w:
+    # a NumPy view shares a jax.Array's buffer only on CPU: the state lives on the host CPU
+    with on_host(), Watch() as w:
         step = jax.jit(lambda s: s + 1.0, donate_argnames="s")
         state = jnp.zeros(3)
         for _ in range(3):
@@ -436,7 +437,7 @@ def test_live_numpy_view_blocks_donation():
 
 def test_donation_error_of_a_jaxwise_step_is_reported_once():
     tx = optax.sgd(0.1)
-    with Watch() as w:
+    with on_host(), Watch() as w:  # a NumPy view shares the buffer only on CPU
         step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))
         state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
         state, _ = step(state, jnp.ones((4, 2)))

@@ -108,15 +108,23 @@ def collect(folders: list[Path]) -> tuple[dict[int, Chunk], dict, list[Path]]:
     return dict(sorted(chunks.items())), environment, sorted(junits)
 
 
+def _unit_of(test: str, units: Sequence[str]) -> str:
+    """The unit (a file, or a folder of doctests) of a test id: the longest that prefixes it."""
+    path = test.split("::", 1)[0]
+    owners = [u for u in units if path == u or path.startswith(u.rstrip("/") + "/")]
+    return max(owners, key=len, default=path)
+
+
 def _supersede(chunks: dict[int, Chunk]) -> None:
-    """A test that several chunks ran (a later session re-running the files it fixed) counts
-    once, in the chunk whose run began last; the earlier chunks count it as superseded."""
+    """A unit that several chunks ran (a later session re-running the files it fixed) counts
+    once, in the chunk whose run began last: every test an earlier chunk ran of it counts as
+    superseded there, also one the later run no longer has (renamed or re-parametrized)."""
     latest: dict[str, int] = {}
     for k, chunk in sorted(chunks.items(), key=lambda kc: (kc[1].started, kc[0])):
         for test in chunk.outcomes:
-            latest[test] = k
+            latest[_unit_of(test, chunk.units)] = k
     for k, chunk in chunks.items():
-        for test in [t for t in chunk.outcomes if latest[t] != k]:
+        for test in [t for t in chunk.outcomes if latest[_unit_of(t, chunk.units)] != k]:
             del chunk.outcomes[test]
             chunk.superseded += 1
 

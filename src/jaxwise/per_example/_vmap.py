@@ -222,12 +222,17 @@ def auto_chunk_size(
         ValueError: ``memory_budget`` < 1, or the batch leaves do not share ``B``.
 
     Examples:
-        >>> import jax.numpy as jnp
+        >>> import jax, jax.numpy as jnp
         >>> loss = lambda w, x: jnp.sum(jnp.tanh(x @ w))
         >>> w, x = jnp.ones((256, 256)), jnp.ones((64, 256))
         >>> auto_chunk_size(loss, w, x, memory_budget=2**30)  # everything fits
         64
-        >>> auto_chunk_size(loss, w, x, memory_budget=1)  # nothing does: one at a time
+
+        The answer is the backend's compiler's: XLA:TPU fuses this small program into no
+        temporary memory at all (any budget fits 64), XLA:CPU keeps the per-example gradients:
+
+        >>> with jax.default_device(jax.devices("cpu")[0]):  # nothing fits: one at a time
+        ...     auto_chunk_size(loss, w, x, memory_budget=1)
         1
     """
     check_loss(loss)
