@@ -251,6 +251,23 @@ def test_bandmf_state_follows_params_structure_and_dtype():
     assert noise["b"].dtype == jnp.bfloat16
 
 
+@pytest.mark.parametrize(
+    "mech", [BandMF(bands=4, steps=10), BLT(buffers=2, steps=10, min_sep=4)], ids=["bandmf", "blt"]
+)
+def test_the_noise_correlation_contracts_its_buffers_at_highest_precision(
+    mech, backend_default_precision
+):
+    """The buffered noise is contracted at HIGHEST whatever the default matmul precision: a
+    TPU's default (one bfloat16 pass) would round the noise the correlation subtracts."""
+    params = {"w": jnp.zeros((3, 5))}
+    state, z = mech.init(params), {"w": jnp.ones((3, 5))}
+    jaxpr = jax.make_jaxpr(mech.correlate)(state, z)
+    dots = [e for e in jaxpr.jaxpr.eqns if e.primitive.name == "dot_general"]
+    assert dots and all(e.params["precision"] == (jax.lax.Precision.HIGHEST,) * 2 for e in dots), [
+        e.params["precision"] for e in dots
+    ]
+
+
 @needs_jax_privacy
 def test_bandmf_streaming_agrees_with_jax_privacy(rng, standard_promotion):
     n, bands = 24, 5

@@ -272,7 +272,10 @@ class BandMF:
         slot = pos % lead
 
         def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
-            inner = jnp.tensordot(tail.astype(buf.dtype), buf, axes=1)
+            # at HIGHEST: a TPU's default precision would round the buffered noise to bfloat16
+            inner = jnp.tensordot(
+                tail.astype(buf.dtype), buf, axes=1, precision=jax.lax.Precision.HIGHEST
+            )
             x = (zi - inner.astype(zi.dtype)) / jnp.asarray(coefs[0], zi.dtype)
             new = jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), slot, 0)
             return x * scale.astype(zi.dtype), new

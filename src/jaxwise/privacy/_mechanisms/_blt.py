@@ -288,8 +288,11 @@ class BLT:
 
         def one(zi: jax.Array, buf: jax.Array) -> tuple[jax.Array, jax.Array]:
             # Σ ω_i s_i as a contraction over the buffer axis (a dot, not a reduce: XLA:CPU
-            # runs a reduction over the leading axis element by element)
-            inner = jnp.tensordot(jnp.asarray(s.scales, buf.dtype), buf, axes=1)
+            # runs a reduction over the leading axis element by element), at HIGHEST: a TPU's
+            # default precision would round the buffered noise to bfloat16
+            inner = jnp.tensordot(
+                jnp.asarray(s.scales, buf.dtype), buf, axes=1, precision=jax.lax.Precision.HIGHEST
+            )
             x = zi - inner.astype(zi.dtype)
             decays = jnp.asarray(s.decays, buf.dtype).reshape(shape + (1,) * zi.ndim)
             new = decays * buf + x[None].astype(buf.dtype)
