@@ -32,7 +32,7 @@ from jaxwise.per_example import (
 )
 from jaxwise.per_example._api import released_bound
 from jaxwise.per_example._graph import trace
-from jaxwise.per_example._vmap import clip_factors
+from jaxwise.per_example._vmap import clip_factors, stored
 from jaxwise.privacy import PoissonSampler, dp_gradient, dp_gradient_fn
 from jaxwise.train import TrainState, make_epoch
 
@@ -228,6 +228,20 @@ def test_micro_batches_keep_bfloat16_gradients_on_the_tpu_and_clip_them_in_float
         ulp = 2.0**-8 * np.tensordot(_f64(factor), np.abs(_f64(g)), axes=1)
         assert got.dtype == jnp.float32
         assert np.all(np.abs(_f64(got) - want) <= ulp + 1e-6 * np.abs(want).max())
+
+
+def test_kept_bfloat16_gradients_are_rounded_by_an_op_xla_keeps():
+    """The TPU lane: XLA (excess precision) computed the norms of ``g.astype(bf16)`` from the
+    unrounded float32 ``g``, 2e-4 off the stored values the clipped sum reads. Every float32
+    leaf is rounded by ``reduce_precision`` (never removed) before its bfloat16 cast."""
+    grads = {"w": jnp.ones((4, 3)), "i": jnp.ones(4, jnp.int32)}
+    jaxpr = jax.make_jaxpr(lambda g: stored(g, 8))(grads).jaxpr
+    casts = [e for e in jaxpr.eqns if e.primitive.name == "convert_element_type"]
+    rounded = {e.outvars[0] for e in jaxpr.eqns if e.primitive.name == "reduce_precision"}
+    assert len(casts) == 1 and casts[0].invars[0] in rounded
+    assert casts[0].params["new_dtype"] == jnp.bfloat16
+    x = jnp.asarray([1.0 + 2**-9, 1.0 + 3 * 2**-9, -3.14159])
+    np.testing.assert_array_equal(stored(x, 8), x.astype(jnp.bfloat16))
 
 
 def test_the_tpu_stand_in_rounds_operands_to_bfloat16_and_highest_rounds_nothing(as_backend):
