@@ -20,6 +20,7 @@ from jaxwise._shared._losses import (
 )
 from jaxwise._typing import PyTree
 from jaxwise.optim import global_norm
+from jaxwise.per_example._ghost import round_operand
 
 P = TypeVar("P")
 
@@ -91,7 +92,7 @@ def stored(grads: Any, bits: int | None) -> Any:
     def keep(g: jax.Array) -> jax.Array:
         if g.dtype != jnp.float32:
             return g
-        return jax.lax.reduce_precision(g, exponent_bits=8, mantissa_bits=7).astype(jnp.bfloat16)
+        return round_operand(g, 8).astype(jnp.bfloat16)
 
     return jax.tree.map(keep, grads)
 
