@@ -72,3 +72,29 @@ def test_non_arrays_are_neither_measured_nor_kept():
     assert before is not None and before[1] == ()
     out = _donating(x)
     assert kept([x, 3], before, out) == []
+
+
+def test_a_donated_sharded_array_is_checked_shard_by_shard():
+    # one C-level call per leaf is the fast path; a multi-shard array has no single buffer
+    # pointer, so the check falls back to every shard's buffer, with the same answer
+    mesh = jax.sharding.Mesh(np.array(jax.devices("cpu")[:4]), ("d",))
+    spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
+    x = jax.device_put(jnp.arange(16.0), spec)
+    plain = jnp.arange(4.0)
+    before = donated_buffers([x, plain])
+    assert before is not None and len(before[0]) == 4 and len(before[1]) == 1
+    out = jax.jit(lambda a, b: (a + 1.0, b * 2.0), donate_argnums=(0, 1))(x, plain)
+    assert x.is_deleted() and plain.is_deleted()
+    assert kept([x, plain], before, out) == []
+    np.testing.assert_array_equal(np.asarray(out[0]), np.arange(16.0) + 1.0)
+
+
+def test_a_deleted_output_is_not_read_for_its_buffer():
+    x = jnp.arange(64.0)
+    view = np.asarray(x)  # noqa: JW011 - the pitfall under test
+    before = donated_buffers([x])
+    out = _donating(x)
+    other = jnp.ones(3)
+    other.delete()
+    assert kept([x], before, (out, other)) == [0]  # the view still holds x's buffer
+    del view

@@ -296,6 +296,10 @@ def test_epoch_bad_input(setup):
         make_train_epoch(loss_fn, 200)(state, (x, y))
     with pytest.raises(ValueError, match=r"share their leading .* `0`: 96, `1`: 95"):
         make_train_epoch(loss_fn, 8)(state, (x, y[:95]))
+    with pytest.raises(ValueError, match=r"`data` leaf `1` is a scalar"):
+        make_train_epoch(loss_fn, 8)(state, (x, jnp.float32(1.0)))
+    with pytest.raises(ValueError, match="`data` has no arrays"):
+        make_train_epoch(loss_fn, 8)(state, ())
     with pytest.raises(ValueError, match="batch_size"):
         make_train_epoch(loss_fn, 0)
     with pytest.raises(TypeError, match="`loss`"):

@@ -20,6 +20,7 @@ first form is looked for (no per-leaf cost).
 from __future__ import annotations
 
 import gc
+import itertools
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,7 +57,10 @@ def donated_buffers(leaves: Sequence[Any]) -> list[tuple[int, ...]] | None:
     when they are not on the CPU (no NumPy view can hold them there)."""
     if not _on_cpu(leaves):
         return None
-    return [buffer_ids(leaf) if hasattr(leaf, "is_deleted") else () for leaf in leaves]
+    try:  # runs before every donating call: one C-level call per leaf when every leaf can
+        return [(leaf.unsafe_buffer_pointer(),) for leaf in leaves]
+    except Exception:  # a non-array leaf, a deleted or a multi-shard array: leaf by leaf
+        return [buffer_ids(leaf) if hasattr(leaf, "is_deleted") else () for leaf in leaves]
 
 
 def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) -> list[int]:
@@ -78,25 +82,44 @@ def kept(leaves: Sequence[Any], before: list[tuple[int, ...]] | None, out: Any) 
         on none of the devices the outputs are on does not count: JAX copied it (uncommitted)
         to where the program runs and donated the copy; the caller's original is theirs.
     """
-    alive: list[int] = []
-    deleted: list[int] = []
-    for i, leaf in enumerate(leaves):
-        is_deleted = getattr(leaf, "is_deleted", None)
-        if is_deleted is not None:
-            (deleted if is_deleted() else alive).append(i)
+    alive, deleted = _split_deleted(leaves)
     if alive:
         alive = _not_moved(leaves, alive, out)
     if before is None or not deleted:
         return alive
-    written: set[int] = set()
-    for leaf in jax.tree.leaves(out):
-        is_deleted = getattr(leaf, "is_deleted", None)
-        if is_deleted is not None and not is_deleted():
-            written.update(buffer_ids(leaf))
+    written = _live_buffers(out)
+    if written.issuperset(itertools.chain.from_iterable(before)):
+        return alive  # every donated buffer lives on in an output: no view holds one
     lost = [
         i for i in deleted if before[i] and written.isdisjoint(before[i]) and _exported(leaves[i])
     ]
     return sorted(alive + lost)
+
+
+def _split_deleted(leaves: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """``(alive, deleted)``: the positions of the arrays among ``leaves`` (others are skipped)."""
+    try:  # the usual case, every leaf an array: one C-level call each
+        flags = [leaf.is_deleted() for leaf in leaves]
+    except AttributeError:  # a leaf that is not an array (put in by hand): leaf by leaf
+        flags = [getattr(leaf, "is_deleted", lambda: None)() for leaf in leaves]
+    alive = [i for i, flag in enumerate(flags) if flag is False]
+    deleted = [i for i, flag in enumerate(flags) if flag is True]
+    return alive, deleted
+
+
+def _live_buffers(out: Any) -> set[int]:
+    """The buffers of the live arrays among ``out``'s leaves (read after every donating call)."""
+    leaves = jax.tree.leaves(out)
+    try:  # the usual outputs, live single-device arrays: one C-level call per leaf
+        return {leaf.unsafe_buffer_pointer() for leaf in leaves}
+    except Exception:  # a non-array or deleted leaf, a multi-shard array: leaf by leaf
+        pass
+    written: set[int] = set()
+    for leaf in leaves:
+        is_deleted = getattr(leaf, "is_deleted", None)
+        if is_deleted is not None and not is_deleted():
+            written.update(buffer_ids(leaf))
+    return written
 
 
 def _not_moved(leaves: Sequence[Any], alive: list[int], out: Any) -> list[int]:

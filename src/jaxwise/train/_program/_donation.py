@@ -301,11 +301,14 @@ class Audit:
         (`call`), where they turn JAX's error into a `DonationError`. The batch is always
         checked against the state.
         """
+        self._fast = False
+        if not self.donate:  # audit=False or donate=False: nothing to check, no leaves read
+            self._skip = True
+            return []
         leaves = jax.tree.leaves(state)
         returned = self._returned
         last = returned is not None and returned() is state
-        self._fast = False
-        self._skip = not self.donate or self._skipped(leaves, last)
+        self._skip = self._skipped(leaves, last)
         if self._skip:
             return leaves
         if not last:

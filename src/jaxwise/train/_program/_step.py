@@ -37,11 +37,18 @@ __all__ = ["JitProgram", "TrainStep", "make_step", "make_train_step"]
 
 
 def leading_size(data: Any, what: str) -> int:
-    """The leading (example) dimension shared by every leaf of ``data``; else ``ValueError``."""
-    names, leaves = path_names(data), jax.tree.leaves(data)
+    """The leading (example) dimension shared by every leaf of ``data``; else ``ValueError``.
+
+    Runs before every epoch call: the leaves' paths are read only to name a leaf at fault.
+    """
+    leaves = jax.tree.leaves(data)
     if not leaves:
         raise ValueError(f"`{what}` has no arrays")
     check_alive(data, what)
+    leading = {jnp.shape(leaf)[:1] for leaf in leaves}  # () for a scalar leaf
+    if len(leading) == 1 and (size := next(iter(leading))):
+        return size[0]
+    names = path_names(data)
     sizes = {}
     for name, leaf in zip(names, leaves):
         shape = jnp.shape(leaf)
