@@ -10,6 +10,10 @@ what it is decided from. Run it on every backend (``benchmarks/results/<backend>
   it only adds transposes.
 - A random draw of 67,331 normals at its own length vs padded to a multiple of 8 (36 draws
   per program, as a DP step's noise): XLA:CPU generates odd lengths slowly.
+- Where the epoch's time over the bare scan goes: a ladder of hand-written scans from the bare
+  one up to everything `make_train_epoch` adds (the in-program shuffle and gather, the
+  NaN guard's norm and selects, the step counter), then `make_epoch` with and without the
+  audit; each rung's ratio to the bare scan (issue #47: find the gap before changing anything).
 - The donation audit: a train step and a spiral epoch with ``audit=True`` (the default) vs
   ``audit=False``, and the audit's own per-call cost on a 21- and a 201-leaf state
   (``Audit.before`` + ``after``, the call excluded).
@@ -29,6 +33,7 @@ from common import QUICK, fmt_time, interleaved_times, main_guard, table, write_
 import jaxwise.train
 from jaxwise import data, models, numerics, optim
 from jaxwise._shared._backends import REWRITES, assume_backend
+from jaxwise._shared._shuffle import shuffle_hash
 from jaxwise.train import TrainState, make_train_epoch, make_train_step
 from jaxwise.train._program._donation import Audit
 
@@ -46,8 +51,7 @@ def cnn_loss(params, batch):
     return numerics.cross_entropy(h.reshape(x.shape[0], -1) @ params["w"], y)
 
 
-def cnn_epoch() -> str:
-    # quick (CPU smoke run): a smaller CNN; the rewrite-off scan runs naive loop nests on CPU
+def _cnn_setup():
     batch, steps, size, c1, c2 = (16, 4, 16, 8, 16) if QUICK else (64, 8, 28, 32, 64)
     ks = jax.random.split(jax.random.key(1), 3)
     params = {
@@ -61,6 +65,13 @@ def cnn_epoch() -> str:
     n = batch * steps
     x = jnp.asarray(rng.normal(size=(n, size, size, 1)), jnp.float32)
     y = jnp.asarray(rng.integers(0, 10, n), jnp.int32)
+    return (batch, steps, size, c1, c2), params, (x, y)
+
+
+def cnn_epoch() -> str:
+    # quick (CPU smoke run): a smaller CNN; the rewrite-off scan runs naive loop nests on CPU
+    (batch, steps, size, c1, c2), params, (x, y) = _cnn_setup()
+    n = batch * steps
     tx = optim.sgd(0.01)
     runners = []
     for assumed in ("cpu", "tpu"):  # rewrite on, rewrite off: decided when traced
@@ -119,6 +130,95 @@ def cnn_epoch() -> str:
         )
         + "\n\nOn this backend the table (`jaxwise._shared._backends.REWRITES`) has the rewrite "
         f"**{now}**; rewrite on / off = **{on / off:.2f}**."
+    )
+
+
+def _ladder_rung(level: int, params, data, batch: int, steps: int):
+    """A hand-written epoch: 0 the bare scan of pre-cut batches; 1 + the shuffle and an
+    in-bounds gather in the program; 2 the gather as jaxwise's (``mode="fill"``); 3 + the
+    gradient's global norm and the NaN guard's ``jnp.where`` selects; 4 + the step counter."""
+    x, y = data
+    n = x.shape[0]
+    stacked = (x.reshape(steps, batch, *x.shape[1:]), y.reshape(steps, batch))
+
+    def epoch(carry, data):
+        p, step, key = carry
+        order = jnp.argsort(shuffle_hash(key, step, n))[: steps * batch].reshape(steps, batch)
+
+        def take(a, idx):
+            if level >= 2:
+                return jnp.take(a, idx, axis=0, mode="fill", fill_value=0)
+            return a.at[idx].get(mode="promise_in_bounds")
+
+        def body(c, xs):
+            p, step = c
+            b = xs if level == 0 else jax.tree.map(lambda a: take(a, xs), data)
+            loss, g = jax.value_and_grad(cnn_loss)(p, b)
+            new = jax.tree.map(lambda a, gi: a - 0.01 * gi, p, g)
+            metrics = {"loss": loss}
+            if level >= 3:
+                norm = optim.global_norm(g)
+                ok = jnp.isfinite(norm) & jnp.isfinite(loss)
+                new = jax.tree.map(lambda a, o: jnp.where(ok, a, o), new, p)
+                metrics.update(grad_norm=norm, skipped=(~ok).astype(jnp.int32))
+                if level >= 4:
+                    step = jnp.where(ok, step + 1, step)
+            return (new, step), metrics
+
+        (p, step), metrics = jax.lax.scan(body, (p, step), stacked if level == 0 else order)
+        return (p, step, key), metrics
+
+    program = jax.jit(epoch, donate_argnums=0)
+    box = {"c": (jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32), jax.random.key(0))}
+
+    def run():
+        box["c"], metrics = program(box["c"], data)
+        return metrics["loss"]
+
+    return run
+
+
+def epoch_ladder() -> str:
+    (batch, steps, size, c1, c2), params, data = _cnn_setup()
+    rungs = [
+        "bare `jax.jit(lax.scan)` of pre-cut batches",
+        "+ the shuffle in the program, an in-bounds gather",
+        '+ the gather as jaxwise\'s (`mode="fill"`)',
+        "+ the gradient's global norm, the guard's selects",
+        "+ the step counter",
+    ]
+    runners = [_ladder_rung(i, params, data, batch, steps) for i in range(len(rungs))]
+    for audit in (False, True):
+        epoch = jaxwise.train.make_epoch(
+            jaxwise.train.value_and_grad(cnn_loss), jaxwise.train.ShuffleSampler(batch), audit=audit
+        )
+        box = {"s": TrainState.create(params, optim.sgd(0.01), 0)}
+
+        def shipped(epoch=epoch, box=box):
+            box["s"], metrics = epoch(box["s"], data)
+            return metrics["loss"]
+
+        runners.append(shipped)
+    rungs += ["`make_epoch(..., audit=False)`", "`make_train_epoch` (audit on)"]
+    times = interleaved_times(runners, repeat=max(REPEAT, 5) + 10, number=1)
+    rows = [[name, fmt_time(t), f"**{t / times[0]:.3f}**"] for name, t in zip(rungs, times)]
+    note = (
+        "\n\nOn XLA:CPU the last two rows have the convolution rewrite and the branching guard "
+        "(`REWRITES`), the hand-written rungs neither: compare the rungs with each other there."
+        if jax.default_backend() == "cpu"
+        else ""
+    )
+    return (
+        table(
+            [
+                f"CNN epoch ({c1}/{c2} ch, {batch * steps} examples {size}x{size}, batch {batch}, "
+                "SGD): what each part adds",
+                "time per epoch",
+                "vs bare scan",
+            ],
+            rows,
+        )
+        + note
     )
 
 
@@ -216,7 +316,7 @@ def run() -> None:
     d = jax.devices()[0]
     backend = jax.default_backend()
     parts = []
-    for part in (cnn_epoch, padded_draws, audit_ratios, audit_alone):
+    for part in (cnn_epoch, epoch_ladder, padded_draws, audit_ratios, audit_alone):
         parts.append(part())
         print(parts[-1], flush=True)
     body = "\n\n".join(parts)
