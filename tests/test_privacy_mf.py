@@ -268,6 +268,32 @@ def test_the_noise_correlation_contracts_its_buffers_at_highest_precision(
     ]
 
 
+def test_the_ring_write_takes_a_finished_value_so_xla_can_update_the_buffers_in_place():
+    """BandMF writes one slot of its ring buffers a step; the value written goes through an
+    optimization barrier, so no backend can fuse the contraction that reads the buffers into
+    the write (that fusion could not update the buffers in place: a copy of all of them)."""
+    mech = BandMF(bands=4, steps=8)
+    params = {"w": jnp.zeros((3, 5)), "b": jnp.zeros(5)}
+    jaxpr = jax.make_jaxpr(mech.correlate)(mech.init(params), jax.tree.map(jnp.ones_like, params))
+    eqns = jaxpr.jaxpr.eqns
+    barriers = {v for e in eqns if e.primitive.name == "optimization_barrier" for v in e.outvars}
+    writes = [  # jax.lax.dynamic_update_index_in_dim is a nested jit of the write
+        e
+        for e in eqns
+        if e.primitive.name == "dynamic_update_slice"
+        or e.params.get("name") == "dynamic_update_index_in_dim"
+    ]
+    assert len(writes) == 2  # one slot of each leaf's ring
+    produced = {v: e for e in eqns for v in e.outvars}
+    for write in writes:
+        update = write.invars[1]
+        while update not in barriers:  # through reshapes and casts only
+            source = produced[update]
+            passing = {"reshape", "broadcast_in_dim", "convert_element_type"}
+            assert source.primitive.name in passing, source.primitive.name
+            update = source.invars[0]
+
+
 @needs_jax_privacy
 def test_bandmf_streaming_agrees_with_jax_privacy(rng, standard_promotion):
     n, bands = 24, 5
