@@ -12,7 +12,8 @@ what it is decided from. Run it on every backend (``benchmarks/results/<backend>
   per program, as a DP step's noise): XLA:CPU generates odd lengths slowly.
 - Where the epoch's time over the bare scan goes: a ladder of hand-written scans from the bare
   one up to everything `make_train_epoch` adds (the in-program shuffle and gather, the
-  NaN guard's norm and selects, the step counter), then `make_epoch` with and without the
+  NaN guard's norm and selects, the step counter, the update check, the key, the optimizer
+  as a gradient transformation), then `make_epoch` with and without the
   audit; each rung's ratio to the bare scan (issue #47: find the gap before changing anything).
 - The donation audit: a train step and a spiral epoch with ``audit=True`` (the default) vs
   ``audit=False``, and the audit's own per-call cost on a 21- and a 201-leaf state
@@ -134,42 +135,58 @@ def cnn_epoch() -> str:
 
 
 def _ladder_rung(level: int, params, data, batch: int, steps: int):
-    """A hand-written epoch: 0 the bare scan of pre-cut batches; 1 + the shuffle and an
-    in-bounds gather in the program; 2 the gather as jaxwise's (``mode="fill"``); 3 + the
-    gradient's global norm and the NaN guard's ``jnp.where`` selects; 4 + the step counter."""
+    """A hand-written epoch, one rung of `epoch_ladder`: 0 the bare scan of pre-cut batches;
+    1 + the shuffle and an in-bounds gather in the program; 2 the gather as jaxwise's
+    (``mode="fill"``); 3 + the gradient's global norm and the NaN guard's ``jnp.where``
+    selects; 4 + the step counter; 5 + the check that the update is finite (a sum of every
+    update leaf, as `make_update`); 6 + the key in the carry, selected like the state; 7 the
+    update from an Optax-style optimizer (``optim.sgd``: ``tx.update``, ``apply_updates``)."""
     x, y = data
     n = x.shape[0]
     stacked = (x.reshape(steps, batch, *x.shape[1:]), y.reshape(steps, batch))
+    tx = optim.sgd(0.01)
+
+    def take(a, idx):
+        if level >= 2:
+            return jnp.take(a, idx, axis=0, mode="fill", fill_value=0)
+        return a.at[idx].get(mode="promise_in_bounds")
+
+    def select(ok, new, old):
+        return jax.tree.map(lambda a, o: jnp.where(ok, a, o), new, old)
+
+    def body(carry, xs):
+        p, opt_state, step, key = carry
+        b = xs if level == 0 else jax.tree.map(lambda a: take(a, xs), data)
+        loss, g = jax.value_and_grad(cnn_loss)(p, b)
+        if level >= 7:
+            updates, new_opt = tx.update(g, opt_state, p)
+        else:
+            updates, new_opt = jax.tree.map(lambda gi: -0.01 * gi, g), opt_state
+        new = optim.apply_updates(p, updates)
+        metrics = {"loss": loss}
+        if level >= 3:
+            norm = optim.global_norm(g)
+            ok = jnp.isfinite(norm) & jnp.isfinite(loss)
+            if level >= 5:
+                total = sum(jnp.sum(u) for u in jax.tree.leaves(updates))
+                ok = ok & jnp.isfinite(total)
+            new, new_opt = select(ok, (new, new_opt), (p, opt_state))
+            metrics.update(grad_norm=norm, skipped=(~ok).astype(jnp.int32))
+            if level >= 4:
+                step = jnp.where(ok, step + 1, step)
+            if level >= 6:
+                next_key = jax.random.wrap_key_data(jax.random.key_data(key) + 1)
+                key = select(ok, next_key, key)
+        return (new, new_opt, step, key), metrics
 
     def epoch(carry, data):
-        p, step, key = carry
+        p, opt_state, step, key = carry
         order = jnp.argsort(shuffle_hash(key, step, n))[: steps * batch].reshape(steps, batch)
-
-        def take(a, idx):
-            if level >= 2:
-                return jnp.take(a, idx, axis=0, mode="fill", fill_value=0)
-            return a.at[idx].get(mode="promise_in_bounds")
-
-        def body(c, xs):
-            p, step = c
-            b = xs if level == 0 else jax.tree.map(lambda a: take(a, xs), data)
-            loss, g = jax.value_and_grad(cnn_loss)(p, b)
-            new = jax.tree.map(lambda a, gi: a - 0.01 * gi, p, g)
-            metrics = {"loss": loss}
-            if level >= 3:
-                norm = optim.global_norm(g)
-                ok = jnp.isfinite(norm) & jnp.isfinite(loss)
-                new = jax.tree.map(lambda a, o: jnp.where(ok, a, o), new, p)
-                metrics.update(grad_norm=norm, skipped=(~ok).astype(jnp.int32))
-                if level >= 4:
-                    step = jnp.where(ok, step + 1, step)
-            return (new, step), metrics
-
-        (p, step), metrics = jax.lax.scan(body, (p, step), stacked if level == 0 else order)
-        return (p, step, key), metrics
+        return jax.lax.scan(body, carry, stacked if level == 0 else order)
 
     program = jax.jit(epoch, donate_argnums=0)
-    box = {"c": (jax.tree.map(jnp.copy, params), jnp.zeros((), jnp.int32), jax.random.key(0))}
+    copy = jax.tree.map(jnp.copy, params)
+    box = {"c": (copy, tx.init(copy), jnp.zeros((), jnp.int32), jax.random.key(0))}
 
     def run():
         box["c"], metrics = program(box["c"], data)
@@ -186,6 +203,9 @@ def epoch_ladder() -> str:
         '+ the gather as jaxwise\'s (`mode="fill"`)',
         "+ the gradient's global norm, the guard's selects",
         "+ the step counter",
+        "+ the check that the update is finite",
+        "+ the key in the carry, selected",
+        "+ the update from `optim.sgd` (`tx.update`, `apply_updates`)",
     ]
     runners = [_ladder_rung(i, params, data, batch, steps) for i in range(len(rungs))]
     for audit in (False, True):
