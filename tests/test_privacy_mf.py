@@ -284,11 +284,12 @@ def test_the_ring_write_takes_a_finished_value_so_xla_can_update_the_buffers_in_
         or e.params.get("name") == "dynamic_update_index_in_dim"
     ]
     assert len(writes) == 2  # one slot of each leaf's ring
-    produced = {v: e for e in eqns for v in e.outvars}
+    produced: dict[object, object] = {v: e for e in eqns for v in e.outvars}
     for write in writes:
         update = write.invars[1]
         while update not in barriers:  # through reshapes and casts only
             source = produced[update]
+            assert isinstance(source, type(write))
             passing = {"reshape", "broadcast_in_dim", "convert_element_type"}
             assert source.primitive.name in passing, source.primitive.name
             update = source.invars[0]
