@@ -279,7 +279,7 @@ class BandMF:
             x = (zi - inner.astype(zi.dtype)) / jnp.asarray(coefs[0], zi.dtype)
             # x is made before the ring write reads it: were the contraction fused into the
             # write, that fusion would read the buffers it writes and could not update them
-            # in place (a copy of all of them a step); XLA:CPU runs it 5% faster so at 16.9M
+            # in place (a copy of all of them a step: 10 ms of a 49M model's TPU step)
             x = jax.lax.optimization_barrier(x)
             new = jax.lax.dynamic_update_index_in_dim(buf, x.astype(buf.dtype), slot, 0)
             return x * scale.astype(zi.dtype), new
