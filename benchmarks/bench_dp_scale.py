@@ -540,11 +540,11 @@ def main(argv: list[str] | None = None) -> str:
         "micro-batch."
     )
     text = render(rows, peak, header)
+    if os.environ.get("OUT"):  # first: a device's checkout may be read-only
+        Path(os.environ["OUT"], "dp_scale.md").write_text(text)
     dest = RESULTS / backend
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "dp_scale.md").write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "dp_scale.md").write_text(text)
     print(text)
     return text
 
@@ -580,11 +580,11 @@ def main_whole_step(args: argparse.Namespace) -> str:
         "draw a random number of examples a step (expected B)."
     )
     text = f"{header}\n\n" + "\n".join(lines) + "\n"
+    if os.environ.get("OUT"):  # first: a device's checkout may be read-only
+        Path(os.environ["OUT"], "dp_whole_step.md").write_text(text)
     dest = RESULTS / backend
     dest.mkdir(parents=True, exist_ok=True)
     (dest / "dp_whole_step.md").write_text(text)
-    if os.environ.get("OUT"):
-        Path(os.environ["OUT"], "dp_whole_step.md").write_text(text)
     print(text)
     return text
 
