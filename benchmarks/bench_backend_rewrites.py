@@ -17,7 +17,9 @@ what it is decided from. Run it on every backend (``benchmarks/results/<backend>
   audit; each rung's ratio to the bare scan (issue #47: find the gap before changing anything).
 - The donation audit: a train step and a spiral epoch with ``audit=True`` (the default) vs
   ``audit=False``, and the audit's own per-call cost on a 21- and a 201-leaf state
-  (``Audit.before`` + ``after``, the call excluded).
+  (``Audit.before`` + ``after``, the call excluded), and that cost taken apart (the state's
+  leaves, a device query, ``is_deleted`` of every leaf right after the dispatch and once the
+  outputs are ready, the outputs' buffer pointers).
 """
 
 from __future__ import annotations
@@ -332,11 +334,57 @@ def audit_alone() -> str:
     return table(["state leaves", "audit per call (median)"], rows)
 
 
+def audit_parts() -> str:
+    """The host-side pieces of one audited call, each timed alone on a 21-leaf Adam state:
+    where `audit_alone`'s time goes on this backend (issue #47: on the TPU it is ~5.7x the same
+    code path on CPU). ``is_deleted`` is read right after the dispatch (the audit's case: the
+    program may still be running) and again once the outputs are ready."""
+    f = jax.jit(lambda s, d: (jax.tree.map(lambda a: a, s), {"l": d.sum()}), donate_argnums=0)
+    batch = jnp.ones((4, 3))
+    params = {f"w{i}": jnp.full((8,), float(i)) for i in range(6)}
+    state = TrainState.create(params, optim.adam(1e-3), 0)
+    state, _ = f(state, batch)
+    n = 300 if QUICK else 2000
+    parts: dict[str, list[float]] = {
+        "`jax.tree.leaves(state)`": [],
+        "`leaf.devices()` (one leaf)": [],
+        "the call's dispatch (`f(state, batch)`, not waited for)": [],
+        "`is_deleted()` of every donated leaf, right after the dispatch": [],
+        "`is_deleted()` of every donated leaf, outputs ready": [],
+        "`unsafe_buffer_pointer()` of every output leaf": [],
+    }
+    names = list(parts)
+    for _ in range(n):
+        t0 = time.perf_counter()
+        leaves = jax.tree.leaves(state)
+        t1 = time.perf_counter()
+        leaves[0].devices()
+        t2 = time.perf_counter()
+        result = f(state, batch)
+        t3 = time.perf_counter()
+        all(leaf.is_deleted() for leaf in leaves)
+        t4 = time.perf_counter()
+        out = jax.tree.leaves(result[0])
+        jax.block_until_ready(out)
+        t5 = time.perf_counter()
+        all(leaf.is_deleted() for leaf in leaves)
+        t6 = time.perf_counter()
+        for leaf in out:
+            leaf.unsafe_buffer_pointer()
+        t7 = time.perf_counter()
+        for name, dt in zip(names, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t6 - t5, t7 - t6)):
+            parts[name].append(dt)
+        state = result[0]
+    rows = [[name, fmt_time(statistics.median(s))] for name, s in parts.items()]
+    leaves_n = len(jax.tree.leaves(state))
+    return table([f"audited call, parts ({leaves_n} state leaves)", "median per call"], rows)
+
+
 def run() -> None:
     d = jax.devices()[0]
     backend = jax.default_backend()
     parts = []
-    for part in (cnn_epoch, epoch_ladder, padded_draws, audit_ratios, audit_alone):
+    for part in (cnn_epoch, epoch_ladder, padded_draws, audit_ratios, audit_alone, audit_parts):
         parts.append(part())
         print(parts[-1], flush=True)
     body = "\n\n".join(parts)
