@@ -19,11 +19,33 @@ def _donating(x):
 
 def test_a_clean_donation_keeps_nothing():
     x = jnp.arange(64.0)
-    before = donated_buffers([x])
     out = _donating(x)
-    assert before is not None and before[0] != ()
-    assert x.is_deleted() and kept([x], before, out) == []
+    assert x.is_deleted() and kept([x], donated_buffers([x]), out) == []
     np.testing.assert_array_equal(np.asarray(out), np.arange(64.0) + 1.0)
+
+
+def test_a_clean_donation_of_a_leaf_held_twice_reads_its_address_and_keeps_nothing():
+    x = jnp.arange(64.0)
+    again = {"x": x}  # a second holder: no longer the fast answer, the buffer is compared
+    before = donated_buffers([x])
+    assert before is not None and before[0] == (x.unsafe_buffer_pointer(),)
+    out = _donating(x)
+    assert x.is_deleted() and kept([x], before, out) == []
+    del again
+
+
+def test_no_address_is_read_unless_some_leaf_is_held_beyond_its_pytree():
+    # a training loop's state: each leaf held by its container and the leaves list only; a
+    # NumPy view's memoryview holds the array too, so only then are the buffers compared
+    state = {"w": jnp.arange(8.0), "b": {"c": jnp.zeros(3)}}
+    assert donated_buffers(jax.tree.leaves(state)) is None
+    view = np.asarray(state["b"]["c"])  # noqa: JW011 - the pitfall under test
+    leaves = jax.tree.leaves(state)
+    before = donated_buffers(leaves)
+    assert before is not None and all(len(ids) == 1 for ids in before)
+    out = jax.jit(lambda s: jax.tree.map(lambda a: a + 1.0, s), donate_argnums=0)(state)
+    assert [leaves[i] is state["b"]["c"] for i in kept(leaves, before, out)] == [True]
+    del view
 
 
 def test_a_live_numpy_view_is_kept_whatever_jax_does_with_the_array():
@@ -81,12 +103,14 @@ def test_a_donated_sharded_array_is_checked_shard_by_shard():
     spec = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("d"))
     x = jax.device_put(jnp.arange(16.0), spec)
     plain = jnp.arange(4.0)
+    held = (x, plain)  # a second holder of each: the buffers are read
     before = donated_buffers([x, plain])
     assert before is not None and len(before[0]) == 4 and len(before[1]) == 1
     out = jax.jit(lambda a, b: (a + 1.0, b * 2.0), donate_argnums=(0, 1))(x, plain)
     assert x.is_deleted() and plain.is_deleted()
     assert kept([x, plain], before, out) == []
     np.testing.assert_array_equal(np.asarray(out[0]), np.arange(16.0) + 1.0)
+    del held
 
 
 def test_a_deleted_output_is_not_read_for_its_buffer():

@@ -14,13 +14,16 @@ as one from ``jax.device_put(x, may_alias=False)``), so a deleted leaf counts on
 buffer is exported to Python: the NumPy view's ``memoryview`` holds the array through a
 ``managedbuffer``, which the garbage collector names (read only for a leaf that tripped the
 address check). Only a CPU buffer can be shared with NumPy, so on other devices only the
-first form is looked for (no per-leaf cost).
+first form is looked for (no per-leaf cost). On the CPU, the buffers are not read at all when
+no leaf has a reference beyond its container's and the leaves list's: a view's memoryview is
+one more, so such a leaf can never be reported (a training loop's usual case).
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,11 +55,31 @@ def _on_cpu(leaves: Sequence[Any]) -> bool:
     return False
 
 
+def _refs_without_view() -> int:
+    """``sys.getrefcount`` of a leaf held only by its container and a leaves list, counted as
+    `donated_buffers` counts (measured, not assumed: the interpreter decides what it counts)."""
+    leaf = object()
+    container, leaves = [leaf], [leaf]
+    del leaf
+    count = max(map(sys.getrefcount, leaves))
+    del container
+    return count
+
+
+_REFS_WITHOUT_VIEW = _refs_without_view()
+
+
 def donated_buffers(leaves: Sequence[Any]) -> list[tuple[int, ...]] | None:
     """Before a donating call: the buffers of its donated ``leaves`` (CPU arrays), or ``None``
-    when they are not on the CPU (no NumPy view can hold them there)."""
+    when no NumPy view can hold them: they are not on the CPU, or no leaf has a reference
+    beyond its container's and ``leaves``' (a view's memoryview holds one, see `_exported`).
+
+    ``leaves`` must be a list the caller holds, of leaves of a pytree it holds (the count
+    assumes one container and that list)."""
     if not _on_cpu(leaves):
         return None
+    if max(map(sys.getrefcount, leaves), default=0) <= _REFS_WITHOUT_VIEW:
+        return None  # no leaf can be `_exported`: none would ever be reported
     try:  # runs before every donating call: one C-level call per leaf when every leaf can
         return [(leaf.unsafe_buffer_pointer(),) for leaf in leaves]
     except Exception:  # a non-array leaf, a deleted or a multi-shard array: leaf by leaf
