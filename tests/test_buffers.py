@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept
+from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept, unvouch, vouch
 
 pytestmark = pytest.mark.skipif(
     jax.default_backend() != "cpu", reason="a NumPy view shares a buffer only on CPU"
@@ -122,3 +122,22 @@ def test_a_deleted_output_is_not_read_for_its_buffer():
     other.delete()
     assert kept([x], before, (out, other)) == [0]  # the view still holds x's buffer
     del view
+
+
+def test_a_check_nested_in_a_vouched_call_of_the_same_leaves_reads_no_address():
+    # an audited step found no view possible and vouches for its leaves during the call; a
+    # watch of the program it calls checks the same leaves from a list of its own (one more
+    # reference each), and reads nothing either — but only for exactly those leaves
+    state = {"w": jnp.arange(8.0), "b": jnp.zeros(3)}
+    outer = jax.tree.leaves(state)
+    assert donated_buffers(outer) is None
+    nested = list(outer)  # the second holder the watch's list is
+    assert donated_buffers(nested) is not None
+    previous = vouch(outer)
+    try:
+        assert donated_buffers(list(outer)) is None
+        assert donated_buffers([*outer, jnp.ones(2)]) is not None  # not the same leaves
+        assert donated_buffers(outer[::-1]) is not None
+    finally:
+        unvouch(previous)
+    assert donated_buffers(nested) is not None

@@ -23,13 +23,15 @@ from __future__ import annotations
 
 import gc
 import itertools
+import operator
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
 import jax
 
-__all__ = ["buffer_ids", "donated_buffers", "kept"]
+__all__ = ["buffer_ids", "donated_buffers", "kept", "unvouch", "vouch"]
 
 
 def buffer_ids(x: jax.Array) -> tuple[int, ...]:
@@ -69,16 +71,48 @@ def _refs_without_view() -> int:
 _REFS_WITHOUT_VIEW = _refs_without_view()
 
 
+class _Vouched(threading.local):
+    leaves: Sequence[Any] | None = None
+
+
+_vouched = _Vouched()
+
+
+def vouch(leaves: Sequence[Any] | None) -> Sequence[Any] | None:
+    """Around a donating call whose ``leaves`` `donated_buffers` answered ``None`` for: a
+    check of the very same leaves nested in it (a watch of the audited program, whose own
+    leaves list is one more reference to each) reads no buffer either. ``None`` vouches for
+    nothing. Returns the previous value, for `unvouch` (per thread)."""
+    previous = _vouched.leaves
+    _vouched.leaves = leaves
+    return previous
+
+
+def unvouch(previous: Sequence[Any] | None) -> None:
+    """Restore what `vouch` replaced."""
+    _vouched.leaves = previous
+
+
+def _is_vouched(leaves: Sequence[Any]) -> bool:
+    vouched = _vouched.leaves
+    return (
+        vouched is not None
+        and len(vouched) == len(leaves)
+        and all(map(operator.is_, vouched, leaves))
+    )
+
+
 def donated_buffers(leaves: Sequence[Any]) -> list[tuple[int, ...]] | None:
     """Before a donating call: the buffers of its donated ``leaves`` (CPU arrays), or ``None``
     when no NumPy view can hold them: they are not on the CPU, or no leaf has a reference
-    beyond its container's and ``leaves``' (a view's memoryview holds one, see `_exported`).
+    beyond its container's and ``leaves``' (a view's memoryview holds one, see `_exported`),
+    or an enclosing call found so for the same leaves (`vouch`).
 
     ``leaves`` must be a list the caller holds, of leaves of a pytree it holds (the count
     assumes one container and that list)."""
     if not _on_cpu(leaves):
         return None
-    if max(map(sys.getrefcount, leaves), default=0) <= _REFS_WITHOUT_VIEW:
+    if max(map(sys.getrefcount, leaves), default=0) <= _REFS_WITHOUT_VIEW or _is_vouched(leaves):
         return None  # no leaf can be `_exported`: none would ever be reported
     try:  # runs before every donating call: one C-level call per leaf when every leaf can
         return [(leaf.unsafe_buffer_pointer(),) for leaf in leaves]

@@ -37,7 +37,7 @@ import optax
 from jax.core import Tracer
 
 from jaxwise._errors import JaxwiseError
-from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept
+from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept, unvouch, vouch
 from jaxwise._shared._events import DonationFailed, donation_suspended, publish
 from jaxwise.train._program._state import type_signature
 from jaxwise.tree import path_names
@@ -279,6 +279,7 @@ class Audit:
         self._returned: Any = None  # a weak reference to the last result's state
         self._fast = False  # this call's state is the last result: its checks are deferred
         self._buffers: list[tuple[int, ...]] | None = None  # the donated CPU buffers
+        self._leaves: list[Any] = []  # the state's leaves, from `before` to the end of `call`
 
     def _skipped(self, leaves: list[Any], concrete: bool) -> bool:
         if donation_suspended() is not None:
@@ -316,6 +317,7 @@ class Audit:
         self._check_data(state, leaves, data, last)
         self._fast = last
         self._buffers = donated_buffers(leaves)
+        self._leaves = leaves
         return leaves
 
     def _check_data(self, state: Any, leaves: list[Any], data: Any, concrete: bool) -> None:
@@ -353,11 +355,16 @@ class Audit:
         failure was theirs (e.g. the state was donated to another program since)."""
         if not self._fast:
             return fn(state, data)
+        # no view can hold these leaves (`donated_buffers`): a watch of `fn` need not look
+        previous = vouch(self._leaves if self._buffers is None else None)
         try:
             return fn(state, data)
         except Exception:
             check_donatable(state, function=self.function)
             raise
+        finally:
+            unvouch(previous)
+            self._leaves = []  # hold no leaf between calls: a reference `before` would count
 
     def _remember(self, result: Any) -> None:
         try:
