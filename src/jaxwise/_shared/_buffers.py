@@ -59,13 +59,16 @@ def _on_cpu(leaves: Sequence[Any]) -> bool:
 
 def _refs_without_view() -> int:
     """``sys.getrefcount`` of a leaf held only by its container and a leaves list, counted as
-    `donated_buffers` counts (measured, not assumed: the interpreter decides what it counts)."""
+    `donated_buffers` counts (measured, not assumed: the interpreter decides what it counts);
+    ``-1`` (always read the buffers) if one more holder does not raise the count."""
     leaf = object()
     container, leaves = [leaf], [leaf]
     del leaf
     count = max(map(sys.getrefcount, leaves))
-    del container
-    return count
+    one_more = [leaves[0]]  # as a view's memoryview holds the array
+    tells = max(map(sys.getrefcount, leaves)) > count
+    del container, one_more
+    return count if tells else -1
 
 
 _REFS_WITHOUT_VIEW = _refs_without_view()
