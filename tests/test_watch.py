@@ -450,6 +450,36 @@ def test_donation_error_of_a_jaxwise_step_is_reported_once():
     assert finding.cause.startswith("DonationError: the donated state leaf `params.w`")
 
 
+def test_a_watched_jaxwise_step_lets_its_audit_vouch_and_still_sees_a_view(monkeypatch):
+    # the audited step found no view can hold its state's leaves and vouches for them while
+    # its program runs: the watch's check of the same leaves reads no buffer; once a view
+    # exists, the audit does not vouch and both checks read the buffers
+    import jaxwise.watch._watch as watch_module
+
+    answers: list[bool] = []
+    real = watch_module._buffers.donated_buffers
+
+    def spy(leaves):
+        out = real(leaves)
+        answers.append(out is None)
+        return out
+
+    monkeypatch.setattr(watch_module._buffers, "donated_buffers", spy)
+    tx = optax.sgd(0.1)
+    with on_host(), Watch():  # a NumPy view shares the buffer only on CPU
+        step = make_train_step(lambda p, b: jnp.mean((b @ p["w"]) ** 2))
+        state = TrainState.create({"w": jnp.ones((2, 1))}, tx, 0)
+        for _ in range(3):
+            state, _ = step(state, jnp.ones((4, 2)))
+        assert answers[1:] == [True, True]  # the first call is not the last result's state
+        answers.clear()
+        view = np.asarray(state.params["w"])
+        with pytest.raises(Exception, match="live NumPy view"):
+            step(state, jnp.ones((4, 2)))
+        assert answers == [False]
+        del view
+
+
 def test_unusable_avals_parse_jax_warning():
     assert unusable_avals(
         "Some donated buffers were not usable: ShapedArray(float32[3,4]), bfloat16[].\nSee"

@@ -317,7 +317,7 @@ class Audit:
         self._check_data(state, leaves, data, last)
         self._fast = last
         self._buffers = donated_buffers(leaves)
-        self._leaves = leaves
+        self._leaves = leaves if last else []  # what `call` vouches for
         return leaves
 
     def _check_data(self, state: Any, leaves: list[Any], data: Any, concrete: bool) -> None:
