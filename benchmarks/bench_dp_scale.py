@@ -42,6 +42,7 @@ import dataclasses
 import datetime
 import os
 import platform
+import re
 import statistics
 import sys
 import time
@@ -514,7 +515,8 @@ def main(argv: list[str] | None = None) -> str:
     configs = QUICK if quick else FULL
     if args.configs:
         configs = [configs[int(i)] for i in args.configs.split(",")]
-    methods = None if args.methods is None else set(args.methods.split(","))
+    # names hold commas ("DP micro-batched (chunked, 8)"): split at commas outside parentheses
+    methods = None if args.methods is None else set(re.split(r",(?![^()]*\))", args.methods))
     for cfg in configs:
         rows += run_config(
             cfg, n, capacity, lambda s: print(s, file=sys.stderr, flush=True), methods

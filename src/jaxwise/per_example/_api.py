@@ -25,7 +25,7 @@ from jaxwise._shared._losses import (
     weights_of,
 )
 from jaxwise._typing import PyTree
-from jaxwise.per_example import _ghost, _ghost_plan
+from jaxwise.per_example import _ghost, _ghost_plan, _sparse
 from jaxwise.per_example._cost import (
     backend_cost,
     default_budget,
@@ -35,7 +35,7 @@ from jaxwise.per_example._cost import (
     stored_bytes,
 )
 from jaxwise.per_example._graph import CoverageRow, ExampleGraph, Unsupported, coverage, trace
-from jaxwise.per_example._vmap import auto_chunk_size, vmap_clip_and_sum, vmap_norms
+from jaxwise.per_example._vmap import auto_chunk_size, stored, vmap_clip_and_sum, vmap_norms
 
 P = TypeVar("P")
 
@@ -58,6 +58,10 @@ class ClipPlan:
         reason: one line saying why ``method`` was chosen.
         rows: the ghost coverage rows, each leaf's norm form on this backend, whichever
             method was chosen (empty when the loss cannot be analysed).
+        sparse: for ``"vmap"``/``"chunked"``: the paths of the embedding tables whose
+            per-example gradients are never formed densely (the loss only looks rows up in
+            them: each example's norm and clipped sum come from its looked-up rows' output
+            gradients, as in ghost clipping).
     """
 
     method: str
@@ -68,10 +72,13 @@ class ClipPlan:
     micro_cost: float
     reason: str
     rows: tuple[CoverageRow, ...] = ()
+    sparse: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         chunk = f", micro-batches of {self.chunk_size}" if self.chunk_size else ""
         head = f"method {self.method}{chunk} on {self.backend}: {self.reason}"
+        if self.sparse:
+            head += f" (embedding tables kept sparse: {', '.join(self.sparse)})"
         return "\n".join([head, *(str(r) for r in self.rows)])
 
 
@@ -81,10 +88,8 @@ class _Resolved:
     program: ExampleGraph | None
     forms: dict[int, str]
     budget: int
-
-
-def _n_entries(tree: Any) -> int:
-    return sum(int(np.size(x)) for x in jax.tree.leaves(tree))
+    sparse: ExampleGraph | None = None  # the program whose lookups `tables` stay sparse
+    tables: tuple[int, ...] = ()
 
 
 def _resolve(
@@ -95,26 +100,30 @@ def _resolve(
     chunk_size: ChunkSize,
     memory_budget: int | None,
 ) -> _Resolved:
-    """The plan for a call: the analysed program and its norm forms for ghost, else the chunk."""
+    """The plan for a call: the analysed program and its norm forms for ghost, else the chunk
+    (and the embedding tables the materialising paths keep sparse)."""
     cost = backend_cost()
     budget = default_budget(cost, DEFAULT_MEMORY_BUDGET) if memory_budget is None else memory_budget
-    n, p_count = batch_size_of(batch), _n_entries(params)
+    n = batch_size_of(batch)
     bits = operand_bits(cost)
-    micro = micro_cost(p_count, cost)
     program, why = None, ""
-    if method in ("ghost", "auto"):
-        try:
-            program = trace(loss, params, batch)
-        except Unsupported as err:
-            if method == "ghost":
-                raise ValueError(
-                    f"method='ghost' does not apply to this `loss`: {err}; use method='vmap'"
-                ) from err
+    try:
+        program = trace(loss, params, batch)
+    except Unsupported as err:
+        if method == "ghost":
+            raise ValueError(
+                f"method='ghost' does not apply to this `loss`: {err}; use method='vmap'"
+            ) from err
+        if method == "auto":
             why = f"the loss cannot be analysed ({err})"
+    tables = tuple(_sparse.sparse_uses(program)) if program is not None else ()
+    sparse_names = _sparse_names(program, params, tables)
+    p_count = _sparse.dense_entries(program if tables else None, params)
+    micro = micro_cost(p_count, cost)
     ghost = None
     forms: dict[int, str] = {}
     rows: tuple[CoverageRow, ...] = ()
-    if program is not None:
+    if program is not None and method in ("ghost", "auto"):
         forms = _ghost_plan.plan_forms(program, n, budget, cost)
         rows = tuple(_rows(program, params, forms))
         pe_entries = sum(
@@ -124,13 +133,11 @@ def _resolve(
         )
         ghost = _ghost_plan.ghost_extra_cost(program, forms, pe_entries, cost)
         if method == "auto" and micro < ghost:
-            program = None
             why = f"per-example gradients cost less ({micro:.3g} < {ghost:.3g} per example)"
         else:
             why = "asked for" if method == "ghost" else f"ghost costs {ghost:.3g} <= {micro:.3g}"
-    if program is not None:
-        plan = ClipPlan("ghost", None, cost.backend, bits, ghost, micro, why, rows)
-        return _Resolved(plan, program, forms, budget)
+            plan = ClipPlan("ghost", None, cost.backend, bits, ghost, micro, why, rows)
+            return _Resolved(plan, program, forms, budget)
     if method == "auto":
         held = budget if cost.micro_bytes is None else min(budget, cost.micro_bytes)
         chunk_size = micro_batch_size(p_count, n, held, cost.max_micro, stored_bytes(cost))
@@ -141,8 +148,17 @@ def _resolve(
         chunk_size = auto_chunk_size(loss, params, batch, memory_budget=budget)
     chunk = None if chunk_size is None or chunk_size >= n else int(chunk_size)
     name = "vmap" if chunk is None else "chunked"
-    plan = ClipPlan(name, chunk, cost.backend, bits, ghost, micro, why or "asked for", rows)
-    return _Resolved(plan, None, {}, budget)
+    plan = ClipPlan(
+        name, chunk, cost.backend, bits, ghost, micro, why or "asked for", rows, sparse_names
+    )
+    return _Resolved(plan, None, {}, budget, program if tables else None, tables)
+
+
+def _sparse_names(program: ExampleGraph | None, params: Any, uses: tuple[int, ...]) -> tuple:
+    if program is None or not uses:
+        return ()
+    paths = [row.path for row in coverage(program, params)]
+    return tuple(paths[i] for i in _sparse.sparse_leaves(program, uses))
 
 
 def _rows(program: ExampleGraph, params: Any, forms: dict[int, str]) -> list[CoverageRow]:
@@ -409,8 +425,13 @@ def _clip_and_sum(
     program = resolved.program
     if program is None:
         plan = resolved.plan
+        chunk_sum = None
+        if resolved.sparse is not None:
+            chunk_sum = _sparse.clipped_sum_fn(
+                resolved.sparse, resolved.tables, clip_norm, plan.operand_bits, stored
+            )
         return vmap_clip_and_sum(
-            loss, params, batch, clip_norm, w, plan.chunk_size, plan.operand_bits
+            loss, params, batch, clip_norm, w, plan.chunk_size, plan.operand_bits, chunk_sum
         )
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)

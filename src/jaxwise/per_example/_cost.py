@@ -17,9 +17,10 @@ transformer block of ``benchmarks/bench_mf_ghost.py`` (kept per-example gradient
 norms at T = 64, d = 128); TPU v5e: ``bench_dp_scale.py``'s models at the default precision,
 where a materialised per-example gradient costs about two float32 passes over its ``P``
 floats at 819 GB/s and the norm contractions run near the chip's achieved ~35% of 197
-TFLOP/s (so ~85 FLOPs per byte): micro-batches win on the GPT-2-small LM, ghost on the
-T = 256 classifiers. `backend_name` is the one place the backend is read, so a test can
-stand a TPU in for the CPU.
+TFLOP/s (so ~85 FLOPs per byte): with embedding tables kept sparse, micro-batched
+per-example gradients win on all three of its models (ghost clipping's Gram norms and kept
+output gradients move more bytes). `backend_name` is the one place the backend is read, so a
+test can stand a TPU in for the CPU.
 """
 
 from __future__ import annotations
@@ -45,11 +46,6 @@ class BackendCost:
         max_micro: the largest micro-batch worth taking (``None``: as many as fit).
         micro_bytes: the kept per-example gradient bytes a micro-batch does best within
             (``None``: as many as the memory budget holds).
-        micro_overhead: FLOP units per example that a micro-batched step costs beyond its
-            per-example gradients' traffic (the sequential loop, the smaller contractions).
-        micro_per_param: FLOP units per parameter per example of a kept per-example
-            gradient (``None``: from the model, written once and read once at
-            `stored_bytes`: ``4 + flops_per_byte·stored_bytes·2``).
     """
 
     backend: str
@@ -58,8 +54,6 @@ class BackendCost:
     highest_passes: int = 1
     max_micro: int | None = None
     micro_bytes: int | None = None
-    micro_overhead: float = 0.0
-    micro_per_param: float | None = None
 
 
 BACKENDS: dict[str, BackendCost] = {
@@ -68,12 +62,13 @@ BACKENDS: dict[str, BackendCost] = {
     # One bfloat16 pass; HIGHEST takes six. A micro-batch's kept bfloat16 gradients do best
     # near 1 GiB: GPT-2-small LM (220 MB per example) 1.02x the non-private gradient at 4,
     # 1.10x at 8, 1.28x at 16; the 49M classifier (98 MB) 1.47x at 4, 1.34x at 8, 1.37x at
-    # 16. The micro-batch cost terms are fitted to bench_dp_scale.py's two classifiers (kept
-    # bfloat16 gradients at 8: 237 us per example at 16.9M parameters, 278 us at 49M; one
-    # unit ~ 0.02 ps there, from their ghost rows).
-    "tpu": BackendCost(
-        "tpu", 8, 85.0, 6, micro_bytes=2**30, micro_overhead=1.05e10, micro_per_param=62.0
-    ),
+    # 16 (embedding tables then formed densely per example). With the tables kept sparse
+    # (`._sparse`) the kept gradients cost what `micro_cost` derives (written once, read
+    # once): 16.9M classifier, all 32 at once, 100 us per example (predicted 87), at 8 a
+    # time 77 us (1.29x; 1.38x at 32); the 49M classifier at 8 and the LM at 4 cost less
+    # than predicted (52 us and < 0 per example: 1.06x and 0.82x the non-private
+    # gradient); ghost 150 and 324 us (one unit ~ 0.02 ps). So: at most 8, within 1 GiB.
+    "tpu": BackendCost("tpu", 8, 85.0, 6, max_micro=8, micro_bytes=2**30),
 }
 
 # jax_default_matmul_precision -> operand bits on a backend that rounds (None: float32 exact)
@@ -174,20 +169,16 @@ def stored_bytes(cost: BackendCost) -> int:
 def micro_cost(n_params: int, cost: BackendCost) -> float:
     """Per-example extra cost (FLOP units) of micro-batched per-example gradients.
 
-    Each example's gradient (``P`` entries of `stored_bytes`) is written once and read once,
-    its norm fused into one of the two, as a kept layer's in `layer_costs`: ``4P`` FLOPs and
-    ``2·P`` entries of traffic, plus the backend's fixed ``micro_overhead`` — or the
-    backend's measured ``micro_per_param`` per parameter. The vector-Jacobian products
-    themselves replace the non-private gradient's.
+    Each example's gradient (``P`` entries of `stored_bytes`; embedding tables kept sparse
+    are not counted) is written once and read once, its norm fused into one of the two, as
+    a kept layer's in `layer_costs`: ``4P`` FLOPs and ``2·P`` entries of traffic. The
+    vector-Jacobian products themselves replace the non-private gradient's.
 
     Examples:
         >>> micro_cost(1000, backend_cost("cpu"))
         36000.0
     """
-    per_param = cost.micro_per_param
-    if per_param is None:
-        per_param = 4.0 + cost.flops_per_byte * stored_bytes(cost) * 2.0
-    return cost.micro_overhead + per_param * n_params
+    return (4.0 + cost.flops_per_byte * stored_bytes(cost) * 2.0) * n_params
 
 
 def micro_batch_size(

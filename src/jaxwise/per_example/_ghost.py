@@ -109,18 +109,19 @@ def _apply_use(
 
 
 def _forward(
-    program: ExampleGraph, leaves: list[Any], example: list[Any], probes: list[list[Any]]
-) -> tuple[Any, list[list[Any]]]:
-    """Loss of ONE example with probes added at every use; also each use's example inputs."""
+    program: ExampleGraph, leaves: list[Any], example: list[Any], probes: dict[int, list[Any]]
+) -> tuple[Any, dict[int, list[Any]]]:
+    """Loss of ONE example with probes added at the uses in ``probes`` (by use index); also
+    those uses' example inputs."""
     env: dict[int, Any] = dict(enumerate([*leaves, *example]))
-    use_at = {u.node: j for j, u in enumerate(program.uses)}
-    acts: list[list[Any]] = []
+    use_at = {program.uses[j].node: j for j in probes}
+    acts: dict[int, list[Any]] = {}
     for k, node in enumerate(program.nodes):
         ins = [read(env, r) for r in node.inputs]
         outs = bind(node, ins)
         j = use_at.get(k)
         if j is not None:
-            acts.append([ins[p] for p in _example_positions(program, node)])
+            acts[j] = [ins[p] for p in _example_positions(program, node)]
             for pos, probe in zip(program.uses[j].probes, probes[j]):
                 outs[pos] = outs[pos] + probe
         for o, val in zip(node.outputs, outs):
@@ -128,28 +129,34 @@ def _forward(
     return read(env, program.output), acts
 
 
+def probe_zeros(program: ExampleGraph, uses: Sequence[int], lead: tuple[int, ...] = ()) -> dict:
+    """Zero probes ``{use: [(*lead, *output shape)]}`` for the outputs of ``uses``."""
+    return {
+        j: [
+            jnp.zeros(
+                (*lead, *program.avals[program.nodes[program.uses[j].node].outputs[p]].shape),
+                program.avals[program.nodes[program.uses[j].node].outputs[p]].dtype,
+            )
+            for p in program.uses[j].probes
+        ]
+        for j in uses
+    }
+
+
 def output_grads(
     program: ExampleGraph, leaves: list[Any], example: list[Any]
 ) -> tuple[jax.Array, list[list[Any]], list[list[Any]]]:
     """One forward and one backward pass: ``(losses (B,), acts, g)`` per use."""
     b = int(np.shape(example[0])[0])
-    zeros = [
-        [
-            jnp.zeros(
-                (b, *program.avals[program.nodes[u.node].outputs[p]].shape),
-                program.avals[program.nodes[u.node].outputs[p]].dtype,
-            )
-            for p in u.probes
-        ]
-        for u in program.uses
-    ]
+    zeros = probe_zeros(program, range(len(program.uses)), (b,))
 
-    def total(probes: list[list[Any]]) -> tuple[jax.Array, tuple[jax.Array, list[list[Any]]]]:
+    def total(probes: dict) -> tuple[jax.Array, tuple[jax.Array, dict]]:
         losses, acts = jax.vmap(lambda ex, pr: _forward(program, leaves, ex, pr))(example, probes)
         return jnp.sum(losses), (losses, acts)
 
     grads, (losses, acts) = jax.grad(total, has_aux=True)(zeros)
-    return losses, acts, grads
+    order = range(len(program.uses))
+    return losses, [acts[j] for j in order], [grads[j] for j in order]
 
 
 # --------------------------------------------------------------------------
@@ -512,20 +519,36 @@ def weighted_sum(
     for j, summed in _pull_back(program, leaves, kept, factor).items():
         out[j] = summed
     ghost = [j for j, u in enumerate(program.uses) if u.kind in GHOST_KINDS and j not in kept]
-    if not ghost:
-        return out
-    which = sorted({i for j in ghost for i in program.uses[j].leaves})
+    for i, grad in ghost_sum(program, leaves, ghost, acts, grads, factor, bits).items():
+        out[i] = grad
+    return out
+
+
+def ghost_sum(
+    program: ExampleGraph,
+    leaves: list[Any],
+    uses: Sequence[int],
+    acts: Any,
+    grads: Any,
+    factor: jax.Array,
+    bits: int | None,
+) -> dict[int, Any]:
+    """``Σ_i f_i ∇_i`` of the leaves that ``uses`` (ghost uses) read, by leaf index: one batched
+    vector-Jacobian product of those uses at ``RN(f·g)`` (a weight gradient; an embedding's
+    is a scatter of ``f·g``, never rounded). ``acts``/``grads``: indexed by use."""
+    if not uses:
+        return {}
+    which = sorted({i for j in uses for i in program.uses[j].leaves})
 
     def uses_of(sub: list[Any]) -> list[list[Any]]:
         full = list(leaves)
         for i, v in zip(which, sub):
             full[i] = v
         env = _static(program, full)
-        return [jax.vmap(_use_fn(program, program.uses[j], env))(ins[j]) for j in ghost]
+        return [jax.vmap(_use_fn(program, program.uses[j], env))(ins[j]) for j in uses]
 
     ins = {
-        j: as_program_dtype(acts[j], _example_refs(program, program.uses[j]), program)
-        for j in ghost
+        j: as_program_dtype(acts[j], _example_refs(program, program.uses[j]), program) for j in uses
     }
     _, vjp = jax.vjp(uses_of, [leaves[i] for i in which])
     cot = [
@@ -533,11 +556,9 @@ def weighted_sum(
             _weighted(g, factor, None if program.uses[j].kind == "embedding" else bits, r, program)
             for g, r in zip(grads[j], _probe_refs(program, program.uses[j]))
         ]
-        for j in ghost
+        for j in uses
     ]
-    for i, grad in zip(which, vjp(cot)[0]):
-        out[i] = grad
-    return out
+    return dict(zip(which, vjp(cot)[0]))
 
 
 def _pull_back(

@@ -188,13 +188,21 @@ def vmap_clip_and_sum(
     w: jax.Array,
     chunk_size: int | None,
     bits: int | None = None,
+    chunk_sum: Callable[[Any, Any, jax.Array], tuple[Any, jax.Array]] | None = None,
 ) -> tuple[Any, jax.Array]:
     """Clipped sum from per-example gradients, all at once or ``chunk_size`` at a time
     (micro-batches accumulated in a ``lax.scan`` carry); one backward pass per example.
-    ``bits``: the matmul operands' significand bits (`stored`)."""
+    ``bits``: the matmul operands' significand bits (`stored`). ``chunk_sum(params, batch,
+    weights) -> (sum, norms)`` replaces the dense per-chunk sum (`._sparse.clipped_sum_fn`:
+    embedding tables kept sparse)."""
     n = batch_size_of(batch)
+
+    def dense_sum(p: Any, b: Any, cw: jax.Array) -> tuple[Any, jax.Array]:
+        return _clipped_sum_chunk(loss, p, b, cw, clip_norm, bits)
+
+    one = chunk_sum or dense_sum
     if chunk_size is None or chunk_size >= n:
-        return _clipped_sum_chunk(loss, params, batch, w, clip_norm, bits)
+        return one(params, batch, w)
     chunks, mask, n = _chunked(batch, chunk_size)
     padded = jnp.concatenate([w, jnp.zeros((mask.size - n,), w.dtype)]).reshape(mask.shape)
     chunk_weights = jnp.where(mask, padded, 0.0)
@@ -202,7 +210,7 @@ def vmap_clip_and_sum(
 
     def one_chunk(total: Any, xs: tuple) -> tuple[Any, jax.Array]:
         chunk, cw = xs
-        summed, norms = _clipped_sum_chunk(loss, params, chunk, cw, clip_norm, bits)
+        summed, norms = one(params, chunk, cw)
         return jax.tree.map(jnp.add, total, summed), norms
 
     total, norms = jax.lax.scan(one_chunk, zero, (chunks, chunk_weights))
