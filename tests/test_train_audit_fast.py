@@ -2,7 +2,10 @@
 
 Such a state's deleted-leaf and shared-buffer checks are deferred to a failing call
 (`Audit.call`); these tests show that every mistake the full audit catches is still caught,
-named, and leaves the state intact, when the state *object* is the previous result.
+named, and leaves the state intact, when the state *object* is the previous result. Each runs
+twice: on the host (CPU: the after-call check for live NumPy views still reads the leaves) and
+off it (an accelerator's state, stood in for by `off_host`: the state is not even flattened,
+and a mistake is named only once XLA refuses the call).
 """
 
 import jax
@@ -12,14 +15,17 @@ import pytest
 
 from jaxwise import optim
 from jaxwise.train import DonationError, TrainState, make_train_step
+from jaxwise.train._program import _donation
 
 
 def loss(params, batch):
     return jnp.sum((batch @ params["w"] + params["b"]) ** 2)
 
 
-@pytest.fixture
-def trained():
+@pytest.fixture(params=["host", "off-host"])
+def trained(request, monkeypatch):
+    if request.param == "off-host":
+        monkeypatch.setattr(_donation, "off_host", lambda leaves: True)
     state = TrainState.create({"w": jnp.ones((3, 2)), "b": jnp.zeros(2)}, optim.adam(1e-2), 0)
     step = make_train_step(loss)
     batch = jnp.ones((4, 3))
@@ -28,11 +34,20 @@ def trained():
     return step, state, batch
 
 
-def test_the_previous_result_takes_the_fast_path(trained):
+def test_the_previous_result_takes_the_fast_path(trained, monkeypatch, request):
     step, state, batch = trained
     audit = step._audit
+    off = audit._off_host  # learned from the first call's result
+    assert off == (request.node.callspec.params["trained"] == "off-host")
+    if off:  # nothing is read after the call either
+
+        def no_read(*args):
+            raise AssertionError("an off-host fast path read the donated leaves")
+
+        monkeypatch.setattr(_donation, "kept", no_read)
     leaves = audit.before(state, batch)
     assert audit._fast  # the deferred checks
+    assert audit._deferred == off and (leaves == []) == off  # off the host: not flattened
     result = audit.call(step.jitted, state, batch)
     audit.after(state, leaves, result)
     other = jax.tree.map(lambda x: x, result[0])  # same leaves, another object: full audit
@@ -75,7 +90,7 @@ def test_previous_result_with_a_numpy_leaf_put_in_is_checked(trained):
 
 def test_live_view_of_the_previous_result_is_named(trained):
     step, state, batch = trained
-    if jax.default_backend() != "cpu":
+    if jax.default_backend() != "cpu" or step._audit._off_host:
         pytest.skip("a NumPy view shares a buffer only on CPU")
     view = np.asarray(state.params["w"])
     with pytest.raises(DonationError, match=r"the donated state leaf `params.w` kept its buffer"):

@@ -57,6 +57,25 @@ def _on_cpu(leaves: Sequence[Any]) -> bool:
     return False
 
 
+def off_host(leaves: Sequence[Any]) -> bool:
+    """True when the first array among ``leaves`` lives on accelerators only (no CPU device):
+    no NumPy view can share its buffers, and a donation of it either happens or fails loudly.
+    False with no array, a deleted one or a tracer.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> off_host([jnp.zeros(2)]) == (jax.default_backend() != "cpu")
+        True
+    """
+    for leaf in leaves:
+        if isinstance(leaf, jax.Array):
+            try:
+                return all(device.platform != "cpu" for device in leaf.devices())
+            except Exception:  # a deleted array or a tracer
+                return False
+    return False
+
+
 def _refs_without_view() -> int:
     """``sys.getrefcount`` of a leaf held only by its container and a leaves list, counted as
     `donated_buffers` counts (measured, not assumed: the interpreter decides what it counts);

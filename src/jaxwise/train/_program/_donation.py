@@ -37,7 +37,7 @@ import optax
 from jax.core import Tracer
 
 from jaxwise._errors import JaxwiseError
-from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept, unvouch, vouch
+from jaxwise._shared._buffers import buffer_ids, donated_buffers, kept, off_host, unvouch, vouch
 from jaxwise._shared._events import DonationFailed, donation_suspended, publish
 from jaxwise.train._program._state import type_signature
 from jaxwise.tree import path_names
@@ -260,6 +260,11 @@ _DISABLE_JIT = (
 )
 
 
+def _state_of(result: Any) -> Any:
+    """The state in a call's result (``(state, metrics)``, or the state itself)."""
+    return result[0] if isinstance(result, tuple) and result else result
+
+
 class Audit:
     """Per-call donation checks for a jitted ``fn(state, data)`` that donates ``state``.
 
@@ -280,6 +285,9 @@ class Audit:
         self._fast = False  # this call's state is the last result: its checks are deferred
         self._buffers: list[tuple[int, ...]] | None = None  # the donated CPU buffers
         self._leaves: list[Any] = []  # the state's leaves, from `before` to the end of `call`
+        self._off_host = False  # the program's state lives off the host (no view can hold it)
+        self._learn = False  # `after` learns `_off_host` from this call's result
+        self._deferred = False  # this call's checks run only if it fails (`call`)
 
     def _skipped(self, leaves: list[Any], concrete: bool) -> bool:
         if donation_suspended() is not None:
@@ -302,18 +310,25 @@ class Audit:
         (`call`), where they turn JAX's error into a `DonationError`. The batch is always
         checked against the state.
         """
-        self._fast = False
+        self._fast = self._deferred = False
         if not self.donate:  # audit=False or donate=False: nothing to check, no leaves read
             self._skip = True
             return []
-        leaves = jax.tree.leaves(state)
         returned = self._returned
         last = returned is not None and returned() is state
+        if last and self._off_host and not self._skipped([], True):
+            # The previous result, on accelerators: its leaves are distinct live outputs that
+            # no NumPy view can hold, so the donation happens or XLA refuses the call (a
+            # state leaf passed as data too); `call` names the cause then. Nothing is read.
+            self._skip, self._fast, self._deferred, self._buffers = False, True, True, None
+            return []
+        leaves = jax.tree.leaves(state)
         self._skip = self._skipped(leaves, last)
         if self._skip:
             return leaves
         if not last:
             check_donatable(state, function=self.function)  # deleted leaves, one buffer twice
+            self._learn = True
         self._check_data(state, leaves, data, last)
         self._fast = last
         self._buffers = donated_buffers(leaves)
@@ -361,6 +376,8 @@ class Audit:
             return fn(state, data)
         except Exception:
             check_donatable(state, function=self.function)
+            if self._deferred:
+                self._check_data(state, jax.tree.leaves(state), data, True)
             raise
         finally:
             unvouch(previous)
@@ -377,13 +394,18 @@ class Audit:
         if self._skip:
             return
         self._remember(result)
+        if self._deferred:
+            return  # off the host, the donation happened: the call would have failed
+        if self._learn:  # once per new state (the first call): where its results live
+            self._learn = False
+            self._off_host = off_host(jax.tree.leaves(_state_of(result)))
         if self._fast and self._buffers is None:
             try:
                 if all(map(_IS_DELETED, leaves)):
                     return  # every leaf was donated
             except AttributeError:  # a leaf that is not an array (put in by hand): see below
                 pass
-        out = result[0] if isinstance(result, tuple) and result else result
+        out = _state_of(result)
         for index in kept(leaves, self._buffers, out):
             leaf = leaves[index]
             name = self._name_of(state, leaf)
