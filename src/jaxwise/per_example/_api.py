@@ -29,6 +29,7 @@ from jaxwise.per_example import _ghost, _ghost_plan, _sparse
 from jaxwise.per_example._cost import (
     backend_cost,
     default_budget,
+    even_chunks,
     micro_batch_size,
     micro_cost,
     operand_bits,
@@ -140,7 +141,8 @@ def _resolve(
             return _Resolved(plan, program, forms, budget)
     if method == "auto":
         held = budget if cost.micro_bytes is None else min(budget, cost.micro_bytes)
-        chunk_size = micro_batch_size(p_count, n, held, cost.max_micro, stored_bytes(cost))
+        largest = micro_batch_size(p_count, n, held, cost.max_micro, stored_bytes(cost))
+        chunk_size = even_chunks(n, largest)
         method = "chunked"
     if method == "chunked" and chunk_size is None:
         chunk_size = "auto"

@@ -212,6 +212,17 @@ def micro_batch_size(
     return m
 
 
+def even_chunks(n: int, m: int) -> int:
+    """The micro-batch size ``≤ m`` that covers ``n`` examples in as few micro-batches as ``m``
+    does, with the least padding (a Poisson step's padded width is rarely a multiple of ``m``).
+
+    Examples:
+        >>> even_chunks(34, 16), even_chunks(64, 8), even_chunks(101, 16)
+        (12, 8, 15)
+    """
+    return -(-n // -(-n // m))
+
+
 def default_budget(cost: BackendCost, fallback: int) -> int:
     """Bytes of per-example quantities a step may hold: ``fallback`` on a CPU, a third of
     the device's memory on an accelerator (its ``memory_stats()`` limit, when it reports one).
