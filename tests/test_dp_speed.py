@@ -26,6 +26,7 @@ from jaxwise.per_example import (
     _cost,
     _ghost,
     _ghost_plan,
+    _probes,
     _sparse,
     clip_and_sum,
     clip_plan,
@@ -137,7 +138,7 @@ def _released_norms(loss, params, batch, clip, *, slack=True):
     forms = _ghost_plan.plan_forms(program, n, 2**28, cost)
 
     def run(leaves, example):
-        _, acts, grads = _ghost.output_grads(program, leaves, example)
+        _, acts, grads = _probes.output_grads(program, leaves, example)
         acts, grads = _ghost.round_pass(program, acts, grads, bits)
         sq, s, pe, kept = _ghost.sq_norms(program, leaves, acts, grads, forms, bits)
         norms = jnp.sqrt(sq)

@@ -25,7 +25,7 @@ from jaxwise._shared._losses import (
     weights_of,
 )
 from jaxwise._typing import PyTree
-from jaxwise.per_example import _ghost, _ghost_plan, _sparse
+from jaxwise.per_example import _ghost, _ghost_plan, _probes, _sparse
 from jaxwise.per_example._cost import (
     backend_cost,
     default_budget,
@@ -276,7 +276,7 @@ def per_example_grad_norms(
     if program is None:
         return vmap_norms(loss, params, batch, resolved.plan.chunk_size)
     leaves, example = jax.tree.leaves(params), jax.tree.leaves(batch)
-    _, acts, grads = _ghost.output_grads(program, leaves, example)
+    _, acts, grads = _probes.output_grads(program, leaves, example)
     bits = resolved.plan.operand_bits
     acts, grads = _ghost.round_pass(program, acts, grads, bits)
     forms = {j: "per-example" if f == "kept" else f for j, f in resolved.forms.items()}
@@ -437,7 +437,7 @@ def _clip_and_sum(
         )
     leaves, treedef = jax.tree.flatten(params)
     example = jax.tree.leaves(batch)
-    _, acts, grads = _ghost.output_grads(program, leaves, example)
+    _, acts, grads = _probes.output_grads(program, leaves, example)
     bits = resolved.plan.operand_bits
     acts, grads = _ghost.round_pass(program, acts, grads, bits)
     sq, slack, pe, kept = _ghost.sq_norms(program, leaves, acts, grads, resolved.forms, bits)

@@ -1,6 +1,6 @@
 """Ghost norms and clipped sums for any per-example loss, from one forward and one backward pass.
 
-The program of `._graph` is re-evaluated under ``vmap`` with a zero *probe* added
+The program of `._graph` is re-evaluated under ``vmap`` (`._probes`) with a zero *probe* added
 to the output of every use; the gradient of the summed loss with respect to the probes
 is each example's output gradient ``g`` of that use, and the use's example input is its
 activation ``a``. Then, per use kind:
@@ -37,15 +37,13 @@ import numpy as np
 
 from jaxwise.per_example._ghost_plan import _dense_free, _param_side
 from jaxwise.per_example._graph import (
-    EXAMPLE,
-    Const,
     ExampleGraph,
     Node,
     Use,
-    bind,
     embedding_layout,
     read,
 )
+from jaxwise.per_example._probes import apply_use, example_positions, static_env
 
 # The norm contractions run at the matmul precision in effect, on operands rounded ONCE,
 # explicitly, to the format that precision gives them (`_cost.operand_bits`: bfloat16 on a TPU
@@ -69,94 +67,6 @@ def round_operand(x: jax.Array, bits: int | None) -> jax.Array:
     if bits is None:
         return x
     return jax.lax.reduce_precision(x, exponent_bits=8, mantissa_bits=bits - 1)
-
-
-# --------------------------------------------------------------------------
-# Evaluating the program
-# --------------------------------------------------------------------------
-
-
-def _example_positions(program: ExampleGraph, node: Node) -> list[int]:
-    return [
-        i
-        for i, r in enumerate(node.inputs)
-        if not isinstance(r, Const) and program.dep[r] == EXAMPLE
-    ]
-
-
-def _static(program: ExampleGraph, leaves: Sequence[Any]) -> dict[int, Any]:
-    """Every value that does not depend on the example, as a function of the leaves."""
-    env: dict[int, Any] = dict(enumerate(leaves))
-    for node in program.nodes:
-        if node.outputs and program.dep[node.outputs[0]] != EXAMPLE:
-            for o, val in zip(node.outputs, bind(node, [read(env, r) for r in node.inputs])):
-                env[o] = val
-    return env
-
-
-def _apply_use(
-    program: ExampleGraph, use: Use, env: dict[int, Any], acts: Sequence[Any]
-) -> list[Any]:
-    """The use's probed outputs, with its example inputs taken from ``acts``."""
-    node = program.nodes[use.node]
-    it = iter(acts)
-    ins = [
-        next(it) if i in _example_positions(program, node) else read(env, r)
-        for i, r in enumerate(node.inputs)
-    ]
-    outs = bind(node, ins)
-    return [outs[p] for p in use.probes]
-
-
-def _forward(
-    program: ExampleGraph, leaves: list[Any], example: list[Any], probes: dict[int, list[Any]]
-) -> tuple[Any, dict[int, list[Any]]]:
-    """Loss of ONE example with probes added at the uses in ``probes`` (by use index); also
-    those uses' example inputs."""
-    env: dict[int, Any] = dict(enumerate([*leaves, *example]))
-    use_at = {program.uses[j].node: j for j in probes}
-    acts: dict[int, list[Any]] = {}
-    for k, node in enumerate(program.nodes):
-        ins = [read(env, r) for r in node.inputs]
-        outs = bind(node, ins)
-        j = use_at.get(k)
-        if j is not None:
-            acts[j] = [ins[p] for p in _example_positions(program, node)]
-            for pos, probe in zip(program.uses[j].probes, probes[j]):
-                outs[pos] = outs[pos] + probe
-        for o, val in zip(node.outputs, outs):
-            env[o] = val
-    return read(env, program.output), acts
-
-
-def probe_zeros(program: ExampleGraph, uses: Sequence[int], lead: tuple[int, ...] = ()) -> dict:
-    """Zero probes ``{use: [(*lead, *output shape)]}`` for the outputs of ``uses``."""
-    return {
-        j: [
-            jnp.zeros(
-                (*lead, *program.avals[program.nodes[program.uses[j].node].outputs[p]].shape),
-                program.avals[program.nodes[program.uses[j].node].outputs[p]].dtype,
-            )
-            for p in program.uses[j].probes
-        ]
-        for j in uses
-    }
-
-
-def output_grads(
-    program: ExampleGraph, leaves: list[Any], example: list[Any]
-) -> tuple[jax.Array, list[list[Any]], list[list[Any]]]:
-    """One forward and one backward pass: ``(losses (B,), acts, g)`` per use."""
-    b = int(np.shape(example[0])[0])
-    zeros = probe_zeros(program, range(len(program.uses)), (b,))
-
-    def total(probes: dict) -> tuple[jax.Array, tuple[jax.Array, dict]]:
-        losses, acts = jax.vmap(lambda ex, pr: _forward(program, leaves, ex, pr))(example, probes)
-        return jnp.sum(losses), (losses, acts)
-
-    grads, (losses, acts) = jax.grad(total, has_aux=True)(zeros)
-    order = range(len(program.uses))
-    return losses, [acts[j] for j in order], [grads[j] for j in order]
 
 
 # --------------------------------------------------------------------------
@@ -395,8 +305,8 @@ def _materialised(
             full = list(leaves)
             for i, v in zip(which, sub):
                 full[i] = v
-            env = _static(program, full)
-            return [_apply_use(program, program.uses[j], env, a) for j, a in zip(picked, acts_i)]
+            env = static_env(program, full)
+            return [apply_use(program, program.uses[j], env, a) for j, a in zip(picked, acts_i)]
 
         _, vjp = jax.vjp(uses_of, [leaves[i] for i in which])
         return vjp(grads_i)[0]
@@ -460,7 +370,7 @@ def sq_norms(
     b = int(np.shape(jax.tree.leaves(grads)[0])[0]) if jax.tree.leaves(grads) else 0
     total = jnp.zeros((b,), jnp.float32)
     slack_sq = jnp.zeros((b,), jnp.float32)
-    env = _static(program, leaves) if "kept" in forms.values() else {}
+    env = static_env(program, leaves) if "kept" in forms.values() else {}
     kept: dict[int, jax.Array] = {}
     for j, (use, a, g) in enumerate(zip(program.uses, acts, grads)):
         form = forms.get(j, "gram")
@@ -544,7 +454,7 @@ def ghost_sum(
         full = list(leaves)
         for i, v in zip(which, sub):
             full[i] = v
-        env = _static(program, full)
+        env = static_env(program, full)
         return [jax.vmap(_use_fn(program, program.uses[j], env))(ins[j]) for j in uses]
 
     ins = {
@@ -578,7 +488,7 @@ def _pull_back(
         full = list(leaves)
         for i, v in zip(which, sub):
             full[i] = v
-        env = _static(program, full)
+        env = static_env(program, full)
         nodes = [program.nodes[program.uses[j].node] for j in uses]
         return [read(env, node.inputs[_param_side(program, node)]) for node in nodes]
 
@@ -589,7 +499,7 @@ def _pull_back(
 
 def _example_refs(program: ExampleGraph, use: Use) -> list[Any]:
     node = program.nodes[use.node]
-    return [node.inputs[i] for i in _example_positions(program, node)]
+    return [node.inputs[i] for i in example_positions(program, node)]
 
 
 def _probe_refs(program: ExampleGraph, use: Use) -> list[Any]:
@@ -609,7 +519,7 @@ def _weighted(
 def _use_fn(
     program: ExampleGraph, use: Use, env: dict[int, Any]
 ) -> Callable[[list[Any]], list[Any]]:
-    return lambda a: _apply_use(program, use, env, a)
+    return lambda a: apply_use(program, use, env, a)
 
 
 def _expand(factor: jax.Array, like: jax.Array) -> jax.Array:

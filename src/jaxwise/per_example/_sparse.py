@@ -27,7 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxwise._shared._losses import clip_factor
-from jaxwise.per_example import _ghost
+from jaxwise.per_example import _ghost, _probes
 from jaxwise.per_example._graph import ExampleGraph
 
 
@@ -58,9 +58,9 @@ def _split_grads(
             full = list(leaves)
             for i, v in zip(dense, vals):
                 full[i] = v
-            return _ghost._forward(program, full, ex, probes)
+            return _probes.forward(program, full, ex, probes)
 
-        zeros = _ghost.probe_zeros(program, uses)
+        zeros = _probes.probe_zeros(program, uses)
         (g_dense, g_probes), acts = jax.grad(loss_of, argnums=(0, 1), has_aux=True)(values, zeros)
         return g_dense, acts, g_probes
 
