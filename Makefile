@@ -45,6 +45,7 @@ OLDEST_ONLY_NEWEST = test_rails test_privacy_mf test_train_dp test_compose_close
 	test_label_errors_options test_fit_runs test_docstrings test_layering test_project
 
 test-oldest: $(OLDSTAMP)
+	@mkdir -p build
 	$(OLD)/bin/python -m pytest -n 2 --basetemp=build/pytest-oldest -m "not slow" -p no:cacheprovider --durations=15 \
 		$(foreach f,$(OLDEST_ONLY_NEWEST),--ignore=tests/$(f).py)
 
