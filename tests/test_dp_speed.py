@@ -532,3 +532,12 @@ def test_the_dp_epoch_compiles_once(method):
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(new.params))
     with CompileBudget(0, epoch, exact=True):
         epoch(new, (tokens, target))
+
+
+@pytest.mark.parametrize("n", [1, 7, 29, 34, 64, 101, 1037])
+@pytest.mark.parametrize("m", [1, 4, 8, 16])
+def test_even_micro_batches_keep_the_count_and_the_cap_and_pad_least(n, m):
+    even = _cost.even_chunks(n, m)
+    count = -(-n // m)
+    assert even <= m and -(-n // even) == count  # as many micro-batches, none larger
+    assert all(-(-n // k) > count for k in range(1, even))  # no smaller size keeps the count
