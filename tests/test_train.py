@@ -432,6 +432,7 @@ RESUME_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # two subprocesses: runs in the newest lane (make test), not the oldest
 def test_resume_is_bit_identical_across_processes(tmp_path):
     script = tmp_path / "resume.py"
     script.write_text(RESUME_SCRIPT.format(tests=str(Path(__file__).parent)))

@@ -1,5 +1,7 @@
 """DP-SGD through the one training loop: make_dp_train_epoch is a make_train_epoch configuration."""
 
+import dataclasses
+
 import equinox as eqx
 import flax.linen as nn
 import jax
@@ -494,6 +496,72 @@ def test_poisson_steps_run_at_the_smallest_padded_width_that_holds_them():
     np.testing.assert_allclose(results[4][0], results[1][0], rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="`buckets` must be"):
         PoissonSampler(16, buckets=0)
+
+
+class Unswitched:
+    """Forwards a gradient, but not its ``widths``: the program switches the whole gradient."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def requirements(self):
+        return dataclasses.replace(self.inner.requirements, widths=False)
+
+    def init(self, params):
+        return self.inner.init(params)
+
+    def __call__(self, params, model_state, batch, state, *, key, mask, context):
+        return self.inner(params, model_state, batch, state, key=key, mask=mask, context=context)
+
+
+def _noise_draws(jaxpr, in_switch=False):
+    """``(outside, inside)``: the ``erf_inv`` (normal draws) outside and inside ``cond``s."""
+    out = inside = 0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "erf_inv":
+            inside, out = (inside + 1, out) if in_switch else (inside, out + 1)
+        for sub in _sub_jaxprs(eqn.params.values()):
+            a, b = _noise_draws(sub, in_switch or eqn.primitive.name == "cond")
+            out, inside = out + a, inside + b
+    return out, inside
+
+
+def _sub_jaxprs(values):
+    for v in values:
+        if isinstance(v, (tuple, list)):
+            yield from _sub_jaxprs(v)
+        elif hasattr(v, "eqns"):
+            yield v
+        elif hasattr(v, "jaxpr") and hasattr(v.jaxpr, "eqns"):  # a closed jaxpr
+            yield v.jaxpr
+
+
+def test_a_padded_dp_step_switches_only_its_clipping_and_draws_its_noise_once():
+    """Four widths: the DP gradient's clipping runs in the width switch, its noise once after
+    it; the same training as the whole gradient switched per width (a wrapper that does not
+    forward ``widths``), which draws the noise in every branch."""
+    x, y = make_problem(n=96)
+    sampler = PoissonSampler(16, buckets=4)
+    gradient = dp_gradient_fn(sq_loss, clip_norm=1.0, noise_multiplier=0.5, method="vmap")
+    assert gradient.requirements.widths and not Unswitched(gradient).requirements.widths
+    runs = {}
+    for name, g in (("itself", gradient), ("whole", Unswitched(gradient))):
+        epoch = make_epoch(g, sampler)
+        state = TrainState.create(jnp.zeros(3), optim.sgd(0.05), 3, gradient=g)
+        runs[name] = _noise_draws(jax.make_jaxpr(epoch.jitted)(state, (x, y)).jaxpr)
+        with CompileBudget(1, epoch, exact=True):
+            for _ in range(2):
+                state, metrics = epoch(state, (x, y))
+        runs[name] += (np.asarray(state.params), metrics)
+    assert runs["itself"][:2] == (1, 0)  # one draw, outside the switch
+    assert runs["whole"][:2] == (0, 4)  # one per width
+    np.testing.assert_allclose(runs["itself"][2], runs["whole"][2], rtol=1e-6, atol=1e-7)
+    for name in ("width", "batch_size", "skipped"):
+        np.testing.assert_array_equal(runs["itself"][3][name], runs["whole"][3][name])
+    np.testing.assert_allclose(
+        runs["itself"][3]["grad_norm_mean"], runs["whole"][3]["grad_norm_mean"], rtol=1e-6
+    )
 
 
 def test_ladder_widths_come_from_the_binomial_distribution_of_the_batch_size():

@@ -96,8 +96,11 @@ class DPGradientFn:
 
     @property
     def requirements(self) -> Requirements:
-        """A key every step, its `DPAccounting`, and it applies the compute dtype itself."""
-        return Requirements(key=True, privacy=self.accounting, precision=True, mask=True)
+        """A key every step, its `DPAccounting`; it applies the compute dtype, honours the mask
+        and runs a padded step at its width itself (the noise is drawn once, not per width)."""
+        return Requirements(
+            key=True, privacy=self.accounting, precision=True, mask=True, widths=True
+        )
 
     def init(self, params: Params) -> dict[str, Any]:
         """``{"noise": mechanism state, "clip": policy state}`` (``()`` for an absent part).
@@ -161,6 +164,7 @@ class DPGradientFn:
             mask=mask,
             options=self.options,
             expected_batch_size=context.expected_batch_size,
+            width=None if context.width_index is None else (context.width_index, context.widths),
         )
         metrics = clip_metrics(norms, mask, clip, policy=clip_policy(self.clip_norm) is not None)
         kept = new_model_state if self.takes_model_state else model_state
@@ -274,10 +278,14 @@ def dp_step(
     mask: jax.Array | None,
     options: DPOptions,
     expected_batch_size: Any,
+    width: tuple[jax.Array, tuple[int, ...]] | None = None,
 ) -> tuple[Any, jax.Array, Any, dict[str, Any], Any]:
     """THE DP gradient: clip, sum, noise once (through ``noise``), divide; the policy's update.
 
-    `DPGradientFn` and the functional `dp_gradient` both run this.
+    `DPGradientFn` and the functional `dp_gradient` both run this. With ``width`` (``(index,
+    widths)``: a padded step whose real rows come first) only the clipping runs at
+    ``widths[index]`` rows (a ``lax.switch``, its norms padded back with zeros); the noise,
+    the metrics and the policy's update run once, at the batch's width.
 
     Returns:
         ``(noisy mean gradient, norms (B,), new model state or None, new state
@@ -288,7 +296,12 @@ def dp_step(
         loss = user_loss(loss)  # its errors are marked as the loss's (train._step names them)
     policy = clip_policy(o.clip_norm)
     clip: Any = o.clip_norm if policy is None else policy.norm(state["clip"])
-    summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)
+    if width is None:
+        summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)
+    else:
+        summed, norms, new_model_state = _clipped_at_width(
+            loss, params, model_state, batch, mask, clip, o, width
+        )
     new_state = dict(state)
     std = o.noise_multiplier * clip if o.noise_multiplier else 0.0
     # the one noising step (`privacy.privatizer`'s), then the division by the expected size
@@ -307,6 +320,33 @@ def dp_step(
         normal = normals[0]
         new_state["clip"] = policy.update(state["clip"], norms, mask, normal, expected_batch_size)
     return grads, norms, new_model_state, new_state, clip
+
+
+def _clipped_at_width(
+    loss: Callable[..., Any],
+    params: Any,
+    model_state: Any,
+    batch: Any,
+    mask: Any,
+    clip: Any,
+    o: DPOptions,
+    width: tuple[jax.Array, tuple[int, ...]],
+) -> tuple[Any, jax.Array, Any]:
+    """`_clipped` of the first ``widths[index]`` rows: one ``lax.switch`` branch per width."""
+    index, widths = width
+    if mask is None:
+        raise ValueError("a DP step at a padded width needs the `mask` of its real rows")
+    rows = mask.shape[0]
+
+    def at(w: int) -> Callable[[], tuple[Any, jax.Array, Any]]:
+        def run() -> tuple[Any, jax.Array, Any]:
+            part = jax.tree.map(lambda a: a[:w], batch)
+            summed, norms, new_state = _clipped(loss, params, model_state, part, mask[:w], clip, o)
+            return summed, jnp.pad(norms, (0, rows - w)), new_state
+
+        return run
+
+    return jax.lax.switch(index, [at(w) for w in widths])
 
 
 def _clipped(

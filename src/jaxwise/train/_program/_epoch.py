@@ -10,6 +10,7 @@ every other program.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -100,8 +101,12 @@ class TrainEpoch(JitProgram):
                     count = jnp.sum(mask.astype(jnp.int32))
                     # the smallest width that holds the real examples
                     which = jnp.searchsorted(jnp.asarray(widths, jnp.int32), count)
-                    lazy = (data, idx, which, widths)
-                    carry, metrics = update_at_width(carry, lazy, mask, context)
+                    if plan.requirements.widths and sharding is None:  # it switches itself
+                        at = dataclasses.replace(context, widths=widths, width_index=which)
+                        carry, metrics = update(carry, _gather(data, idx), mask, at)
+                    else:
+                        lazy = (data, idx, which, widths)
+                        carry, metrics = update_at_width(carry, lazy, mask, context)
                     drawn = {**drawn, "width": jnp.asarray(widths, jnp.int32)[which]}
                 else:
                     batch = _gather(data, idx)
@@ -242,10 +247,12 @@ def sampler_context(
 def _at_width(gradient: GradientFn, sharding: Any) -> Any:
     """``gradient`` at the padded width a step needs: one ``lax.switch`` branch per width.
 
-    Its batch is ``(data, indices, which, widths)``: branch ``which`` gathers the first
-    ``widths[which]`` rows (the real examples come first) and runs ``gradient`` on them, so
-    only the chosen width's work is done; every branch is compiled once, inside the one
-    epoch program. The state and the context pass through.
+    Its batch is ``(data, indices, which, widths)``: the rows are gathered once at the widest
+    width, and branch ``which`` runs ``gradient`` on the first ``widths[which]`` of them (the
+    real examples come first), so only the chosen width's gradient is computed; every branch
+    is compiled once, inside the one epoch program. The state and the context pass through.
+    A gradient whose ``requirements.widths`` is set switches itself (the epoch's body calls it
+    at the widest width, with the step's width in its context) unless there is a mesh.
     """
 
     def gradient_at_width(
@@ -254,8 +261,8 @@ def _at_width(gradient: GradientFn, sharding: Any) -> Any:
         data, idx, which, widths = lazy
 
         def at(width: int) -> Callable[..., Gradients]:
-            def run(params: Any, model_state: Any, data: Any, idx: Any, state, key, mask):
-                batch = _gather(data, idx[:width])
+            def run(params: Any, model_state: Any, full: Any, state, key, mask):
+                batch = jax.tree.map(lambda a: a[:width], full)
                 if sharding is not None:
                     batch = jax.lax.with_sharding_constraint(batch, sharding)
                 return gradient(
@@ -264,8 +271,9 @@ def _at_width(gradient: GradientFn, sharding: Any) -> Any:
 
             return run
 
+        full = _gather(data, idx)
         branches = [at(w) for w in widths]
-        return jax.lax.switch(which, branches, params, model_state, data, idx, state, key, mask)
+        return jax.lax.switch(which, branches, params, model_state, full, state, key, mask)
 
     return gradient_at_width
 

@@ -117,12 +117,20 @@ class Requirements:
         mask: it honours the sampler's ``mask`` (padding rows change neither its loss nor its
             gradient). A padded sampler (Poisson) refuses a gradient without it: a batch-mean
             loss would average the zero padding rows in.
+        widths: it runs a padded step at the step's width itself. Under a sampler with several
+            padded widths (Poisson) the program hands it the batch at the widest and the
+            step's width in ``context`` (``widths[width_index]`` rows, the real ones first),
+            instead of compiling the whole gradient once per width (``lax.switch``): it
+            switches only its per-example work and releases once (the DP gradient: its noise
+            is drawn once, not once per width). A wrapper that forwards it keeps the batch's
+            rows as they are.
     """
 
     key: bool = True
     privacy: PrivacyClaim | None = None
     precision: bool = False
     mask: bool = False
+    widths: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +150,10 @@ class StepContext:
         loss_scale: the loss scale (a float32 scalar or float), or ``None``.
         gradient: the name of the program's (outermost) gradient, whose ``init`` made the
             state: for messages (a wrapper whose ``init`` drops the wrapped state is named).
+        widths: the padded widths a step may run at, for a gradient whose
+            ``requirements.widths`` is set (``()`` otherwise: the batch's rows are the width).
+        width_index: the int32 index into ``widths`` of this step's width (traced), or
+            ``None``.
     """
 
     expected_batch_size: float
@@ -152,6 +164,8 @@ class StepContext:
     compute_dtype: np.dtype | None = None
     loss_scale: jax.Array | float | None = None
     gradient: str = "the gradient"
+    widths: tuple[int, ...] = ()
+    width_index: jax.Array | None = None
 
 
 def requirements_of(gradient: object) -> Requirements:
