@@ -7,12 +7,11 @@ model_state, batch, state, *, key, mask, context) -> Gradients`` with ``Gradient
 new state, as Optax's ``GradientTransformation`` always carries a state. ``context`` is a
 `StepContext`: the facts the program knows about the step (the expected batch size, the
 sampler's rate and separation, the compute dtype and loss scale), passed explicitly on every
-call, so a wrapper that forwards the call forwards them too. What a gradient function needs
-of the program (a key, a sampler separation, how its privacy is accounted) it states in its
-``requirements`` (a `Requirements`, a declared member of the protocol), which a wrapper
-forwards.
-`value_and_grad` builds one from a loss, `mixed_precision` wraps one in a compute dtype with
-loss scaling, `jaxwise.privacy.dp_gradient_fn` is the DP-SGD one.
+call, so a wrapper that forwards the call forwards them too. What it needs of the program (a
+key, a sampler separation, how its privacy is accounted) it states in its ``requirements``
+(a `Requirements`), which a wrapper forwards. `value_and_grad` builds one from a loss,
+`mixed_precision` wraps one in a compute dtype and loss scaling, `jaxwise.privacy.dp_gradient_fn`
+is the DP-SGD one.
 """
 
 from __future__ import annotations
@@ -102,9 +101,9 @@ class PrivacyClaim(Protocol):
 class Requirements:
     """What a gradient function needs of the program that runs it (its ``requirements``).
 
-    Every gradient function declares one (``Requirements()`` for none). A wrapper forwards
-    its wrapped gradient's (``return self.inner.requirements``): a DP
-    gradient refuses, by name, a call whose ``context.privacy`` is not its own.
+    Every gradient function declares one (``Requirements()`` for none). A wrapper forwards its
+    wrapped gradient's (``return self.inner.requirements``): a DP gradient refuses, by name, a
+    call whose ``context.privacy`` is not its own.
 
     Attributes:
         key: split a fresh key for it every step (``False``: ``key=None``).
@@ -112,18 +111,13 @@ class Requirements:
             private. A private gradient's step counts even when the NaN guard skips its
             update (its noise was released): the step, the key and the state move on.
         precision: it applies ``context.compute_dtype`` and ``context.loss_scale`` itself
-            (`mixed_precision` then only sets them; otherwise it casts around the call and
-            refuses loss scaling).
+            (`mixed_precision` only sets them; else it casts around the call, no loss scale).
         mask: it honours the sampler's ``mask`` (padding rows change neither its loss nor its
             gradient). A padded sampler (Poisson) refuses a gradient without it: a batch-mean
             loss would average the zero padding rows in.
-        widths: it runs a padded step at the step's width itself. Under a sampler with several
-            padded widths (Poisson) the program hands it the batch at the widest and the
-            step's width in ``context`` (``widths[width_index]`` rows, the real ones first),
-            instead of compiling the whole gradient once per width (``lax.switch``): it
-            switches only its per-example work and releases once (the DP gradient: its noise
-            is drawn once, not once per width). A wrapper that forwards it keeps the batch's
-            rows as they are.
+        widths: it runs a padded step at the step's width (``context.widths``) itself, on the
+            batch at the widest: the DP gradient switches only its clipping, its noise is
+            compiled once (otherwise the whole gradient is compiled once per width).
     """
 
     key: bool = True
@@ -150,10 +144,8 @@ class StepContext:
         loss_scale: the loss scale (a float32 scalar or float), or ``None``.
         gradient: the name of the program's (outermost) gradient, whose ``init`` made the
             state: for messages (a wrapper whose ``init`` drops the wrapped state is named).
-        widths: the padded widths a step may run at, for a gradient whose
-            ``requirements.widths`` is set (``()`` otherwise: the batch's rows are the width).
-        width_index: the int32 index into ``widths`` of this step's width (traced), or
-            ``None``.
+        widths: a padded step's widths (``requirements.widths``; ``()``: the batch's rows).
+        width_index: the index into ``widths`` of this step's width (traced), or ``None``.
     """
 
     expected_batch_size: float
@@ -281,14 +273,11 @@ class GradientFn(Protocol):
 
 
 def _check_scalar(loss: Any, name: str) -> None:
-    if not (
-        hasattr(loss, "shape") and loss.shape == () and jnp.issubdtype(loss.dtype, jnp.floating)
-    ):
-        shape = getattr(loss, "shape", None)
-        raise TypeError(
-            f"{name} must return a floating scalar loss, got {describe(loss)}"
-            + (f" (shape {tuple(shape)})" if shape else "")
-        )
+    shape = getattr(loss, "shape", None)
+    if shape == () and jnp.issubdtype(loss.dtype, jnp.floating):
+        return
+    shown = f" (shape {tuple(shape)})" if shape else ""
+    raise TypeError(f"{name} must return a floating scalar loss, got {describe(loss)}{shown}")
 
 
 @dataclasses.dataclass(frozen=True)
