@@ -547,9 +547,10 @@ def test_a_padded_dp_step_switches_only_its_clipping_and_draws_its_noise_once():
     assert gradient.requirements.widths and not Unswitched(gradient).requirements.widths
     runs = {}
     for name, g in (("itself", gradient), ("whole", Unswitched(gradient))):
-        epoch = make_epoch(g, sampler)
         state = TrainState.create(jnp.zeros(3), optim.sgd(0.05), 3, gradient=g)
-        runs[name] = _noise_draws(jax.make_jaxpr(epoch.jitted)(state, (x, y)).jaxpr)
+        traced = jax.make_jaxpr(make_epoch(g, sampler).jitted)(state, (x, y))
+        runs[name] = _noise_draws(traced.jaxpr)
+        epoch = make_epoch(g, sampler)
         with CompileBudget(1, epoch, exact=True):
             state, _ = epoch(state, (x, y))
             state, metrics = epoch(state, (x, y))
