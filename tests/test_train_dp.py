@@ -515,6 +515,21 @@ class Unswitched:
         return self.inner(params, model_state, batch, state, key=key, mask=mask, context=context)
 
 
+class FirstHalf(Unswitched):
+    """Forwards ``widths`` but hands on only the first half of the batch: refused by name."""
+
+    @property
+    def requirements(self):
+        return self.inner.requirements
+
+    def __call__(self, params, model_state, batch, state, *, key, mask, context):
+        half = mask.shape[0] // 2
+        batch = jax.tree.map(lambda a: a[:half], batch)
+        return self.inner(
+            params, model_state, batch, state, key=key, mask=mask[:half], context=context
+        )
+
+
 def _noise_draws(jaxpr, in_switch=False):
     """``(outside, inside)``: the ``erf_inv`` (normal draws) outside and inside ``cond``s."""
     out = inside = 0
@@ -563,6 +578,10 @@ def test_a_padded_dp_step_switches_only_its_clipping_and_draws_its_noise_once():
     np.testing.assert_allclose(
         runs["itself"][3]["grad_norm_mean"], runs["whole"][3]["grad_norm_mean"], rtol=1e-6
     )
+    halved = FirstHalf(gradient)
+    state = TrainState.create(jnp.zeros(3), optim.sgd(0.05), 3, gradient=halved)
+    with pytest.raises(ValueError, match=r"whole padded batch \(65 rows.*got 32.*widths=False"):
+        make_epoch(halved, sampler)(state, (x, y))
 
 
 def test_ladder_widths_come_from_the_binomial_distribution_of_the_batch_size():

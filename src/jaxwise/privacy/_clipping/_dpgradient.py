@@ -334,8 +334,13 @@ def _clipped_at_width(
 ) -> tuple[Any, jax.Array, Any]:
     """`_clipped` of the first ``widths[index]`` rows: one ``lax.switch`` branch per width."""
     index, widths = width
-    if mask is None:
-        raise ValueError("a DP step at a padded width needs the `mask` of its real rows")
+    if mask is None or mask.shape[0] != widths[-1]:
+        got = None if mask is None else mask.shape[0]
+        raise ValueError(
+            f"a DP step at a padded width needs the step's whole padded batch ({widths[-1]} rows "
+            f"and their mask), got {got}: a wrapper that forwards `requirements.widths` must "
+            "hand the batch and the mask on whole (or declare `widths=False`)"
+        )
     rows = mask.shape[0]
 
     def at(w: int) -> Callable[[], tuple[Any, jax.Array, Any]]:
