@@ -296,12 +296,14 @@ def dp_step(
         loss = user_loss(loss)  # its errors are marked as the loss's (train._step names them)
     policy = clip_policy(o.clip_norm)
     clip: Any = o.clip_norm if policy is None else policy.norm(state["clip"])
+
+    def clipped(rows: Any, real: Any) -> tuple[Any, jax.Array, Any]:
+        return _clipped(loss, params, model_state, rows, real, clip, o)
+
     if width is None:
-        summed, norms, new_model_state = _clipped(loss, params, model_state, batch, mask, clip, o)
+        summed, norms, new_model_state = clipped(batch, mask)
     else:
-        summed, norms, new_model_state = _clipped_at_width(
-            loss, params, model_state, batch, mask, clip, o, width
-        )
+        summed, norms, new_model_state = _at_width(clipped, batch, mask, width)
     new_state = dict(state)
     std = o.noise_multiplier * clip if o.noise_multiplier else 0.0
     # the one noising step (`privacy.privatizer`'s), then the division by the expected size
@@ -322,17 +324,14 @@ def dp_step(
     return grads, norms, new_model_state, new_state, clip
 
 
-def _clipped_at_width(
-    loss: Callable[..., Any],
-    params: Any,
-    model_state: Any,
+def _at_width(
+    clipped: Callable[[Any, Any], tuple[Any, jax.Array, Any]],
     batch: Any,
     mask: Any,
-    clip: Any,
-    o: DPOptions,
     width: tuple[jax.Array, tuple[int, ...]],
 ) -> tuple[Any, jax.Array, Any]:
-    """`_clipped` of the first ``widths[index]`` rows: one ``lax.switch`` branch per width."""
+    """``clipped(batch, mask)`` of the first ``widths[index]`` rows: a ``lax.switch`` branch per
+    width, the norms padded back with zeros to the batch's rows."""
     index, widths = width
     if mask is None or mask.shape[0] != widths[-1]:
         got = None if mask is None else mask.shape[0]
@@ -345,8 +344,7 @@ def _clipped_at_width(
 
     def at(w: int) -> Callable[[], tuple[Any, jax.Array, Any]]:
         def run() -> tuple[Any, jax.Array, Any]:
-            part = jax.tree.map(lambda a: a[:w], batch)
-            summed, norms, new_state = _clipped(loss, params, model_state, part, mask[:w], clip, o)
+            summed, norms, new_state = clipped(jax.tree.map(lambda a: a[:w], batch), mask[:w])
             return summed, jnp.pad(norms, (0, rows - w)), new_state
 
         return run
