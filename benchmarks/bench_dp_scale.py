@@ -62,6 +62,7 @@ from jaxwise.privacy import dp_gradient
 
 PEAK_FLOPS = {"TPU v5 lite": 197e12, "TPU v5e": 197e12}
 AUTO, MICRO, MICRO4 = "DP auto", "DP micro-batched (chunked, 8)", "DP micro-batched (chunked, 4)"
+MICRO16 = "DP micro-batched (chunked, 16)"
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -199,6 +200,7 @@ def programs(cfg: Config, b: int) -> dict[str, Callable[..., Any]]:
         "DP vmap": dp("vmap"),
         MICRO: dp("chunked", 8),
         MICRO4: dp("chunked", 4),
+        MICRO16: dp("chunked", 16),
     }
     try:
         from jax_privacy import clipped_grad
@@ -337,7 +339,7 @@ def _auto_twin(cfg: Config, params: Any, batch: Any) -> tuple[str | None, str]:
     plan = clip_plan(make_loss(cfg), params, batch)
     twin = {"ghost": "DP ghost", "vmap": "DP vmap"}.get(plan.method)
     if plan.method == "chunked":
-        twin = {8: MICRO, 4: MICRO4}.get(plan.chunk_size or 0)
+        twin = {8: MICRO, 4: MICRO4, 16: MICRO16}.get(plan.chunk_size or 0)
     line = f"auto = {plan.method}" + (f" (micro {plan.chunk_size})" if plan.chunk_size else "")
     return twin, f"{line}: {plan.reason}"
 

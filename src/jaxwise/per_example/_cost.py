@@ -71,8 +71,10 @@ BACKENDS: dict[str, BackendCost] = {
     # once): 16.9M classifier, all 32 at once, 100 us per example (predicted 87), at 8 a
     # time 77 us (1.29x; 1.38x at 32); the 49M classifier at 8 and the LM at 4 cost less
     # than predicted (52 us and < 0 per example: 1.06x and 0.82x the non-private
-    # gradient); ghost 150 and 324 us (one unit ~ 0.02 ps). So: at most 8, within 1 GiB.
-    "tpu": BackendCost("tpu", 8, 85.0, 6, max_micro=8, micro_bytes=2**30),
+    # gradient); ghost 150 and 324 us (one unit ~ 0.02 ps). Then the 16.9M classifier at 4,
+    # 8, 16 and 32 a time in one run: 1.31x, 1.30x, 1.24x, 1.39x. So: at most 16, within
+    # 1 GiB (which keeps the 49M classifier at 8 and the LM at 4).
+    "tpu": BackendCost("tpu", 8, 85.0, 6, max_micro=16, micro_bytes=2**30),
 }
 
 # jax_default_matmul_precision -> operand bits on a backend that rounds (None: float32 exact)

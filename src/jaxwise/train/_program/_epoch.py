@@ -109,7 +109,7 @@ class TrainEpoch(JitProgram):
                         carry, metrics = update_at_width(carry, lazy, mask, context)
                     drawn = {**drawn, "width": jnp.asarray(widths, jnp.int32)[which]}
                 else:
-                    batch = _gather(data, idx)
+                    batch = _gather(data, idx, padded=mask is not None)
                     carry, metrics = update(carry, batch, mask, context)
                 # after tracing the update, so that a gradient's own refusal comes first
                 if mask is not None and not plan.requirements.mask:
@@ -220,9 +220,14 @@ def checked_facts(sampler: Sampler, n: int | None) -> SamplingFacts:
     return facts
 
 
-def _gather(data: Any, idx: jax.Array) -> Any:
-    # padding indices (>= n, masked out) read zeros, never a real row
-    return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
+def _gather(data: Any, idx: jax.Array, padded: bool = True) -> Any:
+    """The rows ``idx`` of every leaf. ``padded``: the indices hold padding (``>= n``, masked
+    out), which reads zeros, never a real row (``mode="fill"``: a select over the batch).
+    Unpadded, every index is a real row (a maskless draw's contract): the plain gather,
+    which clamps (``promise_in_bounds``; 2–3% of a small CNN epoch on a TPU v5e)."""
+    if padded:
+        return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
+    return jax.tree.map(lambda a: a.at[idx].get(mode="promise_in_bounds"), data)
 
 
 def sampler_context(

@@ -199,6 +199,7 @@ class Sampler(Protocol):
 
         Returns:
             ``(indices, mask, metrics)``: int ``(width,)`` rows to gather, bool ``(width,)``
-                real rows (``None`` when all are real), and extra per-step metrics.
+                real rows (``None`` when all are real: every index then in ``[0, n)``), and
+                extra per-step metrics.
         """
         ...
