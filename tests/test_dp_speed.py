@@ -456,6 +456,20 @@ def test_auto_chooses_ghost_or_micro_batches_by_the_backends_costs(
     assert method in str(plan)
 
 
+@pytest.mark.parametrize(("k", "chunk"), [(1024, 16), (6144, 8)])
+def test_the_tpu_takes_micro_batches_of_at_most_16_within_a_gibibyte(as_backend, k, chunk):
+    """On a TPU (stood in) with the chip's memory budget, 64 examples of a (K, K) weight at
+    T = 2048: K = 1024 keeps 2 MiB of bfloat16 gradients an example, 32 at once would fit,
+    the cap takes 16 (the 16.9M classifier's fastest); K = 6144 keeps 72 MiB, 16 would be
+    1.2 GiB, the 1 GiB bound takes 8 (the 49M classifier's)."""
+    as_backend("tpu")
+    w = jax.ShapeDtypeStruct((k, k), jnp.float32)
+    x = jax.ShapeDtypeStruct((64, 2048, k), jnp.float32)  # shapes suffice: nothing runs
+    plan = clip_plan(lambda w, x: jnp.sum(jnp.tanh(x @ w)), w, x, memory_budget=5 * 2**30)
+    assert (plan.method, plan.chunk_size) == ("chunked", chunk), str(plan)
+    assert _cost.backend_cost("tpu").max_micro == 16
+
+
 def test_clip_plan_reports_explicit_methods_and_refuses_bad_options():
     def scanned(w, x):  # a weight inside lax.scan
         return jnp.sum(jax.lax.scan(lambda c, xi: (jnp.tanh(c @ w + xi), None), x[0], x)[0])
