@@ -15,6 +15,7 @@ import pytest
 from host64 import cpu_devices, mesh_devices
 from jax.sharding import PartitionSpec as P
 
+import jaxwise.privacy
 import jaxwise.train
 from jaxwise import optim
 from jaxwise._shared._backends import assume_backend
@@ -273,6 +274,40 @@ def test_epoch_equals_steps_over_the_same_permutation(setup):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
     # the epoch does not consume the key (the hash shuffle needs none): it is carried unchanged
     assert np.array_equal(jax.random.key_data(epoch_state.key), jax.random.key_data(twin.key))
+
+
+def _row_gathers(jaxpr, n: int) -> list[str]:
+    """The ``mode`` of every ``gather`` of rows from an ``(n, ...)`` operand (the data's leaves)
+    in ``jaxpr`` and its sub-jaxprs (scan, cond bodies); the loss's own gathers are smaller."""
+    modes = []
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "gather" and eqn.invars[0].aval.shape[:1] == (n,):
+            modes.append(str(eqn.params["mode"]).rsplit(".", 1)[-1])
+        for v in eqn.params.values():
+            for sub in v if isinstance(v, (tuple, list)) else (v,):
+                inner = getattr(sub, "jaxpr", sub)
+                if hasattr(inner, "eqns"):
+                    modes += _row_gathers(inner, n)
+    return modes
+
+
+def test_a_maskless_epoch_gathers_in_bounds_and_a_padded_one_reads_zeros_at_its_padding(setup):
+    """A shuffle epoch's indices are all real rows: its batch is the plain (clamping) gather,
+    no select over the batch; a Poisson epoch pads with the index ``n``: a ``fill`` gather."""
+    tx, state, data = setup
+    gradient = jaxwise.train.value_and_grad(loss_fn)
+    shuffle = jaxwise.train.make_epoch(gradient, jaxwise.train.ShuffleSampler(32))
+    modes = _row_gathers(jax.make_jaxpr(shuffle.jitted)(state, data).jaxpr, 96)
+    assert modes == ["PROMISE_IN_BOUNDS"] * 2, modes  # x and y
+
+    def example_loss(params, example):
+        x, y = example
+        return loss_fn(params, (x[None], y[None]))
+
+    dp = jaxwise.privacy.dp_gradient_fn(example_loss, clip_norm=1.0, noise_multiplier=0.0)
+    poisson = jaxwise.train.make_epoch(dp, jaxwise.train.PoissonSampler(32))
+    modes = _row_gathers(jax.make_jaxpr(poisson.jitted)(state, data).jaxpr, 96)
+    assert modes and set(modes) == {"FILL_OR_DROP"}, modes
 
 
 def test_shuffle_is_uniform_and_changes_every_epoch():
