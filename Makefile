@@ -40,14 +40,12 @@ test: $(STAMP)
 # changes; the newest lane runs them (CI time: 35 -> ~27 minutes for both lanes). The CLI's jobs
 # (test_cli; the spiral job itself runs in test_spiral_precision and test_cli_edges) and the DP
 # method choice at scale (test_dp_speed; its methods' own tests are test_ghost and
-# test_per_example) joined them: ~180 test-seconds of the oldest lane's ~1,090. So did the docs'
-# blocks and examples (test_docs: 241 s of the oldest lane's ~500 wall seconds, one Python
-# process each; every public call they make is a unit test's in this lane).
+# test_per_example) joined them: ~180 test-seconds of the oldest lane's ~1,090.
 # tests/test_project.py checks the list.
 OLDEST_ONLY_NEWEST = test_rails test_privacy_mf test_train_dp test_compose_closed \
 	test_privacy_unit test_cli_attack test_cli_mf test_audit test_label_errors \
 	test_cli test_dp_speed test_nothing_lost test_train_compose test_train_convolution test_cli_fit test_jobs_overlap \
-	test_label_errors_options test_fit_runs test_docstrings test_layering test_project test_docs
+	test_label_errors_options test_fit_runs test_docstrings test_layering test_project
 
 test-oldest: $(OLDSTAMP)
 	@mkdir -p build
