@@ -224,8 +224,8 @@ def _gather(data: Any, idx: jax.Array, padded: bool = True) -> Any:
     """The rows ``idx`` of every leaf. ``padded``: the indices hold padding (``>= n``, masked
     out), which reads zeros, never a real row (``mode="fill"``: a select over the batch).
     Unpadded, every index is a real row (a maskless draw's contract): the plain gather,
-    which clamps (``promise_in_bounds``; the select cost 3.2% of a small CNN epoch in one TPU v5e
-    run)."""
+    which clamps (``promise_in_bounds``; on a TPU v5e the fill gather took 52 µs of a small CNN
+    epoch's 1.2 ms of device time, this one 16 µs with its layout copy)."""
     if padded:
         return jax.tree.map(lambda a: jnp.take(a, idx, axis=0, mode="fill", fill_value=0), data)
     return jax.tree.map(lambda a: a.at[idx].get(mode="promise_in_bounds"), data)
